@@ -1,0 +1,199 @@
+"""The record of one request: what was sent, what came back, and when.
+
+Everything here is immutable and free of pytest, so the invariants, the sweep
+statistics and the reports can all work from the same value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any, Literal
+
+Api = Literal["chat", "completions"]
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """What was asked for, without secrets (the API key never lands here).
+
+    ``body`` is the JSON body exactly as sent (budget field included when the
+    budget mode put one there); ``url`` is the full URL the request went to.
+    """
+
+    api: Api
+    url: str
+    body: Mapping[str, Any]
+    tree_budget: int | None
+    stream: bool
+    max_tokens: int
+    temperature: float
+    prompt_id: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """One line naming the request, for failure messages."""
+        budget = "server default" if self.tree_budget is None else str(self.tree_budget)
+        pid = f" prompt={self.prompt_id}" if self.prompt_id else ""
+        mode = "stream" if self.stream else "no-stream"
+        return (
+            f"POST {self.url} ({mode}, tree_budget={budget}, max_tokens={self.max_tokens}, "
+            f"temperature={self.temperature}{pid})"
+        )
+
+
+@dataclass(frozen=True)
+class Usage:
+    """The server's ``usage`` block, as reported."""
+
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    total_tokens: int | None
+    reasoning_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class SpecStats:
+    """Speculation statistics normalised from any dialect (see ``dialects``).
+
+    ``mean_acceptance_length`` counts tokens committed per decode round, bonus
+    token included: 1.0 means no draft token was ever accepted.
+    """
+
+    dialect: str
+    tree_budget: int | None = None
+    decode_rounds: int | None = None
+    mean_acceptance_length: float | None = None
+    server_tokens_per_second: float | None = None
+    block_size: int | None = None
+    num_draft_tokens: int | None = None
+    num_accepted_draft_tokens: int | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Timings:
+    """``time.perf_counter`` stamps of one request.
+
+    ``chunk_times`` holds one stamp per content-carrying stream event (empty
+    for a non-streamed request) and ``chunk_tokens`` the number of tokens each
+    of those events carried, so several tokens in one chunk (normal with
+    speculative decoding) do not distort per-token figures.
+    """
+
+    sent: float
+    headers: float | None
+    first_content: float | None
+    done: float
+    chunk_times: tuple[float, ...] = ()
+    chunk_tokens: tuple[int, ...] = ()
+
+    @property
+    def end_to_end(self) -> float:
+        """Seconds from the request being sent to the last byte."""
+        return self.done - self.sent
+
+    @property
+    def ttft(self) -> float | None:
+        """Time to first content token (not the role-only first chunk)."""
+        if self.first_content is None:
+            return None
+        return self.first_content - self.sent
+
+    @property
+    def inter_chunk(self) -> tuple[float, ...]:
+        """Gaps between consecutive content-carrying events."""
+        return tuple(b - a for a, b in pairwise(self.chunk_times))
+
+    def decode_tokens_per_second(self, completion_tokens: int | None) -> float | None:
+        """Tokens after the first event over the time after the first event.
+
+        Needs a streamed request with at least two content events; the tokens
+        of the first event are excluded because their time is TTFT, not decode.
+        """
+        if completion_tokens is None or len(self.chunk_times) < 2:
+            return None
+        first = self.chunk_tokens[0] if self.chunk_tokens else 1
+        span = self.chunk_times[-1] - self.chunk_times[0]
+        later = completion_tokens - first
+        if span <= 0 or later <= 0:
+            return None
+        return later / span
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    """What the event stream itself looked like, for stream-integrity checks."""
+
+    events: int
+    done_seen: bool
+    finish_chunks: int
+    parse_errors: tuple[str, ...] = ()
+    error_events: tuple[Mapping[str, Any], ...] = ()
+    usage_seen: bool = False
+
+
+@dataclass(frozen=True)
+class Completion:
+    """Everything one request produced.
+
+    ``text`` is the answer content; ``reasoning_text`` what the server put in
+    ``reasoning_content`` (kept apart). ``raw`` is the response JSON for a
+    plain request, or the list of parsed chunk objects for a streamed one.
+    ``error`` is set when the request did not complete (transport failure,
+    non-2xx, deadline); the other fields then hold whatever arrived.
+    ``completion_tokens`` is the best count available: the server's usage,
+    else the local count (``token_count_source`` says which).
+    ``local_completion_tokens`` is the client-side count of ``text`` plus
+    ``reasoning_text`` (None when no tokenizer was available).
+    """
+
+    request: RequestSpec
+    status_code: int
+    text: str
+    reasoning_text: str
+    finish_reason: str | None
+    usage: Usage | None
+    stats: SpecStats | None
+    timings: Timings
+    raw: Any
+    stream: StreamInfo | None = None
+    error: str | None = None
+    local_completion_tokens: int | None = None
+    token_count_source: str = "none"
+    model: str | None = None
+    response_id: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the HTTP exchange completed with a 2xx and no error."""
+        return self.error is None and 200 <= self.status_code < 300
+
+    @property
+    def completion_tokens(self) -> int | None:
+        """Server-reported completion tokens, else the local count."""
+        if self.usage is not None and self.usage.completion_tokens is not None:
+            return self.usage.completion_tokens
+        return self.local_completion_tokens
+
+    @property
+    def ttft(self) -> float | None:
+        """Time to first content token, seconds."""
+        return self.timings.ttft
+
+    @property
+    def end_to_end(self) -> float:
+        """Wall time of the whole request, seconds."""
+        return self.timings.end_to_end
+
+    @property
+    def decode_tokens_per_second(self) -> float | None:
+        """Client-measured decode rate (streamed requests only)."""
+        return self.timings.decode_tokens_per_second(self.completion_tokens)
+
+
+def summarize_text(text: str, limit: int = 120) -> str:
+    """A one-line excerpt of ``text`` for messages (newlines shown as ``\\n``)."""
+    flat = text.replace("\n", "\\n")
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

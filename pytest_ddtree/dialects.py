@@ -1,0 +1,219 @@
+"""Budget placement and speculation-statistics dialects.
+
+Speculative-decoding servers differ from plain OpenAI servers in two places:
+how a request picks its tree budget, and where the server reports its
+speculation statistics. This module turns every known statistics dialect into
+one ``SpecStats`` record.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pytest_ddtree.completion import SpecStats, Usage
+
+DIALECT_NAMES = ("ddtree", "vllm", "sglang", "omlx", "custom", "none")
+OMLX_PREFIX = "dflash_ddtree_"
+
+
+def put_budget(body: dict[str, Any], path: str, budget: int) -> dict[str, Any]:
+    """A copy of ``body`` with ``budget`` at the dotted ``path`` (objects created as needed)."""
+    out = copy.deepcopy(body)
+    node = out
+    parts = path.split(".")
+    for part in parts[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[parts[-1]] = budget
+    return out
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    f = float(value)
+    return f if math.isfinite(f) else None
+
+
+def _int(value: Any) -> int | None:
+    f = _num(value)
+    return int(f) if f is not None and f == int(f) else None
+
+
+def _ddtree_carrier(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    stats = obj.get("ddtree_stats")
+    return stats if isinstance(stats, Mapping) else None
+
+
+def _vllm_carrier(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    metrics = obj.get("metrics")
+    if isinstance(metrics, Mapping):
+        spec = metrics.get("speculative_decoding")
+        if isinstance(spec, Mapping):
+            return spec
+    return None
+
+
+def _sglang_carrier(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    meta = obj.get("meta_info")
+    if isinstance(meta, Mapping) and ("spec_verify_ct" in meta or "spec_accept_length" in meta):
+        return meta
+    return None
+
+
+def _omlx_carrier(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    usage = obj.get("usage")
+    if isinstance(usage, Mapping) and any(str(k).startswith(OMLX_PREFIX) for k in usage):
+        return usage
+    return None
+
+
+_CARRIERS = {
+    "ddtree": _ddtree_carrier,
+    "vllm": _vllm_carrier,
+    "sglang": _sglang_carrier,
+    "omlx": _omlx_carrier,
+}
+
+
+def detect(objects: Sequence[Any]) -> str:
+    """The dialect whose statistics appear in ``objects`` (a response or chunks), or 'none'."""
+    for obj in reversed(objects):
+        if not isinstance(obj, Mapping):
+            continue
+        for name, carrier in _CARRIERS.items():
+            if carrier(obj) is not None:
+                return name
+    return "none"
+
+
+def resolve_pointer(doc: Any, pointer: str) -> Any:
+    """RFC 6901 JSON pointer lookup; None when the path does not exist."""
+    if pointer == "":
+        return doc
+    node = doc
+    for token in pointer.lstrip("/").split("/"):
+        token = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping):
+            if token not in node:
+                return None
+            node = node[token]
+        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            return None
+    return node
+
+
+def extract_stats(
+    dialect: str,
+    objects: Sequence[Any],
+    stats_map: Mapping[str, str] | None = None,
+) -> SpecStats | None:
+    """Normalise the statistics found in ``objects`` (newest first wins) into ``SpecStats``.
+
+    ``objects`` is ``[response]`` for a plain request or the list of stream
+    chunks. ``dialect`` 'auto' detects; 'none' returns None.
+    """
+    if dialect == "auto":
+        dialect = detect(objects)
+    if dialect == "none":
+        return None
+    if dialect == "custom":
+        return _custom(objects, stats_map or {})
+    carrier_fn = _CARRIERS.get(dialect)
+    if carrier_fn is None:
+        return None
+    for obj in reversed(objects):
+        if isinstance(obj, Mapping):
+            raw = carrier_fn(obj)
+            if raw is not None:
+                return _normalise(dialect, raw)
+    return None
+
+
+def _normalise(dialect: str, raw: Mapping[str, Any]) -> SpecStats:
+    if dialect == "ddtree":
+        return SpecStats(
+            dialect="ddtree",
+            tree_budget=_int(raw.get("tree_budget")),
+            decode_rounds=_int(raw.get("cycles")),
+            mean_acceptance_length=_num(raw.get("avg_acceptance")),
+            server_tokens_per_second=_num(raw.get("tok_per_sec")),
+            block_size=_int(raw.get("block_size")),
+            raw=dict(raw),
+        )
+    if dialect == "vllm":
+        rounds = _int(raw.get("num_spec_steps"))
+        tau = _num(raw.get("mean_acceptance_length"))
+        drafted = _int(raw.get("num_draft_tokens"))
+        accepted = _int(raw.get("num_accepted_draft_tokens"))
+        if tau is None and rounds and accepted is not None:
+            # accepted drafts per step plus the bonus token of each step
+            tau = 1.0 + accepted / rounds
+        return SpecStats(
+            dialect="vllm",
+            decode_rounds=rounds,
+            mean_acceptance_length=tau,
+            num_draft_tokens=drafted,
+            num_accepted_draft_tokens=accepted,
+            raw=dict(raw),
+        )
+    if dialect == "sglang":
+        return SpecStats(
+            dialect="sglang",
+            decode_rounds=_int(raw.get("spec_verify_ct")),
+            mean_acceptance_length=_num(raw.get("spec_accept_length")),
+            raw=dict(raw),
+        )
+    # omlx
+    return SpecStats(
+        dialect="omlx",
+        tree_budget=_int(raw.get(OMLX_PREFIX + "tree_budget")),
+        decode_rounds=_int(raw.get(OMLX_PREFIX + "cycles_completed")),
+        mean_acceptance_length=_num(raw.get(OMLX_PREFIX + "avg_acceptance")),
+        server_tokens_per_second=_num(raw.get(OMLX_PREFIX + "tokens_per_second")),
+        raw={k: v for k, v in raw.items() if str(k).startswith(OMLX_PREFIX)},
+    )
+
+
+def _custom(objects: Sequence[Any], stats_map: Mapping[str, str]) -> SpecStats | None:
+    for obj in reversed(objects):
+        found = {key: resolve_pointer(obj, ptr) for key, ptr in stats_map.items()}
+        if any(v is not None for v in found.values()):
+            return SpecStats(
+                dialect="custom",
+                tree_budget=_int(found.get("tree_budget")),
+                decode_rounds=_int(found.get("decode_rounds")),
+                mean_acceptance_length=_num(found.get("mean_acceptance_length")),
+                server_tokens_per_second=_num(found.get("server_tokens_per_second")),
+                block_size=_int(found.get("block_size")),
+                num_draft_tokens=_int(found.get("num_draft_tokens")),
+                num_accepted_draft_tokens=_int(found.get("num_accepted_draft_tokens")),
+                raw={k: v for k, v in found.items() if v is not None},
+            )
+    return None
+
+
+def extract_usage(objects: Sequence[Any]) -> Usage | None:
+    """The last ``usage`` object in a response or stream, as ``Usage``."""
+    for obj in reversed(objects):
+        if not isinstance(obj, Mapping):
+            continue
+        usage = obj.get("usage")
+        if isinstance(usage, Mapping):
+            details = usage.get("completion_tokens_details")
+            reasoning = details.get("reasoning_tokens") if isinstance(details, Mapping) else None
+            return Usage(
+                prompt_tokens=_int(usage.get("prompt_tokens")),
+                completion_tokens=_int(usage.get("completion_tokens")),
+                total_tokens=_int(usage.get("total_tokens")),
+                reasoning_tokens=_int(reasoning),
+            )
+    return None

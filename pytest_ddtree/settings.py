@@ -1,0 +1,693 @@
+"""Option definitions and their resolution into one validated ``Settings``.
+
+Every option is defined once in ``OPTIONS``; the plugin registers the command
+line flags and ini keys from that table and the docs generate the option
+reference from it, so the three cannot drift. Resolution order is
+command line > ini (``[tool.pytest.ini_options]``) > environment > default,
+and a bad value raises ``SettingsError`` with one line naming the value and
+where it came from.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+DEFAULT_BUDGETS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024)
+DIALECTS = ("auto", "ddtree", "vllm", "sglang", "omlx", "custom", "none")
+SPEC_FIELDS = (
+    "tree_budget",
+    "decode_rounds",
+    "mean_acceptance_length",
+    "server_tokens_per_second",
+    "block_size",
+    "num_draft_tokens",
+    "num_accepted_draft_tokens",
+)
+
+
+class SettingsError(ValueError):
+    """A bad option value; the message is one line naming value and source."""
+
+
+@dataclass(frozen=True)
+class Timeout:
+    """Per-request time limits in seconds.
+
+    ``total`` is a deadline for the whole request, which httpx does not have
+    on its own: the client enforces it between stream events, and a server
+    that stalls is bounded by ``read``.
+    """
+
+    connect: float = 10.0
+    read: float = 60.0
+    total: float = 300.0
+
+
+@dataclass(frozen=True)
+class Lossless:
+    """How strictly outputs must match the baseline at temperature 0."""
+
+    mode: Literal["exact", "prefix", "off"] = "exact"
+    prefix_tokens: int = 0
+
+    def __str__(self) -> str:
+        return f"prefix:{self.prefix_tokens}" if self.mode == "prefix" else self.mode
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every pytest-ddtree setting, resolved once and validated.
+
+    ``endpoint`` is None when the embedded reference server is used; the
+    plugin then fills ``endpoint`` with its URL and sets ``embedded``.
+    ``api_key`` is never shown by ``repr`` or in any report.
+    """
+
+    endpoint: str | None = None
+    model: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    budgets: tuple[int, ...] = DEFAULT_BUDGETS
+    budget_mode: Literal["field", "endpoints", "none"] = "field"
+    budget_field: str = "tree_budget"
+    budget_endpoints: Mapping[int, str] = field(default_factory=dict)
+    dialect: str = "auto"
+    stats_map: Mapping[str, str] = field(default_factory=dict)
+    tokenizer: str = "auto"
+    timeout: Timeout = field(default_factory=Timeout)
+    max_tokens: int = 128
+    min_tokens: int | None = None
+    api: Literal["chat", "completions"] = "chat"
+    enable_thinking: bool = False
+    skip_checks: tuple[str, ...] = ()
+    baseline_endpoint: str | None = None
+    lossless: Lossless = field(default_factory=Lossless)
+    report_dir: str | None = None
+    rounds: int = 3
+    warmup_rounds: int = 1
+    sweep_seed: int = 0
+    sweep_order: Literal["shuffled", "fixed"] = "shuffled"
+    reference_faults: tuple[str, ...] = ()
+    reference_latency: bool = True
+    embedded: bool = False
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def source_of(self, name: str) -> str:
+        """Where the value of option ``name`` came from (for messages)."""
+        return self.sources.get(name, "default")
+
+    def with_overrides(self, **changes: Any) -> Settings:
+        """A copy with some values replaced (used for marker overrides)."""
+        return replace(self, **changes)
+
+
+# --------------------------------------------------------------------------
+# parsers: each takes the raw string (or list) and the source description
+
+
+def _fail(name: str, raw: object, source: str, why: str) -> SettingsError:
+    return SettingsError(f"invalid {name} {raw!r} (from {source}): {why}")
+
+
+def parse_url(raw: str, source: str, name: str = "endpoint") -> str:
+    """An http(s) URL, trailing slash removed."""
+    value = raw.strip().rstrip("/")
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise _fail(
+            name, raw, source, "expected an http:// or https:// URL, e.g. http://host:8000/v1"
+        )
+    if parts.username or parts.password:
+        raise _fail(
+            name, "<redacted URL>", source, "put credentials in --ddtree-api-key, not the URL"
+        )
+    return value
+
+
+def parse_budgets(raw: str, source: str) -> tuple[int, ...]:
+    """Comma-separated positive integers, kept in the given order, no repeats."""
+    items = [p.strip() for p in raw.split(",") if p.strip()]
+    if not items:
+        raise _fail("budgets", raw, source, "expected a comma-separated list like 16,64,256")
+    out: list[int] = []
+    for item in items:
+        if not re.fullmatch(r"\d+", item) or int(item) < 1:
+            raise _fail("budgets", raw, source, f"{item!r} is not a positive integer")
+        if int(item) in out:
+            raise _fail("budgets", raw, source, f"{item} is listed twice")
+        out.append(int(item))
+    return tuple(out)
+
+
+def parse_positive_int(raw: str, source: str, name: str, minimum: int = 1) -> int:
+    """An integer >= ``minimum``."""
+    text = str(raw).strip()
+    if not re.fullmatch(r"-?\d+", text) or int(text) < minimum:
+        raise _fail(name, raw, source, f"expected an integer >= {minimum}")
+    return int(text)
+
+
+def parse_choice(raw: str, source: str, name: str, choices: Sequence[str]) -> str:
+    """One of ``choices`` (case-insensitive)."""
+    value = raw.strip().lower()
+    if value not in choices:
+        raise _fail(name, raw, source, f"expected one of {', '.join(choices)}")
+    return value
+
+
+def parse_bool(raw: str, source: str, name: str) -> bool:
+    """true/false, yes/no, on/off, 1/0."""
+    value = str(raw).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise _fail(name, raw, source, "expected true or false")
+
+
+def parse_timeout(raw: str, source: str) -> Timeout:
+    """``120`` (total) or ``connect=5,read=30,total=120`` (any subset)."""
+    text = raw.strip()
+    base = Timeout()
+    try:
+        if "=" not in text:
+            total = float(text)
+            if not math.isfinite(total) or total <= 0:
+                raise ValueError
+            return Timeout(
+                connect=min(base.connect, total), read=min(base.read, total), total=total
+            )
+        values: dict[str, float] = {}
+        for part in text.split(","):
+            key, _, num = part.partition("=")
+            key = key.strip()
+            if key not in ("connect", "read", "total") or key in values:
+                raise _fail("timeout", raw, source, f"unknown or repeated key {key!r}")
+            number = float(num)
+            if not math.isfinite(number) or number <= 0:
+                raise ValueError
+            values[key] = number
+    except ValueError:
+        raise _fail(
+            "timeout", raw, source, "expected seconds > 0, e.g. 120 or connect=5,read=30,total=120"
+        ) from None
+    return replace(base, **values)
+
+
+def parse_budget_endpoints(raw: Sequence[str], source: str) -> dict[int, str]:
+    """Repeated ``BUDGET=URL`` pairs."""
+    out: dict[int, str] = {}
+    for item in raw:
+        budget, sep, url = item.partition("=")
+        if not sep or not re.fullmatch(r"\s*\d+\s*", budget) or int(budget) < 1:
+            raise _fail(
+                "budget-endpoint", item, source, "expected BUDGET=URL, e.g. 64=http://h:30064/v1"
+            )
+        b = int(budget)
+        if b in out:
+            raise _fail("budget-endpoint", item, source, f"budget {b} given twice")
+        out[b] = parse_url(url, source, name="budget-endpoint")
+    return out
+
+
+def parse_stats_map(raw: str, source: str) -> dict[str, str]:
+    """``field=/json/pointer,...`` for the custom dialect."""
+    out: dict[str, str] = {}
+    for part in [p.strip() for p in raw.split(",") if p.strip()]:
+        key, sep, pointer = part.partition("=")
+        key = key.strip()
+        pointer = pointer.strip()
+        if not sep or key not in SPEC_FIELDS:
+            raise _fail("stats-map", raw, source, f"keys must be among {', '.join(SPEC_FIELDS)}")
+        if not pointer.startswith("/"):
+            raise _fail(
+                "stats-map", raw, source, f"{pointer!r} is not a JSON pointer (starts with /)"
+            )
+        out[key] = pointer
+    if not out:
+        raise _fail("stats-map", raw, source, "expected e.g. decode_rounds=/meta/rounds")
+    return out
+
+
+def parse_lossless(raw: str, source: str) -> Lossless:
+    """``exact``, ``off`` or ``prefix:N``."""
+    text = raw.strip().lower()
+    if text in ("exact", "off"):
+        return Lossless(mode="exact" if text == "exact" else "off")
+    m = re.fullmatch(r"prefix:(\d+)", text)
+    if m and int(m.group(1)) >= 1:
+        return Lossless(mode="prefix", prefix_tokens=int(m.group(1)))
+    raise _fail("lossless", raw, source, "expected exact, off or prefix:N (N >= 1)")
+
+
+def parse_report_dir(raw: str, source: str) -> str:
+    """A directory path (created when the report is written)."""
+    if not raw.strip():
+        raise _fail("report", raw, source, "expected a directory path")
+    return raw.strip()
+
+
+def parse_tokenizer(raw: str, source: str) -> str:
+    """``auto``, ``server``, ``none`` or a path to a tokenizer.json (checked later)."""
+    text = raw.strip()
+    if not text:
+        raise _fail(
+            "tokenizer", raw, source, "expected auto, server, none or a tokenizer.json path"
+        )
+    return text if text.lower() not in ("auto", "server", "none") else text.lower()
+
+
+def parse_codes(raw: Sequence[str], source: str) -> tuple[str, ...]:
+    """Invariant codes to skip; validated against the known codes later."""
+    out: list[str] = []
+    for item in raw:
+        for code in item.split(","):
+            code = code.strip()
+            if code and code not in out:
+                if not re.fullmatch(r"[a-z][a-z0-9-]*", code):
+                    raise _fail("skip-check", item, source, "codes look like early-stop, role-leak")
+                out.append(code)
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------
+# the option table
+
+
+@dataclass(frozen=True)
+class OptionDef:
+    """One option: flag ``--ddtree-<name>``, ini key ``ddtree_<name_with_underscores>``."""
+
+    name: str
+    attr: str
+    help: str
+    metavar: str = "VALUE"
+    default: str | None = None
+    env: tuple[str, ...] = ()
+    repeatable: bool = False
+    flag: bool = False
+    secret: bool = False
+    parse: Callable[[Any, str], Any] | None = None
+
+    @property
+    def cli(self) -> str:
+        """The command-line flag."""
+        return f"--ddtree-{self.name}"
+
+    @property
+    def ini(self) -> str:
+        """The ini key."""
+        return "ddtree_" + self.name.replace("-", "_")
+
+    @property
+    def dest(self) -> str:
+        """The argparse destination."""
+        return "ddtree_" + self.name.replace("-", "_")
+
+
+OPTIONS: tuple[OptionDef, ...] = (
+    OptionDef(
+        "endpoint",
+        "endpoint",
+        "Base URL of the OpenAI-compatible server, ending in /v1. "
+        "Default: start the embedded reference DDTree server.",
+        metavar="URL",
+        env=("DDTREE_ENDPOINT", "OPENAI_BASE_URL"),
+        parse=parse_url,
+    ),
+    OptionDef(
+        "model",
+        "model",
+        "Model id to request. Default: the first id listed by GET /models.",
+        metavar="ID",
+        env=("DDTREE_MODEL",),
+        parse=lambda raw, src: str(raw).strip(),
+    ),
+    OptionDef(
+        "api-key",
+        "api_key",
+        "API key sent as a Bearer token; never printed or stored in any report.",
+        metavar="KEY",
+        env=("DDTREE_API_KEY", "OPENAI_API_KEY"),
+        secret=True,
+        parse=lambda raw, src: str(raw).strip(),
+    ),
+    OptionDef(
+        "budgets",
+        "budgets",
+        "Tree budgets to sweep; every test using the tree_budget fixture runs once per budget.",
+        metavar="B,B,...",
+        default="16,32,64,128,256,512,1024",
+        env=("DDTREE_BUDGETS",),
+        parse=parse_budgets,
+    ),
+    OptionDef(
+        "budget-mode",
+        "budget_mode",
+        "How a request chooses its tree budget: field (a JSON body field), endpoints "
+        "(one server per budget, see --ddtree-budget-endpoint) or none (the server's own "
+        "fixed budget). Default: endpoints when --ddtree-budget-endpoint is given, else field.",
+        metavar="MODE",
+        env=("DDTREE_BUDGET_MODE",),
+        parse=lambda raw, src: parse_choice(
+            raw, src, "budget-mode", ("field", "endpoints", "none")
+        ),
+    ),
+    OptionDef(
+        "budget-field",
+        "budget_field",
+        "Request body field carrying the budget in field mode; dotted paths nest "
+        "(extra.ddtree.budget).",
+        metavar="NAME",
+        default="tree_budget",
+        parse=lambda raw, src: _parse_field_path(raw, src),
+    ),
+    OptionDef(
+        "budget-endpoint",
+        "budget_endpoints",
+        "BUDGET=URL: a server launched with that fixed budget (repeatable; endpoints mode).",
+        metavar="B=URL",
+        repeatable=True,
+        parse=parse_budget_endpoints,
+    ),
+    OptionDef(
+        "dialect",
+        "dialect",
+        "Where the server reports speculation statistics: " + ", ".join(DIALECTS) + ".",
+        metavar="NAME",
+        default="auto",
+        env=("DDTREE_DIALECT",),
+        parse=lambda raw, src: parse_choice(raw, src, "dialect", DIALECTS),
+    ),
+    OptionDef(
+        "stats-map",
+        "stats_map",
+        "For --ddtree-dialect=custom: FIELD=/json/pointer,... with FIELD among "
+        + ", ".join(SPEC_FIELDS)
+        + ".",
+        metavar="MAP",
+        parse=parse_stats_map,
+    ),
+    OptionDef(
+        "tokenizer",
+        "tokenizer",
+        "Token counting: a path to a tokenizer.json, server (the endpoint's /tokenize), "
+        "none (an approximation) or auto (server when the endpoint has /tokenize, else none).",
+        metavar="SPEC",
+        default="auto",
+        env=("DDTREE_TOKENIZER",),
+        parse=parse_tokenizer,
+    ),
+    OptionDef(
+        "timeout",
+        "timeout",
+        "Per-request limits in seconds: TOTAL, or connect=S,read=S,total=S.",
+        metavar="SPEC",
+        default="connect=10,read=60,total=300",
+        env=("DDTREE_TIMEOUT",),
+        parse=parse_timeout,
+    ),
+    OptionDef(
+        "max-tokens",
+        "max_tokens",
+        "Default max_tokens of a request.",
+        metavar="N",
+        default="128",
+        parse=lambda raw, src: parse_positive_int(raw, src, "max-tokens"),
+    ),
+    OptionDef(
+        "min-tokens",
+        "min_tokens",
+        "Default minimum completion length; shorter answers that stop are an early-stop "
+        "violation. Default: the invariants' own threshold.",
+        metavar="N",
+        parse=lambda raw, src: parse_positive_int(raw, src, "min-tokens", 0),
+    ),
+    OptionDef(
+        "api",
+        "api",
+        "Which API to call: chat (/chat/completions) or completions (/completions).",
+        metavar="API",
+        default="chat",
+        parse=lambda raw, src: parse_choice(raw, src, "api", ("chat", "completions")),
+    ),
+    OptionDef(
+        "enable-thinking",
+        "enable_thinking",
+        "Send chat_template_kwargs.enable_thinking=true (reasoning allowed, kept apart).",
+        flag=True,
+        default="false",
+        parse=lambda raw, src: parse_bool(raw, src, "enable-thinking"),
+    ),
+    OptionDef(
+        "skip-check",
+        "skip_checks",
+        "Invariant code not to check (repeatable), for a server known to differ; the run is "
+        "reported as weakened.",
+        metavar="CODE",
+        repeatable=True,
+        parse=parse_codes,
+    ),
+    OptionDef(
+        "baseline-endpoint",
+        "baseline_endpoint",
+        "A target-only server for the same model, used for losslessness and diagnosis. "
+        "Default: the embedded target-only twin when the embedded server is used.",
+        metavar="URL",
+        env=("DDTREE_BASELINE_ENDPOINT",),
+        parse=lambda raw, src: parse_url(raw, src, "baseline-endpoint"),
+    ),
+    OptionDef(
+        "lossless",
+        "lossless",
+        "Losslessness at temperature 0: exact, prefix:N (first N tokens must match) or off.",
+        metavar="MODE",
+        default="exact",
+        parse=parse_lossless,
+    ),
+    OptionDef(
+        "report",
+        "report_dir",
+        "Write sweep.json and sweep.html into this directory.",
+        metavar="DIR",
+        env=("DDTREE_REPORT",),
+        parse=parse_report_dir,
+    ),
+    OptionDef(
+        "rounds",
+        "rounds",
+        "Timed rounds per budget and prompt in gated benchmarks.",
+        metavar="N",
+        default="3",
+        parse=lambda raw, src: parse_positive_int(raw, src, "rounds"),
+    ),
+    OptionDef(
+        "warmup-rounds",
+        "warmup_rounds",
+        "Untimed warm-up rounds before the timed ones.",
+        metavar="N",
+        default="1",
+        parse=lambda raw, src: parse_positive_int(raw, src, "warmup-rounds", 0),
+    ),
+    OptionDef(
+        "sweep-seed",
+        "sweep_seed",
+        "Seed of the shuffled, interleaved budget order.",
+        metavar="N",
+        default="0",
+        parse=lambda raw, src: parse_positive_int(raw, src, "sweep-seed", 0),
+    ),
+    OptionDef(
+        "sweep-order",
+        "sweep_order",
+        "shuffled (seeded, interleaved across budgets) or fixed (budgets in the given order).",
+        metavar="ORDER",
+        default="shuffled",
+        parse=lambda raw, src: parse_choice(raw, src, "sweep-order", ("shuffled", "fixed")),
+    ),
+    OptionDef(
+        "reference-fault",
+        "reference_faults",
+        "Embedded server only: inject this fault (repeatable), to see how a broken server fails.",
+        metavar="FAULT",
+        repeatable=True,
+        parse=parse_codes,
+    ),
+    OptionDef(
+        "reference-latency",
+        "reference_latency",
+        "Embedded server only: simulate accelerator time (on) or answer as fast as possible (off).",
+        metavar="on|off",
+        default="on",
+        parse=lambda raw, src: parse_bool(raw, src, "reference-latency"),
+    ),
+)
+
+OPTIONS_BY_ATTR: dict[str, OptionDef] = {o.attr: o for o in OPTIONS}
+
+
+def _parse_field_path(raw: Any, source: str) -> str:
+    text = str(raw).strip()
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", text):
+        raise _fail("budget-field", raw, source, "expected a field name or dotted path")
+    return text
+
+
+# --------------------------------------------------------------------------
+# resolution
+
+
+def resolve(
+    cli: Mapping[str, Any],
+    ini: Mapping[str, Any],
+    env: Mapping[str, str],
+) -> Settings:
+    """Resolve every option: CLI > ini > environment > default.
+
+    ``cli`` maps an option's ``dest`` to the parsed command-line value (None
+    or [] when not given), ``ini`` maps its ini key to the configured value
+    (absent, "" or [] when not set), ``env`` is the process environment.
+    """
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for opt in OPTIONS:
+        raw, source = _pick(opt, cli, ini, env)
+        if raw is None:
+            continue
+        assert opt.parse is not None
+        if opt.repeatable and isinstance(raw, str):
+            raw = [line for line in re.split(r"[\n]+", raw) if line.strip()]
+        if opt.flag and isinstance(raw, bool):
+            raw = "true" if raw else "false"
+        values[opt.attr] = opt.parse(raw, source)
+        sources[opt.attr] = source
+    return _cross_validate(values, sources)
+
+
+def _pick(
+    opt: OptionDef, cli: Mapping[str, Any], ini: Mapping[str, Any], env: Mapping[str, str]
+) -> tuple[Any, str]:
+    value = cli.get(opt.dest)
+    if value not in (None, [], ()):
+        return value, f"option {opt.cli}"
+    value = ini.get(opt.ini)
+    if value not in (None, "", [], ()):
+        return value, f"ini key {opt.ini}"
+    for var in opt.env:
+        if env.get(var, "").strip():
+            return env[var], f"environment variable {var}"
+    if opt.default is not None:
+        return opt.default, "default"
+    return None, "default"
+
+
+def _cross_validate(values: dict[str, Any], sources: dict[str, str]) -> Settings:
+    endpoints: dict[int, str] = values.get("budget_endpoints", {})
+    mode = values.get("budget_mode")
+    if mode is None:
+        mode = "endpoints" if endpoints else "field"
+        sources["budget_mode"] = "default"
+    if mode == "endpoints":
+        if not endpoints:
+            raise SettingsError(
+                f"invalid budget-mode 'endpoints' (from {sources['budget_mode']}): "
+                "give at least one --ddtree-budget-endpoint BUDGET=URL"
+            )
+        if sources.get("budgets", "default") == "default":
+            values["budgets"] = tuple(sorted(endpoints))
+        else:
+            missing = [b for b in values["budgets"] if b not in endpoints]
+            if missing:
+                raise SettingsError(
+                    f"invalid budgets {','.join(map(str, values['budgets']))!s} "
+                    f"(from {sources['budgets']}): no --ddtree-budget-endpoint for "
+                    f"{', '.join(map(str, missing))}"
+                )
+    elif endpoints:
+        raise SettingsError(
+            f"invalid budget-endpoint (from {sources['budget_endpoints']}): only used with "
+            f"budget-mode endpoints, but budget-mode is {mode!r} (from {sources['budget_mode']})"
+        )
+    if mode == "none":
+        values["budgets"] = ()
+    values["budget_mode"] = mode
+    if values.get("dialect") == "custom" and not values.get("stats_map"):
+        raise SettingsError(
+            f"invalid dialect 'custom' (from {sources['dialect']}): "
+            "also give --ddtree-stats-map FIELD=/pointer,..."
+        )
+    if values.get("stats_map") and values.get("dialect") not in ("custom", None):
+        if sources.get("dialect") == "default":
+            values["dialect"] = "custom"
+        else:
+            raise SettingsError(
+                f"invalid stats-map (from {sources['stats_map']}): only used with "
+                f"--ddtree-dialect=custom, but dialect is {values['dialect']!r} "
+                f"(from {sources['dialect']})"
+            )
+    if values.get("endpoint") is not None and values.get("reference_faults"):
+        raise SettingsError(
+            f"invalid reference-fault (from {sources['reference_faults']}): faults can only be "
+            "injected into the embedded server, but an endpoint is set "
+            f"(from {sources['endpoint']})"
+        )
+    return Settings(**values, sources=sources)
+
+
+def budget_id(budget: int | None) -> str:
+    """The test id of one budget point: ``budget=64`` or ``budget=server``."""
+    return "budget=server" if budget is None else f"budget={budget}"
+
+
+# Marker keys allowed in @pytest.mark.ddtree(...) and the setting each overrides.
+MARKER_KEYS: dict[str, str] = {
+    "budgets": "budgets",
+    "max_tokens": "max_tokens",
+    "min_tokens": "min_tokens",
+    "api": "api",
+    "enable_thinking": "enable_thinking",
+    "skip_checks": "skip_checks",
+    "rounds": "rounds",
+    "warmup_rounds": "warmup_rounds",
+    "lossless": "lossless",
+}
+
+
+def apply_marker(settings: Settings, kwargs: Mapping[str, Any], where: str) -> Settings:
+    """Settings with ``@pytest.mark.ddtree(**kwargs)`` applied; bad keys or values raise."""
+    changes: dict[str, Any] = {}
+    src = f"@pytest.mark.ddtree on {where}"
+    for key, value in kwargs.items():
+        if key not in MARKER_KEYS:
+            raise SettingsError(
+                f"invalid marker argument {key!r} ({src}): allowed are {', '.join(MARKER_KEYS)}"
+            )
+        if key == "budgets":
+            if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+                raise _fail("budgets", value, src, "expected a list of positive integers")
+            changes["budgets"] = parse_budgets(",".join(str(v) for v in value), src)
+        elif key in ("max_tokens", "rounds"):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise _fail(key, value, src, "expected an integer >= 1")
+            changes[key] = value
+        elif key in ("min_tokens", "warmup_rounds"):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise _fail(key, value, src, "expected an integer >= 0")
+            changes[key] = value
+        elif key == "api":
+            changes["api"] = parse_choice(str(value), src, "api", ("chat", "completions"))
+        elif key == "enable_thinking":
+            if not isinstance(value, bool):
+                raise _fail(key, value, src, "expected True or False")
+            changes[key] = value
+        elif key == "skip_checks":
+            if isinstance(value, str):
+                value = [value]
+            changes[key] = tuple(dict.fromkeys((*settings.skip_checks, *parse_codes(value, src))))
+        elif key == "lossless":
+            changes[key] = parse_lossless(str(value), src)
+    return settings.with_overrides(**changes)

@@ -1,0 +1,75 @@
+"""Violation: one broken output-quality invariant, with its evidence."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken invariant.
+
+    ``code`` is stable (``early-stop``, ``role-leak``, ...) and is what tests,
+    ``--ddtree-skip-check`` and reports key on; ``message`` is one human line;
+    ``evidence`` holds the offending excerpt (match marked) and the counts
+    compared; ``request`` is the one-line description of the request that
+    produced it.
+    """
+
+    code: str
+    message: str
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    request: str = ""
+
+    def format(self) -> str:
+        """Multi-line rendering used in failure messages."""
+        lines = [f"[{self.code}] {self.message}"]
+        for key, value in self.evidence.items():
+            lines.append(f"    {key}: {value}")
+        if self.request:
+            lines.append(f"    request: {self.request}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-JSON form for reports and xdist transport."""
+        return {
+            "code": self.code,
+            "message": self.message,
+            "evidence": {k: _jsonable(v) for k, v in self.evidence.items()},
+            "request": self.request,
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return repr(value)
+
+
+class InvariantError(AssertionError):
+    """Raised when a completion breaks invariants; carries the violations."""
+
+    def __init__(self, violations: list[Violation], header: str = "") -> None:
+        self.violations = violations
+        self.header = header or f"{len(violations)} output-quality invariant(s) broken"
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        """Header plus every violation with its evidence."""
+        body = "\n".join(v.format() for v in self.violations)
+        return f"{self.header}\n{body}"
+
+    @property
+    def codes(self) -> list[str]:
+        """The distinct codes, in order of first appearance."""
+        seen: list[str] = []
+        for v in self.violations:
+            if v.code not in seen:
+                seen.append(v.code)
+        return seen
