@@ -1,0 +1,769 @@
+"""``sweep.html``: one self-contained page with the sweep's charts and tables.
+
+The page has no external resource and no script: charts are inline SVG
+built here, styles are inline CSS (light and dark), tooltips are SVG
+``<title>`` elements. It opens offline, from a CI artifact, or attached to
+an e-mail, and looks the same everywhere.
+
+Budgets sit on a log2 axis (the sweep doubles the budget each step). Each
+request is a dot coloured by prompt; the median (or mean) of a budget is the
+dark mark with its 95% bootstrap interval; invalid requests are drawn apart,
+in a red strip under the plot, with their violation codes, because they
+measured nothing and must not blend in with the timings.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from pytest_ddtree import __version__
+from pytest_ddtree.report._atomic import write_text_atomic
+from pytest_ddtree.sweep import (
+    BudgetStats,
+    SweepRun,
+    SweepSample,
+    SweepSummary,
+    budget_label,
+)
+
+_PALETTE = (
+    "#4e79a7",
+    "#f28e2b",
+    "#59a14f",
+    "#b07aa1",
+    "#76b7b2",
+    "#edc948",
+    "#ff9da7",
+    "#9c755f",
+    "#e15759",
+    "#bab0ac",
+)
+
+
+# --------------------------------------------------------------------------- scales
+
+
+def _fmt_num(x: float) -> str:
+    if x == 0:
+        return "0"
+    ax = abs(x)
+    if ax >= 10_000:
+        return f"{x / 1000:,.0f}k"
+    if ax >= 100:
+        return f"{x:,.0f}"
+    if ax >= 10:
+        return f"{x:.1f}".rstrip("0").rstrip(".")
+    return f"{x:.2f}".rstrip("0").rstrip(".")
+
+
+def _nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    """Round tick values (1, 2, 2.5, 5 x 10^k steps) covering ``[lo, hi]``."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return [0.0, 1.0]
+    if hi <= lo:
+        pad = abs(lo) * 0.1 or 1.0
+        lo, hi = lo - pad, hi + pad
+    raw = (hi - lo) / count
+    mag = 10 ** math.floor(math.log10(raw))
+    step = mag
+    for m in (1.0, 2.0, 2.5, 5.0, 10.0):
+        step = m * mag
+        if step >= raw:
+            break
+    start = math.floor(lo / step) * step
+    end = math.ceil(hi / step) * step
+    n = round((end - start) / step)
+    return [start + i * step for i in range(n + 1)]
+
+
+class _XScale:
+    """Budgets on a log2 axis; the server-default budget (None) sits left of the rest."""
+
+    def __init__(self, budgets: Sequence[int | None], left: float, right: float) -> None:
+        ints = sorted({b for b in budgets if b is not None})
+        self.units: dict[int | None, float] = {b: math.log2(b) for b in ints}
+        if None in budgets or not ints:
+            self.units[None] = (min(self.units.values()) - 1.0) if ints else 0.0
+        values = sorted(self.units.values())
+        gaps = [b - a for a, b in itertools.pairwise(values)]
+        self.min_gap = min(gaps) if gaps else 1.0
+        self.lo = values[0] - 0.6 * self.min_gap
+        self.hi = values[-1] + 0.6 * self.min_gap
+        self.left, self.right = left, right
+
+    @property
+    def budgets(self) -> list[int | None]:
+        """Budgets in axis order."""
+        return sorted(self.units, key=lambda b: self.units[b])
+
+    def __call__(self, budget: int | None, offset: float = 0.0) -> float:
+        u = self.units[budget] + offset * self.min_gap
+        return self.left + (u - self.lo) / (self.hi - self.lo) * (self.right - self.left)
+
+    def half_band(self) -> float:
+        """Half the pixel width of one budget's column."""
+        return 0.42 * self.min_gap / (self.hi - self.lo) * (self.right - self.left)
+
+
+class _YScale:
+    def __init__(self, values: Sequence[float], top: float, bottom: float, *, zero: bool) -> None:
+        lo = min(values) if values else 0.0
+        hi = max(values) if values else 1.0
+        # Without a zero floor, leave air below the lowest point without
+        # pretending the axis starts at zero.
+        lo = min(0.0, lo) if zero else max(0.0, lo - (hi - lo) * 0.15)
+        self.ticks = _nice_ticks(lo, hi)
+        self.lo, self.hi = self.ticks[0], self.ticks[-1]
+        self.top, self.bottom = top, bottom
+
+    def __call__(self, v: float) -> float:
+        span = (self.hi - self.lo) or 1.0
+        return self.bottom - (v - self.lo) / span * (self.bottom - self.top)
+
+
+# --------------------------------------------------------------------------- charts
+
+
+@dataclass(frozen=True)
+class _Point:
+    budget: int | None
+    value: float
+    color: str
+    tip: str
+    offset: float
+
+
+@dataclass(frozen=True)
+class _Mark:
+    budget: int | None
+    center: float
+    ci: tuple[float, float] | None
+    box: tuple[float, float] | None
+    extra: float | None
+    tip: str
+
+
+@dataclass(frozen=True)
+class _Invalid:
+    budget: int | None
+    label: str
+    tip: str
+    count: int
+
+
+def _f(x: float) -> str:
+    return f"{x:.1f}"
+
+
+def _chart(
+    *,
+    title: str,
+    y_label: str,
+    budgets: Sequence[int | None],
+    points: Sequence[_Point],
+    marks: Sequence[_Mark],
+    invalid: Sequence[_Invalid],
+    highlight: int | None,
+    tied: Sequence[int | None],
+    zero: bool,
+    width: int,
+) -> str:
+    height = 330
+    left, right, top = 66.0, width - 18.0, 30.0
+    strip = 46.0 if invalid else 0.0
+    plot_bottom = height - 58.0 - strip
+    xs = _XScale(budgets, left, right)
+    values = [p.value for p in points]
+    for m in marks:
+        values.append(m.center)
+        if m.ci:
+            values.extend(m.ci)
+        if m.box:
+            values.extend(m.box)
+        if m.extra is not None:
+            values.append(m.extra)
+    ys = _YScale(values, top + 6, plot_bottom, zero=zero)
+    out: list[str] = [
+        f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">',
+        f"<title>{escape(title)}</title>",
+    ]
+    for tb in tied:
+        if tb in xs.units:
+            hb = xs.half_band()
+            out.append(
+                f'<rect class="tie-band" x="{_f(xs(tb) - hb)}" y="{_f(top)}" width="{_f(2 * hb)}" '
+                f'height="{_f(plot_bottom - top)}" rx="6"/>'
+                f'<text class="tie-label" x="{_f(xs(tb))}" y="{_f(top - 8)}" '
+                f'text-anchor="middle">tied</text>'
+            )
+    if highlight in xs.units:
+        hb = xs.half_band()
+        hx = xs(highlight)
+        out.append(
+            f'<rect class="best-band" x="{_f(hx - hb)}" y="{_f(top)}" width="{_f(2 * hb)}" '
+            f'height="{_f(plot_bottom - top)}" rx="6"/>'
+        )
+        out.append(
+            f'<text class="best-label" x="{_f(hx)}" y="{_f(top - 8)}" '
+            f'text-anchor="middle">recommended</text>'
+        )
+    for t in ys.ticks:
+        y = ys(t)
+        out.append(
+            f'<line class="grid" x1="{_f(left)}" x2="{_f(right)}" y1="{_f(y)}" y2="{_f(y)}"/>'
+        )
+        out.append(
+            f'<text class="tick" x="{_f(left - 8)}" y="{_f(y + 4)}" text-anchor="end">'
+            f"{escape(_fmt_num(t))}</text>"
+        )
+    out.append(
+        f'<line class="axis" x1="{_f(left)}" x2="{_f(right)}" '
+        f'y1="{_f(plot_bottom)}" y2="{_f(plot_bottom)}"/>'
+    )
+    mid_y = (top + plot_bottom) / 2
+    out.append(
+        f'<text class="axis-title" transform="translate(16 {_f(mid_y)}) rotate(-90)" '
+        f'text-anchor="middle">{escape(y_label)}</text>'
+    )
+    label_y = plot_bottom + strip + 20
+    for b in xs.budgets:
+        x = xs(b)
+        out.append(
+            f'<text class="tick" x="{_f(x)}" y="{_f(label_y)}" text-anchor="middle">'
+            f"{escape(budget_label(b) if b is not None else 'default')}</text>"
+        )
+    out.append(
+        f'<text class="axis-title" x="{_f((left + right) / 2)}" y="{_f(height - 10)}" '
+        f'text-anchor="middle">tree_budget (log2 scale)</text>'
+    )
+    # Median trend first so dots and marks sit on top of it.
+    ordered = sorted(marks, key=lambda m: xs.units[m.budget])
+    if len(ordered) > 1:
+        pts = " ".join(f"{_f(xs(m.budget))},{_f(ys(m.center))}" for m in ordered)
+        out.append(f'<polyline class="trend" points="{pts}"/>')
+    for p in points:
+        out.append(
+            f'<circle class="pt" cx="{_f(xs(p.budget, p.offset))}" cy="{_f(ys(p.value))}" r="3.4" '
+            f'fill="{p.color}"><title>{escape(p.tip)}</title></circle>'
+        )
+    for m in ordered:
+        x = xs(m.budget)
+        group = [f'<g class="mark"><title>{escape(m.tip)}</title>']
+        if m.box is not None:
+            y1, y2 = ys(m.box[1]), ys(m.box[0])
+            group.append(
+                f'<rect class="iqr" x="{_f(x - 9)}" y="{_f(y1)}" width="18" '
+                f'height="{_f(max(y2 - y1, 1.0))}" rx="2"/>'
+            )
+        if m.ci is not None:
+            y1, y2 = ys(m.ci[1]), ys(m.ci[0])
+            group.append(
+                f'<line class="ci" x1="{_f(x)}" x2="{_f(x)}" y1="{_f(y1)}" y2="{_f(y2)}"/>'
+                f'<line class="ci" x1="{_f(x - 6)}" x2="{_f(x + 6)}" y1="{_f(y1)}" y2="{_f(y1)}"/>'
+                f'<line class="ci" x1="{_f(x - 6)}" x2="{_f(x + 6)}" y1="{_f(y2)}" y2="{_f(y2)}"/>'
+            )
+        if m.extra is not None:
+            ye = ys(m.extra)
+            group.append(
+                f'<path class="extra" d="M{_f(x - 5)},{_f(ye - 5)} L{_f(x + 5)},{_f(ye - 5)} '
+                f'L{_f(x)},{_f(ye + 3)} Z"/>'
+            )
+        y = ys(m.center)
+        group.append(f'<circle class="center" cx="{_f(x)}" cy="{_f(y)}" r="5.5"/>')
+        group.append("</g>")
+        out.append("".join(group))
+    if invalid:
+        sy = plot_bottom + 10
+        out.append(
+            f'<rect class="invalid-strip" x="{_f(left)}" y="{_f(sy - 4)}" '
+            f'width="{_f(right - left)}" height="{_f(strip - 12)}" rx="4"/>'
+        )
+        out.append(
+            f'<text class="invalid-title" x="{_f(left - 8)}" y="{_f(sy + 12)}" '
+            f'text-anchor="end">invalid</text>'
+        )
+        for inv in invalid:
+            x = xs(inv.budget)
+            cy = sy + 7
+            count = f" ×{inv.count}" if inv.count > 1 else ""
+            out.append(
+                f'<g class="invalid"><title>{escape(inv.tip)}</title>'
+                f'<path class="cross" d="M{_f(x - 5)},{_f(cy - 5)} L{_f(x + 5)},{_f(cy + 5)} '
+                f'M{_f(x - 5)},{_f(cy + 5)} L{_f(x + 5)},{_f(cy - 5)}"/>'
+                f'<text class="invalid-code" x="{_f(x)}" y="{_f(cy + 18)}" text-anchor="middle">'
+                f"{escape(inv.label + count)}</text></g>"
+            )
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _offsets(samples: Sequence[SweepSample], key: Callable[[SweepSample], object]) -> list[float]:
+    """Deterministic horizontal spread of a budget's dots (±0.2 of a column)."""
+    n = len(samples)
+    if n <= 1:
+        return [0.0] * n
+    order = sorted(range(n), key=lambda i: (str(key(samples[i])), samples[i].round))
+    offsets = [0.0] * n
+    for rank, i in enumerate(order):
+        offsets[i] = (rank / (n - 1) - 0.5) * 0.4
+    return offsets
+
+
+def _by_budget(samples: Sequence[SweepSample]) -> dict[int | None, list[SweepSample]]:
+    groups: dict[int | None, list[SweepSample]] = {}
+    for s in samples:
+        groups.setdefault(s.tree_budget, []).append(s)
+    return groups
+
+
+def _tip(s: SweepSample) -> str:
+    parts = [f"tree_budget={budget_label(s.tree_budget)}", f"prompt={s.prompt_id}"]
+    parts.append(f"round {s.round}")
+    if s.decode_tokens_per_second is not None:
+        parts.append(f"decode {s.decode_tokens_per_second:,.0f} tok/s")
+    if s.ttft is not None:
+        parts.append(f"TTFT {s.ttft * 1000:,.0f} ms")
+    if s.mean_acceptance_length is not None:
+        parts.append(f"acceptance length {s.mean_acceptance_length:.2f}")
+    if s.completion_tokens is not None:
+        parts.append(f"{s.completion_tokens} tokens")
+    if s.worker:
+        parts.append(f"worker {s.worker}")
+    return " · ".join(parts)
+
+
+def _invalid_marks(samples: Sequence[SweepSample]) -> list[_Invalid]:
+    marks: list[_Invalid] = []
+    for budget, group in _by_budget([s for s in samples if not s.valid]).items():
+        codes: list[str] = []
+        lines: list[str] = []
+        for s in group:
+            for c in s.codes:
+                if c not in codes:
+                    codes.append(c)
+            msg = "; ".join(s.messages) or ", ".join(s.codes) or "invalid"
+            lines.append(f"prompt={s.prompt_id} round {s.round}: {msg}")
+        label = ", ".join(codes[:2]) + ("…" if len(codes) > 2 else "")
+        tip = f"tree_budget={budget_label(budget)}: {len(group)} invalid request(s)\n" + "\n".join(
+            lines[:12]
+        )
+        marks.append(_Invalid(budget, label or "invalid", tip, len(group)))
+    return marks
+
+
+def _charts(run: SweepRun, summary: SweepSummary, colors: dict[str, str]) -> list[str]:
+    samples = run.samples
+    budgets = [b.tree_budget for b in summary.budgets]
+    if not budgets:
+        return []
+    best = summary.recommendation.tree_budget
+    tied = summary.recommendation.tied
+    invalid = _invalid_marks(samples)
+    valid = [s for s in samples if s.valid]
+    groups = _by_budget(valid)
+
+    def points(value: Callable[[SweepSample], float | None], scale: float = 1.0) -> list[_Point]:
+        pts: list[_Point] = []
+        for group in groups.values():
+            with_value = [s for s in group if value(s) is not None]
+            spread = _offsets(with_value, lambda s: s.prompt_id)
+            for s, off in zip(with_value, spread, strict=True):
+                v = value(s)
+                assert v is not None
+                pts.append(_Point(s.tree_budget, v * scale, colors[s.prompt_id], _tip(s), off))
+        return pts
+
+    def decode_mark(st: BudgetStats) -> _Mark | None:
+        if st.decode_median is None:
+            return None
+        box = None if st.decode_q1 is None or st.decode_q3 is None else (st.decode_q1, st.decode_q3)
+        ci = st.decode_ci
+        tip = f"tree_budget={budget_label(st.tree_budget)}: median {st.decode_median:,.0f} tok/s"
+        if ci:
+            tip += f", 95% CI {ci[0]:,.0f}-{ci[1]:,.0f}"
+        if box:
+            tip += f", IQR {box[0]:,.0f}-{box[1]:,.0f}"
+        return _Mark(st.tree_budget, st.decode_median, ci, box, None, tip + f" ({st.verdict})")
+
+    def accept_mark(st: BudgetStats) -> _Mark | None:
+        if st.mean_acceptance_length is None:
+            return None
+        tip = (
+            f"tree_budget={budget_label(st.tree_budget)}: mean acceptance length "
+            f"{st.mean_acceptance_length:.2f}"
+        )
+        if st.acceptance_ci:
+            tip += f", 95% CI {st.acceptance_ci[0]:.2f}-{st.acceptance_ci[1]:.2f}"
+        if st.mean_decode_rounds is not None:
+            tip += f"; {st.mean_decode_rounds:.1f} decode rounds per request"
+        return _Mark(st.tree_budget, st.mean_acceptance_length, st.acceptance_ci, None, None, tip)
+
+    def ttft_mark(st: BudgetStats) -> _Mark | None:
+        if st.ttft_p50 is None:
+            return None
+        ci = None if st.ttft_ci is None else (st.ttft_ci[0] * 1000, st.ttft_ci[1] * 1000)
+        p90 = None if st.ttft_p90 is None else st.ttft_p90 * 1000
+        tip = f"tree_budget={budget_label(st.tree_budget)}: TTFT p50 {st.ttft_p50 * 1000:,.0f} ms"
+        if p90 is not None:
+            tip += f", p90 {p90:,.0f} ms"
+        return _Mark(st.tree_budget, st.ttft_p50 * 1000, ci, None, p90, tip)
+
+    def marks(fn: Callable[[BudgetStats], _Mark | None]) -> list[_Mark]:
+        return [m for m in (fn(st) for st in summary.budgets) if m is not None]
+
+    decode_svg = _chart(
+        title="Decode throughput by tree budget",
+        y_label="decode tokens/s (client)",
+        budgets=budgets,
+        points=points(lambda s: s.decode_tokens_per_second),
+        marks=marks(decode_mark),
+        invalid=invalid,
+        highlight=best,
+        tied=tied,
+        zero=False,
+        width=980,
+    )
+    accept_svg = _chart(
+        title="Mean acceptance length by tree budget",
+        y_label="tokens per decode round",
+        budgets=budgets,
+        points=points(lambda s: s.mean_acceptance_length),
+        marks=marks(accept_mark),
+        invalid=invalid,
+        highlight=best,
+        tied=tied,
+        zero=True,
+        width=560,
+    )
+    ttft_svg = _chart(
+        title="Time to first token by tree budget",
+        y_label="TTFT ms",
+        budgets=budgets,
+        points=points(lambda s: s.ttft, 1000.0),
+        marks=marks(ttft_mark),
+        invalid=invalid,
+        highlight=best,
+        tied=tied,
+        zero=True,
+        width=560,
+    )
+    return [decode_svg, accept_svg, ttft_svg]
+
+
+# --------------------------------------------------------------------------- page
+
+
+def _legend(colors: dict[str, str]) -> str:
+    items = [
+        f'<span class="lg"><svg width="12" height="12"><circle cx="6" cy="6" r="4" '
+        f'fill="{c}"/></svg>{escape(p)}</span>'
+        for p, c in colors.items()
+    ]
+    glyphs = (
+        '<span class="lg"><svg width="14" height="14"><circle class="center" cx="7" cy="7" '
+        'r="5"/></svg>median (acceptance: mean)</span>'
+        '<span class="lg"><svg width="14" height="14"><line class="ci" x1="7" x2="7" y1="1" '
+        'y2="13"/></svg>95% bootstrap CI</span>'
+        '<span class="lg"><svg width="14" height="14"><rect class="iqr" x="2" y="3" width="10" '
+        'height="8"/></svg>interquartile range</span>'
+        '<span class="lg"><svg width="14" height="14"><path class="extra" d="M2,3 L12,3 L7,11 Z"/>'
+        "</svg>TTFT p90</span>"
+        '<span class="lg"><svg width="14" height="14"><path class="cross" d="M2,2 L12,12 M2,12 '
+        'L12,2"/></svg>invalid request (not timed)</span>'
+    )
+    return (
+        f'<div class="legend"><span class="lg-title">prompts</span>{"".join(items)}</div>'
+        f'<div class="legend">{glyphs}</div>'
+    )
+
+
+def _stats_table(summary: SweepSummary) -> str:
+    rows: list[str] = []
+    for st in summary.budgets:
+        decode = "-" if st.decode_median is None else f"{st.decode_median:,.0f}"
+        ci = "" if st.decode_ci is None else f"{st.decode_ci[0]:,.0f}–{st.decode_ci[1]:,.0f}"
+        iqr = "" if st.decode_iqr is None else f"{st.decode_iqr:,.0f}"
+        ttft = "-" if st.ttft_p50 is None else f"{st.ttft_p50 * 1000:,.0f}"
+        ttft90 = "-" if st.ttft_p90 is None else f"{st.ttft_p90 * 1000:,.0f}"
+        acc = "-" if st.mean_acceptance_length is None else f"{st.mean_acceptance_length:.2f}"
+        rounds = "-" if st.mean_decode_rounds is None else f"{st.mean_decode_rounds:.1f}"
+        ratio = "-" if st.server_client_ratio is None else f"{st.server_client_ratio:.2f}"
+        kind = st.verdict.split(" ")[0].lower().strip("()")
+        cls = {"best": "best", "tied": "tied", "invalid": "bad", "slower": "slow"}.get(kind, "none")
+        row_cls = ' class="row-bad"' if not st.all_valid else ""
+        rows.append(
+            f"<tr{row_cls}><td>{escape(budget_label(st.tree_budget))}</td>"
+            f"<td>{st.valid}/{st.total}</td><td><b>{decode}</b></td><td>{ci}</td><td>{iqr}</td>"
+            f"<td>{ttft} / {ttft90}</td><td>{acc}</td><td>{rounds}</td><td>{ratio}</td>"
+            f'<td><span class="pill {cls}">{escape(st.verdict)}</span></td></tr>'
+        )
+    return (
+        '<table class="stats"><thead><tr><th>tree_budget</th><th>valid</th>'
+        "<th>decode tok/s<br><small>median</small></th><th>95% CI</th><th>IQR</th>"
+        "<th>TTFT ms<br><small>p50 / p90</small></th><th>acceptance<br><small>length</small></th>"
+        "<th>decode<br><small>rounds</small></th><th>server/client<br><small>tok/s</small></th>"
+        f"<th>verdict</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _invalid_table(samples: Sequence[SweepSample]) -> str:
+    bad = [s for s in samples if not s.valid]
+    if not bad:
+        return ""
+    rows = []
+    for s in bad[:200]:
+        codes = "".join(f'<span class="code">{escape(c)}</span>' for c in s.codes)
+        msgs = "<br>".join(escape(m) for m in s.messages) or "&nbsp;"
+        rows.append(
+            f"<tr><td>{escape(budget_label(s.tree_budget))}</td><td>{escape(s.prompt_id)}</td>"
+            f"<td>{s.round}</td><td>{codes}</td><td class='msg'>{msgs}</td></tr>"
+        )
+    more = f"<p class='muted'>… and {len(bad) - 200} more.</p>" if len(bad) > 200 else ""
+    return (
+        '<section class="card danger"><h2>Invalid requests</h2>'
+        "<p>These responses broke output-quality invariants. Nothing they measured was "
+        "timed or used in the statistics above.</p>"
+        '<table class="stats invalid-table"><thead><tr><th>tree_budget</th><th>prompt</th>'
+        f"<th>round</th><th>codes</th><th>message</th></tr></thead><tbody>{''.join(rows)}"
+        f"</tbody></table>{more}</section>"
+    )
+
+
+def _meta_value(v: Any) -> str:
+    if isinstance(v, (list, tuple)):
+        return ", ".join(str(x) for x in v)
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={x}" for k, x in v.items())
+    return str(v)
+
+
+def _metadata(run: SweepRun, summary: SweepSummary) -> str:
+    meta = dict(run.metadata)
+    meta.setdefault("seed", run.seed)
+    meta["requests"] = f"{len(run.samples)} ({sum(s.valid for s in run.samples)} valid)"
+    rows = [
+        f"<dt>{escape(str(k))}</dt><dd>{escape(_meta_value(v))}</dd>"
+        for k, v in meta.items()
+        if v not in (None, "", [], {}) and k != "notes"
+    ]
+    del summary
+    return f'<dl class="meta">{"".join(rows)}</dl>'
+
+
+def _cards(run: SweepRun, summary: SweepSummary) -> str:
+    rec = summary.recommendation
+    if rec.tree_budget is None and rec.decode_median is None:
+        rec_cls, big, sub = "none", "—", "no valid timings"
+    else:
+        rec_cls = "decisive" if rec.decisive else "tied"
+        big = escape(budget_label(rec.tree_budget))
+        sub = "" if rec.decode_median is None else f"{rec.decode_median:,.0f} tok/s median decode"
+        if rec.decode_ci:
+            sub += f" (95% CI {rec.decode_ci[0]:,.0f}–{rec.decode_ci[1]:,.0f})"
+    badge = {
+        "decisive": "clear winner",
+        "tied": "statistically tied",
+        "none": "no recommendation",
+    }[rec_cls]
+    total = len(run.samples)
+    n_valid = sum(s.valid for s in run.samples)
+    bad_budgets = [st for st in summary.budgets if not st.all_valid]
+    valid_sub = (
+        "every request passed the invariants"
+        if not bad_budgets
+        else "invalid at tree_budget " + ", ".join(budget_label(b.tree_budget) for b in bad_budgets)
+    )
+    acc = [st for st in summary.budgets if st.mean_acceptance_length is not None]
+    if acc:
+        top = max(acc, key=lambda st: st.mean_acceptance_length or 0.0)
+        acc_big = f"{top.mean_acceptance_length:.2f}"
+        acc_sub = f"at tree_budget {budget_label(top.tree_budget)} (tokens per decode round)"
+    else:
+        acc_big, acc_sub = "—", "the server reports no speculation statistics"
+    valid_cls = "good" if not bad_budgets and total else "bad"
+    return (
+        '<section class="cards">'
+        f'<div class="card rec {rec_cls}"><div class="label">Recommended tree_budget '
+        f'<span class="badge">{badge}</span></div><div class="big">{big}</div>'
+        f'<div class="sub">{escape(sub)}</div><p class="rec-msg">{escape(rec.message)}</p></div>'
+        f'<div class="card {valid_cls}"><div class="label">Valid requests</div>'
+        f'<div class="big">{n_valid}<span class="of">/{total}</span></div>'
+        f'<div class="sub">{escape(valid_sub)}</div></div>'
+        f'<div class="card"><div class="label">Highest mean acceptance length</div>'
+        f'<div class="big">{acc_big}</div><div class="sub">{escape(acc_sub)}</div></div>'
+        "</section>"
+    )
+
+
+_CSS = """
+:root{--bg:#f6f7fb;--card:#fff;--ink:#1d2433;--muted:#667085;--line:#e4e7ee;--grid:#edf0f5;
+--accent:#3b5bdb;--good:#2b8a3e;--bad:#d6336c;--bad-bg:#fff0f4;--best:#e6f7ee;--tie:#fff6dd;
+--shadow:0 1px 2px rgba(16,24,40,.06),0 4px 16px rgba(16,24,40,.06)}
+@media (prefers-color-scheme:dark){:root{--bg:#10131a;--card:#171b24;--ink:#e6e9f0;
+--muted:#98a2b3;--line:#2a3040;--grid:#222836;--accent:#7c9cff;--good:#51cf66;--bad:#ff6b9a;
+--bad-bg:#2a1620;--best:#15301f;--tie:#2e2a17;--shadow:none}}
+*{box-sizing:border-box}
+body{margin:0;background:var(--bg);color:var(--ink);
+font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif}
+main{max-width:1100px;margin:0 auto;padding:28px 20px 48px}
+header .eyebrow{color:var(--accent);font-weight:600;letter-spacing:.06em;text-transform:uppercase;
+font-size:12px}
+h1{margin:4px 0 2px;font-size:28px}
+h2{margin:0 0 10px;font-size:17px}
+.muted,.sub,.meta-line{color:var(--muted)}
+.meta-line{font-size:13px;margin-bottom:18px;word-break:break-all}
+.cards{display:grid;grid-template-columns:2fr 1fr 1fr;gap:16px;margin-bottom:16px}
+@media (max-width:820px){.cards,.pair{grid-template-columns:1fr!important}}
+.card{background:var(--card);border:1px solid var(--line);border-radius:14px;padding:16px 18px;
+box-shadow:var(--shadow);margin-bottom:16px}
+.cards .card{margin-bottom:0}
+.card .label{font-size:12px;color:var(--muted);text-transform:uppercase;letter-spacing:.05em;
+font-weight:600}
+.card .big{font-size:40px;font-weight:700;line-height:1.15;margin:4px 0}
+.card .big .of{font-size:22px;color:var(--muted);font-weight:500}
+.card.rec.decisive{background:linear-gradient(135deg,var(--best),var(--card) 70%)}
+.card.rec.tied{background:linear-gradient(135deg,var(--tie),var(--card) 70%)}
+.card.good .big{color:var(--good)}
+.card.bad .big{color:var(--bad)}
+.card.danger{border-color:var(--bad);background:var(--bad-bg)}
+.rec-msg{font-size:13px;margin:8px 0 0}
+.badge{display:inline-block;margin-left:6px;padding:1px 8px;border-radius:999px;font-size:11px;
+background:var(--line);color:var(--ink);text-transform:none;letter-spacing:0}
+.pair{display:grid;grid-template-columns:1fr 1fr;gap:16px}
+.pair .card{margin-bottom:16px}
+svg.chart{width:100%;height:auto;display:block}
+svg .grid{stroke:var(--grid);stroke-width:1}
+svg .axis{stroke:var(--muted);stroke-width:1}
+svg .tick{fill:var(--muted);font-size:11px}
+svg .axis-title{fill:var(--muted);font-size:12px}
+svg .trend{fill:none;stroke:var(--ink);stroke-opacity:.35;stroke-width:2;stroke-dasharray:4 4}
+svg .pt{fill-opacity:.72;stroke:var(--card);stroke-width:.8}
+svg .iqr,.legend .iqr{fill:var(--accent);fill-opacity:.14;stroke:var(--accent);stroke-opacity:.5}
+svg .ci,.legend .ci{stroke:var(--ink);stroke-width:2.2;stroke-linecap:round}
+svg .center,.legend .center{fill:var(--ink);stroke:var(--card);stroke-width:1.5}
+svg .extra,.legend .extra{fill:var(--muted)}
+svg .best-band{fill:var(--good);fill-opacity:.10}
+svg .best-label{fill:var(--good);font-size:11px;font-weight:600}
+svg .tie-band{fill:#e8a33d;fill-opacity:.09}
+svg .tie-label{fill:#c27c0e;font-size:11px}
+svg .invalid-strip{fill:var(--bad);fill-opacity:.07}
+svg .invalid-title{fill:var(--bad);font-size:11px;font-weight:600}
+svg .cross,.legend .cross{stroke:var(--bad);stroke-width:2.4;stroke-linecap:round;fill:none}
+svg .invalid-code{fill:var(--bad);font-size:10px}
+.legend{display:flex;flex-wrap:wrap;gap:6px 16px;font-size:12px;color:var(--muted);
+margin-top:6px;align-items:center}
+.legend .lg{display:inline-flex;gap:5px;align-items:center}
+.lg-title{font-weight:600}
+table.stats{width:100%;border-collapse:collapse;font-size:13px;font-variant-numeric:tabular-nums}
+table.stats th{text-align:right;color:var(--muted);font-weight:600;padding:6px 8px;
+border-bottom:2px solid var(--line);vertical-align:bottom}
+table.stats td{text-align:right;padding:6px 8px;border-bottom:1px solid var(--line)}
+table.stats th:first-child,table.stats td:first-child{text-align:left}
+table.stats th:last-child,table.stats td:last-child{text-align:left}
+table.invalid-table td,table.invalid-table th{text-align:left}
+td.msg{font-size:12px}
+tr.row-bad td{background:var(--bad-bg)}
+.pill{display:inline-block;padding:1px 9px;border-radius:999px;font-size:12px;
+background:var(--line)}
+.pill.best{background:var(--good);color:#fff}
+.pill.tied{background:var(--tie);color:var(--ink);border:1px solid var(--line)}
+.pill.bad{background:var(--bad);color:#fff}
+.code{display:inline-block;margin:0 4px 2px 0;padding:0 7px;border-radius:6px;font-size:12px;
+font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;background:var(--bad);color:#fff}
+.notice{border-left:4px solid var(--accent);padding:8px 12px;background:var(--card);
+border-radius:6px;margin-bottom:16px;font-size:13px}
+dl.meta{display:grid;grid-template-columns:max-content 1fr;gap:4px 18px;margin:0;font-size:13px}
+dl.meta dt{color:var(--muted)}
+dl.meta dd{margin:0;word-break:break-all}
+footer{color:var(--muted);font-size:12px;margin-top:24px}
+"""
+
+
+def render_html(run: SweepRun, summary: SweepSummary | None = None) -> str:
+    """The complete ``sweep.html`` document as a string."""
+    summary = summary or run.summary()
+    meta = run.metadata
+    prompts = sorted({s.prompt_id for s in run.samples})
+    colors = {p: _PALETTE[i % len(_PALETTE)] for i, p in enumerate(prompts)}
+    model = str(meta.get("model") or "unknown model")
+    endpoint = str(meta.get("endpoint") or "")
+    dialect = str(meta.get("dialect") or "")
+    created = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    line = " · ".join(
+        x
+        for x in (
+            endpoint,
+            f"dialect {dialect}" if dialect else "",
+            f"{len(run.samples)} requests",
+            created,
+        )
+        if x
+    )
+    notices: list[str] = []
+    if any(s.concurrent for s in run.samples):
+        notices.append(
+            "Timings were taken concurrently (several pytest-xdist workers sending requests "
+            "at once). Compare budgets within this run only; for absolute figures run serially."
+        )
+    notes = meta.get("notes")
+    if isinstance(notes, list):
+        notices.extend(str(n) for n in notes)
+    charts = _charts(run, summary, colors)
+    body: list[str] = [
+        '<header><div class="eyebrow">pytest-ddtree · tree-budget sweep</div>',
+        f"<h1>{escape(model)}</h1>",
+        f'<div class="meta-line">{escape(line)}</div></header>',
+        _cards(run, summary),
+    ]
+    body.extend(f'<div class="notice">{escape(n)}</div>' for n in notices)
+    if charts:
+        body.append(
+            '<section class="card"><h2>Decode throughput</h2>'
+            '<p class="muted">Client-measured decode tokens/s of every valid request '
+            "(tokens after the first over the time after the first), by tree budget.</p>"
+            f"{charts[0]}{_legend(colors)}</section>"
+        )
+        body.append(
+            '<div class="pair"><section class="card"><h2>Acceptance length</h2>'
+            '<p class="muted">Tokens committed per decode round (bonus token included). '
+            "It keeps rising with the budget while throughput peaks: bigger trees cost "
+            f"more to verify.</p>{charts[1]}</section>"
+            '<section class="card"><h2>Time to first token</h2>'
+            '<p class="muted">Median with 95% CI; the triangle is p90.</p>'
+            f"{charts[2]}</section></div>"
+        )
+    body.append(f'<section class="card"><h2>Per-budget statistics</h2>{_stats_table(summary)}')
+    body.append(
+        '<p class="muted">Statistics use valid requests only. A budget with any invalid '
+        "request is never recommended. Budgets are ranked by measured throughput, then by "
+        "acceptance length; acceptance rate is not used because it falls arithmetically as "
+        "the budget grows.</p></section>"
+    )
+    body.append(_invalid_table(run.samples))
+    body.append(f'<section class="card"><h2>Run</h2>{_metadata(run, summary)}</section>')
+    body.append(
+        f"<footer>Generated by pytest-ddtree {escape(__version__)}. Raw samples: "
+        "sweep.json (schema_version 1). Hover a point for its request.</footer>"
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>DDTree sweep · {escape(model)}</title><style>{_CSS}</style></head>"
+        f"<body><main>{''.join(body)}</main></body></html>\n"
+    )
+
+
+def write_sweep_html(
+    run: SweepRun, path: str | os.PathLike[str], summary: SweepSummary | None = None
+) -> Path:
+    """Write ``sweep.html`` atomically."""
+    return write_text_atomic(path, render_html(run, summary))

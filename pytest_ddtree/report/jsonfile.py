@@ -1,0 +1,149 @@
+"""``sweep.json``: the sweep's raw samples, statistics and recommendation.
+
+The file carries ``"schema_version": 1``. Raw per-request samples are stored
+so that another tool (``python -m pytest_ddtree.compare``) can re-run the
+statistics, merge files or test differences; the statistics stored beside
+them are a convenience for readers and are recomputed on load.
+
+Version 1 layout::
+
+    {
+      "schema_version": 1,
+      "generator": "pytest-ddtree 0.1.0",
+      "created": "2026-01-01T00:00:00+00:00",
+      "seed": 0,
+      "metadata": {"endpoint": ..., "model": ..., "dialect": ..., ...},
+      "samples": [SweepSample.to_json(), ...],
+      "budgets": [BudgetStats.to_json(), ...],
+      "recommendation": Recommendation.to_json()
+    }
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from pytest_ddtree import __version__
+from pytest_ddtree.report._atomic import write_text_atomic
+from pytest_ddtree.sweep import SweepRun, SweepSample, SweepSummary
+
+SCHEMA_VERSION = 1
+
+_NUM_OR_NULL: dict[str, Any] = {"type": ["number", "null"]}
+_INT_OR_NULL: dict[str, Any] = {"type": ["integer", "null"]}
+
+#: JSON Schema of ``sweep.json`` version 1 (what :func:`read_sweep_json` enforces).
+SWEEP_JSON_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "pytest-ddtree sweep report",
+    "type": "object",
+    "required": ["schema_version", "seed", "metadata", "samples"],
+    "properties": {
+        "schema_version": {"const": SCHEMA_VERSION},
+        "generator": {"type": "string"},
+        "created": {"type": "string"},
+        "seed": {"type": "integer"},
+        "metadata": {"type": "object"},
+        "samples": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["tree_budget", "prompt_id", "round", "valid"],
+                "properties": {
+                    "tree_budget": _INT_OR_NULL,
+                    "prompt_id": {"type": "string"},
+                    "round": {"type": "integer"},
+                    "valid": {"type": "boolean"},
+                    "codes": {"type": "array", "items": {"type": "string"}},
+                    "messages": {"type": "array", "items": {"type": "string"}},
+                    "completion_tokens": _INT_OR_NULL,
+                    "ttft": _NUM_OR_NULL,
+                    "decode_tokens_per_second": _NUM_OR_NULL,
+                    "end_to_end": _NUM_OR_NULL,
+                    "mean_acceptance_length": _NUM_OR_NULL,
+                    "decode_rounds": _INT_OR_NULL,
+                    "server_tokens_per_second": _NUM_OR_NULL,
+                    "echoed_tree_budget": _INT_OR_NULL,
+                    "worker": {"type": ["string", "null"]},
+                    "concurrent": {"type": "boolean"},
+                },
+            },
+        },
+        "budgets": {"type": "array", "items": {"type": "object"}},
+        "recommendation": {"type": ["object", "null"]},
+    },
+}
+
+
+@lru_cache(maxsize=1)
+def _validator() -> Any:
+    # Built once: schema compilation costs far more than validating one file.
+    cls = jsonschema.validators.validator_for(SWEEP_JSON_SCHEMA)
+    return cls(SWEEP_JSON_SCHEMA)
+
+
+def sweep_to_json(run: SweepRun, summary: SweepSummary | None = None) -> dict[str, Any]:
+    """The ``sweep.json`` document for ``run`` (``summary`` computed if not given)."""
+    summary = summary or run.summary()
+    doc: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "generator": f"pytest-ddtree {__version__}",
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "seed": run.seed,
+        "metadata": run.metadata,
+        "samples": [s.to_json() for s in run.samples],
+    }
+    doc.update(summary.to_json())
+    return doc
+
+
+def write_sweep_json(
+    run: SweepRun, path: str | os.PathLike[str], summary: SweepSummary | None = None
+) -> Path:
+    """Write ``sweep.json`` atomically (temporary file, then rename)."""
+    doc = sweep_to_json(run, summary)
+    text = json.dumps(doc, indent=2, sort_keys=False, allow_nan=False) + "\n"
+    return write_text_atomic(path, text)
+
+
+def sweep_from_json(doc: Any, *, source: str = "sweep.json") -> SweepRun:
+    """Rebuild a :class:`SweepRun` from a parsed document; one-line ``ValueError`` if bad."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"{source}: expected a JSON object, got {type(doc).__name__}")
+    version = doc.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ValueError(
+            f"{source}: unsupported schema_version {version!r}"
+            f" (this version reads {SCHEMA_VERSION})"
+        )
+    errors = sorted(_validator().iter_errors(doc), key=lambda e: list(e.absolute_path))
+    if errors:
+        first = errors[0]
+        where = "/".join(str(p) for p in first.absolute_path) or "(root)"
+        raise ValueError(f"{source}: {where}: {first.message}")
+    samples = [
+        SweepSample.from_json(item, source=f"{source}: samples[{i}]")
+        for i, item in enumerate(doc["samples"])
+    ]
+    return SweepRun(samples=samples, metadata=dict(doc["metadata"]), seed=int(doc["seed"]))
+
+
+def read_sweep_json(path: str | os.PathLike[str]) -> SweepRun:
+    """Load a ``sweep.json`` file; errors name the file and what is wrong in one line."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"{p}: cannot read sweep report ({exc.strerror or exc})") from exc
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    return sweep_from_json(doc, source=str(p))

@@ -1,0 +1,77 @@
+"""The end-of-session sweep table, as plain text lines."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pytest_ddtree.sweep import BudgetStats, SweepSummary, budget_label
+
+HEADERS = (
+    "tree_budget",
+    "valid",
+    "decode tok/s median [95% CI]",
+    "TTFT p50/p90 ms",
+    "accept len",
+    "rounds",
+    "srv/cli",
+    "verdict",
+)
+# Numbers read best right-aligned; the verdict is prose.
+_RIGHT = (True, True, True, True, True, True, True, False)
+
+
+def _rate(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1000:,.0f}"
+
+
+def _row(st: BudgetStats) -> tuple[str, ...]:
+    decode = _rate(st.decode_median)
+    if st.decode_ci is not None:
+        decode += f" [{_rate(st.decode_ci[0])}-{_rate(st.decode_ci[1])}]"
+    ttft = "-" if st.ttft_p50 is None else f"{_ms(st.ttft_p50)} / {_ms(st.ttft_p90)}"
+    accept = "-" if st.mean_acceptance_length is None else f"{st.mean_acceptance_length:.2f}"
+    rounds = "-" if st.mean_decode_rounds is None else f"{st.mean_decode_rounds:.1f}"
+    ratio = "-" if st.server_client_ratio is None else f"{st.server_client_ratio:.2f}"
+    return (
+        budget_label(st.tree_budget),
+        f"{st.valid}/{st.total}",
+        decode,
+        ttft,
+        accept,
+        rounds,
+        ratio,
+        st.verdict,
+    )
+
+
+def table_lines(summary: SweepSummary, *, notes: Sequence[str] = ()) -> list[str]:
+    """The sweep table plus the recommendation line, ready for ``write_line``.
+
+    ``accept len`` is the mean acceptance length (tokens committed per decode
+    round, bonus token included), ``rounds`` the mean number of decode rounds
+    per request, ``srv/cli`` the server-reported decode rate over the
+    client-measured one (close to 1.0 when the server's figure is honest).
+    """
+    rows = [HEADERS, *(_row(st) for st in summary.budgets)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADERS))]
+    lines: list[str] = []
+    for n, row in enumerate(rows):
+        cells = [
+            cell.rjust(w) if right else cell.ljust(w)
+            for cell, w, right in zip(row, widths, _RIGHT, strict=True)
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    if any(st.concurrent for st in summary.budgets):
+        lines.append(
+            "note: timings were taken concurrently (pytest-xdist workers); "
+            "compare budgets within this run only."
+        )
+    lines.extend(f"note: {n}" for n in notes)
+    lines.append(summary.recommendation.message)
+    return lines
