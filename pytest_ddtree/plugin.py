@@ -1,3 +1,295 @@
-"""pytest hooks and fixtures of pytest-ddtree (logic lives in other modules)."""
+"""pytest hooks and fixtures of pytest-ddtree.
+
+Only wiring lives here: options come from ``settings.OPTIONS``, the session's
+servers and clients from ``runtime``, the checks from ``invariants``.
+"""
 
 from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from pytest_ddtree.client import DDTreeClient, EndpointError
+from pytest_ddtree.completion import Completion
+from pytest_ddtree.runtime import Runtime, start_runtime
+from pytest_ddtree.settings import (
+    OPTIONS,
+    Settings,
+    SettingsError,
+    apply_marker,
+    budget_id,
+    resolve,
+)
+
+SETTINGS_KEY = pytest.StashKey[Settings]()
+RUNTIME_KEY = pytest.StashKey[Runtime]()
+MARKED_KEY = pytest.StashKey[Settings]()
+
+# Fixtures whose use means a test talks to the endpoint (so the runtime starts).
+ENDPOINT_FIXTURES = frozenset(
+    {
+        "ddtree_runtime",
+        "ddtree_endpoint",
+        "ddtree_model",
+        "ddtree_client",
+        "ddtree_baseline_client",
+        "ddtree_counter",
+        "ddtree_check",
+        "ddtree_benchmark",
+    }
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("ddtree", "pytest-ddtree: speculative-decoding endpoints")
+    for opt in OPTIONS:
+        env = f" [env: {', '.join(opt.env)}]" if opt.env else ""
+        default = f" [default: {opt.default}]" if opt.default is not None and not opt.flag else ""
+        text = f"{opt.help}{default}{env}"
+        if opt.flag:
+            group.addoption(opt.cli, action="store_const", const=True, dest=opt.dest, help=text)
+        elif opt.repeatable:
+            group.addoption(opt.cli, action="append", dest=opt.dest, metavar=opt.metavar, help=text)
+        else:
+            group.addoption(opt.cli, dest=opt.dest, metavar=opt.metavar, help=text)
+        if opt.repeatable:
+            parser.addini(opt.ini, help=opt.help, type="linelist")
+        else:
+            parser.addini(opt.ini, help=opt.help, type="string")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "ddtree(budgets=None, max_tokens=None, min_tokens=None, api=None, enable_thinking=None, "
+        "skip_checks=None, rounds=None, warmup_rounds=None, lossless=None): per-test "
+        "pytest-ddtree settings",
+    )
+    cli = {opt.dest: config.getoption(opt.dest) for opt in OPTIONS}
+    ini = {opt.ini: config.getini(opt.ini) for opt in OPTIONS}
+    try:
+        settings = resolve(cli, ini, os.environ)
+        _check_codes(settings.skip_checks, settings.source_of("skip_checks"))
+    except SettingsError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[SETTINGS_KEY] = settings
+
+
+def _check_codes(codes: tuple[str, ...], source: str) -> None:
+    if not codes:
+        return
+    from pytest_ddtree.invariants import CODES
+
+    for code in codes:
+        if code not in CODES:
+            raise SettingsError(
+                f"invalid skip-check {code!r} (from {source}): known codes are "
+                f"{', '.join(sorted(CODES))}"
+            )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    runtime = config.stash.get(RUNTIME_KEY, None)
+    if runtime is not None:
+        runtime.close()
+        del config.stash[RUNTIME_KEY]
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is None:
+        return []
+    if settings.endpoint is None:
+        where = "embedded reference server (started on first use"
+        where += ", one per xdist worker)" if _xdist_active(config) else ")"
+        if settings.reference_faults:
+            where += f", faults: {','.join(settings.reference_faults)}"
+    else:
+        where = settings.endpoint
+    budgets = (
+        "server default (budget-mode none)"
+        if settings.budget_mode == "none"
+        else ",".join(map(str, settings.budgets)) + f" via {settings.budget_mode}"
+    )
+    lines = [
+        f"ddtree: endpoint {where}; model {settings.model or 'first listed'}; "
+        f"dialect {settings.dialect}; budgets {budgets}; tokenizer {settings.tokenizer}"
+    ]
+    if settings.skip_checks:
+        lines.append(f"ddtree: WEAKENED run, checks skipped: {', '.join(settings.skip_checks)}")
+    return lines
+
+
+def _xdist_active(config: pytest.Config) -> bool:
+    return bool(getattr(config.option, "numprocesses", None)) or hasattr(config, "workerinput")
+
+
+def _needs_runtime(items: list[pytest.Item]) -> bool:
+    return any(ENDPOINT_FIXTURES.intersection(getattr(i, "fixturenames", ())) for i in items)
+
+
+def _ensure_runtime(config: pytest.Config) -> Runtime:
+    runtime = config.stash.get(RUNTIME_KEY, None)
+    if runtime is None:
+        runtime = start_runtime(config.stash[SETTINGS_KEY])
+        config.stash[RUNTIME_KEY] = runtime
+    return runtime
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    config = session.config
+    if config.option.collectonly or not _needs_runtime(session.items):
+        return
+    try:
+        runtime = _ensure_runtime(config)
+    except EndpointError as exc:
+        raise pytest.UsageError(f"ddtree: {exc}") from None
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and not hasattr(config, "workerinput"):
+        reporter.write_line(
+            f"ddtree: serving {runtime.settings.endpoint} model {runtime.model}; "
+            f"tokenizer {runtime.tokenizer_source}"
+            + (f"; baseline {runtime.settings.baseline_endpoint}" if runtime.baseline else "")
+        )
+        for note in runtime.notes:
+            reporter.write_line(f"ddtree: {note}")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "tree_budget" not in metafunc.fixturenames:
+        return
+    settings = _marked_settings(metafunc.config, metafunc.definition)
+    if settings.budget_mode == "none":
+        budgets: list[int | None] = [None]
+    else:
+        budgets = list(settings.budgets)
+        if settings.budget_mode == "endpoints":
+            missing = [b for b in budgets if b not in settings.budget_endpoints]
+            if missing:
+                raise pytest.UsageError(
+                    f"ddtree: budgets {missing} on {metafunc.definition.nodeid} have no "
+                    "--ddtree-budget-endpoint"
+                )
+    metafunc.parametrize("tree_budget", budgets, ids=[budget_id(b) for b in budgets])
+
+
+def _marked_settings(config: pytest.Config, node: pytest.Item) -> Settings:
+    settings = config.stash[SETTINGS_KEY]
+    runtime = config.stash.get(RUNTIME_KEY, None)
+    if runtime is not None:
+        settings = runtime.settings
+    marker = node.get_closest_marker("ddtree")
+    if marker is None:
+        return settings
+    if marker.args:
+        raise pytest.UsageError(
+            f"ddtree: @pytest.mark.ddtree takes keyword arguments only ({node.nodeid})"
+        )
+    try:
+        return apply_marker(settings, marker.kwargs, node.nodeid)
+    except SettingsError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # validate every marker once, at collection, so a typo stops the run up front
+    for item in items:
+        if item.get_closest_marker("ddtree") is not None:
+            item.stash[MARKED_KEY] = _marked_settings(config, item)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is not None and settings.skip_checks:
+        terminalreporter.write_sep("-", "pytest-ddtree: weakened run", yellow=True)
+        terminalreporter.write_line(
+            f"checks skipped (--ddtree-skip-check): {', '.join(settings.skip_checks)}; "
+            "results do not prove these invariants hold"
+        )
+    runtime = config.stash.get(RUNTIME_KEY, None)
+    if runtime is not None and settings is not None and settings.dialect == "auto":
+        terminalreporter.write_line(f"ddtree: statistics dialect detected: {runtime.dialect}")
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="session")
+def ddtree_runtime(pytestconfig: pytest.Config) -> Runtime:
+    """The session's servers, clients, tokenizer and model (started once)."""
+    try:
+        return _ensure_runtime(pytestconfig)
+    except EndpointError as exc:
+        pytest.exit(f"ddtree: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
+
+
+@pytest.fixture
+def ddtree_settings(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> Settings:
+    """Resolved settings with this test's ``@pytest.mark.ddtree`` overrides applied."""
+    node: pytest.Item = request.node
+    runtime = pytestconfig.stash.get(RUNTIME_KEY, None)
+    marked = node.stash.get(MARKED_KEY, None)
+    if marked is not None:
+        return _marked_settings(pytestconfig, node) if runtime is not None else marked
+    return runtime.settings if runtime is not None else pytestconfig.stash[SETTINGS_KEY]
+
+
+@pytest.fixture(scope="session")
+def ddtree_endpoint(ddtree_runtime: Runtime) -> str:
+    """Base URL (ending in /v1) of the endpoint under test."""
+    assert ddtree_runtime.settings.endpoint is not None
+    return ddtree_runtime.settings.endpoint
+
+
+@pytest.fixture(scope="session")
+def ddtree_model(ddtree_runtime: Runtime) -> str:
+    """The model id requests use."""
+    return ddtree_runtime.model
+
+
+@pytest.fixture(scope="session")
+def ddtree_client(ddtree_runtime: Runtime) -> DDTreeClient:
+    """The session's pooled client for the endpoint under test."""
+    return ddtree_runtime.client
+
+
+@pytest.fixture(scope="session")
+def ddtree_baseline_client(ddtree_runtime: Runtime) -> DDTreeClient | None:
+    """A client for the target-only baseline server, or None when there is none."""
+    return ddtree_runtime.baseline
+
+
+@pytest.fixture(scope="session")
+def ddtree_counter(ddtree_runtime: Runtime) -> Any:
+    """The token counter (tokenizer.json, server /tokenize or approximation)."""
+    return ddtree_runtime.counter
+
+
+@pytest.fixture
+def ddtree_check(
+    ddtree_settings: Settings, ddtree_runtime: Runtime
+) -> Iterator[Callable[..., None]]:
+    """``ddtree_check(completion, **expect)``: assert every invariant, with marker defaults."""
+    from pytest_ddtree.invariants import assert_valid
+
+    def check(completion: Completion, **expect: Any) -> None:
+        __tracebackhide__ = True
+        assert_valid(completion, counter=ddtree_runtime.counter, **_expect(ddtree_settings, expect))
+
+    yield check
+
+
+def _expect(settings: Settings, expect: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"thinking": settings.enable_thinking}
+    if settings.min_tokens is not None:
+        out["min_tokens"] = settings.min_tokens
+    skip = set(settings.skip_checks) | set(expect.pop("skip", ()))
+    if skip:
+        out["skip"] = frozenset(skip)
+    out.update(expect)
+    return out

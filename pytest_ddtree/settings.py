@@ -191,6 +191,8 @@ def parse_timeout(raw: str, source: str) -> Timeout:
             if not math.isfinite(number) or number <= 0:
                 raise ValueError
             values[key] = number
+    except SettingsError:
+        raise
     except ValueError:
         raise _fail(
             "timeout", raw, source, "expected seconds > 0, e.g. 120 or connect=5,read=30,total=120"

@@ -1,0 +1,178 @@
+"""The per-session runtime: servers, clients, tokenizer and model, probed once.
+
+``start_runtime`` turns resolved ``Settings`` into ready-to-use clients. It
+starts the embedded reference server (and its target-only twin as baseline)
+when no endpoint is configured, checks that the endpoint answers, that the
+model exists and that the key is accepted, and fails with one
+``EndpointError`` line otherwise. No pytest here.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pytest_ddtree.client import DDTreeClient, EndpointError, root_url
+from pytest_ddtree.settings import Settings
+
+
+@dataclass
+class Runtime:
+    """Everything a test needs to talk to the endpoint under test."""
+
+    settings: Settings
+    client: DDTreeClient
+    model: str
+    counter: Any
+    baseline: DDTreeClient | None = None
+    servers: list[Any] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def tokenizer_source(self) -> str:
+        """Where token counts come from, for the header and reports."""
+        return str(getattr(self.counter, "source", "none"))
+
+    @property
+    def dialect(self) -> str:
+        """The configured dialect, or the one detected from the first response."""
+        return self.client.detected_dialect or self.settings.dialect
+
+    def close(self) -> None:
+        """Close the clients and stop any server this runtime started."""
+        self.client.close()
+        if self.baseline is not None:
+            self.baseline.close()
+        for server in self.servers:
+            # stopping must never mask the run's result
+            with contextlib.suppress(Exception):
+                server.stop()
+        self.servers.clear()
+
+
+def _make_client(
+    settings: Settings, base_url: str, model: str | None, counter: Any
+) -> DDTreeClient:
+    return DDTreeClient(
+        base_url,
+        model=model,
+        api_key=settings.api_key,
+        budget_mode=settings.budget_mode,
+        budget_field=settings.budget_field,
+        budget_endpoints=settings.budget_endpoints,
+        dialect=settings.dialect,
+        stats_map=settings.stats_map,
+        timeout=settings.timeout,
+        counter=counter,
+        max_tokens=settings.max_tokens,
+        enable_thinking=settings.enable_thinking,
+        api=settings.api,
+    )
+
+
+def start_embedded(settings: Settings) -> tuple[Any, Any]:
+    """Spawn the reference server and its target-only twin, in parallel."""
+    from pytest_ddtree.reference import spawn_reference_server
+
+    common: dict[str, Any] = {
+        "simulated_latency": settings.reference_latency,
+        "faults": tuple(settings.reference_faults),
+    }
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        main = pool.submit(spawn_reference_server, **common)
+        twin = pool.submit(spawn_reference_server, target_only=True, **common)
+        servers = []
+        errors = []
+        for fut in (main, twin):
+            try:
+                servers.append(fut.result())
+            except Exception as exc:  # reported as one line below
+                errors.append(exc)
+    if errors:
+        for server in servers:
+            server.stop()
+        raise EndpointError(f"the embedded reference server did not start: {errors[0]}")
+    return servers[0], servers[1]
+
+
+def _load_counter(settings: Settings, base_url: str, client: DDTreeClient) -> Any:
+    from pytest_ddtree import tokens
+
+    spec = settings.tokenizer
+    if spec == "auto":
+        if settings.embedded:
+            from pytest_ddtree.reference import tokenizer_path
+
+            spec = str(tokenizer_path())
+        elif tokens.server_supports_tokenize(root_url(base_url), client.http):
+            spec = "server"
+        else:
+            spec = "none"
+    try:
+        return tokens.load_counter(spec, root_url=root_url(base_url), client=client.http)
+    except ValueError as exc:
+        raise EndpointError(f"{exc} (from {settings.source_of('tokenizer')})") from None
+
+
+def start_runtime(settings: Settings) -> Runtime:
+    """Start (if embedded) and probe the endpoint; ``EndpointError`` on any problem."""
+    servers: list[Any] = []
+    if settings.endpoint is None:
+        main, twin = start_embedded(settings)
+        servers = [main, twin]
+        settings = replace(
+            settings,
+            endpoint=main.base_url,
+            baseline_endpoint=settings.baseline_endpoint or twin.base_url,
+            embedded=True,
+        )
+    assert settings.endpoint is not None
+    try:
+        probe = _make_client(settings, settings.endpoint, None, None)
+        try:
+            models = probe.list_models()
+            for budget, url in sorted(settings.budget_endpoints.items()):
+                other = probe.list_models(url)
+                if settings.model and settings.model not in other:
+                    raise EndpointError(
+                        f"{url}/models (tree_budget {budget}) does not list model "
+                        f"{settings.model!r}; it lists: {', '.join(other) or 'nothing'}"
+                    )
+            if not models:
+                raise EndpointError(
+                    f"{settings.endpoint}/models lists no model; pass --ddtree-model"
+                )
+            model = settings.model or models[0]
+            if model not in models:
+                raise EndpointError(
+                    f"model {model!r} (from {settings.source_of('model')}) is not served by "
+                    f"{settings.endpoint}; it lists: {', '.join(models)}"
+                )
+            counter = _load_counter(settings, settings.endpoint, probe)
+        finally:
+            probe.close()
+        client = _make_client(settings, settings.endpoint, model, counter)
+        baseline = None
+        if settings.baseline_endpoint:
+            baseline = _make_client(
+                replace(settings, budget_mode="none"), settings.baseline_endpoint, model, counter
+            )
+        runtime = Runtime(
+            settings=replace(settings, model=model),
+            client=client,
+            model=model,
+            counter=counter,
+            baseline=baseline,
+            servers=servers,
+        )
+        if not getattr(counter, "exact", False):
+            runtime.notes.append(
+                "token counts are approximate (no tokenizer): usage checks use a wider tolerance"
+            )
+        return runtime
+    except BaseException:
+        for server in servers:
+            server.stop()
+        raise

@@ -1,0 +1,168 @@
+"""Each statistics dialect parsed from real-shaped responses, and budget placement."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_ddtree import dialects
+
+DDTREE_RESPONSE = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+    ],
+    "usage": {"prompt_tokens": 9, "completion_tokens": 120, "total_tokens": 129},
+    "ddtree_stats": {
+        "tree_budget": 64,
+        "cycles": 30,
+        "avg_acceptance": 4.0,
+        "tok_per_sec": 812.5,
+        "block_size": 16,
+        "draft_ms": 1.5,
+        "verify_ms": 3.0,
+    },
+}
+VLLM_RESPONSE = {
+    "object": "chat.completion",
+    "choices": [],
+    "metrics": {
+        "speculative_decoding": {
+            "num_spec_steps": 25,
+            "num_draft_tokens": 375,
+            "num_accepted_draft_tokens": 75,
+            "draft_acceptance_rate": 0.2,
+        }
+    },
+}
+SGLANG_RESPONSE = {
+    "text": "hello",
+    "meta_info": {
+        "prompt_tokens": 7,
+        "completion_tokens": 64,
+        "spec_verify_ct": 16,
+        "spec_accept_length": 4.0,
+        "e2e_latency": 0.5,
+    },
+}
+OMLX_RESPONSE = {
+    "object": "chat.completion",
+    "usage": {
+        "prompt_tokens": 5,
+        "completion_tokens": 100,
+        "total_tokens": 105,
+        "dflash_ddtree_tree_budget": 128,
+        "dflash_ddtree_cycles_completed": 20,
+        "dflash_ddtree_avg_acceptance": 5.0,
+        "dflash_ddtree_tokens_per_second": 250.0,
+    },
+}
+
+
+def test_detect_each_dialect() -> None:
+    assert dialects.detect([DDTREE_RESPONSE]) == "ddtree"
+    assert dialects.detect([VLLM_RESPONSE]) == "vllm"
+    assert dialects.detect([SGLANG_RESPONSE]) == "sglang"
+    assert dialects.detect([OMLX_RESPONSE]) == "omlx"
+    assert dialects.detect([{"choices": []}, "garbage", None]) == "none"
+
+
+def test_ddtree() -> None:
+    s = dialects.extract_stats("auto", [DDTREE_RESPONSE])
+    assert s is not None
+    assert (s.dialect, s.tree_budget, s.decode_rounds, s.block_size) == ("ddtree", 64, 30, 16)
+    assert s.mean_acceptance_length == 4.0
+    assert s.server_tokens_per_second == 812.5
+    assert s.raw["draft_ms"] == 1.5
+
+
+def test_vllm_derives_tau_from_accepted_drafts() -> None:
+    s = dialects.extract_stats("vllm", [VLLM_RESPONSE])
+    assert s is not None
+    assert s.decode_rounds == 25
+    assert s.num_draft_tokens == 375
+    assert s.mean_acceptance_length == pytest.approx(1 + 75 / 25)
+    assert s.tree_budget is None
+
+
+def test_sglang_and_omlx() -> None:
+    s = dialects.extract_stats("sglang", [SGLANG_RESPONSE])
+    assert s is not None and (s.decode_rounds, s.mean_acceptance_length) == (16, 4.0)
+    o = dialects.extract_stats("omlx", [OMLX_RESPONSE])
+    assert o is not None
+    assert (o.tree_budget, o.decode_rounds, o.mean_acceptance_length) == (128, 20, 5.0)
+    assert o.server_tokens_per_second == 250.0
+    assert "prompt_tokens" not in o.raw
+
+
+def test_stream_takes_the_last_carrier() -> None:
+    chunks = [
+        {"object": "chat.completion.chunk", "choices": [{"delta": {"role": "assistant"}}]},
+        {"object": "chat.completion.chunk", "choices": [{"delta": {"content": "a"}}]},
+        {
+            "object": "chat.completion.chunk",
+            "choices": [],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+        },
+        {"object": "chat.completion.chunk", "choices": [], **{"ddtree_stats": {"cycles": 2}}},
+    ]
+    s = dialects.extract_stats("auto", chunks)
+    assert s is not None and s.decode_rounds == 2
+    u = dialects.extract_usage(chunks)
+    assert u is not None and u.completion_tokens == 2
+
+
+def test_custom_pointers() -> None:
+    doc = {"meta": {"rounds": 12, "mean/accept": 3.5, "list": [{"b": 64}]}}
+    s = dialects.extract_stats(
+        "custom",
+        [doc],
+        {
+            "decode_rounds": "/meta/rounds",
+            "mean_acceptance_length": "/meta/mean~1accept",
+            "tree_budget": "/meta/list/0/b",
+        },
+    )
+    assert s is not None
+    assert (s.decode_rounds, s.mean_acceptance_length, s.tree_budget) == (12, 3.5, 64)
+    assert dialects.extract_stats("custom", [doc], {"decode_rounds": "/nope"}) is None
+
+
+def test_garbage_values_become_unknown() -> None:
+    bad = {
+        "ddtree_stats": {
+            "tree_budget": "64",
+            "cycles": True,
+            "avg_acceptance": float("nan"),
+            "tok_per_sec": None,
+        }
+    }
+    s = dialects.extract_stats("ddtree", [bad])
+    assert s is not None
+    assert s.tree_budget is None and s.decode_rounds is None
+    assert s.mean_acceptance_length is None and s.server_tokens_per_second is None
+    assert dialects.extract_stats("none", [DDTREE_RESPONSE]) is None
+
+
+def test_usage_with_reasoning_details() -> None:
+    u = dialects.extract_usage(
+        [
+            {
+                "usage": {
+                    "prompt_tokens": 3,
+                    "completion_tokens": 10,
+                    "total_tokens": 13,
+                    "completion_tokens_details": {"reasoning_tokens": 4},
+                }
+            }
+        ]
+    )
+    assert u is not None and u.reasoning_tokens == 4
+
+
+def test_put_budget_dotted_path_does_not_mutate() -> None:
+    body = {"model": "m", "extra": {"x": 1}}
+    out = dialects.put_budget(body, "extra.ddtree.budget", 64)
+    assert out == {"model": "m", "extra": {"x": 1, "ddtree": {"budget": 64}}}
+    assert body == {"model": "m", "extra": {"x": 1}}
+    assert dialects.put_budget({}, "tree_budget", 16) == {"tree_budget": 16}
