@@ -178,9 +178,9 @@ def _opt_int(data: Mapping[str, Any], key: str, source: str) -> int | None:
 
 
 def _req_int(data: Mapping[str, Any], key: str, source: str) -> int:
-    value = _opt_int(data, key, source)
-    if value is None:
-        raise _bad(source, key, None, "an integer")
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(source, key, value, "an integer")
     return value
 
 

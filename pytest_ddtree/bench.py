@@ -1,0 +1,236 @@
+"""Invariant-gated timings on top of pytest-benchmark, without importing pytest.
+
+The ``benchmark`` object is duck-typed: anything with ``pedantic``, ``group``,
+``extra_info`` and ``disabled`` like pytest-benchmark's ``BenchmarkFixture``.
+
+The rule this module enforces: a timing is kept only for a response that
+passed every invariant. Each round's request is validated *inside* the timed
+target, so an invalid round raises :class:`InvariantError` out of
+``benchmark.pedantic``; pytest-benchmark then marks the benchmark as errored
+and leaves it out of its JSON, and :func:`discard_timings` empties the rounds
+already measured so the terminal table and ``--benchmark-compare-fail`` do
+not see them either. Validation costs well under a millisecond, noise next
+to a request that takes tens of milliseconds or more.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_ddtree.completion import Completion
+from pytest_ddtree.sweep import SweepSample, budget_label, redact_endpoint
+from pytest_ddtree.violation import InvariantError, Violation
+
+#: ``/models`` fields that change from one server start to the next; kept out
+#: of ``machine_info`` so ``--benchmark-compare`` warns only on real changes.
+_VOLATILE_MODEL_FIELDS = frozenset({"created", "id_created", "uptime", "pid", "port"})
+
+
+def group_name(tree_budget: int | None) -> str:
+    """The pytest-benchmark group of a budget, e.g. ``"tree_budget=64"``."""
+    return f"tree_budget={budget_label(tree_budget)}"
+
+
+@dataclass
+class GatedResult:
+    """What :func:`run_gated` measured: the timed completions and their samples.
+
+    ``completion`` is the last timed round's completion (what
+    ``benchmark.pedantic`` returns).
+    """
+
+    completions: list[Completion] = field(default_factory=list)
+    samples: list[SweepSample] = field(default_factory=list)
+
+    @property
+    def completion(self) -> Completion:
+        """The last timed completion."""
+        return self.completions[-1]
+
+
+def _median(values: Iterable[float | int | None]) -> float | None:
+    xs = [float(v) for v in values if v is not None]
+    return statistics.median(xs) if xs else None
+
+
+def summary_extra_info(completions: Sequence[Completion]) -> dict[str, Any]:
+    """``extra_info`` figures: medians over the timed rounds (None when unknown)."""
+    stats = [c.stats for c in completions]
+    first = completions[0].request if completions else None
+    return {
+        "tree_budget": None if first is None else first.tree_budget,
+        "prompt_id": None if first is None else first.prompt_id,
+        "completion_tokens": _median(c.completion_tokens for c in completions),
+        "ttft": _median(c.ttft for c in completions),
+        "decode_tokens_per_second": _median(c.decode_tokens_per_second for c in completions),
+        "mean_acceptance_length": _median(s.mean_acceptance_length for s in stats if s),
+        "decode_rounds": _median(s.decode_rounds for s in stats if s),
+        "server_tokens_per_second": _median(s.server_tokens_per_second for s in stats if s),
+        "valid_rounds": len(completions),
+    }
+
+
+def discard_timings(benchmark: Any) -> bool:
+    """Empty the rounds a benchmark already recorded; True if there were any.
+
+    pytest-benchmark shows and compares every benchmark with at least one
+    round, errored or not; an empty one is skipped everywhere.
+    """
+    meta = getattr(benchmark, "stats", None)
+    data = getattr(getattr(meta, "stats", None), "data", None)
+    if isinstance(data, list) and data:
+        data.clear()
+        return True
+    return False
+
+
+def run_gated(
+    benchmark: Any,
+    call: Callable[[], Completion],
+    validate: Callable[[Completion], Sequence[Violation]],
+    *,
+    rounds: int = 3,
+    warmup_rounds: int = 1,
+    group: str | None = None,
+    extra_info_base: Mapping[str, Any] | None = None,
+    on_sample: Callable[[SweepSample], None] | None = None,
+    worker: str | None = None,
+    concurrent: bool = False,
+) -> GatedResult:
+    """Time ``call`` with ``benchmark.pedantic``, validating every round inside the target.
+
+    ``validate`` returns the violations of one completion; any violation
+    raises :class:`InvariantError` from inside the timed target, naming the
+    round, so the benchmark is errored and nothing of it is recorded. Warm-up
+    rounds are validated too (a broken server cannot hide there). ``on_sample``
+    receives a :class:`SweepSample` for each timed round and for each invalid
+    round (warm-up included).
+
+    When the benchmark is disabled (``--benchmark-disable``, or pytest-xdist,
+    under which pytest-benchmark turns itself off) the rounds run here
+    without pytest-benchmark and are still validated and recorded as samples;
+    pass ``concurrent=True`` under xdist so reports label those timings.
+    """
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be a positive integer, got {rounds!r}")
+    if isinstance(warmup_rounds, bool) or not isinstance(warmup_rounds, int) or warmup_rounds < 0:
+        raise ValueError(f"warmup_rounds must be a non-negative integer, got {warmup_rounds!r}")
+    result = GatedResult()
+    calls = 0
+
+    def target() -> Completion:
+        nonlocal calls
+        index = calls
+        calls += 1
+        warmup = index < warmup_rounds
+        round_no = index - warmup_rounds
+        completion = call()
+        violations = list(validate(completion))
+        if violations or not warmup:
+            sample = SweepSample.from_completion(
+                completion, violations, round=round_no, worker=worker, concurrent=concurrent
+            )
+            result.samples.append(sample)
+            if on_sample is not None:
+                on_sample(sample)
+        if violations:
+            kind = "warm-up round" if warmup else "round"
+            number = index + 1 if warmup else round_no + 1
+            request = completion.request
+            raise InvariantError(
+                violations,
+                header=(
+                    f"{group_name(request.tree_budget)} prompt={request.prompt_id or '-'} "
+                    f"{kind} {number}: {len(violations)} output-quality invariant(s) broken; "
+                    "no timing was recorded for this benchmark"
+                ),
+            )
+        if not warmup:
+            result.completions.append(completion)
+        return completion
+
+    # pytest-benchmark copies the group when the timing starts; set it first.
+    if group is not None:
+        benchmark.group = group
+    extra: MutableMapping[str, Any] = benchmark.extra_info
+    if extra_info_base:
+        extra.update(extra_info_base)
+    extra["concurrent"] = concurrent
+    if getattr(benchmark, "disabled", False):
+        for _ in range(warmup_rounds + rounds):
+            target()
+    else:
+        try:
+            benchmark.pedantic(target, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1)
+        except InvariantError:
+            discard_timings(benchmark)
+            raise
+    # extra_info is stored by reference: figures added after the run are saved.
+    extra.update(summary_extra_info(result.completions))
+    return result
+
+
+def strip_failed(output_json: MutableMapping[str, Any], failed_nodeids: Iterable[str]) -> int:
+    """Remove the benchmarks of failed tests from pytest-benchmark's JSON; return how many.
+
+    pytest-benchmark keeps a benchmark whose test failed *after* the timed
+    call; a failed test must not leave a timing behind.
+    """
+    failed = set(failed_nodeids)
+    benches = output_json.get("benchmarks")
+    if not failed or not isinstance(benches, list):
+        return 0
+    kept = [b for b in benches if not (isinstance(b, Mapping) and b.get("fullname") in failed)]
+    removed = len(benches) - len(kept)
+    benches[:] = kept
+    return removed
+
+
+def _stable_model_info(models: Any) -> list[dict[str, Any]]:
+    data = models.get("data") if isinstance(models, Mapping) else models
+    if not isinstance(data, list):
+        return []
+    out: list[dict[str, Any]] = []
+    for item in data:
+        if isinstance(item, Mapping):
+            out.append(
+                {
+                    str(k): v
+                    for k, v in item.items()
+                    if k not in _VOLATILE_MODEL_FIELDS and isinstance(v, (str, int, float, bool))
+                }
+            )
+    return out
+
+
+def machine_info_extra(
+    *,
+    endpoint: str | None,
+    model: str | None,
+    dialect: str | None,
+    server_models: Any = None,
+    embedded: bool = False,
+) -> dict[str, Any]:
+    """The ``ddtree`` entry for pytest-benchmark's ``machine_info``.
+
+    The endpoint is stripped of credentials; the embedded reference server is
+    named as such rather than by its per-run port, so that a saved run and a
+    new one compare without a spurious "machine_info is different" warning.
+    ``server_models`` is the ``GET /models`` answer; only its stable fields
+    are kept.
+    """
+    if embedded:
+        where = "embedded reference server"
+    elif endpoint:
+        where = redact_endpoint(endpoint)
+    else:
+        where = None
+    return {
+        "endpoint": where,
+        "model": model,
+        "dialect": dialect,
+        "server_models": _stable_model_info(server_models),
+    }

@@ -1,0 +1,290 @@
+"""Compare two ``sweep.json`` files budget by budget, with significance.
+
+Usage::
+
+    python -m pytest_ddtree.compare BASELINE.json CANDIDATE.json [--threshold 10%]
+                                    [--metric decode|ttft] [--seed N]
+
+For each budget present in both files the medians of the chosen metric are
+compared with a seeded bootstrap of the relative change on the raw
+per-request samples stored in the files. A budget *regresses* when the change
+is significant at 95% (the interval excludes zero) and worse than the
+threshold, or when the candidate has invalid requests where the baseline had
+none. Exit status: 0 no regression, 1 at least one regression, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from pytest_ddtree.report.jsonfile import read_sweep_json
+from pytest_ddtree.sweep import (
+    SweepRun,
+    SweepSample,
+    bootstrap_median_difference,
+    budget_label,
+    summarize,
+)
+
+Metric = Literal["decode", "ttft"]
+
+_METRIC_TITLE = {"decode": "decode tok/s", "ttft": "TTFT ms"}
+
+
+def _values(samples: Sequence[SweepSample], metric: Metric) -> list[float]:
+    if metric == "decode":
+        return [
+            s.decode_tokens_per_second
+            for s in samples
+            if s.valid and s.decode_tokens_per_second is not None
+        ]
+    return [s.ttft * 1000.0 for s in samples if s.valid and s.ttft is not None]
+
+
+@dataclass(frozen=True)
+class BudgetComparison:
+    """One budget's comparison.
+
+    ``change`` is the relative change of the median (candidate over baseline,
+    minus one) and ``ci`` its 95% bootstrap interval; both None when either
+    side has too few valid samples. ``verdict`` is one of ``regression``,
+    ``worse (within threshold)``, ``better``, ``no significant change``,
+    ``now invalid``, ``insufficient data``, ``only in baseline``,
+    ``only in candidate``.
+    """
+
+    tree_budget: int | None
+    baseline_median: float | None
+    candidate_median: float | None
+    baseline_n: int
+    candidate_n: int
+    baseline_invalid: int
+    candidate_invalid: int
+    change: float | None
+    ci: tuple[float, float] | None
+    verdict: str
+
+    @property
+    def regression(self) -> bool:
+        """True when this budget fails the comparison."""
+        return self.verdict in ("regression", "now invalid")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The whole comparison of two sweeps."""
+
+    metric: Metric
+    threshold: float
+    rows: tuple[BudgetComparison, ...]
+    baseline_recommendation: int | None
+    candidate_recommendation: int | None
+    setup_differences: tuple[str, ...]
+
+    @property
+    def regressions(self) -> list[BudgetComparison]:
+        """The budgets that regressed."""
+        return [r for r in self.rows if r.regression]
+
+    def lines(
+        self, baseline_name: str = "baseline", candidate_name: str = "candidate"
+    ) -> list[str]:
+        """Console output: a header, the table, and the conclusion."""
+        title = _METRIC_TITLE[self.metric]
+        out = [
+            f"Comparing {baseline_name} (baseline) with {candidate_name} (candidate): "
+            f"median {title}, 95% bootstrap CI of the relative change, "
+            f"threshold {self.threshold:.1%}"
+        ]
+        out.extend(f"warning: setups differ: {d}" for d in self.setup_differences)
+        header = ("tree_budget", "baseline", "candidate", "change", "95% CI", "verdict")
+        rows: list[tuple[str, ...]] = [header]
+        for r in self.rows:
+            rows.append(
+                (
+                    budget_label(r.tree_budget),
+                    _med(r.baseline_median, r.baseline_n, r.baseline_invalid),
+                    _med(r.candidate_median, r.candidate_n, r.candidate_invalid),
+                    "-" if r.change is None else f"{r.change:+.1%}",
+                    "-" if r.ci is None else f"[{r.ci[0]:+.1%}, {r.ci[1]:+.1%}]",
+                    r.verdict.upper() if r.regression else r.verdict,
+                )
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+        for n, row in enumerate(rows):
+            cells = [
+                c.ljust(w) if i in (0, 5) else c.rjust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            ]
+            out.append("  ".join(cells).rstrip())
+            if n == 0:
+                out.append("  ".join("-" * w for w in widths))
+        out.append(
+            "recommended tree_budget: "
+            f"{_rec(self.baseline_recommendation)} -> {_rec(self.candidate_recommendation)}"
+        )
+        bad = self.regressions
+        if bad:
+            names = ", ".join(budget_label(r.tree_budget) for r in bad)
+            out.append(f"FAIL: {len(bad)} budget(s) regressed: tree_budget={names}")
+        else:
+            out.append("OK: no significant regression beyond the threshold")
+        return out
+
+
+def _med(median: float | None, n: int, invalid: int) -> str:
+    text = "-" if median is None else f"{median:,.1f}" if median < 100 else f"{median:,.0f}"
+    text += f" (n={n})"
+    if invalid:
+        text += f" {invalid} invalid"
+    return text
+
+
+def _rec(b: int | None) -> str:
+    return "none" if b is None else budget_label(b)
+
+
+def _setup_differences(a: SweepRun, b: SweepRun) -> list[str]:
+    diffs = []
+    for key in ("endpoint", "model", "dialect", "server"):
+        va, vb = a.metadata.get(key), b.metadata.get(key)
+        if va is not None and vb is not None and va != vb:
+            diffs.append(f"{key}: {va!r} vs {vb!r}")
+    if any(s.concurrent for s in a.samples) != any(s.concurrent for s in b.samples):
+        diffs.append("one sweep ran concurrently (pytest-xdist), the other serially")
+    return diffs
+
+
+def compare_runs(
+    baseline: SweepRun,
+    candidate: SweepRun,
+    *,
+    threshold: float = 0.10,
+    metric: Metric = "decode",
+    seed: int = 0,
+) -> Comparison:
+    """Compare two sweeps budget by budget (see the module docstring for verdicts)."""
+    if not threshold >= 0:
+        raise ValueError(f"threshold must be >= 0, got {threshold!r}")
+    if metric not in _METRIC_TITLE:
+        raise ValueError(f"metric must be 'decode' or 'ttft', got {metric!r}")
+    # Higher decode throughput is better; higher TTFT is worse.
+    sign = 1.0 if metric == "decode" else -1.0
+    groups_a: dict[int | None, list[SweepSample]] = {}
+    groups_b: dict[int | None, list[SweepSample]] = {}
+    for s in baseline.samples:
+        groups_a.setdefault(s.tree_budget, []).append(s)
+    for s in candidate.samples:
+        groups_b.setdefault(s.tree_budget, []).append(s)
+    budgets = sorted(set(groups_a) | set(groups_b), key=lambda b: -1 if b is None else b)
+    rows: list[BudgetComparison] = []
+    for budget in budgets:
+        sa, sb = groups_a.get(budget, []), groups_b.get(budget, [])
+        va, vb = _values(sa, metric), _values(sb, metric)
+        ma = _median(va)
+        mb = _median(vb)
+        bad_a = sum(not s.valid for s in sa)
+        bad_b = sum(not s.valid for s in sb)
+        change: float | None = None
+        ci: tuple[float, float] | None = None
+        if not sa:
+            verdict = "only in candidate"
+        elif not sb:
+            verdict = "only in baseline"
+        elif bad_b and not bad_a:
+            verdict = "now invalid"
+        else:
+            diff = bootstrap_median_difference(
+                va, vb, seed=seed, relative=True, salt=f"compare-{budget}"
+            )
+            if diff is None:
+                verdict = "insufficient data"
+            else:
+                change, lo, hi = diff
+                ci = (lo, hi)
+                significant = lo > 0.0 or hi < 0.0
+                worse = sign * change < 0.0
+                if not significant:
+                    verdict = "no significant change"
+                elif worse and abs(change) > threshold:
+                    verdict = "regression"
+                elif worse:
+                    verdict = "worse (within threshold)"
+                else:
+                    verdict = "better"
+        rows.append(
+            BudgetComparison(budget, ma, mb, len(va), len(vb), bad_a, bad_b, change, ci, verdict)
+        )
+    rec_a = summarize(baseline.samples, seed=seed).recommendation.tree_budget
+    rec_b = summarize(candidate.samples, seed=seed).recommendation.tree_budget
+    return Comparison(
+        metric, threshold, tuple(rows), rec_a, rec_b, tuple(_setup_differences(baseline, candidate))
+    )
+
+
+def _median(values: Sequence[float]) -> float | None:
+    if not values:
+        return None
+    xs = sorted(values)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2.0
+
+
+def parse_threshold(text: str) -> float:
+    """``"10%"``, ``"10"`` or ``"2.5%"`` -> a fraction (0.10, 0.10, 0.025)."""
+    raw = text.strip().removesuffix("%").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"--threshold: expected a percentage like 10%, got {text!r}") from None
+    if not 0.0 <= value < 1000.0:
+        raise ValueError(f"--threshold: must be between 0% and 1000%, got {text!r}")
+    return value / 100.0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m pytest_ddtree.compare",
+        description="Compare two pytest-ddtree sweep.json files budget by budget.",
+    )
+    p.add_argument("baseline", help="sweep.json of the reference run (e.g. from main)")
+    p.add_argument("candidate", help="sweep.json of the run to check")
+    p.add_argument(
+        "--threshold",
+        default="10%",
+        help="fail on a significant change worse than this (default: 10%%)",
+    )
+    p.add_argument(
+        "--metric",
+        choices=("decode", "ttft"),
+        default="decode",
+        help="decode tokens/s (higher is better) or TTFT (lower is better); default decode",
+    )
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        threshold = parse_threshold(args.threshold)
+        baseline = read_sweep_json(args.baseline)
+        candidate = read_sweep_json(args.candidate)
+        result = compare_runs(
+            baseline, candidate, threshold=threshold, metric=args.metric, seed=args.seed
+        )
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for line in result.lines(args.baseline, args.candidate):
+        print(line)
+    return 1 if result.regressions else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

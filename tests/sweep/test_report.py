@@ -1,0 +1,199 @@
+"""Report writers: terminal table, sweep.json, sweep.html (pure, no server)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pytest_ddtree.report import (
+    SCHEMA_VERSION,
+    read_sweep_json,
+    render_html,
+    table_lines,
+    write_report,
+    write_sweep_json,
+)
+from pytest_ddtree.report.jsonfile import SWEEP_JSON_SCHEMA, sweep_from_json
+from pytest_ddtree.sweep import SweepRun, SweepSample
+
+from ._factory import synthetic_sweep
+
+META = {
+    "endpoint": "http://127.0.0.1:8000/v1",
+    "model": "tiny-<model>",
+    "dialect": "ddtree",
+    "budgets": [16, 64, 256],
+}
+
+
+def _run(with_invalid: bool = True) -> SweepRun:
+    samples = synthetic_sweep({16: 500.0, 64: 900.0, 256: 700.0}, spread=15.0)
+    if with_invalid:
+        samples.append(
+            SweepSample(
+                256,
+                "essay",
+                1,
+                False,
+                codes=("role-leak",),
+                messages=("'user:' at line start <b>",),
+            )
+        )
+    return SweepRun(samples=samples, metadata=dict(META), seed=5)
+
+
+def test_table_has_a_row_per_budget_and_the_recommendation() -> None:
+    lines = table_lines(_run().summary())
+    assert lines[0].split()[0] == "tree_budget"
+    rows = {ln.split()[0]: ln for ln in lines[2:5]}
+    assert set(rows) == {"16", "64", "256"}
+    assert "9/9" in rows["64"] and "best" in rows["64"]
+    assert "9/10" in rows["256"] and "INVALID (role-leak)" in rows["256"]
+    # decode median with its CI: "900 [890-912]"
+    assert re.search(r"\b\d{3} \[\d{3}-\d{3}\]", rows["64"])
+    assert lines[-1].startswith("Recommended tree_budget=64")
+
+
+def test_concurrent_timings_are_labelled() -> None:
+    run = _run(False)
+    run.samples[0] = SweepSample(
+        16, "essay", 0, True, decode_tokens_per_second=500.0, concurrent=True
+    )
+    assert any("concurrently" in ln for ln in table_lines(run.summary()))
+
+
+def test_sweep_json_round_trip(tmp_path: Path) -> None:
+    run = _run()
+    path = write_sweep_json(run, tmp_path / "deep" / "sweep.json")
+    doc = json.loads(path.read_text())
+    assert doc["schema_version"] == SCHEMA_VERSION == 1
+    assert doc["recommendation"]["tree_budget"] == 64
+    assert [b["tree_budget"] for b in doc["budgets"]] == [16, 64, 256]
+    assert len(doc["samples"]) == 28
+    again = read_sweep_json(path)
+    assert again.samples == run.samples and again.seed == 5
+    assert again.summary().to_json() == run.summary().to_json()
+    # No temporary file is left behind by the atomic write.
+    assert [p.name for p in path.parent.iterdir()] == ["sweep.json"]
+
+
+def test_json_schema_is_itself_valid() -> None:
+    import jsonschema
+
+    jsonschema.validators.validator_for(SWEEP_JSON_SCHEMA).check_schema(SWEEP_JSON_SCHEMA)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.update(schema_version=2), "unsupported schema_version 2"),
+        (lambda d: d["samples"][0].update(valid="yes"), r"samples/0/valid: 'yes' is not of type"),
+        (lambda d: d.pop("samples"), "'samples' is a required property"),
+    ],
+)
+def test_bad_sweep_json_gives_one_line_error(mutate: object, message: str, tmp_path: Path) -> None:
+    path = write_sweep_json(_run(), tmp_path / "s.json")
+    doc = json.loads(path.read_text())
+    mutate(doc)  # type: ignore[operator]
+    with pytest.raises(ValueError, match=message) as info:
+        sweep_from_json(doc, source="s.json")
+    assert "\n" not in str(info.value)
+
+
+def test_unreadable_and_non_json_files(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="cannot read sweep report"):
+        read_sweep_json(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match=r"bad.json: not valid JSON \(line 1"):
+        read_sweep_json(bad)
+
+
+def test_html_is_self_contained_and_shows_everything(tmp_path: Path) -> None:
+    paths = write_report(_run(), tmp_path)
+    html = paths.html.read_text()
+    assert paths.json.exists()
+    # Nothing is fetched: no scripts, links, images or remote URLs in attributes.
+    assert "<script" not in html
+    assert not re.search(r"\b(src|href)\s*=", html)
+    assert not re.search(r"url\(", html)
+    # Three charts, per-request points (27 valid dots in each chart with data).
+    assert html.count('<svg class="chart"') == 3
+    assert html.count('class="pt"') == 27 * 3
+    # The invalid request is drawn apart with its code, and listed with its message.
+    assert html.count('<g class="invalid">') == 3
+    assert "role-leak" in html
+    # Untrusted text is escaped.
+    assert "tiny-&lt;model&gt;" in html and "tiny-<model>" not in html
+    assert "line start &lt;b&gt;" in html and "line start <b>" not in html
+    assert "Recommended tree_budget=64" in html
+    assert "tree_budget (log2 scale)" in html
+
+
+def test_html_log2_axis_spaces_doublings_evenly() -> None:
+    html = render_html(_run(False))
+    first_chart = html.split('<svg class="chart"')[1]
+    xs = {}
+    for label in ("16", "64", "256"):
+        m = re.search(
+            rf'<text class="tick" x="([\d.]+)" y="[\d.]+" text-anchor="middle">{label}</text>',
+            first_chart,
+        )
+        assert m, label
+        xs[label] = float(m.group(1))
+    assert xs["64"] - xs["16"] == pytest.approx(xs["256"] - xs["64"], abs=0.2)
+
+
+def test_html_without_any_valid_sample_still_renders() -> None:
+    run = SweepRun([SweepSample(16, "a", 0, False, codes=("empty",))], {"model": "m"})
+    html = render_html(run)
+    assert "No recommendation" in html and "empty" in html
+
+
+def _chromium() -> str | None:
+    return (
+        shutil.which("chromium")
+        or shutil.which("chromium-browser")
+        or shutil.which("google-chrome")
+    )
+
+
+def _console_lines(browser: str, page: Path) -> tuple[str, str]:
+    proc = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    console = "\n".join(ln for ln in proc.stderr.splitlines() if ":CONSOLE" in ln)
+    return proc.stdout, console
+
+
+@pytest.mark.skipif(_chromium() is None, reason="chromium is not installed")
+def test_html_renders_in_headless_chromium_without_console_errors(tmp_path: Path) -> None:
+    browser = _chromium()
+    assert browser is not None
+    page = write_report(_run(), tmp_path).html
+    dom, console = _console_lines(browser, page)
+    assert "Per-budget statistics" in dom
+    assert console == ""
+    # The detector itself works: a page with a script error is caught.
+    broken = tmp_path / "broken.html"
+    broken.write_text("<html><body><script>notDefined()</script></body></html>")
+    _, console = _console_lines(browser, broken)
+    assert "notDefined" in console

@@ -1,0 +1,252 @@
+"""Sweep plan, samples and statistics (pure, no server)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from pytest_ddtree.completion import Completion
+from pytest_ddtree.sweep import (
+    SweepPlan,
+    SweepSample,
+    bootstrap_median_ci,
+    bootstrap_median_difference,
+    budget_stats,
+    merge_samples,
+    quantile,
+    rank,
+    recommend,
+    redact_endpoint,
+    run_sweep,
+    summarize,
+)
+from pytest_ddtree.violation import Violation
+
+from ._factory import make_completion, synthetic_sweep
+
+
+def test_sample_from_completion_carries_timings_and_stats() -> None:
+    c = make_completion(tree_budget=128, prompt_id="code", decode_rate=640.0, acceptance=5.5)
+    s = SweepSample.from_completion(c, [], round=2, worker="gw1", concurrent=True)
+    assert s.valid and s.codes == ()
+    assert (s.tree_budget, s.prompt_id, s.round, s.worker, s.concurrent) == (
+        128,
+        "code",
+        2,
+        "gw1",
+        True,
+    )
+    assert s.decode_tokens_per_second == pytest.approx(640.0)
+    assert s.ttft == pytest.approx(0.05)
+    assert s.mean_acceptance_length == 5.5
+    assert s.echoed_tree_budget == 128
+    assert s.server_client_ratio == pytest.approx(1.0)
+
+
+def test_invalid_sample_keeps_distinct_codes_in_order() -> None:
+    c = make_completion()
+    vs = [
+        Violation("early-stop", "4 tokens"),
+        Violation("role-leak", "user:"),
+        Violation("early-stop", "x"),
+    ]
+    s = SweepSample.from_completion(c, vs, round=0)
+    assert not s.valid
+    assert s.codes == ("early-stop", "role-leak")
+    assert len(s.messages) == 3
+
+
+def test_sample_json_round_trip_and_bad_field_message() -> None:
+    s = SweepSample.from_completion(make_completion(), [Violation("x", "y")], round=1, worker="gw0")
+    again = SweepSample.from_json(json.loads(json.dumps(s.to_json())))
+    assert again == s
+    bad = s.to_json() | {"round": "one"}
+    with pytest.raises(
+        ValueError, match=r"samples\[3\]: field 'round' must be an integer, got 'one'"
+    ):
+        SweepSample.from_json(bad, source="samples[3]")
+
+
+def test_plan_interleaves_shuffled_budgets_deterministically() -> None:
+    budgets = (16, 32, 64, 128, 256, 512, 1024)
+    plan = SweepPlan(budgets, ("a", "b", "c"), rounds=3, warmup_rounds=1, seed=7)
+    items = list(plan)
+    assert len(items) == len(plan) == 4 * 7 * 3
+    assert items == list(SweepPlan(budgets, ("a", "b", "c"), rounds=3, warmup_rounds=1, seed=7))
+    assert [i.warmup for i in items[:21]] == [True] * 21 and not any(i.warmup for i in items[21:])
+    orders = [plan.budget_order(r) for r in range(-1, 3)]
+    for order in orders:
+        assert sorted(order) == list(budgets)
+    # A seeded shuffle: rounds differ from each other and from the sorted order.
+    assert len(set(orders)) > 1
+    assert SweepPlan(budgets, ("a",), seed=8).budget_order(0) != plan.budget_order(0) or (
+        SweepPlan(budgets, ("a",), seed=8).budget_order(1) != plan.budget_order(1)
+    )
+    # Each measured round visits every (budget, prompt) exactly once.
+    for r in range(3):
+        pairs = [(i.tree_budget, i.prompt_id) for i in items if i.round == r]
+        assert len(pairs) == len(set(pairs)) == 21
+
+
+def test_fixed_order_keeps_given_order() -> None:
+    plan = SweepPlan((64, 16, 256), ("a",), rounds=2, warmup_rounds=0, order="fixed")
+    assert [i.tree_budget for i in plan] == [64, 16, 256, 64, 16, 256]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"budgets": ()}, "budgets must not be empty"),
+        ({"budgets": (16, 0)}, "positive integers"),
+        ({"budgets": (16, 16)}, "duplicate budgets"),
+        ({"prompts": ()}, "prompts must not be empty"),
+        ({"rounds": 0}, "rounds must be >= 1, got 0"),
+        ({"warmup_rounds": -1}, "warmup_rounds must be >= 0, got -1"),
+        ({"order": "random"}, "order must be 'shuffled' or 'fixed', got 'random'"),
+    ],
+)
+def test_plan_rejects_bad_values(kwargs: dict[str, object], message: str) -> None:
+    args: dict[str, object] = {"budgets": (16, 32), "prompts": ("a",)} | kwargs
+    with pytest.raises(ValueError, match=message):
+        SweepPlan(**args)  # type: ignore[arg-type]
+
+
+def test_run_sweep_validates_warmups_and_records_timed_rounds() -> None:
+    plan = SweepPlan((16, 64), ("a", "b"), rounds=2, warmup_rounds=1, order="fixed")
+    seen: list[tuple[int, str]] = []
+
+    def request(budget: int, prompt: str) -> Completion:
+        seen.append((budget, prompt))
+        return make_completion(tree_budget=budget, prompt_id=prompt)
+
+    def validate(c: Completion) -> list[Violation]:
+        # Budget 64 is broken on prompt b: even its warm-up must show up.
+        if c.request.tree_budget == 64 and c.request.prompt_id == "b":
+            return [Violation("early-stop", "too short")]
+        return []
+
+    got = run_sweep(plan, request, validate)
+    assert len(seen) == 12
+    # 8 timed samples plus the invalid warm-up.
+    assert len(got) == 9
+    warm = [s for s in got if s.round < 0]
+    assert [(s.tree_budget, s.prompt_id, s.valid) for s in warm] == [(64, "b", False)]
+    assert sum(not s.valid for s in got) == 3
+
+
+def test_quantile_and_bootstrap_basics() -> None:
+    assert quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert quantile([5.0], 0.9) == 5.0
+    assert quantile([0.0, 10.0], 0.9) == pytest.approx(9.0)
+    data = [10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0]
+    ci = bootstrap_median_ci(data, seed=1)
+    assert ci is not None and ci[0] <= statistics.median(data) <= ci[1]
+    assert ci == bootstrap_median_ci(data, seed=1)
+    assert bootstrap_median_ci([3.0]) is None
+    diff = bootstrap_median_difference([100.0, 101, 99, 100, 102], [90.0, 91, 89, 90, 92])
+    assert diff is not None and diff[0] == -10.0 and diff[2] < 0
+
+
+def test_stats_use_valid_samples_only() -> None:
+    samples = synthetic_sweep({64: 900.0}, spread=1.0)
+    bad = SweepSample(
+        64, "essay", 3, False, codes=("early-stop",), decode_tokens_per_second=50000.0
+    )
+    st = budget_stats(64, [*samples, bad])
+    assert (st.valid, st.total) == (9, 10)
+    assert not st.all_valid
+    assert st.decode_median is not None and 880 < st.decode_median < 920
+    assert st.codes == {"early-stop": 1}
+    assert st.decode_q1 is not None and st.decode_q3 is not None
+    assert st.decode_q1 <= st.decode_median <= st.decode_q3
+
+
+def test_recommend_picks_peak_and_says_when_decisive() -> None:
+    means = {16: 500.0, 32: 700.0, 64: 900.0, 128: 650.0, 256: 400.0}
+    summary = summarize(synthetic_sweep(means, spread=10.0))
+    rec = summary.recommendation
+    assert rec.tree_budget == 64
+    assert rec.decisive and rec.tied == ()
+    assert "significantly faster" in rec.message
+    verdicts = {b.tree_budget: b.verdict for b in summary.budgets}
+    assert verdicts[64] == "best" and verdicts[32] == "slower"
+
+
+def test_recommend_reports_statistical_tie() -> None:
+    summary = summarize(synthetic_sweep({32: 700.0, 64: 905.0, 128: 900.0}, spread=40.0))
+    rec = summary.recommendation
+    assert rec.tree_budget in (64, 128)
+    assert not rec.decisive
+    assert set(rec.tied) == {64, 128} - {rec.tree_budget}
+    assert "Cannot be told apart" in rec.message
+    assert any(b.verdict == "tied with best" for b in summary.budgets)
+
+
+def test_invalid_budget_is_never_recommended_even_if_fastest() -> None:
+    samples = synthetic_sweep({32: 700.0, 64: 900.0, 128: 2000.0}, spread=10.0)
+    samples.append(SweepSample(128, "essay", 0, False, codes=("early-stop",)))
+    summary = summarize(samples)
+    assert summary.recommendation.tree_budget == 64
+    assert summary.recommendation.excluded == (128,)
+    assert "Excluded for invalid responses: 128" in summary.recommendation.message
+    assert summary.budgets[-1].verdict == "INVALID (early-stop)"
+
+
+def test_no_valid_budget_gives_plain_no_recommendation() -> None:
+    samples = [SweepSample(16, "a", 0, False, codes=("empty",))]
+    rec = summarize(samples).recommendation
+    assert rec.tree_budget is None
+    assert rec.message.startswith("No recommendation: no budget produced valid timed requests")
+
+
+def test_rank_breaks_throughput_ties_by_acceptance_length_not_rate() -> None:
+    # Equal medians: the budget with the longer acceptance length ranks first,
+    # although its acceptance *rate* (length / budget) is lower.
+    a = [
+        SweepSample(32, "p", r, True, decode_tokens_per_second=800.0, mean_acceptance_length=3.0)
+        for r in range(3)
+    ]
+    b = [
+        SweepSample(256, "p", r, True, decode_tokens_per_second=800.0, mean_acceptance_length=6.0)
+        for r in range(3)
+    ]
+    ranked = rank([budget_stats(32, a), budget_stats(256, b)])
+    assert [s.tree_budget for s in ranked] == [256, 32]
+
+
+def test_recommendation_is_deterministic_and_seeded() -> None:
+    samples = synthetic_sweep({32: 880.0, 64: 900.0}, spread=30.0)
+    assert summarize(samples, seed=3).to_json() == summarize(samples, seed=3).to_json()
+    assert recommend(summarize(samples).budgets).tree_budget == 64
+
+
+def test_merge_is_independent_of_worker_finish_order() -> None:
+    w0 = [SweepSample(64, "a", 0, True, worker="gw0"), SweepSample(16, "b", 1, True, worker="gw0")]
+    w1 = [SweepSample(16, "a", 0, True, worker="gw1")]
+    assert merge_samples(w0, w1) == merge_samples(w1, w0)
+    assert [(s.round, s.tree_budget) for s in merge_samples(w0, w1)] == [(0, 16), (0, 64), (1, 16)]
+
+
+def test_echoed_budget_mismatch_is_flagged_in_verdict() -> None:
+    samples = [
+        SweepSample(64, "a", r, True, decode_tokens_per_second=900.0 + r, echoed_tree_budget=16)
+        for r in range(3)
+    ]
+    st = summarize(samples).budgets[0]
+    assert st.echoed_mismatch == 3
+    assert "echoed budget differs" in st.verdict
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1"),
+        ("https://bob:hunter2@api.example.com/v1", "https://***@api.example.com/v1"),
+        ("https://h/v1?api_key=sk-123&region=eu", "https://h/v1?api_key=***&region=eu"),
+    ],
+)
+def test_redact_endpoint(url: str, expected: str) -> None:
+    assert redact_endpoint(url) == expected
+    assert "hunter2" not in redact_endpoint(url) and "sk-123" not in redact_endpoint(url)
