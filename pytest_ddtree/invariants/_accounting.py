@@ -1,0 +1,177 @@
+"""Checks on how much came back and how it was accounted for: empty output,
+early stop, finish reason, overrun and usage."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pytest_ddtree.invariants._context import Context, as_int, clip, excerpt
+from pytest_ddtree.violation import Violation
+
+
+def check_empty(ctx: Context) -> Iterator[Violation]:
+    """empty: a 2xx with neither content nor reasoning text."""
+    if not ctx.text.strip() and not ctx.reasoning.strip():
+        yield ctx.violation(
+            "empty",
+            f"HTTP {ctx.completion.status_code} with empty content"
+            + (" (whitespace only)" if ctx.text else ""),
+            finish_reason=ctx.finish,
+            completion_tokens=ctx.reported,
+        )
+
+
+def check_early_stop(ctx: Context) -> Iterator[Violation]:
+    """early-stop: ``stop`` after fewer content tokens than the test expects."""
+    if ctx.finish != "stop" or not ctx.text.strip():
+        return
+    threshold = ctx.min_tokens()
+    if threshold <= 0:
+        return
+    n, source = ctx.content_count()
+    if n >= threshold:
+        return
+    yield ctx.violation(
+        "early-stop",
+        f"finished with 'stop' after {n} token(s), expected at least {threshold}",
+        content=clip(ctx.text),
+        tokens=n,
+        min_tokens=threshold,
+        counted_by=source,
+    )
+
+
+def check_finish(ctx: Context) -> Iterator[Violation]:
+    """finish-reason, finish-lie and overrun."""
+    e = ctx.expect
+    finish = ctx.finish
+    streamed = ctx.completion.stream is not None
+    if finish is None:
+        # A stream without a finish chunk is reported by stream-integrity.
+        if not streamed:
+            yield ctx.violation("finish-reason", "the response has no finish_reason")
+    elif finish not in e.allowed_finish_reasons:
+        yield ctx.violation(
+            "finish-reason",
+            f"finish_reason {finish!r} is not one of {sorted(e.allowed_finish_reasons)}",
+            finish_reason=finish,
+        )
+    n, slack = ctx.tokens_for_limits()
+    limit = ctx.max_tokens
+    counted = "usage.completion_tokens" if ctx.reported is not None else ctx.count_source
+    if n is not None and limit is not None:
+        if finish == "length" and n < limit - slack:
+            yield ctx.violation(
+                "finish-reason",
+                f"finish_reason 'length' but only {n} of max_tokens={limit} tokens came back",
+                completion_tokens=n,
+                max_tokens=limit,
+                counted_by=counted,
+            )
+        if finish == "stop" and n >= limit + slack:
+            yield ctx.violation(
+                "finish-lie",
+                f"finish_reason 'stop' although {n} tokens reached max_tokens={limit}",
+                completion_tokens=n,
+                max_tokens=limit,
+                counted_by=counted,
+                tail=clip(ctx.text[-80:]),
+            )
+        if n > limit + slack:
+            yield ctx.violation(
+                "overrun",
+                f"{n} completion tokens exceed max_tokens={limit}",
+                completion_tokens=n,
+                max_tokens=limit,
+                counted_by=counted,
+            )
+    eos = e.eos_token
+    if eos and eos in ctx.text:
+        at = ctx.text.find(eos)
+        after = ctx.text[at + len(eos) :]
+        if after.strip():
+            yield ctx.violation(
+                "overrun",
+                f"{len(after)} characters of text after the end-of-sequence token {eos!r}",
+                excerpt=excerpt(ctx.text, at, at + len(eos)),
+                after_eos=clip(after, 80),
+            )
+
+
+def overrun_after_eos(ctx: Context) -> bool:
+    """Whether the content continues past the end-of-sequence token."""
+    eos = ctx.expect.eos_token
+    if not eos or eos not in ctx.text:
+        return False
+    return bool(ctx.text[ctx.text.find(eos) + len(eos) :].strip())
+
+
+def check_usage(ctx: Context) -> Iterator[Violation]:
+    """usage-mismatch: the usage block against itself and against the text."""
+    usage = ctx.completion.usage
+    if usage is None:
+        return
+    e = ctx.expect
+    prompt = as_int(usage.prompt_tokens)
+    completion = as_int(usage.completion_tokens)
+    total = as_int(usage.total_tokens)
+    reasoning = as_int(usage.reasoning_tokens)
+    if (
+        prompt is not None
+        and completion is not None
+        and total is not None
+        and total != prompt + completion
+    ):
+        yield ctx.violation(
+            "usage-mismatch",
+            f"total_tokens {total} != prompt_tokens {prompt} + completion_tokens {completion}",
+            total_tokens=total,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+        )
+    if reasoning is not None and completion is not None and reasoning > completion:
+        yield ctx.violation(
+            "usage-mismatch",
+            f"reasoning_tokens {reasoning} > completion_tokens {completion}",
+            reasoning_tokens=reasoning,
+            completion_tokens=completion,
+        )
+    for name, value in (
+        ("prompt_tokens", prompt),
+        ("completion_tokens", completion),
+        ("total_tokens", total),
+        ("reasoning_tokens", reasoning),
+    ):
+        if value is not None and value < 0:
+            yield ctx.violation("usage-mismatch", f"{name} is negative ({value})")
+    if completion is None:
+        return
+    local = ctx.local_total()
+    if local is None:
+        return
+    has_reasoning = bool(ctx.reasoning)
+    if ctx.count_exact:
+        # think tags and the newlines around them are counted by the server but
+        # are not part of reasoning_content
+        allowed = e.usage_tolerance_abs + e.usage_tolerance * max(completion, local)
+        allowed += 3 if has_reasoning else 0
+        off = abs(completion - local) > allowed
+        bound = f"±{allowed:.0f}"
+    else:
+        ratio = e.approx_usage_ratio
+        off = (
+            completion > local * ratio + e.usage_tolerance_abs
+            or local > completion * ratio + e.usage_tolerance_abs
+        )
+        bound = f"within a factor {ratio:g}"
+    if off:
+        what = "content + reasoning" if has_reasoning else "content"
+        yield ctx.violation(
+            "usage-mismatch",
+            f"usage.completion_tokens {completion} but the {what} counts {local} "
+            f"tokens (expected {bound})",
+            completion_tokens=completion,
+            local_count=local,
+            counted_by=ctx.count_source,
+            content=clip(ctx.text, 80),
+        )

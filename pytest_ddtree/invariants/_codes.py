@@ -1,0 +1,48 @@
+"""The stable violation codes and their one-line meanings.
+
+Tests, ``--ddtree-skip-check``, reports and the documentation all key on these
+strings, so a code is never renamed once released; new checks add new codes.
+"""
+
+from __future__ import annotations
+
+CODES: dict[str, str] = {
+    "http-error": "the request did not complete: non-2xx status, transport failure or deadline",
+    "empty": "HTTP 200 with no content and no reasoning text",
+    "schema": "a response, stream chunk or stats block does not match the shipped JSON Schema",
+    "early-stop": "finished with 'stop' after fewer tokens than the test expects",
+    "finish-reason": (
+        "finish_reason missing or not allowed, or 'length' while fewer than max_tokens came back"
+    ),
+    "finish-lie": "finish_reason 'stop' although max_tokens was reached",
+    "overrun": "more tokens than max_tokens, or text after the end-of-sequence token",
+    "role-leak": "chat-template role text in content ('user:', '<|im_start|>user', '[INST]', ...)",
+    "special-token-leak": "special tokens in content ('<|im_end|>', '<|endoftext|>', ...)",
+    "reasoning-leak": (
+        "reasoning in content ('<think>', 'Thinking Process:') or reasoning while thinking is off"
+    ),
+    "reasoning-only": "all text in reasoning_content and none in content",
+    "usage-mismatch": (
+        "usage disagrees with the text or with itself (counts off, total != prompt + completion, "
+        "reasoning > completion)"
+    ),
+    "degenerate": "a token or phrase repeated over most of a long output",
+    "non-printable": "mostly control, unassigned or replacement characters",
+    "budget-mismatch": "the tree budget the server echoes differs from the one requested",
+    "stats-inconsistent": (
+        "speculation statistics contradict each other or the output "
+        "(acceptance outside 1..block_size+1, fewer tokens than acceptance x rounds)"
+    ),
+    "stats-inflated": (
+        "self-reported acceptance or throughput higher than what the client observed"
+    ),
+    "stream-integrity": (
+        "broken event stream: no [DONE], not exactly one finish chunk, unparseable chunk"
+    ),
+    "stream-error": "an in-band error event inside a 200 stream",
+    "nondeterministic": "the same temperature-0 request gave different output",
+    "budget-ignored": (
+        "no echoed budget and timing and acceptance indistinguishable across every budget"
+    ),
+}
+"""Every stable code mapped to a one-line meaning (documentation is generated from it)."""

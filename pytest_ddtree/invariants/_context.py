@@ -1,0 +1,166 @@
+"""Per-call state shared by the checks: the completion, the expectation, and
+token counts computed at most once."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pytest_ddtree.completion import Completion
+from pytest_ddtree.invariants._expectation import DEFAULT_MIN_TOKENS, Expectation
+from pytest_ddtree.tokens import ApproxCounter, TokenCounter
+from pytest_ddtree.violation import Violation
+
+_UNSET: Any = object()
+
+
+def flat(text: str) -> str:
+    """``text`` on one line: newlines, carriage returns and tabs made visible."""
+    return text.replace("\r", "\\r").replace("\n", "\\n").replace("\t", "\\t")
+
+
+def excerpt(text: str, start: int, end: int, width: int = 40) -> str:
+    """The match ``text[start:end]`` marked as »match« with ``width`` characters
+    of context either side, on one line."""
+    lo = max(0, start - width)
+    hi = min(len(text), end + width)
+    pre = "…" if lo > 0 else ""
+    post = "…" if hi < len(text) else ""
+    return f"{pre}{flat(text[lo:start])}»{flat(text[start:end])}«{flat(text[end:hi])}{post}"
+
+
+def clip(text: str, limit: int = 160) -> str:
+    """One-line excerpt of ``text``, at most ``limit`` characters."""
+    one = flat(text)
+    return one if len(one) <= limit else one[: limit - 1] + "…"
+
+
+def as_int(value: object) -> int | None:
+    """``value`` when it is a real integer (not a bool), else None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return None
+
+
+def as_float(value: object) -> float | None:
+    """``value`` as a finite float when it is a number (not a bool), else None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        f = float(value)
+        return f if math.isfinite(f) else None
+    return None
+
+
+class Context:
+    """One ``check`` call: inputs normalised so no check has to distrust types."""
+
+    def __init__(
+        self, completion: Completion, expectation: Expectation, counter: TokenCounter | None
+    ) -> None:
+        self.completion = completion
+        self.expect = expectation
+        self.counter = counter
+        text = completion.text
+        self.text: str = text if isinstance(text, str) else ""
+        reasoning = completion.reasoning_text
+        self.reasoning: str = reasoning if isinstance(reasoning, str) else ""
+        finish = completion.finish_reason
+        self.finish: str | None = finish if isinstance(finish, str) else None
+        try:
+            self.request = completion.request.describe()
+        except Exception:  # a malformed request must not hide the other findings
+            self.request = repr(completion.request)
+        req_max = as_int(getattr(completion.request, "max_tokens", None))
+        self.max_tokens: int | None = (
+            expectation.max_tokens if expectation.max_tokens is not None else req_max
+        )
+        usage = completion.usage
+        self.reported: int | None = as_int(usage.completion_tokens) if usage is not None else None
+        self._content_count: Any = _UNSET
+        self._local_total: Any = _UNSET
+
+    def violation(self, code: str, message: str, **evidence: Any) -> Violation:
+        """A Violation of ``code`` carrying this call's request description
+        (evidence entries that are None are left out)."""
+        kept = {k: v for k, v in evidence.items() if v is not None}
+        return Violation(code=code, message=message, evidence=kept, request=self.request)
+
+    @property
+    def count_exact(self) -> bool:
+        """Whether local counts come from a real tokenizer (not an approximation)."""
+        if self.counter is not None:
+            return bool(self.counter.exact)
+        source = self.completion.token_count_source
+        return (
+            isinstance(source, str)
+            and source not in ("none", "")
+            and not (source.startswith("approx"))
+        )
+
+    @property
+    def count_source(self) -> str:
+        """Where local counts come from, for evidence."""
+        if self.counter is not None:
+            return str(self.counter.source)
+        return str(self.completion.token_count_source)
+
+    def _count(self, text: str) -> int | None:
+        if self.counter is None:
+            return None
+        if not text:
+            return 0
+        try:
+            n = self.counter.count(text)
+        except Exception:  # an unreachable /tokenize must not turn into a test error
+            return None
+        return as_int(n)
+
+    def local_total(self) -> int | None:
+        """Local count of content plus reasoning text, or None when unavailable."""
+        if self._local_total is _UNSET:
+            total: int | None = None
+            if self.counter is not None:
+                a = self._count(self.text)
+                b = self._count(self.reasoning)
+                total = None if a is None or b is None else a + b
+            if total is None:
+                total = as_int(self.completion.local_completion_tokens)
+            self._local_total = total
+        result: int | None = self._local_total
+        return result
+
+    def content_count(self) -> tuple[int, str]:
+        """Tokens in the content alone (no reasoning) and where the figure came from."""
+        if self._content_count is _UNSET:
+            n: int | None = self._count(self.text) if self.counter is not None else None
+            source = self.count_source
+            if n is None and not self.reasoning.strip():
+                n = as_int(self.completion.local_completion_tokens)
+                source = str(self.completion.token_count_source)
+                if n is None:
+                    n, source = self.reported, "usage.completion_tokens"
+            if n is None:
+                approx = ApproxCounter()
+                n, source = approx.count(self.text), approx.source
+            self._content_count = (n, source)
+        result: tuple[int, str] = self._content_count
+        return result
+
+    def tokens_for_limits(self) -> tuple[int | None, int]:
+        """Completion tokens to compare with ``max_tokens`` and the slack to allow.
+
+        The server's own count is exact (slack 0); a local exact count of decoded
+        text may drift by a few tokens; an approximation is not used at all.
+        """
+        if self.reported is not None:
+            return self.reported, 0
+        if self.count_exact:
+            return self.local_total(), int(self.expect.usage_tolerance_abs)
+        return None, 0
+
+    def min_tokens(self) -> int:
+        """The early-stop threshold in force."""
+        if self.expect.min_tokens is not None:
+            return self.expect.min_tokens
+        if self.max_tokens is not None:
+            return min(DEFAULT_MIN_TOKENS, self.max_tokens)
+        return DEFAULT_MIN_TOKENS

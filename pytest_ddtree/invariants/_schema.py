@@ -1,0 +1,159 @@
+"""schema: responses and stream chunks against the JSON Schemas shipped in
+``pytest_ddtree/schemas``.
+
+Validators are built once per process, on first use. A stream is validated in
+two tiers to stay cheap on long outputs: the first and last chunks, every chunk
+with a ``finish_reason``, ``usage`` or ``ddtree_stats``, and one chunk in
+``_SAMPLE_EVERY`` get the full schema; every chunk gets a structural check
+(object type, ``choices`` list, ``delta``/``text`` types), which is where a
+malformed middle chunk shows up.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError, best_match
+from referencing import Registry, Resource
+
+from pytest_ddtree.invariants._context import Context, clip
+from pytest_ddtree.violation import Violation
+
+SCHEMA_NAMES = (
+    "usage",
+    "ddtree_stats",
+    "error",
+    "chat.completion",
+    "text_completion",
+    "chat.completion.chunk",
+    "text_completion.chunk",
+)
+"""Every schema shipped, by file stem."""
+
+_SAMPLE_EVERY = 64
+
+
+def load_schema(name: str) -> dict[str, Any]:
+    """The parsed JSON Schema ``name`` (a file stem from ``SCHEMA_NAMES``)."""
+    if name not in SCHEMA_NAMES:
+        raise ValueError(f"unknown schema {name!r}; known: {', '.join(SCHEMA_NAMES)}")
+    text = resources.files("pytest_ddtree").joinpath(f"schemas/{name}.json").read_text("utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+@cache
+def _registry() -> Registry:
+    resources_ = [
+        (load_schema(n)["$id"], Resource.from_contents(load_schema(n))) for n in SCHEMA_NAMES
+    ]
+    registry: Registry = Registry().with_resources(resources_)
+    return registry
+
+
+@cache
+def validator(name: str) -> Draft202012Validator:
+    """The compiled validator for schema ``name``, built once per process."""
+    return Draft202012Validator(load_schema(name), registry=_registry())
+
+
+def schema_errors(name: str, instance: Any) -> str | None:
+    """The most relevant validation error as one line, or None when valid."""
+    err = best_match(validator(name).iter_errors(instance))
+    return None if err is None else _describe(err)
+
+
+def _describe(err: ValidationError) -> str:
+    where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
+    return f"{where}: {clip(err.message, 160)}"
+
+
+def _chunk_shape(chunk: Any, obj: str, chat: bool) -> str | None:
+    """Cheap structural check of one stream chunk; a message when malformed."""
+    if type(chunk) is not dict:
+        return f"chunk is a {type(chunk).__name__}, not an object"
+    if chunk.get("object") != obj:
+        return f"object: {chunk.get('object')!r} is not {obj!r}"
+    choices = chunk.get("choices")
+    if type(choices) is not list:
+        return "choices: not an array"
+    for i, choice in enumerate(choices):
+        if type(choice) is not dict:
+            return f"choices/{i}: not an object"
+        if chat:
+            delta = choice.get("delta")
+            if type(delta) is not dict:
+                return f"choices/{i}/delta: not an object"
+            content = delta.get("content")
+            if content is not None and type(content) is not str:
+                return f"choices/{i}/delta/content: not a string"
+        elif type(choice.get("text")) is not str:
+            return f"choices/{i}/text: not a string"
+    return None
+
+
+def _needs_full(chunk: dict[str, Any]) -> bool:
+    if chunk.get("usage") is not None or "ddtree_stats" in chunk:
+        return True
+    choices = chunk.get("choices")
+    if isinstance(choices, list):
+        for choice in choices:
+            if isinstance(choice, dict) and choice.get("finish_reason") is not None:
+                return True
+    return False
+
+
+def _is_error_event(item: Any) -> bool:
+    return isinstance(item, Mapping) and "error" in item and "choices" not in item
+
+
+def check_schema(ctx: Context) -> Iterator[Violation]:
+    """schema: ``completion.raw`` against the schema of its API and mode."""
+    c = ctx.completion
+    chat = getattr(c.request, "api", "chat") != "completions"
+    raw = c.raw
+    if c.stream is None and not isinstance(raw, list):
+        name = "chat.completion" if chat else "text_completion"
+        if raw is None:
+            yield ctx.violation("schema", f"no JSON body to validate against {name}")
+            return
+        problem = schema_errors(name, raw)
+        if problem is not None:
+            yield ctx.violation(
+                "schema", f"response does not match {name}: {problem}", body=clip(repr(raw), 200)
+            )
+        return
+    if not isinstance(raw, list):
+        yield ctx.violation(
+            "schema", f"stream chunks are a {type(raw).__name__}, expected a list of chunks"
+        )
+        return
+    name = "chat.completion.chunk" if chat else "text_completion.chunk"
+    obj = "chat.completion.chunk" if chat else "text_completion"
+    chunks = [item for item in raw if not _is_error_event(item)]
+    last = len(chunks) - 1
+    bad = 0
+    first_problem: tuple[int, str, Any] | None = None
+    for i, chunk in enumerate(chunks):
+        problem = _chunk_shape(chunk, obj, chat)
+        if problem is None and (
+            i == 0 or i == last or i % _SAMPLE_EVERY == 0 or _needs_full(chunk)
+        ):
+            problem = schema_errors(name, chunk)
+        if problem is not None:
+            bad += 1
+            if first_problem is None:
+                first_problem = (i, problem, chunk)
+    if first_problem is not None:
+        i, problem, chunk = first_problem
+        yield ctx.violation(
+            "schema",
+            f"{bad} stream chunk(s) do not match {name}; chunk {i}: {problem}",
+            chunk=clip(repr(chunk), 200),
+            chunks=len(chunks),
+        )

@@ -1,0 +1,136 @@
+"""Checks on the speculation statistics the server reports (SpecStats)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pytest_ddtree.invariants._context import Context, as_float, as_int
+from pytest_ddtree.violation import Violation
+
+
+def check_stats(ctx: Context) -> Iterator[Violation]:
+    """budget-mismatch, stats-inconsistent and stats-inflated."""
+    stats = ctx.completion.stats
+    if stats is None:
+        return
+    e = ctx.expect
+    expected = e.expected_tree_budget
+    if expected is None:
+        expected = as_int(getattr(ctx.completion.request, "tree_budget", None))
+    echoed = as_int(stats.tree_budget)
+    if expected is not None and echoed is not None and echoed != expected:
+        yield ctx.violation(
+            "budget-mismatch",
+            f"server used tree_budget={echoed}, the request asked for {expected}",
+            requested=expected,
+            echoed=echoed,
+            dialect=stats.dialect,
+        )
+
+    tau = as_float(stats.mean_acceptance_length)
+    rounds = as_int(stats.decode_rounds)
+    block = e.block_size if e.block_size is not None else as_int(stats.block_size)
+    raw_tau = stats.mean_acceptance_length
+    if raw_tau is not None and tau is None:
+        yield ctx.violation(
+            "stats-inconsistent", f"mean acceptance length is not a finite number: {raw_tau!r}"
+        )
+    # 0/0 rounds make the mean undefined; servers then report 0
+    if tau is not None and tau < 1.0 - 1e-9 and rounds != 0:
+        yield ctx.violation(
+            "stats-inconsistent",
+            f"mean acceptance length {tau:g} < 1 (every round commits at least the bonus token)",
+            mean_acceptance_length=tau,
+        )
+    if tau is not None and block is not None and tau > block + 1 + 1e-9:
+        yield ctx.violation(
+            "stats-inconsistent",
+            f"mean acceptance length {tau:g} > block_size + 1 = {block + 1}",
+            mean_acceptance_length=tau,
+            block_size=block,
+        )
+    if rounds is not None and rounds < 0:
+        yield ctx.violation("stats-inconsistent", f"decode_rounds is negative ({rounds})")
+    n, _slack = ctx.tokens_for_limits()
+    if n is not None and rounds is not None:
+        if rounds == 0 and n >= 2:
+            yield ctx.violation(
+                "stats-inconsistent",
+                f"0 decode rounds reported for {n} completion tokens",
+                completion_tokens=n,
+            )
+        elif rounds > 0 and tau is not None and tau >= 1.0:
+            committed = tau * rounds
+            # rounding of a reported mean (2 decimals) scales with the rounds
+            allowed = e.stats_tolerance_abs + e.stats_tolerance * n + 0.005 * rounds
+            evidence = {
+                "mean_acceptance_length": tau,
+                "decode_rounds": rounds,
+                "acceptance_x_rounds": round(committed, 1),
+                "completion_tokens": n,
+                "observed_acceptance": round(n / rounds, 3),
+            }
+            if committed > n + allowed:
+                yield ctx.violation(
+                    "stats-inflated",
+                    f"acceptance {tau:g} x {rounds} rounds claims {committed:.0f} tokens, "
+                    f"{n} came back ({n / rounds:.2f} per round)",
+                    **evidence,
+                )
+            elif committed < n - allowed:
+                yield ctx.violation(
+                    "stats-inconsistent",
+                    f"acceptance {tau:g} x {rounds} rounds = {committed:.0f} tokens, "
+                    f"but {n} came back",
+                    **evidence,
+                )
+    accepted = as_int(stats.num_accepted_draft_tokens)
+    drafted = as_int(stats.num_draft_tokens)
+    if accepted is not None and drafted is not None and accepted > drafted:
+        yield ctx.violation(
+            "stats-inconsistent",
+            f"{accepted} accepted draft tokens > {drafted} drafted",
+            num_accepted_draft_tokens=accepted,
+            num_draft_tokens=drafted,
+        )
+    yield from _check_rate(ctx)
+
+
+def _check_rate(ctx: Context) -> Iterator[Violation]:
+    stats = ctx.completion.stats
+    assert stats is not None
+    raw_tps = stats.server_tokens_per_second
+    server_tps = as_float(raw_tps)
+    if raw_tps is not None and (server_tps is None or server_tps < 0):
+        yield ctx.violation(
+            "stats-inconsistent", f"server tokens/s is not a number >= 0: {raw_tps!r}"
+        )
+        return
+    if server_tps is None or server_tps == 0:
+        return
+    e = ctx.expect
+    timings = ctx.completion.timings
+    times = timings.chunk_times
+    if len(times) < max(2, e.tps_min_chunks):
+        return
+    span = times[-1] - times[0]
+    if span < e.tps_min_seconds:
+        return
+    try:
+        client_tps = ctx.completion.decode_tokens_per_second
+    except Exception:  # inconsistent timing tuples: nothing to compare
+        return
+    if client_tps is None or client_tps <= 0:
+        return
+    ratio = server_tps / client_tps
+    if ratio > e.tps_tolerance:
+        yield ctx.violation(
+            "stats-inflated",
+            f"server reports {server_tps:.1f} tokens/s, the client measured {client_tps:.1f} "
+            f"({ratio:.2f}x, tolerance {e.tps_tolerance:g}x)",
+            server_tokens_per_second=round(server_tps, 2),
+            client_decode_tokens_per_second=round(client_tps, 2),
+            ratio=round(ratio, 3),
+            chunks=len(times),
+            decode_seconds=round(span, 4),
+        )

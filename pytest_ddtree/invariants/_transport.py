@@ -1,0 +1,89 @@
+"""Checks on the exchange itself: HTTP status, transport errors, the event stream."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pytest_ddtree.invariants._context import Context, as_int, clip
+from pytest_ddtree.violation import Violation
+
+
+def _error_message(event: Any) -> str:
+    if isinstance(event, Mapping):
+        err = event.get("error", event)
+        if isinstance(err, Mapping):
+            msg = err.get("message")
+            kind = err.get("type") or err.get("code")
+            if msg is not None:
+                return f"{msg} ({kind})" if kind else str(msg)
+        return clip(repr(dict(event)), 200)
+    return clip(repr(event), 200)
+
+
+def check_stream(ctx: Context) -> Iterator[Violation]:
+    """stream-integrity and stream-error from the completion's StreamInfo."""
+    info = ctx.completion.stream
+    if info is None:
+        return
+    errors = tuple(info.error_events or ())
+    if errors:
+        yield ctx.violation(
+            "stream-error",
+            f"in-band error event in the stream: {_error_message(errors[0])}",
+            error_events=len(errors),
+            first_error=_error_message(errors[0]),
+        )
+    parse_errors = tuple(info.parse_errors or ())
+    if parse_errors:
+        yield ctx.violation(
+            "stream-integrity",
+            f"{len(parse_errors)} stream event(s) did not parse as JSON",
+            first=clip(str(parse_errors[0]), 200),
+        )
+    events = as_int(info.events)
+    if events == 0:
+        yield ctx.violation("stream-integrity", "the stream carried no events")
+        return
+    if not info.done_seen:
+        yield ctx.violation(
+            "stream-integrity",
+            "the stream ended without 'data: [DONE]'",
+            events=events,
+            finish_chunks=info.finish_chunks,
+        )
+    finish_chunks = as_int(info.finish_chunks)
+    # An aborted stream has no finish chunk for a reason already reported.
+    if finish_chunks is not None and finish_chunks != 1 and not (errors and finish_chunks == 0):
+        yield ctx.violation(
+            "stream-integrity",
+            f"{finish_chunks} chunks carried a finish_reason, expected exactly 1",
+            finish_chunks=finish_chunks,
+            events=events,
+        )
+
+
+def check_http(ctx: Context, stream_explained: bool) -> Iterator[Violation]:
+    """http-error: non-2xx, or a failure the stream checks did not already explain."""
+    c = ctx.completion
+    status = as_int(c.status_code)
+    body = c.raw
+    detail = _error_message(body) if isinstance(body, Mapping) and "error" in body else None
+    if status is None or not 200 <= status < 300:
+        yield ctx.violation(
+            "http-error",
+            f"HTTP {status}"
+            + (f": {detail}" if detail else "")
+            + (f" ({c.error})" if c.error else ""),
+            status=status,
+            error=c.error,
+            body=clip(repr(body), 200) if body is not None and not detail else detail,
+        )
+    elif c.error is not None and not stream_explained:
+        yield ctx.violation(
+            "http-error",
+            f"request failed: {clip(str(c.error), 200)}",
+            status=status,
+            error=str(c.error),
+            received=clip(ctx.text, 80),
+        )

@@ -1,0 +1,233 @@
+"""Token counting: a local ``tokenizer.json``, the server's ``/tokenize``, or an
+approximation.
+
+Counts are of decoded text without special tokens added (no BOS), which is what
+a server's ``usage.completion_tokens`` measures up to an end-of-sequence token.
+Nothing here downloads anything: a tokenizer is read from a file the user names.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import httpx
+
+_CACHE_SIZE = 2048
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Counts tokens of text. ``exact`` is False for approximations."""
+
+    source: str
+    exact: bool
+    special_tokens: tuple[str, ...]
+
+    def count(self, text: str) -> int:
+        """Number of tokens in ``text`` (no special tokens added)."""
+        ...
+
+    def encode(self, text: str) -> list[int] | None:
+        """Token ids of ``text``, or None when the counter is not exact."""
+        ...
+
+
+class _LRU:
+    """A small bounded cache: the same text is often counted by several checks
+    and by the client, and encoding is the costly part of a check run."""
+
+    def __init__(self, size: int = _CACHE_SIZE) -> None:
+        self._data: OrderedDict[str, list[int]] = OrderedDict()
+        self._size = size
+
+    def get(self, key: str) -> list[int] | None:
+        value = self._data.get(key)
+        if value is not None:
+            self._data.move_to_end(key)
+        return value
+
+    def put(self, key: str, value: list[int]) -> None:
+        self._data[key] = value
+        if len(self._data) > self._size:
+            self._data.popitem(last=False)
+
+
+class TokenizerCounter:
+    """Exact counts from a local ``tokenizer.json`` with the ``tokenizers`` library."""
+
+    exact = True
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        from tokenizers import Tokenizer
+
+        file = Path(path)
+        if file.is_dir():
+            file = file / "tokenizer.json"
+        if not file.is_file():
+            raise ValueError(f"tokenizer file not found: {str(path)!r}")
+        try:
+            self._tokenizer: Any = Tokenizer.from_file(str(file))
+        except Exception as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ValueError(f"not a valid tokenizer.json: {str(file)!r} ({first})") from None
+        self.path = file
+        self.source = f"tokenizer.json ({file})"
+        self.special_tokens = _special_tokens_of(self._tokenizer)
+        self._cache = _LRU()
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` without added special tokens."""
+        ids = self._cache.get(text)
+        if ids is None:
+            ids = list(self._tokenizer.encode(text, add_special_tokens=False).ids)
+            self._cache.put(text, ids)
+        return ids
+
+    def count(self, text: str) -> int:
+        """Number of tokens in ``text``."""
+        return len(self.encode(text)) if text else 0
+
+
+def _special_tokens_of(tokenizer: Any) -> tuple[str, ...]:
+    found: list[str] = []
+    try:
+        decoder = tokenizer.get_added_tokens_decoder()
+    except Exception:  # older tokenizers releases lack this accessor
+        return ()
+    for _id, added in sorted(decoder.items()):
+        if getattr(added, "special", False):
+            content = getattr(added, "content", None)
+            if isinstance(content, str) and content:
+                found.append(content)
+    return tuple(found)
+
+
+class ServerCounter:
+    """Exact counts from the endpoint's ``POST {root}/tokenize``, cached per text.
+
+    The request body is ``{"prompt": text, "add_special_tokens": false}``; the
+    answer must carry ``count`` (an integer) or ``tokens`` (a list of ids).
+    """
+
+    exact = True
+    special_tokens: tuple[str, ...] = ()
+
+    def __init__(self, root_url: str, client: httpx.Client | None = None) -> None:
+        self.root_url = root_url.rstrip("/")
+        self.url = f"{self.root_url}/tokenize"
+        self.source = f"server {self.url}"
+        self._client = client if client is not None else httpx.Client(timeout=10.0)
+        self._cache = _LRU()
+        self._counts: OrderedDict[str, int] = OrderedDict()
+
+    def _ask(self, text: str) -> tuple[int, list[int] | None]:
+        response = self._client.post(self.url, json={"prompt": text, "add_special_tokens": False})
+        if response.status_code != 200:
+            raise RuntimeError(f"{self.url} answered HTTP {response.status_code}")
+        data = response.json()
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        ids = (
+            [int(t) for t in tokens]
+            if isinstance(tokens, list) and all(isinstance(t, int) for t in tokens)
+            else None
+        )
+        count = data.get("count") if isinstance(data, dict) else None
+        if isinstance(count, int) and not isinstance(count, bool):
+            return count, ids
+        if ids is not None:
+            return len(ids), ids
+        raise RuntimeError(f"{self.url} answered without 'count' or 'tokens'")
+
+    def encode(self, text: str) -> list[int] | None:
+        """Token ids from the server, or None when it reports only a count."""
+        ids = self._cache.get(text)
+        if ids is None:
+            count, ids = self._ask(text)
+            self._remember(text, count)
+            if ids is not None:
+                self._cache.put(text, ids)
+        return ids
+
+    def count(self, text: str) -> int:
+        """Number of tokens in ``text`` according to the server."""
+        if not text:
+            return 0
+        cached = self._counts.get(text)
+        if cached is not None:
+            return cached
+        count, ids = self._ask(text)
+        self._remember(text, count)
+        if ids is not None:
+            self._cache.put(text, ids)
+        return count
+
+    def _remember(self, text: str, count: int) -> None:
+        self._counts[text] = count
+        if len(self._counts) > _CACHE_SIZE:
+            self._counts.popitem(last=False)
+
+
+_WORD = re.compile(r"\S+")
+
+
+class ApproxCounter:
+    """An approximation for when no tokenizer is available.
+
+    ``max(ceil(words * 4 / 3), ceil(chars / 4))``: English BPE tokenizers give
+    about 4/3 tokens per word and 4 characters per token; the larger of the two
+    holds up better on code and punctuation-heavy text. Checks that need exact
+    counts skip or widen their tolerance when ``exact`` is False.
+    """
+
+    exact = False
+    source = "approximation (max(words*4/3, chars/4))"
+    special_tokens: tuple[str, ...] = ()
+
+    def count(self, text: str) -> int:
+        """Approximate number of tokens in ``text``."""
+        if not text:
+            return 0
+        words = sum(1 for _ in _WORD.finditer(text))
+        return max(math.ceil(words * 4 / 3), math.ceil(len(text) / 4))
+
+    def encode(self, text: str) -> None:
+        """Always None: an approximation has no token ids."""
+        return None
+
+
+def load_counter(
+    spec: str, *, root_url: str | None = None, client: httpx.Client | None = None
+) -> TokenCounter:
+    """Build a counter from a ``--ddtree-tokenizer`` value.
+
+    ``spec`` is a path to a ``tokenizer.json`` (or a directory holding one),
+    ``"server"`` for the endpoint's ``/tokenize`` (needs ``root_url``, the server
+    root without ``/v1``), or ``"none"`` for the approximation. A missing or
+    invalid file raises ``ValueError`` with one line naming it.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(
+            f"tokenizer: expected a tokenizer.json path, 'server' or 'none', got {spec!r}"
+        )
+    value = spec.strip()
+    if value.lower() == "none":
+        return ApproxCounter()
+    if value.lower() == "server":
+        if not root_url:
+            raise ValueError("tokenizer 'server' needs the endpoint's root URL")
+        return ServerCounter(root_url, client)
+    return TokenizerCounter(os.path.expanduser(value))
+
+
+def server_supports_tokenize(root_url: str, client: httpx.Client) -> bool:
+    """True when ``POST {root_url}/tokenize`` answers a probe with a usable count."""
+    try:
+        counter = ServerCounter(root_url, client)
+        return counter.count("Hello, world.") > 0
+    except Exception:  # any failure just means "no usable /tokenize"
+        return False
