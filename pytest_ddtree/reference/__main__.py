@@ -1,0 +1,190 @@
+"""Command line of the reference server: ``python -m pytest_ddtree.reference``."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from typing import NoReturn
+
+from .cost import CostModel
+from .faults import FAULTS, SPECULATION_FAULTS, TEMPLATE_FAULTS
+from .server import STATS_DIALECTS, ServerOptions, announce, serve
+
+__all__ = ["build_parser", "main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # one line naming the bad value, as every bad input in this project
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _fault_help() -> str:
+    lines = ["faults (--fault NAME, repeatable; or per request: header X-DDTree-Fault: a,b):"]
+    for name, desc in FAULTS.items():
+        kind = (
+            " [template]"
+            if name in TEMPLATE_FAULTS
+            else " [speculation]"
+            if name in SPECULATION_FAULTS
+            else ""
+        )
+        lines.append(f"  {name}{kind}: {desc}")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (also used to document the options)."""
+    p = _Parser(
+        prog="ddtree-reference-server",
+        description=(
+            "Embedded reference DDTree server: an OpenAI-compatible endpoint backed by a small "
+            "n-gram target model and drafter with real tree-speculative decoding, a simulated "
+            "accelerator cost, and injectable faults."
+        ),
+        epilog=_fault_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    d = ServerOptions()
+    c = CostModel()
+    p.add_argument("--host", default=d.host, help="bind address (default %(default)s)")
+    p.add_argument("--port", type=int, default=d.port, help="port; 0 picks a free one")
+    p.add_argument(
+        "--target-only",
+        action="store_true",
+        help="plain target decoding (baseline): no drafter, no tree",
+    )
+    p.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="NAME",
+        choices=list(FAULTS),
+        help="inject a fault on every request (repeatable; see below)",
+    )
+    p.add_argument(
+        "--no-simulated-latency",
+        action="store_true",
+        help="do not wait the simulated accelerator time (fast tests)",
+    )
+    p.add_argument(
+        "--tree-budget",
+        type=int,
+        default=d.default_tree_budget,
+        help="default tree budget when a request has none (default %(default)s)",
+    )
+    p.add_argument(
+        "--block-size",
+        type=int,
+        default=d.block_size,
+        help="drafter block size; the tree is at most block-1 deep (default %(default)s)",
+    )
+    p.add_argument("--draft-ms", type=float, default=c.draft_ms, help="drafter cost per round")
+    p.add_argument(
+        "--verify-base-ms",
+        type=float,
+        default=c.verify_base_ms,
+        help="fixed cost of one verification pass",
+    )
+    p.add_argument(
+        "--verify-per-node-ms",
+        type=float,
+        default=c.verify_per_node_ms,
+        help="verification cost per tree node",
+    )
+    p.add_argument(
+        "--verify-quadratic-ms",
+        type=float,
+        default=c.verify_quadratic_ms,
+        help="verification cost per squared tree node count",
+    )
+    p.add_argument(
+        "--prefill-ms-per-token",
+        type=float,
+        default=c.prefill_ms_per_token,
+        help="prefill cost per prompt token",
+    )
+    p.add_argument(
+        "--slowdown",
+        type=float,
+        default=c.slowdown,
+        help="multiply every simulated cost by this factor",
+    )
+    p.add_argument(
+        "--seed", type=int, default=d.seed, help="server seed (sampling without a request seed)"
+    )
+    p.add_argument(
+        "--stats-dialect",
+        default=d.stats_dialect,
+        choices=STATS_DIALECTS,
+        help="where speculation statistics are reported (default %(default)s)",
+    )
+    p.add_argument(
+        "--hang-seconds",
+        type=float,
+        default=d.hang_seconds,
+        help="how long the 'hang' fault stalls (default %(default)s)",
+    )
+    p.add_argument("--model-id", default=d.model_id, help="model id served (default %(default)s)")
+    return p
+
+
+def options_from_args(ns: argparse.Namespace) -> ServerOptions:
+    """Map parsed arguments onto :class:`ServerOptions` (raises ValueError on bad values)."""
+    cost = CostModel(
+        draft_ms=ns.draft_ms,
+        verify_base_ms=ns.verify_base_ms,
+        verify_per_node_ms=ns.verify_per_node_ms,
+        verify_quadratic_ms=ns.verify_quadratic_ms,
+        prefill_ms_per_token=ns.prefill_ms_per_token,
+        slowdown=ns.slowdown,
+    )
+    return ServerOptions(
+        host=ns.host,
+        port=ns.port,
+        target_only=ns.target_only,
+        faults=tuple(ns.fault),
+        simulated_latency=not ns.no_simulated_latency,
+        default_tree_budget=ns.tree_budget,
+        block_size=ns.block_size,
+        cost=cost,
+        seed=ns.seed,
+        stats_dialect=ns.stats_dialect,
+        hang_seconds=ns.hang_seconds,
+        model_id=ns.model_id,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the server until interrupted or terminated."""
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    try:
+        options = options_from_args(ns)
+    except ValueError as e:
+        parser.error(str(e))
+    try:
+        httpd, stop_event = serve(options)
+    except OSError as e:
+        parser.exit(1, f"{parser.prog}: error: cannot listen on {ns.host}:{ns.port}: {e}\n")
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    print(announce(httpd), flush=True)
+    try:
+        httpd.serve_forever(poll_interval=0.05)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop_event.set()
+        httpd.server_close()
+        httpd.close_connections()
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,132 @@
+"""Simulated accelerator cost of the reference server, and the optimum it implies.
+
+A DDTree round costs one drafter pass plus one target verification pass over the whole tree.
+The verification cost grows with the number of tree nodes (linearly, plus an optional
+quadratic term for attention within the tree), so a bigger budget buys a longer accepted
+path at a higher price per round: decode throughput peaks at an intermediate budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["DEFAULT_PROMPTS", "CostModel", "optimal_budget"]
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Per-round cost, in milliseconds, of the simulated accelerator.
+
+    ``slowdown`` multiplies every figure (a slower machine, or a deliberate regression).
+    """
+
+    draft_ms: float = 0.8
+    verify_base_ms: float = 2.0
+    verify_per_node_ms: float = 0.012
+    verify_quadratic_ms: float = 0.0
+    prefill_ms_per_token: float = 0.02
+    slowdown: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in (
+            "draft_ms",
+            "verify_base_ms",
+            "verify_per_node_ms",
+            "verify_quadratic_ms",
+            "prefill_ms_per_token",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"CostModel.{name}: must be a number >= 0, got {value!r}")
+        if not isinstance(self.slowdown, (int, float)) or self.slowdown <= 0:
+            raise ValueError(f"CostModel.slowdown: must be a number > 0, got {self.slowdown!r}")
+
+    def draft_seconds(self) -> float:
+        """Cost of one drafter pass (one block, all positions at once)."""
+        return self.draft_ms * self.slowdown / 1000.0
+
+    def verify_seconds(self, nodes: int) -> float:
+        """Cost of one target pass verifying a tree of ``nodes`` non-root nodes."""
+        n = nodes + 1  # the root is verified too
+        ms = self.verify_base_ms + self.verify_per_node_ms * n + self.verify_quadratic_ms * n * n
+        return ms * self.slowdown / 1000.0
+
+    def round_seconds(self, nodes: int) -> float:
+        """Cost of one speculative round with a tree of ``nodes`` non-root nodes."""
+        return self.draft_seconds() + self.verify_seconds(nodes)
+
+    def target_round_seconds(self) -> float:
+        """Cost of one plain target decoding step (no drafter, a single token)."""
+        return self.verify_seconds(0)
+
+    def prefill_seconds(self, prompt_tokens: int) -> float:
+        """Cost of the prefill pass that also yields the first token."""
+        ms = self.prefill_ms_per_token * prompt_tokens + self.verify_base_ms
+        return ms * self.slowdown / 1000.0
+
+
+DEFAULT_PROMPTS: tuple[str, ...] = (
+    "Write a long essay about rivers and the valleys they shape.",
+    "Explain in detail how a computer network handles a request.",
+    "Write a detailed article about bees and their hives.",
+    "Describe at length how bread is baked in a small kitchen.",
+    "Write a long story about a train crossing the mountains.",
+    "Explain in detail how the weather changes along the coast.",
+)
+
+
+def optimal_budget(
+    budgets: Sequence[int],
+    prompts: Sequence[str] | None = None,
+    cost: CostModel | None = None,
+    max_tokens: int = 128,
+    block_size: int = 16,
+) -> tuple[int, dict[int, dict[str, float]]]:
+    """The budget with the highest expected decode throughput under ``cost``.
+
+    Runs the model (no waiting) on ``prompts`` at each budget, temperature 0, measures the
+    mean acceptance length of the decode rounds (the prefill round excluded, as a client's
+    decode rate excludes the first token) and the mean tree size, and divides tokens per
+    round by the cost model's seconds per round. Returns ``(best_budget, table)`` where
+    ``table[budget]`` has ``tau``, ``nodes``, ``round_ms`` and ``tok_per_sec``.
+    Deterministic: the same arguments always give the same answer.
+    """
+    from .model import get_model  # late: keeps ``import cost`` free of the model load
+
+    if not budgets:
+        raise ValueError("optimal_budget: budgets is empty")
+    for b in budgets:
+        if not isinstance(b, int) or isinstance(b, bool) or b < 1:
+            raise ValueError(f"optimal_budget: budget {b!r} is not a positive integer")
+    cost = cost or CostModel()
+    model = get_model()
+    texts = list(prompts) if prompts is not None else list(DEFAULT_PROMPTS)
+    table: dict[int, dict[str, float]] = {}
+    for budget in budgets:
+        tokens = rounds = nodes = 0
+        seconds = 0.0
+        for text in texts:
+            rendered = model.render_chat([("user", text)], False)
+            plan = model.plan(text, rendered)
+            produced = 0
+            for i, rd in enumerate(model.generate(plan, max_tokens, budget, block_size)):
+                take = min(len(rd.tokens), max_tokens - produced)
+                if rd.tokens[take - 1 : take] == [model.eos]:
+                    take -= 1
+                produced += take
+                if i == 0:
+                    continue
+                tokens += take
+                rounds += 1
+                nodes += rd.nodes
+                seconds += cost.round_seconds(rd.nodes)
+        tau = tokens / rounds if rounds else 1.0
+        table[budget] = {
+            "tau": tau,
+            "nodes": nodes / rounds if rounds else 0.0,
+            "round_ms": 1000.0 * seconds / rounds if rounds else 0.0,
+            "tok_per_sec": tokens / seconds if seconds else 0.0,
+        }
+    best = max(table, key=lambda b: (table[b]["tok_per_sec"], -b))
+    return best, table

@@ -1,0 +1,60 @@
+"""Fault catalogue of the reference server: every way it can be told to misbehave."""
+
+from __future__ import annotations
+
+__all__ = ["FAULTS", "SPECULATION_FAULTS", "TEMPLATE_FAULTS", "WIRE_FAULTS", "parse_faults"]
+
+FAULTS: dict[str, str] = {
+    "early-eos": "the end-of-turn token fires after 4-6 tokens (finish_reason stop), "
+    "as with a broken chat template; also in target-only mode",
+    "role-leak": "the model runs past its turn: content gains a fake next turn "
+    "('\\nuser: ...' or '<|im_end|>\\n<|im_start|>user'); also in target-only mode",
+    "think-leak": "with thinking off, a '<think>...</think>' block or a 'Thinking Process:' "
+    "preamble appears inside content; also in target-only mode",
+    "reasoning-only": "all generated text is returned in reasoning_content, content is empty",
+    "finish-always-stop": "finish_reason is 'stop' even when max_tokens was reached",
+    "overrun": "a whole extra draft block is appended past max_tokens or past the "
+    "end-of-turn token (speculative decoding only)",
+    "usage-mismatch": "usage.completion_tokens is far from the real count and "
+    "total_tokens != prompt_tokens + completion_tokens",
+    "lossy": "above budget 64 the verifier commits one drafter token the target rejected, "
+    "so output diverges from target-only decoding (speculative decoding only)",
+    "nondeterministic": "temperature-0 output differs between identical requests",
+    "state-leak": "drafter/context cache not reset: a request that follows a different "
+    "request starts from the previous one's context; an identical repeat is fine",
+    "degenerate": "the first sentence is repeated until max_tokens",
+    "budget-ignored": "the requested tree_budget is ignored (server default used) and "
+    "no tree_budget is echoed (speculative decoding only)",
+    "stats-inflated": "reported tok_per_sec is ~3x the real rate and avg_acceptance "
+    "exceeds completion_tokens/cycles (speculative decoding only)",
+    "empty-200": "HTTP 200 with empty content",
+    "stream-error-event": "an in-band 'data: {\"error\": ...}' event mid-stream "
+    "(non-streaming requests get HTTP 500)",
+    "stream-no-done": "the stream ends without [DONE], its last event cut mid-JSON "
+    "(non-streaming bodies are cut mid-JSON)",
+    "intermittent-5xx": "every second request carrying this fault gets HTTP 503",
+    "hang": "the response stalls after a few chunks until the client disconnects, "
+    "the server stops, or hang_seconds (default 30 s) pass",
+}
+
+TEMPLATE_FAULTS = frozenset({"early-eos", "role-leak", "think-leak"})
+SPECULATION_FAULTS = frozenset({"lossy", "overrun", "stats-inflated", "budget-ignored"})
+WIRE_FAULTS = frozenset(FAULTS) - TEMPLATE_FAULTS - SPECULATION_FAULTS
+
+
+def parse_faults(names: str | tuple[str, ...] | list[str], source: str) -> frozenset[str]:
+    """Validate fault names (a comma-separated string or a sequence) from ``source``."""
+    if isinstance(names, str):
+        items = [n.strip() for n in names.split(",")]
+    else:
+        items = [str(n).strip() for n in names]
+    out = set()
+    for name in items:
+        if not name:
+            continue
+        if name not in FAULTS:
+            raise ValueError(
+                f"unknown fault {name!r} in {source}; known: {', '.join(sorted(FAULTS))}"
+            )
+        out.add(name)
+    return frozenset(out)

@@ -1,0 +1,601 @@
+"""The reference model: a target n-gram language model, a cheaper drafter, and DDTree decoding.
+
+The target is an order-4 n-gram model with one table per topic, trained on the corpus of
+:mod:`._corpus`. Its choice at each position is a deterministic function of
+(sampling key, position, last three tokens): the candidate distribution of the context,
+sharpened by the temperature, is sampled with a uniform number hashed from those values.
+At temperature 0 the key is derived from the prompt, so the output is fixed for a prompt and
+never loops; with ``seed`` it is derived from the seed. Structure that an n-gram cannot learn
+(when to stop, list numbering, the reasoning block) is applied by deterministic rules over the
+committed prefix, so the whole target remains a pure function of (prompt, prefix).
+
+The drafter sees only the last two committed tokens, knows no topic and no rules, and
+proposes distributions for every position of a block at once (block-diffusion style): it
+propagates a small beam of its own hypotheses and reports each position's marginal. The tree
+is built best-first from those per-position candidates and verified against the target;
+the longest agreeing path plus the target's bonus token is committed.
+"""
+
+from __future__ import annotations
+
+import codecs
+import heapq
+import math
+import re
+import zlib
+from bisect import bisect_right
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from threading import Lock
+from typing import NamedTuple
+
+from tokenizers import Tokenizer
+
+from ._corpus import TOPICS
+from ._tables import ANSWER_START, DRAFT_TABLE, TABLE_NAMES, NGramTables, encode_key
+
+__all__ = [
+    "MODEL_ID",
+    "GenerationPlan",
+    "ReferenceModel",
+    "Round",
+    "get_model",
+    "tokenizer_path",
+]
+
+MODEL_ID = "ddtree-reference"
+_HERE = Path(__file__).resolve().parent
+_ZERO_T_EXPONENT = 1.6  # temperature 0 samples counts**1.6: sharper than the corpus, not greedy
+_DRAFT_BEAM = 3
+_DRAFT_TOPK = 12
+_TREE_CACHE = 384
+
+# phases of the target's state machine
+_ANSWER, _THINK, _FORCED, _FRESH = 0, 1, 2, 3
+
+
+def tokenizer_path() -> Path:
+    """Path of the shipped ``tokenizer.json``."""
+    return _HERE / "tokenizer.json"
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    # byte-level BPE renders every byte as a printable character; invert it to get raw bytes
+    keep = list(range(ord("!"), ord("~") + 1))
+    keep += list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    table: dict[int, str] = {}
+    extra = 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+_LONG_RE = re.compile(
+    r"\b(essay|in detail|detailed|at length|long|lengthy|thorough|comprehensive|article|"
+    r"report|story|paragraphs|\d{3,} words)\b",
+    re.IGNORECASE,
+)
+_SHORT_RE = re.compile(
+    r"\b(briefly|brief|one sentence|short answer|in short|quick question)\b", re.IGNORECASE
+)
+_QUESTION_START = re.compile(
+    r"^\s*(what|who|where|when|which|how many|how much|is|are|does|do|can|name)\b",
+    re.IGNORECASE,
+)
+_LIST_RE = re.compile(
+    r"\b(?:list|name|give|write)\s+(?:me\s+)?(\d{1,3}|three|four|five|six|seven|eight|nine|ten|"
+    r"twenty)\b|\b(?:numbered list|steps)\b",
+    re.IGNORECASE,
+)
+_NUMBER_WORDS = {
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "twenty": 20,
+}
+_EXTRA_KEYWORDS: dict[str, tuple[str, ...]] = {
+    "code": ("code", "function", "python", "program", "script", "implement", "loop", "def"),
+    "arithmetic": ("plus", "minus", "times", "sum", "add", "calculate", "arithmetic", "math"),
+    "facts": ("capital", "country", "city", "largest", "founded"),
+}
+
+
+@dataclass(frozen=True)
+class GenerationPlan:
+    """What the target intends for one request: derived from the prompt only."""
+
+    table: int
+    key: int
+    max_sentences: int | None  # None: a long answer that never ends by itself
+    min_tokens: int
+    list_items: int | None  # numbered-list answer, or None for prose
+    think: bool
+    temperature: float = 0.0
+    top_p: float = 1.0
+    faults: frozenset[str] = frozenset()
+    think_requested: bool = False
+    start_context: tuple[int, int, int] | None = None  # stale context (state-leak fault)
+
+
+class Round(NamedTuple):
+    """One target forward pass: the tokens it committed and the size of the verified tree."""
+
+    tokens: list[int]
+    nodes: int
+
+
+# state: (pos, c1, c2, c3, sentences, phase, forced, fidx, after_forced, line, buf)
+_State = tuple[int, int, int, int, int, int, tuple[int, ...], int, int, int, tuple[int, ...]]
+
+
+@dataclass
+class _Tree:
+    children: dict[tuple[int, int], int]
+    first_child: list[int]
+    tokens: list[int]
+    nodes: int
+    top_path: list[int] = field(default_factory=list)
+
+
+class ReferenceModel:
+    """Tokenizer, target model, drafter and the speculative decoding loop."""
+
+    def __init__(self) -> None:
+        self.tokenizer = Tokenizer.from_file(str(tokenizer_path()))
+        self.tables = NGramTables(_HERE / "data" / "ngram.bin")
+        vocab = self.tokenizer.get_vocab(with_added_tokens=True)
+        self.vocab_size = len(vocab)
+        inv = {c: b for b, c in _bytes_to_unicode().items()}
+        self.pieces: list[bytes] = [b""] * self.vocab_size
+        special = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"}
+        for tok, i in vocab.items():
+            if tok in special:
+                self.pieces[i] = tok.encode()
+            else:
+                self.pieces[i] = bytes(inv.get(ch, 63) for ch in tok)
+        self.eos = vocab["<|im_end|>"]
+        self.endoftext = vocab["<|endoftext|>"]
+        self.think_open = vocab["<think>"]
+        self.think_close = vocab["</think>"]
+        self.special_ids = frozenset(vocab[s] for s in special)
+        self.newline = vocab["Ċ"]
+        start = self.tokenizer.encode(ANSWER_START).ids
+        self.start: tuple[int, int, int] = (start[0], start[1], start[2])
+        # a sentence ends at a token ending in . ! ? that is followed by whitespace
+        self.ends_sentence = [
+            p.rstrip(b"\"')").endswith((b".", b"!", b"?")) and i not in self.special_ids
+            for i, p in enumerate(self.pieces)
+        ]
+        self.bare_number = [p.isdigit() for p in self.pieces]
+        self.starts_space = [p[:1] in (b" ", b"\n") for p in self.pieces]
+        self._dist_cache: dict[
+            tuple[int, int, int, int, float, float], tuple[Sequence[int], Sequence[float], float]
+        ] = {}
+        self._draft_cache: dict[
+            tuple[int, int], list[tuple[tuple[int, ...], tuple[float, ...]]]
+        ] = {}
+        self._tree_cache: OrderedDict[tuple[int, int, int, int], _Tree] = OrderedDict()
+        self._lock = Lock()
+        self._topic_words = {i: frozenset(t.keywords) for i, t in enumerate(TOPICS)}
+        for name, words in _EXTRA_KEYWORDS.items():
+            self._topic_words[TABLE_NAMES.index(name)] = frozenset(words)
+        self._reasoning_table = TABLE_NAMES.index("reasoning")
+        self._think_close_plain = (self.newline, self.think_close, self.newline, self.newline)
+        # list numbering: "1." at the start, "\n2." ... at each later item
+        self._numbers: list[tuple[int, ...]] = [()] + [
+            tuple(self.encode(f"{k}." if k == 1 else f"\n{k}.")) for k in range(1, 202)
+        ]
+
+    # ---------------------------------------------------------------- text
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (special tokens in the text are recognised)."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``, special tokens included."""
+        return b"".join(self.pieces[i] for i in ids).decode("utf-8", "replace")
+
+    def incremental_decoder(self) -> codecs.IncrementalDecoder:
+        """A UTF-8 decoder for streaming pieces (a character may span tokens)."""
+        return codecs.getincrementaldecoder("utf-8")("replace")
+
+    @staticmethod
+    def render_chat(messages: Sequence[tuple[str, str]], enable_thinking: bool) -> str:
+        """ChatML rendering of ``(role, content)`` messages with the generation prompt."""
+        parts = [f"<|im_start|>{role}\n{content}<|im_end|>\n" for role, content in messages]
+        parts.append("<|im_start|>assistant\n")
+        if not enable_thinking:
+            parts.append("<think>\n\n</think>\n\n")
+        return "".join(parts)
+
+    # ---------------------------------------------------------------- planning
+
+    def plan(
+        self,
+        prompt_text: str,
+        rendered: str,
+        *,
+        think: bool = False,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        faults: frozenset[str] = frozenset(),
+        salt: int = 0,
+    ) -> GenerationPlan:
+        """Derive the target's plan from the request. Deterministic in its arguments."""
+        h = zlib.crc32(rendered.encode("utf-8"))
+        words = re.findall(r"[a-z]+", prompt_text.lower())
+        best, best_score = -1, 0
+        for table, kws in self._topic_words.items():
+            score = sum(1 for w in words if w in kws)
+            if score > best_score:
+                best, best_score = table, score
+        if best < 0:
+            best = h % len(TOPICS)
+        lm = _LIST_RE.search(prompt_text)
+        list_items: int | None = None
+        if lm and best < len(TOPICS):
+            num = lm.group(1)
+            if num is None:
+                list_items = 5
+            else:
+                list_items = int(num) if num.isdigit() else _NUMBER_WORDS[num.lower()]
+            list_items = max(1, min(list_items, 200))
+        max_sentences: int | None
+        if _LONG_RE.search(prompt_text) or (list_items is not None and list_items >= 8):
+            max_sentences = None
+        elif list_items is not None:
+            max_sentences = list_items
+        elif _SHORT_RE.search(prompt_text) or (
+            prompt_text.rstrip().endswith("?")
+            and _QUESTION_START.search(prompt_text)
+            and len(words) <= 24
+        ):
+            max_sentences = 1 + (h >> 3) % 2
+        else:
+            max_sentences = 5 + (h >> 5) % 4
+        if temperature > 0:
+            key = seed if seed is not None else salt
+            key = zlib.crc32(f"seed:{key}".encode())
+        else:
+            key = h ^ salt
+        return GenerationPlan(
+            table=best,
+            key=key,
+            max_sentences=max_sentences,
+            min_tokens=8,
+            list_items=list_items,
+            think=think or "think-leak" in faults,
+            think_requested=think,
+            temperature=temperature,
+            top_p=top_p,
+            faults=faults,
+        )
+
+    # ---------------------------------------------------------------- target
+
+    def _dist(
+        self, table: int, c1: int, c2: int, c3: int, temperature: float, top_p: float
+    ) -> tuple[Sequence[int], Sequence[float], float]:
+        ck = (table, c1, c2, c3, temperature, top_p)
+        hit = self._dist_cache.get(ck)
+        if hit is not None:
+            return hit
+        found = None
+        for ctx in ((c1, c2, c3), (c2, c3), (c3,), ()):
+            found = self.tables.lookup(encode_key(table, ctx))
+            if found is not None:
+                break
+        if found is None:  # the table's unigram always exists; this is defensive
+            found = self.tables.lookup(encode_key(DRAFT_TABLE, ()))
+            assert found is not None
+        toks, counts = found
+        expo = _ZERO_T_EXPONENT if temperature <= 0 else 1.0 / temperature
+        weights = [c**expo for c in counts]
+        total = sum(weights)
+        if top_p < 1.0:
+            acc, keep = 0.0, 0
+            for w in weights:
+                acc += w
+                keep += 1
+                if acc >= top_p * total:
+                    break
+            toks, weights = toks[:keep], weights[:keep]
+        cum: list[float] = []
+        acc = 0.0
+        for w in weights:
+            acc += w
+            cum.append(acc)
+        out = (toks, cum, acc)
+        if len(self._dist_cache) > 400_000:
+            self._dist_cache.clear()
+        self._dist_cache[ck] = out
+        return out
+
+    def initial_state(self, plan: GenerationPlan) -> _State:
+        """The target's state before the first completion token."""
+        c1, c2, c3 = plan.start_context or self.start
+        if plan.think:
+            if self._thinking_process_variant(plan):
+                opening = tuple(self.encode("Thinking Process:\n"))
+            else:
+                opening = (self.think_open, self.newline)
+            return (0, c1, c2, c3, 0, _FORCED, opening, 0, _THINK, 0, ())
+        return self._answer_state(plan, 0, (c1, c2, c3))
+
+    def _thinking_process_variant(self, plan: GenerationPlan) -> bool:
+        return (
+            "think-leak" in plan.faults and not plan.think_requested and bool((plan.key >> 7) % 2)
+        )
+
+    def _answer_state(self, plan: GenerationPlan, pos: int, ctx: tuple[int, int, int]) -> _State:
+        c1, c2, c3 = ctx
+        if plan.list_items is not None:
+            return (pos, c1, c2, c3, 0, _FORCED, self._numbers[1], 0, _ANSWER, 1, ())
+        return (pos, c1, c2, c3, 0, _ANSWER, (), 0, _ANSWER, 0, ())
+
+    def step(self, plan: GenerationPlan, s: _State) -> tuple[int, _State]:
+        """The target's next token in state ``s`` and the state after it."""
+        pos, c1, c2, c3, sent, phase, forced, fidx, after, line, buf = s
+        faults = plan.faults
+        if faults and "early-eos" in faults and pos >= 4 + plan.key % 3:
+            return self.eos, s
+        if phase == _FORCED:
+            tok = forced[fidx]
+            if fidx + 1 < len(forced):
+                return tok, (
+                    pos + 1,
+                    c2,
+                    c3,
+                    tok,
+                    sent,
+                    _FORCED,
+                    forced,
+                    fidx + 1,
+                    after,
+                    line,
+                    buf,
+                )
+            if after == _FRESH:
+                # the reasoning block has closed: the answer starts from a fresh context
+                return tok, self._answer_state(plan, pos + 1, self.start)
+            return tok, (pos + 1, c2, c3, tok, sent, after, (), 0, after, line, buf)
+        table = self._reasoning_table if phase == _THINK else plan.table
+        toks, cum, total = self._dist(table, c1, c2, c3, plan.temperature, plan.top_p)
+        u = (hash((plan.key, pos, c1, c2, c3)) & 0xFFFFFFFF) / 4294967296.0
+        i = bisect_right(cum, u * total)
+        tok = toks[i if i < len(toks) else len(toks) - 1]
+        if self.ends_sentence[c3] and self.starts_space[tok] and not self.bare_number[c2]:
+            sent += 1
+            nxt = pos + 1
+            if phase == _THINK:
+                if sent >= 2 + plan.key % 2:
+                    close: tuple[int, ...] = self._think_close_plain
+                    if self._thinking_process_variant(plan):
+                        close = (self.newline, self.newline)
+                    return close[0], (nxt, c2, c3, close[0], 0, _FORCED, close, 1, _FRESH, 0, ())
+            elif faults and "degenerate" in faults:
+                rep = tuple(self.encode(" " + self.decode(buf).strip())) if buf else (tok,)
+                if len(rep) == 1:
+                    return rep[0], (nxt, c2, c3, rep[0], sent, _ANSWER, (), 0, _ANSWER, line, buf)
+                return rep[0], (nxt, c2, c3, rep[0], sent, _FORCED, rep, 1, _ANSWER, line, buf)
+            else:
+                stop = plan.max_sentences is not None and sent >= plan.max_sentences
+                if faults and "role-leak" in faults and line >= 0 and (sent >= 2 or stop):
+                    leak = self._role_leak(plan)
+                    return leak[0], (nxt, c2, c3, leak[0], sent, _FORCED, leak, 1, _ANSWER, -1, buf)
+                if stop and pos >= plan.min_tokens:
+                    return self.eos, s
+                if plan.list_items is not None and line > 0:
+                    num = self._numbers[line + 1]
+                    return num[0], (
+                        nxt,
+                        c2,
+                        c3,
+                        num[0],
+                        sent,
+                        _FORCED,
+                        num,
+                        1,
+                        _ANSWER,
+                        line + 1,
+                        buf,
+                    )
+        elif faults and "degenerate" in faults and sent == 0 and phase == _ANSWER and len(buf) < 48:
+            buf = (*buf, tok)
+        return tok, (pos + 1, c2, c3, tok, sent, phase, (), 0, phase, line, buf)
+
+    def _role_leak(self, plan: GenerationPlan) -> tuple[int, ...]:
+        if plan.key % 2:
+            return tuple(self.encode("\n<|im_end|>\n<|im_start|>user\nCan you tell me more?"))
+        return tuple(self.encode("\nuser: Can you tell me more?\nassistant:"))
+
+    def advance(self, plan: GenerationPlan, s: _State, tok: int) -> _State:
+        """The state after committing ``tok`` whatever the target would have chosen."""
+        pos, _c1, c2, c3, sent, phase, _forced, _fidx, after, line, buf = s
+        if phase == _FORCED:
+            phase = _ANSWER if after == _FRESH else after
+        return (pos + 1, c2, c3, tok, sent, phase, (), 0, phase, line, buf)
+
+    # ---------------------------------------------------------------- drafter
+
+    def draft_block(
+        self, c2: int, c3: int, depth: int
+    ) -> list[tuple[tuple[int, ...], tuple[float, ...]]]:
+        """Per-position (tokens, log-probabilities) for ``depth`` positions after (c2, c3)."""
+        key = (c2, c3)
+        hit = self._draft_cache.get(key)
+        if hit is not None and len(hit) >= depth:
+            return hit
+        out: list[tuple[tuple[int, ...], tuple[float, ...]]] = []
+        beam: list[tuple[float, int, int]] = [(1.0, c2, c3)]
+        for _ in range(max(depth, 15)):
+            marg: dict[int, float] = {}
+            nxt: list[tuple[float, int, int]] = []
+            for p, a, b in beam:
+                toks, probs = self._draft_dist(a, b)
+                for t, q in zip(toks, probs, strict=True):
+                    pq = p * q
+                    marg[t] = marg.get(t, 0.0) + pq
+                    nxt.append((pq, b, t))
+            ranked = sorted(marg.items(), key=lambda kv: (-kv[1], kv[0]))[:_DRAFT_TOPK]
+            z = sum(marg.values()) or 1.0
+            out.append((tuple(t for t, _ in ranked), tuple(math.log(v / z) for _, v in ranked)))
+            nxt.sort(key=lambda x: (-x[0], x[2]))
+            top = nxt[:_DRAFT_BEAM]
+            zz = sum(x[0] for x in top) or 1.0
+            beam = [(x[0] / zz, x[1], x[2]) for x in top]
+        if len(self._draft_cache) > 100_000:
+            self._draft_cache.clear()
+        self._draft_cache[key] = out
+        return out
+
+    @cache  # noqa: B019 - one model per process; the cache is the drafter's weights
+    def _draft_dist(self, a: int, b: int) -> tuple[tuple[int, ...], tuple[float, ...]]:
+        for ctx in ((a, b), (b,), ()):
+            found = self.tables.lookup(encode_key(DRAFT_TABLE, ctx))
+            if found is not None:
+                toks, counts = found
+                toks, counts = toks[:_DRAFT_TOPK], counts[:_DRAFT_TOPK]
+                z = float(sum(counts))
+                return toks, tuple(c / z for c in counts)
+        return (), ()
+
+    def build_tree(self, c2: int, c3: int, budget: int, block_size: int) -> _Tree:
+        """Best-first draft tree with ``budget`` non-root nodes (DDTree construction)."""
+        depth = block_size - 1
+        ck = (c2, c3, budget, block_size)
+        with self._lock:
+            tree = self._tree_cache.get(ck)
+            if tree is not None:
+                self._tree_cache.move_to_end(ck)
+                return tree
+        block = self.draft_block(c2, c3, depth)
+        children: dict[tuple[int, int], int] = {}
+        first_child: list[int] = [-1]
+        tokens: list[int] = [-1]
+        parent_of: list[int] = [-1]
+        # heap items: (-score, tie, parent node, depth index, rank, parent score)
+        heap: list[tuple[float, int, int, int, int, float]] = []
+        if depth > 0 and block[0][0]:
+            heap.append((-block[0][1][0], 0, 0, 0, 0, 0.0))
+        tie = 1
+        n = 0
+        while heap and n < budget:
+            neg, _, parent, d, rank, pscore = heapq.heappop(heap)
+            toks, lps = block[d]
+            tok = toks[rank]
+            n += 1
+            children[(parent, tok)] = n
+            tokens.append(tok)
+            parent_of.append(parent)
+            first_child.append(-1)
+            if rank == 0:
+                first_child[parent] = n
+            score = -neg
+            if rank + 1 < len(toks):
+                heapq.heappush(heap, (-(pscore + lps[rank + 1]), tie, parent, d, rank + 1, pscore))
+                tie += 1
+            if d + 1 < depth and block[d + 1][0]:
+                heapq.heappush(heap, (-(score + block[d + 1][1][0]), tie, n, d + 1, 0, score))
+                tie += 1
+        path: list[int] = []
+        node = first_child[0]
+        while node > 0:
+            path.append(tokens[node])
+            node = first_child[node]
+        tree = _Tree(children, first_child, tokens, n, path)
+        with self._lock:
+            self._tree_cache[ck] = tree
+            if len(self._tree_cache) > _TREE_CACHE:
+                self._tree_cache.popitem(last=False)
+        return tree
+
+    # ---------------------------------------------------------------- decoding
+
+    def generate(
+        self,
+        plan: GenerationPlan,
+        max_tokens: int,
+        budget: int | None,
+        block_size: int = 16,
+    ) -> Iterator[Round]:
+        """Decode up to ``max_tokens`` tokens, one :class:`Round` per target forward pass.
+
+        ``budget=None`` is plain target decoding. The end-of-turn token, when the target
+        emits it, is the last token of the last round and is not counted by the caller.
+        """
+        s = self.initial_state(plan)
+        step = self.step
+        eos = self.eos
+        tok, s = step(plan, s)
+        yield Round([tok], 0)
+        if tok == eos or max_tokens <= 1:
+            return
+        n = 1
+        c2, c3 = self.start[2], tok
+        lossy_armed = "lossy" in plan.faults and budget is not None and budget > 64
+        while n < max_tokens:
+            if budget is None:
+                tok, s = step(plan, s)
+                n += 1
+                yield Round([tok], 0)
+                if tok == eos:
+                    return
+                continue
+            tree = self.build_tree(c2, c3, budget, block_size)
+            children = tree.children
+            node = 0
+            out: list[int] = []
+            while True:
+                tok, s2 = step(plan, s)
+                child = children.get((node, tok))
+                if child is None:
+                    fc = tree.first_child[node]
+                    if lossy_armed and n + len(out) >= 10 and fc > 0 and tok != eos:
+                        # a verifier bug: the drafter's own token is committed once
+                        lossy_armed = False
+                        out.append(tree.tokens[fc])
+                        s = self.advance(plan, s, tree.tokens[fc])
+                        node = fc
+                        continue
+                    break
+                out.append(tok)
+                s = s2
+                node = child
+            out.append(tok)  # the target's bonus token
+            s = s2
+            n += len(out)
+            yield Round(out, tree.nodes)
+            if tok == eos:
+                return
+            if len(out) >= 2:
+                c2, c3 = out[-2], out[-1]
+            else:
+                c2, c3 = c3, out[-1]
+
+
+_MODEL: ReferenceModel | None = None
+_MODEL_LOCK = Lock()
+
+
+def get_model() -> ReferenceModel:
+    """The process-wide model (loaded once; read-only afterwards)."""
+    global _MODEL
+    with _MODEL_LOCK:
+        if _MODEL is None:
+            _MODEL = ReferenceModel()
+        return _MODEL

@@ -1,0 +1,1179 @@
+"""OpenAI-compatible HTTP front end of the reference DDTree server (standard library only)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, fields, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, ClassVar
+
+from .cost import CostModel
+from .faults import SPECULATION_FAULTS, TEMPLATE_FAULTS, parse_faults
+from .model import MODEL_ID, GenerationPlan, ReferenceModel, get_model
+
+__all__ = [
+    "ReferenceServer",
+    "ServerOptions",
+    "spawn_reference_server",
+    "start_reference_server",
+]
+
+MAX_BODY_BYTES = 1 << 20
+MAX_TREE_BUDGET = 4096
+DEFAULT_MAX_TOKENS = 256
+STATS_DIALECTS = ("ddtree", "vllm", "omlx", "none")
+_URL_PREFIX = "ddtree reference server listening on "
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """Every option of the reference server; the command line maps onto these fields."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    target_only: bool = False
+    faults: tuple[str, ...] = ()
+    simulated_latency: bool = True
+    default_tree_budget: int = 64
+    block_size: int = 16
+    cost: CostModel = field(default_factory=CostModel)
+    seed: int = 0
+    stats_dialect: str = "ddtree"
+    hang_seconds: float = 30.0
+    model_id: str = MODEL_ID
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
+            raise ValueError(f"port: must be an integer in 0..65535, got {self.port!r}")
+        b = self.default_tree_budget
+        if not isinstance(b, int) or isinstance(b, bool) or not 1 <= b <= MAX_TREE_BUDGET:
+            raise ValueError(f"default_tree_budget: must be in 1..{MAX_TREE_BUDGET}, got {b!r}")
+        bs = self.block_size
+        if not isinstance(bs, int) or isinstance(bs, bool) or not 2 <= bs <= 64:
+            raise ValueError(f"block_size: must be an integer in 2..64, got {bs!r}")
+        if self.stats_dialect not in STATS_DIALECTS:
+            raise ValueError(
+                f"stats_dialect: must be one of {', '.join(STATS_DIALECTS)}, "
+                f"got {self.stats_dialect!r}"
+            )
+        if not isinstance(self.hang_seconds, (int, float)) or self.hang_seconds < 0:
+            raise ValueError(f"hang_seconds: must be a number >= 0, got {self.hang_seconds!r}")
+        if not isinstance(self.cost, CostModel):
+            raise ValueError(f"cost: must be a CostModel, got {type(self.cost).__name__}")
+        raw: Any = self.faults
+        faults = (raw,) if isinstance(raw, str) else tuple(raw)
+        parse_faults(faults, "faults")
+        object.__setattr__(self, "faults", faults)
+
+
+class _RequestError(Exception):
+    def __init__(self, status: int, message: str, code: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.param = param
+
+
+def _error_body(status: int, message: str, code: str, param: str | None = None) -> bytes:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    if status == 404 and code == "model_not_found":
+        kind = "not_found_error"
+    return json.dumps(
+        {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    ).encode()
+
+
+# ------------------------------------------------------------------ request parsing
+
+
+@dataclass
+class _Request:
+    chat: bool
+    prompt_text: str  # the text the plan is derived from (last user message or raw prompt)
+    rendered: str  # what the model actually reads
+    max_tokens: int
+    temperature: float
+    top_p: float
+    seed: int | None
+    stop: tuple[str, ...]
+    stream: bool
+    include_usage: bool
+    tree_budget: int | None
+    think: bool
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _parse_request(body: dict[str, Any], chat: bool, model_id: str) -> _Request:
+    def bad(msg: str, param: str, code: str = "invalid_value") -> _RequestError:
+        return _RequestError(400, msg, code, param)
+
+    model = body.get("model", model_id)
+    if not isinstance(model, str):
+        raise bad(f"'model' must be a string, got {type(model).__name__}", "model", "invalid_type")
+    if model != model_id:
+        raise _RequestError(
+            404,
+            f"The model '{model}' does not exist; this server serves '{model_id}'",
+            "model_not_found",
+            "model",
+        )
+    think = False
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise bad("'messages' must be a non-empty array", "messages", "invalid_type")
+        pairs: list[tuple[str, str]] = []
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict):
+                raise bad(f"messages[{i}] must be an object", "messages", "invalid_type")
+            role = m.get("role")
+            if role not in ("system", "user", "assistant", "tool", "developer"):
+                raise bad(f"messages[{i}].role {role!r} is not a known role", "messages")
+            content = m.get("content")
+            if isinstance(content, list):
+                texts = []
+                for part in content:
+                    if (
+                        not isinstance(part, dict)
+                        or part.get("type") != "text"
+                        or not isinstance(part.get("text"), str)
+                    ):
+                        raise bad(
+                            f"messages[{i}].content parts must be {{'type': 'text', 'text': str}}",
+                            "messages",
+                            "invalid_type",
+                        )
+                    texts.append(part["text"])
+                content = "".join(texts)
+            if not isinstance(content, str):
+                raise bad(f"messages[{i}].content must be a string", "messages", "invalid_type")
+            pairs.append((role, content))
+        kwargs = body.get("chat_template_kwargs", {})
+        if kwargs is None:
+            kwargs = {}
+        if not isinstance(kwargs, dict):
+            raise bad(
+                "'chat_template_kwargs' must be an object", "chat_template_kwargs", "invalid_type"
+            )
+        et = kwargs.get("enable_thinking", False)
+        if not isinstance(et, bool):
+            raise bad(
+                "'chat_template_kwargs.enable_thinking' must be a boolean",
+                "chat_template_kwargs",
+                "invalid_type",
+            )
+        think = et
+        users = [c for r, c in pairs if r == "user"]
+        prompt_text = users[-1] if users else pairs[-1][1]
+        rendered = ReferenceModel.render_chat(pairs, think)
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if not isinstance(prompt, str):
+            raise bad("'prompt' must be a string", "prompt", "invalid_type")
+        prompt_text = rendered = prompt
+
+    max_tokens = body.get("max_tokens", body.get("max_completion_tokens", DEFAULT_MAX_TOKENS))
+    if max_tokens is None:
+        max_tokens = DEFAULT_MAX_TOKENS
+    if not _is_int(max_tokens):
+        raise bad(
+            f"'max_tokens' must be an integer, got {max_tokens!r}", "max_tokens", "invalid_type"
+        )
+    if max_tokens < 1:
+        raise bad(f"'max_tokens' must be at least 1, got {max_tokens}", "max_tokens")
+    temperature = body.get("temperature", 0.0)
+    if temperature is None:
+        temperature = 0.0
+    if not _is_num(temperature):
+        raise bad(
+            f"'temperature' must be a number, got {temperature!r}", "temperature", "invalid_type"
+        )
+    if not 0 <= temperature <= 2:
+        raise bad(f"'temperature' must be in [0, 2], got {temperature}", "temperature")
+    top_p = body.get("top_p", 1.0)
+    if top_p is None:
+        top_p = 1.0
+    if not _is_num(top_p):
+        raise bad(f"'top_p' must be a number, got {top_p!r}", "top_p", "invalid_type")
+    if not 0 < top_p <= 1:
+        raise bad(f"'top_p' must be in (0, 1], got {top_p}", "top_p")
+    seed = body.get("seed")
+    if seed is not None and not _is_int(seed):
+        raise bad(f"'seed' must be an integer, got {seed!r}", "seed", "invalid_type")
+    stop = body.get("stop")
+    if stop is None:
+        stops: tuple[str, ...] = ()
+    elif isinstance(stop, str):
+        stops = (stop,) if stop else ()
+    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        if len(stop) > 16:
+            raise bad("'stop' may hold at most 16 strings", "stop")
+        stops = tuple(s for s in stop if s)
+    else:
+        raise bad("'stop' must be a string or an array of strings", "stop", "invalid_type")
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise bad(f"'stream' must be a boolean, got {stream!r}", "stream", "invalid_type")
+    so = body.get("stream_options")
+    include_usage = False
+    if so is not None:
+        if not isinstance(so, dict):
+            raise bad("'stream_options' must be an object", "stream_options", "invalid_type")
+        iu = so.get("include_usage", False)
+        if not isinstance(iu, bool):
+            raise bad(
+                "'stream_options.include_usage' must be a boolean", "stream_options", "invalid_type"
+            )
+        include_usage = iu
+    n = body.get("n", 1)
+    if n is not None and (not _is_int(n) or n != 1):
+        raise bad(f"only n=1 is supported, got {n!r}", "n")
+    budget = body.get("tree_budget")
+    if budget is not None:
+        if not _is_int(budget):
+            raise bad(
+                f"'tree_budget' must be an integer, got {budget!r}", "tree_budget", "invalid_type"
+            )
+        if not 1 <= budget <= MAX_TREE_BUDGET:
+            raise bad(f"'tree_budget' must be in 1..{MAX_TREE_BUDGET}, got {budget}", "tree_budget")
+    return _Request(
+        chat=chat,
+        prompt_text=prompt_text,
+        rendered=rendered,
+        max_tokens=max_tokens,
+        temperature=float(temperature),
+        top_p=float(top_p),
+        seed=seed,
+        stop=stops,
+        stream=stream,
+        include_usage=include_usage,
+        tree_budget=budget,
+        think=think,
+    )
+
+
+# ------------------------------------------------------------------ generation
+
+
+@dataclass
+class _Event:
+    """One unit of output: text deltas from one round (or the end of generation)."""
+
+    content: str = ""
+    reasoning: str = ""
+
+
+@dataclass
+class _Result:
+    content: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+    finish_reason: str = "length"
+    cycles: int = 0
+    tree_budget: int | None = None
+    first_round_end: float = 0.0
+    end: float = 0.0
+    decode_tokens: int = 0
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+
+
+class _Engine:
+    """Request-independent state: the model, options, counters and the drafter's cache."""
+
+    def __init__(self, options: ServerOptions, stop_event: threading.Event) -> None:
+        self.options = options
+        self.model = get_model()
+        self.stop_event = stop_event
+        self.server_faults = parse_faults(options.faults, "server options")
+        self._lock = threading.Lock()
+        self._counter = 0
+        self._fault_counters: dict[str, int] = {}
+        self._last_prompt: int | None = None
+        self._last_tail: tuple[int, int, int] | None = None
+        self._rng = random.Random(options.seed)
+
+    def next_id(self) -> int:
+        with self._lock:
+            self._counter += 1
+            return self._counter
+
+    def count_fault(self, name: str) -> int:
+        with self._lock:
+            self._fault_counters[name] = self._fault_counters.get(name, 0) + 1
+            return self._fault_counters[name]
+
+    def effective_faults(self, header: str | None) -> frozenset[str]:
+        faults = set(self.server_faults)
+        if header:
+            faults |= parse_faults(header, "header X-DDTree-Fault")
+        if self.options.target_only:
+            faults -= SPECULATION_FAULTS
+        return frozenset(faults)
+
+    def make_plan(self, req: _Request, faults: frozenset[str]) -> GenerationPlan:
+        salt = 0
+        if req.temperature > 0 and req.seed is None:
+            with self._lock:
+                salt = self._rng.getrandbits(32)
+        if "nondeterministic" in faults:
+            salt ^= (self.next_id() * 2654435761) & 0xFFFFFFFF
+        plan = self.model.plan(
+            req.prompt_text,
+            req.rendered,
+            think=req.think,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            seed=req.seed,
+            faults=frozenset(f for f in faults if f in TEMPLATE_FAULTS or f in {"degenerate"}),
+            salt=salt,
+        )
+        key = zlib.crc32(req.rendered.encode())
+        with self._lock:
+            stale = self._last_tail if self._last_prompt not in (None, key) else None
+            self._last_prompt = key
+        if "state-leak" in faults and stale is not None:
+            plan = replace(plan, start_context=stale)
+        return plan
+
+    def remember_tail(self, tail: list[int]) -> None:
+        if len(tail) >= 3:
+            with self._lock:
+                self._last_tail = (tail[-3], tail[-2], tail[-1])
+
+    def run(self, req: _Request, faults: frozenset[str], result: _Result) -> Iterator[_Event]:
+        """Generate, sleeping the simulated cost of each round; yield text per round."""
+        opts = self.options
+        model = self.model
+        plan = self.make_plan(req, faults)
+        budget: int | None
+        if opts.target_only:
+            budget = None
+        elif req.tree_budget is None or "budget-ignored" in faults:
+            budget = opts.default_tree_budget
+        else:
+            budget = req.tree_budget
+        result.tree_budget = budget
+        cost = opts.cost
+        latency = opts.simulated_latency
+        prompt_tokens = len(model.encode(req.rendered))
+        hide_reasoning = plan.think and req.think  # reasoning goes to reasoning_content
+        reasoning_only = "reasoning-only" in faults
+        in_think = hide_reasoning
+        strip_leading = False
+        think_lead = False
+        nl_pending = ""
+        dec = model.incremental_decoder()
+        eos = model.eos
+        stops = req.stop
+        held = ""  # content held back while it could still be the start of a stop string
+        content_so_far: list[str] = []
+        produced = 0
+        tail: list[int] = []
+        last_tokens: list[int] = []
+        t0 = time.perf_counter()
+        gen = model.generate(plan, req.max_tokens, budget, opts.block_size)
+        for i, rd in enumerate(gen):
+            if i == 0:
+                target = cost.prefill_seconds(prompt_tokens)
+            elif budget is None:
+                target = cost.target_round_seconds()
+            else:
+                target = cost.round_seconds(rd.nodes)
+                result.draft_seconds += cost.draft_seconds()
+                result.verify_seconds += cost.verify_seconds(rd.nodes)
+            toks = rd.tokens
+            finished_eos = False
+            if eos in toks:
+                toks = toks[: toks.index(eos)]
+                finished_eos = True
+            room = req.max_tokens - produced
+            if len(toks) > room:
+                toks = toks[:room]
+            produced += len(toks)
+            result.cycles += 1
+            tail.extend(toks)
+            last_tokens = toks
+            if latency:
+                left = target - (time.perf_counter() - t0)
+                if left > 0:
+                    time.sleep(left)
+            now = time.perf_counter()
+            t0 = now
+            if i == 0:
+                result.first_round_end = now
+            else:
+                result.decode_tokens += len(toks)
+            ev = _Event()
+            stop_hit = False
+            for tok in toks:
+                if in_think:
+                    result.reasoning_tokens += 1
+                    if tok == model.think_open:
+                        think_lead = True
+                        continue
+                    if tok == model.think_close:
+                        in_think = False
+                        strip_leading = True
+                        nl_pending = ""
+                        continue
+                    piece = dec.decode(model.pieces[tok])
+                    if think_lead:
+                        piece = piece.lstrip("\n")
+                        if not piece:
+                            continue
+                        think_lead = False
+                    # a newline right before </think> belongs to the markup, not the reasoning
+                    if nl_pending:
+                        ev.reasoning += nl_pending
+                        nl_pending = ""
+                    if piece.endswith("\n"):
+                        stripped = piece.rstrip("\n")
+                        nl_pending = piece[len(stripped) :]
+                        piece = stripped
+                    ev.reasoning += piece
+                    continue
+                piece = dec.decode(model.pieces[tok])
+                if strip_leading:
+                    piece = piece.lstrip("\n")
+                    if not piece:
+                        continue
+                    strip_leading = False
+                if reasoning_only:
+                    ev.reasoning += piece
+                    continue
+                if stops:
+                    held += piece
+                    cut = _find_stop(held, stops)
+                    if cut is not None:
+                        ev.content += held[:cut]
+                        held = ""
+                        stop_hit = True
+                        break
+                    keep = _partial_stop_len(held, stops)
+                    ev.content += held[: len(held) - keep]
+                    held = held[len(held) - keep :]
+                else:
+                    ev.content += piece
+            result.completion_tokens = produced
+            if ev.content:
+                result.content.append(ev.content)
+                content_so_far.append(ev.content)
+            if ev.reasoning:
+                result.reasoning.append(ev.reasoning)
+            if stop_hit or finished_eos:
+                result.finish_reason = "stop"
+                yield ev
+                break
+            if produced >= req.max_tokens:
+                result.finish_reason = "length"
+                if held:
+                    ev.content += held
+                    result.content.append(held)
+                    held = ""
+                yield ev
+                break
+            yield ev
+            if self.stop_event.is_set():
+                break
+        if held:
+            result.content.append(held)
+            yield _Event(content=held)
+        if "overrun" in faults and budget is not None:
+            extra = self._overrun(tail, result)
+            if extra:
+                yield _Event(content=extra)
+        result.end = time.perf_counter()
+        self.remember_tail(tail)
+        del last_tokens
+
+    def _overrun(self, tail: list[int], result: _Result) -> str:
+        model = self.model
+        c2, c3 = (tail[-2], tail[-1]) if len(tail) >= 2 else (model.start[2], model.start[2])
+        block = model.draft_block(c2, c3, self.options.block_size - 1)
+        extra = [pos[0][0] for pos in block[: self.options.block_size - 1] if pos[0]]
+        text = model.decode(extra)
+        if result.finish_reason == "stop":
+            text = "<|im_end|>" + text
+        result.completion_tokens += len(extra)
+        result.content.append(text)
+        return text
+
+
+def _find_stop(text: str, stops: tuple[str, ...]) -> int | None:
+    best: int | None = None
+    for s in stops:
+        i = text.find(s)
+        if i >= 0 and (best is None or i < best):
+            best = i
+    return best
+
+
+def _partial_stop_len(text: str, stops: tuple[str, ...]) -> int:
+    keep = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), 0, -1):
+            if text.endswith(s[:k]):
+                keep = max(keep, k)
+                break
+    return keep
+
+
+# ------------------------------------------------------------------ HTTP
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+    engine: _Engine
+
+    def __init__(self, addr: tuple[str, int], engine: _Engine) -> None:
+        self.engine = engine
+        self.active: set[socket.socket] = set()
+        self.active_lock = threading.Lock()
+        self.handler_threads: set[threading.Thread] = set()
+        super().__init__(addr, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.active_lock:
+            self.active.add(request)
+        t = threading.Thread(
+            target=self._serve_one,
+            args=(request, client_address),
+            daemon=True,
+            name="ddtree-reference-request",
+        )
+        with self.active_lock:
+            self.handler_threads.add(t)
+        t.start()
+
+    def _serve_one(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            pass
+        finally:
+            with self.active_lock:
+                self.active.discard(request)
+                self.handler_threads.discard(threading.current_thread())
+            self.shutdown_request(request)
+
+    def close_connections(self) -> None:
+        with self.active_lock:
+            socks = list(self.active)
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "ddtree-reference/0.1"
+    server: _HTTPServer
+    timeout = 120
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    # routing ---------------------------------------------------------------
+
+    _GET: ClassVar[frozenset[str]] = frozenset({"/health", "/v1/health", "/v1/models", "/models"})
+    _POST: ClassVar[frozenset[str]] = frozenset(
+        {"/v1/chat/completions", "/v1/completions", "/tokenize", "/v1/tokenize"}
+    )
+
+    def _route(self, method: str) -> None:
+        path = self.path.split("?", 1)[0]
+        if len(path) > 1:
+            path = path.rstrip("/")
+        try:
+            if method == "GET" and path in self._GET:
+                self._get(path)
+            elif method == "POST" and path in self._POST:
+                self._post(path)
+            elif path in self._GET or path in self._POST:
+                allow = "GET" if path in self._GET else "POST"
+                self._drain()
+                self._send_json(
+                    405,
+                    _error_body(
+                        405,
+                        f"method {method} not allowed on {path}; use {allow}",
+                        "method_not_allowed",
+                    ),
+                    {"Allow": allow},
+                )
+            else:
+                self._drain()
+                self._send_json(404, _error_body(404, f"no route {method} {path}", "not_found"))
+        except _RequestError as e:
+            self._send_json(e.status, _error_body(e.status, e.message, e.code, e.param))
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+            self.close_connection = True
+
+    def do_GET(self) -> None:
+        self._route("GET")
+
+    def do_POST(self) -> None:
+        self._route("POST")
+
+    def do_PUT(self) -> None:
+        self._route("PUT")
+
+    def do_DELETE(self) -> None:
+        self._route("DELETE")
+
+    def do_PATCH(self) -> None:
+        self._route("PATCH")
+
+    # plumbing --------------------------------------------------------------
+
+    def _drain(self) -> None:
+        length = self.headers.get("Content-Length")
+        if length and length.isdigit() and int(length) <= MAX_BODY_BYTES:
+            self.rfile.read(int(length))
+        elif length:
+            self.close_connection = True
+
+    def _read_json(self) -> dict[str, Any]:
+        length = self.headers.get("Content-Length")
+        if length is None:
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                self.close_connection = True
+                raise _RequestError(
+                    411,
+                    "chunked request bodies are not supported; send Content-Length",
+                    "length_required",
+                )
+            length = "0"
+        if not length.isdigit():
+            self.close_connection = True
+            raise _RequestError(400, f"bad Content-Length {length!r}", "invalid_request")
+        n = int(length)
+        if n > MAX_BODY_BYTES:
+            self.close_connection = True
+            raise _RequestError(
+                413,
+                f"request body of {n} bytes exceeds the limit of {MAX_BODY_BYTES} bytes",
+                "request_too_large",
+            )
+        raw = self.rfile.read(n)
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise _RequestError(400, f"request body is not valid JSON: {e}", "invalid_json") from e
+        if not isinstance(body, dict):
+            raise _RequestError(400, "request body must be a JSON object", "invalid_type")
+        return body
+
+    def _send_json(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def _sse(self, obj: Any) -> None:
+        self._chunk(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
+
+    # GET ------------------------------------------------------------------
+
+    def _get(self, path: str) -> None:
+        engine = self.server.engine
+        if path.endswith("health"):
+            self._send_json(200, json.dumps({"status": "ok"}).encode())
+            return
+        body = {
+            "object": "list",
+            "data": [
+                {
+                    "id": engine.options.model_id,
+                    "object": "model",
+                    "created": 1700000000,
+                    "owned_by": "pytest-ddtree",
+                    "max_model_len": 32768,
+                }
+            ],
+        }
+        self._send_json(200, json.dumps(body).encode())
+
+    # POST -----------------------------------------------------------------
+
+    def _post(self, path: str) -> None:
+        engine = self.server.engine
+        body = self._read_json()
+        if path.endswith("tokenize"):
+            prompt = body.get("prompt")
+            if not isinstance(prompt, str):
+                raise _RequestError(400, "'prompt' must be a string", "invalid_type", "prompt")
+            ids = engine.model.encode(prompt)
+            self._send_json(
+                200, json.dumps({"tokens": ids, "count": len(ids), "max_model_len": 32768}).encode()
+            )
+            return
+        chat = path.endswith("chat/completions")
+        req = _parse_request(body, chat, engine.options.model_id)
+        try:
+            faults = engine.effective_faults(self.headers.get("X-DDTree-Fault"))
+        except ValueError as e:
+            raise _RequestError(400, str(e), "invalid_fault") from e
+        if "intermittent-5xx" in faults and engine.count_fault("intermittent-5xx") % 2 == 0:
+            raise _RequestError(503, "service temporarily unavailable (injected)", "unavailable")
+        if "stream-error-event" in faults and not req.stream:
+            raise _RequestError(
+                500, "internal error during generation (injected)", "internal_error"
+            )
+        if req.stream:
+            self._stream(req, faults)
+        else:
+            self._complete(req, faults)
+
+    def _usage(self, req: _Request, res: _Result, faults: frozenset[str]) -> dict[str, Any]:
+        prompt = len(self.server.engine.model.encode(req.rendered))
+        completion = res.completion_tokens
+        total = prompt + completion
+        if "usage-mismatch" in faults:
+            completion = completion + max(24, completion // 2)
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": total,
+        }
+        if req.think or res.reasoning_tokens:
+            usage["completion_tokens_details"] = {"reasoning_tokens": res.reasoning_tokens}
+        return usage
+
+    def _stats(self, req: _Request, res: _Result, faults: frozenset[str]) -> dict[str, Any]:
+        decode_time = max(res.end - res.first_round_end, 1e-9)
+        tps = res.decode_tokens / decode_time if res.decode_tokens else 0.0
+        avg = res.completion_tokens / res.cycles if res.cycles else 0.0
+        if "stats-inflated" in faults:
+            tps *= 3.0
+            avg = avg * 1.6 + 1.0
+        stats: dict[str, Any] = {
+            "tree_budget": res.tree_budget if res.tree_budget is not None else 0,
+            "cycles": res.cycles,
+            "avg_acceptance": round(avg, 4),
+            "tok_per_sec": round(tps, 2),
+            "block_size": self.server.engine.options.block_size,
+            "draft_ms": round(res.draft_seconds * 1000, 3),
+            "verify_ms": round(res.verify_seconds * 1000, 3),
+        }
+        if "budget-ignored" in faults:
+            del stats["tree_budget"]
+        return stats
+
+    def _dialect_fields(
+        self, req: _Request, res: _Result, faults: frozenset[str], usage: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Top-level fields carrying the statistics (and usage) in the configured dialect."""
+        dialect = self.server.engine.options.stats_dialect
+        stats = self._stats(req, res, faults)
+        if dialect == "ddtree":
+            return {"ddtree_stats": stats}
+        if dialect == "vllm":
+            rounds = max(res.cycles - 1, 0)
+            accepted = max(res.completion_tokens - res.cycles, 0)
+            drafted = (self.server.engine.options.block_size - 1) * rounds
+            return {
+                "metrics": {
+                    "speculative_decoding": {
+                        "num_spec_steps": res.cycles,
+                        "mean_acceptance_length": stats["avg_acceptance"],
+                        "num_draft_tokens": drafted,
+                        "num_accepted_draft_tokens": accepted,
+                        "draft_acceptance_rate": round(accepted / drafted, 4) if drafted else 0.0,
+                    }
+                }
+            }
+        if dialect == "omlx":
+            if "tree_budget" in stats:
+                usage["dflash_ddtree_tree_budget"] = stats["tree_budget"]
+            usage["dflash_ddtree_cycles_completed"] = stats["cycles"]
+            usage["dflash_ddtree_avg_acceptance"] = stats["avg_acceptance"]
+            usage["dflash_ddtree_tokens_per_second"] = stats["tok_per_sec"]
+        return {}
+
+    def _hang(self) -> None:
+        engine = self.server.engine
+        deadline = time.monotonic() + engine.options.hang_seconds
+        sock = self.connection
+        while time.monotonic() < deadline and not engine.stop_event.is_set():
+            try:
+                r, _, _ = select.select([sock], [], [], 0.05)
+            except (OSError, ValueError):
+                return
+            if r:
+                try:
+                    if not sock.recv(1, socket.MSG_PEEK):
+                        return  # the client went away
+                except OSError:
+                    return
+                time.sleep(0.05)
+
+    def _complete(self, req: _Request, faults: frozenset[str]) -> None:
+        engine = self.server.engine
+        res = _Result()
+        for _ in engine.run(req, faults, res):
+            pass
+        if "hang" in faults:
+            self._hang()
+        content = "".join(res.content)
+        reasoning = "".join(res.reasoning)
+        if "empty-200" in faults:
+            content = ""
+        finish = res.finish_reason
+        if "finish-always-stop" in faults:
+            finish = "stop"
+        usage = self._usage(req, res, faults)
+        rid = engine.next_id()
+        choice: dict[str, Any]
+        if req.chat:
+            msg: dict[str, Any] = {"role": "assistant", "content": content}
+            if reasoning or req.think or "reasoning-only" in faults:
+                msg["reasoning_content"] = reasoning
+            choice = {"index": 0, "message": msg, "finish_reason": finish, "logprobs": None}
+        else:
+            choice = {"index": 0, "text": content, "finish_reason": finish, "logprobs": None}
+        out: dict[str, Any] = {
+            "id": f"{'chatcmpl' if req.chat else 'cmpl'}-{rid:08x}",
+            "object": "chat.completion" if req.chat else "text_completion",
+            "created": int(time.time()),
+            "model": engine.options.model_id,
+            "choices": [choice],
+            "usage": usage,
+        }
+        out.update(self._dialect_fields(req, res, faults, usage))
+        data = json.dumps(out).encode()
+        if "stream-no-done" in faults:
+            data = data[: len(data) // 2]
+        self._send_json(200, data)
+
+    def _stream(self, req: _Request, faults: frozenset[str]) -> None:
+        engine = self.server.engine
+        rid = engine.next_id()
+        obj = "chat.completion.chunk" if req.chat else "text_completion"
+        base = {
+            "id": f"{'chatcmpl' if req.chat else 'cmpl'}-{rid:08x}",
+            "object": obj,
+            "created": int(time.time()),
+            "model": engine.options.model_id,
+        }
+
+        def chunk(delta: dict[str, Any] | None, finish: str | None = None, text: str = "") -> Any:
+            if req.chat:
+                ch: dict[str, Any] = {
+                    "index": 0,
+                    "delta": delta or {},
+                    "finish_reason": finish,
+                    "logprobs": None,
+                }
+            else:
+                ch = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
+            return {**base, "choices": [ch]}
+
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        res = _Result()
+        sent_chunks = 0
+        empty = "empty-200" in faults
+        try:
+            if req.chat:
+                self._sse(chunk({"role": "assistant", "content": ""}))
+            for ev in engine.run(req, faults, res):
+                content = "" if empty else ev.content
+                if not content and not ev.reasoning:
+                    continue
+                if req.chat:
+                    delta: dict[str, Any] = {}
+                    if ev.reasoning:
+                        delta["reasoning_content"] = ev.reasoning
+                    if content:
+                        delta["content"] = content
+                    self._sse(chunk(delta))
+                else:
+                    if not content:
+                        continue
+                    self._sse(chunk(None, text=content))
+                sent_chunks += 1
+                if sent_chunks == 2 and "stream-error-event" in faults:
+                    self._sse(
+                        {
+                            "error": {
+                                "message": "internal error during generation (injected)",
+                                "type": "server_error",
+                                "code": 500,
+                            }
+                        }
+                    )
+                    self._chunk(b"data: [DONE]\n\n")
+                    self._chunk(b"")
+                    return
+                if sent_chunks == 3 and "hang" in faults:
+                    self._hang()
+            finish = res.finish_reason
+            if "finish-always-stop" in faults:
+                finish = "stop"
+            self._sse(chunk({}, finish))
+            usage = self._usage(req, res, faults)
+            extra = self._dialect_fields(req, res, faults, usage)
+            if req.include_usage:
+                self._sse({**base, "choices": [], "usage": usage})
+            tail_obj = {**base, "choices": [], **extra} if extra else None
+            if "stream-no-done" in faults:
+                data = json.dumps(tail_obj or {**base, "choices": [], "usage": usage}).encode()
+                self._chunk(b"data: " + data[: len(data) // 2])
+                self._chunk(b"")
+                self.close_connection = True
+                return
+            if tail_obj is not None:
+                self._sse(tail_obj)
+            self._chunk(b"data: [DONE]\n\n")
+            self._chunk(b"")
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+            self.close_connection = True
+
+
+# ------------------------------------------------------------------ handles
+
+
+class ReferenceServer:
+    """Handle on a running reference server (in-process or a child process)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        options: ServerOptions,
+        stop: Callable[[], None],
+        process: subprocess.Popen[bytes] | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.options = options
+        self.process = process
+        self._stop = stop
+        self._stopped = False
+
+    @property
+    def root_url(self) -> str:
+        """``http://HOST:PORT`` (where ``/health`` and ``/tokenize`` live)."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """``http://HOST:PORT/v1``: the OpenAI base URL."""
+        return self.root_url + "/v1"
+
+    def stop(self) -> None:
+        """Stop serving and release the port (idempotent)."""
+        if not self._stopped:
+            self._stopped = True
+            self._stop()
+
+    def __enter__(self) -> ReferenceServer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        kind = f"pid {self.process.pid}" if self.process else "in-process"
+        return f"<ReferenceServer {self.base_url} ({kind})>"
+
+
+def _options(kwargs: dict[str, Any]) -> ServerOptions:
+    names = {f.name for f in fields(ServerOptions)}
+    unknown = sorted(set(kwargs) - names)
+    if unknown:
+        raise TypeError(f"unknown reference server option(s): {', '.join(unknown)}")
+    return ServerOptions(**kwargs)
+
+
+def serve(options: ServerOptions) -> tuple[_HTTPServer, threading.Event]:
+    """Bind (listening) and return the HTTP server without serving yet."""
+    stop_event = threading.Event()
+    engine = _Engine(options, stop_event)
+    httpd = _HTTPServer((options.host, options.port), engine)
+    return httpd, stop_event
+
+
+def start_reference_server(**kwargs: Any) -> ReferenceServer:
+    """Start the reference server in this process, on background threads.
+
+    Keyword arguments are :class:`ServerOptions` fields. Returns once the socket listens.
+    """
+    options = _options(kwargs)
+    httpd, stop_event = serve(options)
+    thread = threading.Thread(
+        target=httpd.serve_forever,
+        kwargs={"poll_interval": 0.05},
+        daemon=True,
+        name="ddtree-reference-server",
+    )
+    thread.start()
+    host, port = httpd.server_address[:2]
+
+    def stop() -> None:
+        stop_event.set()
+        httpd.shutdown()
+        httpd.server_close()
+        httpd.close_connections()
+        thread.join(5)
+        with httpd.active_lock:
+            workers = list(httpd.handler_threads)
+        for t in workers:
+            t.join(5)
+
+    return ReferenceServer(str(host), int(port), options, stop)
+
+
+def options_to_argv(options: ServerOptions) -> list[str]:
+    """Command-line arguments reproducing ``options``."""
+    c = options.cost
+    argv = [
+        "--host",
+        options.host,
+        "--port",
+        str(options.port),
+        "--tree-budget",
+        str(options.default_tree_budget),
+        "--block-size",
+        str(options.block_size),
+        "--draft-ms",
+        repr(c.draft_ms),
+        "--verify-base-ms",
+        repr(c.verify_base_ms),
+        "--verify-per-node-ms",
+        repr(c.verify_per_node_ms),
+        "--verify-quadratic-ms",
+        repr(c.verify_quadratic_ms),
+        "--prefill-ms-per-token",
+        repr(c.prefill_ms_per_token),
+        "--slowdown",
+        repr(c.slowdown),
+        "--seed",
+        str(options.seed),
+        "--stats-dialect",
+        options.stats_dialect,
+        "--hang-seconds",
+        repr(options.hang_seconds),
+        "--model-id",
+        options.model_id,
+    ]
+    if options.target_only:
+        argv.append("--target-only")
+    if not options.simulated_latency:
+        argv.append("--no-simulated-latency")
+    for f in options.faults:
+        argv += ["--fault", f]
+    return argv
+
+
+def spawn_reference_server(timeout: float = 15.0, **kwargs: Any) -> ReferenceServer:
+    """Start the reference server as a child process (``python -m pytest_ddtree.reference``).
+
+    Returns once the child accepts connections; raises ``RuntimeError`` with the child's
+    error output if it exits or does not report its URL within ``timeout`` seconds.
+    """
+    options = _options(kwargs)
+    cmd = [sys.executable, "-m", "pytest_ddtree.reference", *options_to_argv(options)]
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    err_lines: deque[str] = deque(maxlen=40)
+    line_box: list[str] = []
+    got = threading.Event()
+
+    def read_stdout() -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            if not line_box:
+                line_box.append(raw.decode(errors="replace").strip())
+                got.set()
+        got.set()
+
+    def read_stderr() -> None:
+        assert proc.stderr is not None
+        for raw in proc.stderr:
+            err_lines.append(raw.decode(errors="replace").rstrip())
+
+    threading.Thread(target=read_stdout, daemon=True).start()
+    threading.Thread(target=read_stderr, daemon=True).start()
+
+    def kill() -> None:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+    if not got.wait(timeout) or not line_box or not line_box[0].startswith(_URL_PREFIX):
+        kill()
+        detail = "; ".join(err_lines) or (line_box[0] if line_box else "no output")
+        raise RuntimeError(
+            f"reference server child (exit code {proc.returncode}) did not start within "
+            f"{timeout:g} s: {detail}"
+        )
+    url = line_box[0][len(_URL_PREFIX) :]
+    hostport = url.split("//", 1)[1].split("/", 1)[0]
+    host, port = hostport.rsplit(":", 1)
+    return ReferenceServer(host, int(port), options, kill, process=proc)
+
+
+def announce(httpd: _HTTPServer) -> str:
+    """The one line a child prints once it accepts connections."""
+    host, port = httpd.server_address[:2]
+    if isinstance(host, bytes):
+        host = host.decode()
+    return f"{_URL_PREFIX}http://{host}:{port}/v1"
