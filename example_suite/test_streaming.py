@@ -1,0 +1,86 @@
+"""Streaming: the streamed answer is the real answer, and it really streams.
+
+At temperature 0 a streamed and a non-streamed request must return the same text, finish
+reason and token count (a server that assembles the two paths differently fails here).
+A streamed long answer must reach the client in several events spread over time, with the
+first token well before the end: a server that buffers everything and flushes it at once
+makes TTFT meaningless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_ddtree.client import DDTreeClient
+from pytest_ddtree.completion import Completion
+from pytest_ddtree.settings import Settings
+
+if TYPE_CHECKING:
+    from conftest import Prompt
+
+
+def _budget(settings: Settings) -> int | None:
+    # one budget is enough here: the invariants test covers all of them
+    return settings.budgets[0] if settings.budgets else None
+
+
+def test_stream_matches_plain(
+    prompt: Prompt,
+    ddtree_client: DDTreeClient,
+    ddtree_settings: Settings,
+    ddtree_check: Callable[..., None],
+) -> None:
+    ask = dict(
+        api=ddtree_settings.api,
+        max_tokens=ddtree_settings.max_tokens,
+        tree_budget=_budget(ddtree_settings),
+        prompt_id=prompt.id,
+        temperature=0,
+    )
+    streamed = ddtree_client.request(prompt.text, stream=True, **ask)
+    plain = ddtree_client.request(prompt.text, stream=False, **ask)
+    expect = prompt.expectations(ddtree_settings.max_tokens)
+    ddtree_check(streamed, **expect)
+    ddtree_check(plain, **expect)
+    assert streamed.text == plain.text, "streamed and non-streamed text differ at temperature 0"
+    assert streamed.finish_reason == plain.finish_reason
+    assert streamed.completion_tokens == plain.completion_tokens
+
+
+@pytest.fixture
+def long_answer(
+    prompts: list[Prompt], ddtree_client: DDTreeClient, ddtree_settings: Settings
+) -> Completion:
+    """A streamed answer to the first prompt that asks for a long answer."""
+    prompt = next(
+        (p for p in prompts if p.expect.get("allowed_finish_reasons") == ["length"]), prompts[0]
+    )
+    return ddtree_client.request(
+        prompt.text,
+        api=ddtree_settings.api,
+        max_tokens=ddtree_settings.max_tokens,
+        tree_budget=_budget(ddtree_settings),
+        prompt_id=prompt.id,
+        stream=True,
+    )
+
+
+def test_first_token_before_the_end(long_answer: Completion) -> None:
+    ttft, total = long_answer.ttft, long_answer.end_to_end
+    assert ttft is not None, "no content token arrived"
+    assert 0 < ttft < total, f"TTFT {ttft:.4f}s is not before the end of the answer ({total:.4f}s)"
+
+
+def test_chunks_arrive_incrementally(long_answer: Completion) -> None:
+    timings, tokens = long_answer.timings, long_answer.completion_tokens
+    times = timings.chunk_times
+    assert len(times) >= 2, f"the whole answer came in {len(times)} content event(s)"
+    assert list(times) == sorted(times), "content events are stamped out of order"
+    assert times[-1] > times[0], "every content event arrived at the same instant"
+    largest = max(timings.chunk_tokens)
+    assert tokens is not None and largest < tokens, (
+        f"one event carried {largest} of {tokens} tokens: not streamed"
+    )
