@@ -88,6 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="fixed cost of one verification pass",
     )
     p.add_argument(
+        "--verify-free-nodes",
+        type=int,
+        default=c.verify_free_nodes,
+        help="tree nodes verified at no extra cost (default %(default)s)",
+    )
+    p.add_argument(
         "--verify-per-node-ms",
         type=float,
         default=c.verify_per_node_ms,
@@ -135,6 +141,7 @@ def options_from_args(ns: argparse.Namespace) -> ServerOptions:
     cost = CostModel(
         draft_ms=ns.draft_ms,
         verify_base_ms=ns.verify_base_ms,
+        verify_free_nodes=ns.verify_free_nodes,
         verify_per_node_ms=ns.verify_per_node_ms,
         verify_quadratic_ms=ns.verify_quadratic_ms,
         prefill_ms_per_token=ns.prefill_ms_per_token,

@@ -422,14 +422,43 @@ def generate_corpus(seed: int = 2024, docs_per_topic: int = 260) -> list[Documen
             elif kind == 1:
                 docs.append(Document(topic.name, w.short_answer(), "short"))
             elif kind == 2:
-                docs.append(Document(topic.name, w.numbered_list(), "list"))
+                docs.append(Document(f"{topic.name}:list", w.numbered_list(), "list"))
             else:
                 docs.append(Document(topic.name, w.paragraph(2, 5), "prose"))
-            if i % 3 == 0:
-                docs.append(Document("reasoning", w.reasoning(), "reasoning"))
+            if i % 2 == 0:
+                docs.append(Document(f"{topic.name}:reasoning", w.reasoning(), "reasoning"))
     world = [(_name(r), _name(r), _name(r)) for _ in range(40)]
     for _ in range(docs_per_topic * 2):
         docs.append(Document("code", _code(r), "code"))
         docs.append(Document("arithmetic", _arithmetic(r), "arithmetic"))
         docs.append(Document("facts", _facts(r, world), "facts"))
+    for _ in range(docs_per_topic // 2):
+        for table, notes in _PLAIN_REASONING.items():
+            picked = r.sample(notes, r.randint(2, 3))
+            docs.append(Document(f"{table}:reasoning", " ".join(picked), "reasoning"))
     return docs
+
+
+_PLAIN_REASONING: dict[str, tuple[str, ...]] = {
+    "code": (
+        "The user wants a small function.",
+        "I should keep the loop simple and return the result.",
+        "A short docstring will help the reader.",
+        "Let me think about which names to use.",
+        "The function should visit each item once.",
+    ),
+    "arithmetic": (
+        "The user is asking for a sum.",
+        "I should add the numbers and check the total.",
+        "Let me count carefully before I answer.",
+        "A short answer with the result will work best.",
+        "I will show the numbers and the result.",
+    ),
+    "facts": (
+        "The user is asking about a place.",
+        "I should name the capital and the river.",
+        "A short and direct answer will work best here.",
+        "Let me recall what is known about the country.",
+        "One or two facts will be enough.",
+    ),
+}

@@ -34,7 +34,7 @@ TARGET_ORDER = 4  # three tokens of context
 DRAFT_ORDER = 3  # two tokens of context: cheaper and blind to the topic
 MAX_CANDIDATES = 24
 ANSWER_START = "<|im_start|>assistant\n"
-TABLE_NAMES = (
+_TOPIC_NAMES = (
     "rivers",
     "gardens",
     "computers",
@@ -47,12 +47,16 @@ TABLE_NAMES = (
     "libraries",
     "oceans",
     "mountains",
-    "code",
-    "arithmetic",
-    "facts",
-    "reasoning",
 )
-DRAFT_TABLE = 31
+_PLAIN_NAMES = ("code", "arithmetic", "facts")
+# one table per topic, per topic's numbered lists, and per topic's reasoning notes
+TABLE_NAMES: tuple[str, ...] = (
+    _TOPIC_NAMES
+    + _PLAIN_NAMES
+    + tuple(f"{t}:list" for t in _TOPIC_NAMES)
+    + tuple(f"{t}:reasoning" for t in _TOPIC_NAMES + _PLAIN_NAMES)
+)
+DRAFT_TABLE = 63
 _MAGIC = b"DDTNG1\n"
 
 

@@ -18,11 +18,16 @@ __all__ = ["DEFAULT_PROMPTS", "CostModel", "optimal_budget"]
 class CostModel:
     """Per-round cost, in milliseconds, of the simulated accelerator.
 
-    ``slowdown`` multiplies every figure (a slower machine, or a deliberate regression).
+    Verification is memory-bound up to ``verify_free_nodes`` tree nodes (they ride along
+    for free, as a small batch does on a GPU) and compute-bound beyond: each further node
+    costs ``verify_per_node_ms``, plus ``verify_quadratic_ms`` per squared node count for
+    attention within the tree. ``slowdown`` multiplies every figure (a slower machine, or
+    a deliberate regression).
     """
 
     draft_ms: float = 0.8
     verify_base_ms: float = 2.0
+    verify_free_nodes: int = 64
     verify_per_node_ms: float = 0.012
     verify_quadratic_ms: float = 0.0
     prefill_ms_per_token: float = 0.02
@@ -39,6 +44,9 @@ class CostModel:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"CostModel.{name}: must be a number >= 0, got {value!r}")
+        vf = self.verify_free_nodes
+        if not isinstance(vf, int) or isinstance(vf, bool) or vf < 0:
+            raise ValueError(f"CostModel.verify_free_nodes: must be an integer >= 0, got {vf!r}")
         if not isinstance(self.slowdown, (int, float)) or self.slowdown <= 0:
             raise ValueError(f"CostModel.slowdown: must be a number > 0, got {self.slowdown!r}")
 
@@ -48,8 +56,12 @@ class CostModel:
 
     def verify_seconds(self, nodes: int) -> float:
         """Cost of one target pass verifying a tree of ``nodes`` non-root nodes."""
-        n = nodes + 1  # the root is verified too
-        ms = self.verify_base_ms + self.verify_per_node_ms * n + self.verify_quadratic_ms * n * n
+        extra = max(0, nodes - self.verify_free_nodes)
+        ms = (
+            self.verify_base_ms
+            + self.verify_per_node_ms * extra
+            + self.verify_quadratic_ms * nodes * nodes
+        )
         return ms * self.slowdown / 1000.0
 
     def round_seconds(self, nodes: int) -> float:

@@ -48,9 +48,9 @@ __all__ = [
 
 MODEL_ID = "ddtree-reference"
 _HERE = Path(__file__).resolve().parent
-_ZERO_T_EXPONENT = 1.6  # temperature 0 samples counts**1.6: sharper than the corpus, not greedy
-_DRAFT_BEAM = 3
-_DRAFT_TOPK = 12
+_ZERO_T_EXPONENT = 2.0  # temperature 0 samples counts**2: sharper than the corpus, not greedy
+_DRAFT_BEAM = 8
+_DRAFT_TOPK = 24
 _TREE_CACHE = 384
 
 # phases of the target's state machine
@@ -117,6 +117,7 @@ class GenerationPlan:
     """What the target intends for one request: derived from the prompt only."""
 
     table: int
+    reasoning_table: int
     key: int
     max_sentences: int | None  # None: a long answer that never ends by itself
     min_tokens: int
@@ -191,7 +192,6 @@ class ReferenceModel:
         self._topic_words = {i: frozenset(t.keywords) for i, t in enumerate(TOPICS)}
         for name, words in _EXTRA_KEYWORDS.items():
             self._topic_words[TABLE_NAMES.index(name)] = frozenset(words)
-        self._reasoning_table = TABLE_NAMES.index("reasoning")
         self._think_close_plain = (self.newline, self.think_close, self.newline, self.newline)
         # list numbering: "1." at the start, "\n2." ... at each later item
         self._numbers: list[tuple[int, ...]] = [()] + [
@@ -272,8 +272,10 @@ class ReferenceModel:
             key = zlib.crc32(f"seed:{key}".encode())
         else:
             key = h ^ salt
+        topic = TABLE_NAMES[best]
         return GenerationPlan(
-            table=best,
+            table=TABLE_NAMES.index(f"{topic}:list") if list_items is not None else best,
+            reasoning_table=TABLE_NAMES.index(f"{topic}:reasoning"),
             key=key,
             max_sentences=max_sentences,
             min_tokens=8,
@@ -373,7 +375,7 @@ class ReferenceModel:
                 # the reasoning block has closed: the answer starts from a fresh context
                 return tok, self._answer_state(plan, pos + 1, self.start)
             return tok, (pos + 1, c2, c3, tok, sent, after, (), 0, after, line, buf)
-        table = self._reasoning_table if phase == _THINK else plan.table
+        table = plan.reasoning_table if phase == _THINK else plan.table
         toks, cum, total = self._dist(table, c1, c2, c3, plan.temperature, plan.top_p)
         u = (hash((plan.key, pos, c1, c2, c3)) & 0xFFFFFFFF) / 4294967296.0
         i = bisect_right(cum, u * total)
