@@ -76,6 +76,9 @@ def pytest_configure(config: pytest.Config) -> None:
     except SettingsError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[SETTINGS_KEY] = settings
+    from pytest_ddtree._bench_hooks import register as register_bench_hooks
+
+    register_bench_hooks(config)
 
 
 def _check_codes(codes: tuple[str, ...], source: str) -> None:
@@ -161,18 +164,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "tree_budget" not in metafunc.fixturenames:
         return
-    settings = _marked_settings(metafunc.config, metafunc.definition)
+    try:
+        settings = _marked_settings(metafunc.config, metafunc.definition)
+    except pytest.UsageError:
+        # reported once, cleanly, by pytest_collection_modifyitems
+        settings = metafunc.config.stash[SETTINGS_KEY]
     if settings.budget_mode == "none":
         budgets: list[int | None] = [None]
     else:
         budgets = list(settings.budgets)
         if settings.budget_mode == "endpoints":
-            missing = [b for b in budgets if b not in settings.budget_endpoints]
-            if missing:
-                raise pytest.UsageError(
-                    f"ddtree: budgets {missing} on {metafunc.definition.nodeid} have no "
-                    "--ddtree-budget-endpoint"
-                )
+            budgets = [b for b in budgets if b in settings.budget_endpoints]
     metafunc.parametrize("tree_budget", budgets, ids=[budget_id(b) for b in budgets])
 
 
@@ -198,7 +200,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # validate every marker once, at collection, so a typo stops the run up front
     for item in items:
         if item.get_closest_marker("ddtree") is not None:
-            item.stash[MARKED_KEY] = _marked_settings(config, item)
+            marked = _marked_settings(config, item)
+            item.stash[MARKED_KEY] = marked
+            if marked.budget_mode == "endpoints":
+                missing = [b for b in marked.budgets if b not in marked.budget_endpoints]
+                if missing:
+                    raise pytest.UsageError(
+                        f"ddtree: budgets {missing} of @pytest.mark.ddtree on {item.nodeid} "
+                        "have no --ddtree-budget-endpoint"
+                    )
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -1,0 +1,30 @@
+"""Shared fixtures: real reference servers on loopback, simulated latency off."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from pytest_ddtree.reference import ReferenceServer, start_reference_server, tokenizer_path
+from pytest_ddtree.tokens import TokenCounter, load_counter
+
+
+@pytest.fixture(scope="session")
+def reference_server() -> Iterator[ReferenceServer]:
+    """A healthy DDTree reference server answering as fast as it can."""
+    with start_reference_server(simulated_latency=False) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def baseline_server() -> Iterator[ReferenceServer]:
+    """The target-only twin of ``reference_server``."""
+    with start_reference_server(simulated_latency=False, target_only=True) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def reference_counter() -> TokenCounter:
+    """Exact token counts with the reference server's own tokenizer.json."""
+    return load_counter(str(tokenizer_path()))

@@ -1,0 +1,193 @@
+"""The streaming client against a real reference server on loopback."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from pytest_ddtree.client import DDTreeClient, EndpointError, root_url
+from pytest_ddtree.reference import MODEL_ID, start_reference_server
+from pytest_ddtree.settings import Timeout
+
+LONG = "Write a detailed essay about rivers and the towns along them."
+SHORT = "What is the capital of France?"
+
+
+@pytest.fixture
+def client(reference_server, reference_counter) -> Iterator[DDTreeClient]:
+    with DDTreeClient(reference_server.base_url, model=MODEL_ID, counter=reference_counter) as c:
+        yield c
+
+
+def test_streamed_request_timings_and_stats(client: DDTreeClient) -> None:
+    c = client.chat(LONG, max_tokens=96, tree_budget=32, prompt_id="essay")
+    assert c.ok, c.error
+    assert c.finish_reason == "length"
+    assert c.completion_tokens == 96
+    assert c.local_completion_tokens == 96
+    assert c.token_count_source == "usage"
+    assert c.ttft is not None and 0 < c.ttft < c.end_to_end
+    assert c.timings.headers is not None and c.timings.sent < c.timings.headers
+    assert len(c.timings.chunk_times) >= 2
+    assert sum(c.timings.chunk_tokens) >= 90  # re-tokenised pieces, near the true count
+    assert all(g >= 0 for g in c.timings.inter_chunk)
+    assert c.decode_tokens_per_second is not None and c.decode_tokens_per_second > 0
+    assert c.stats is not None and c.stats.dialect == "ddtree"
+    assert c.stats.tree_budget == 32
+    assert c.stats.decode_rounds is not None and c.stats.decode_rounds >= 1
+    assert c.stats.mean_acceptance_length is not None and c.stats.mean_acceptance_length >= 1
+    assert c.stream is not None and c.stream.done_seen and c.stream.finish_chunks == 1
+    assert c.stream.usage_seen and not c.stream.parse_errors
+    assert isinstance(c.raw, list) and c.raw[0]["object"] == "chat.completion.chunk"
+    assert c.request.body["tree_budget"] == 32
+    assert c.request.prompt_id == "essay"
+    assert client.detected_dialect == "ddtree"
+
+
+def test_plain_request_matches_stream_at_temperature_zero(client: DDTreeClient) -> None:
+    streamed = client.chat(LONG, max_tokens=64, tree_budget=64)
+    plain = client.chat(LONG, max_tokens=64, tree_budget=64, stream=False)
+    assert plain.ok, plain.error
+    assert plain.text == streamed.text
+    assert plain.finish_reason == streamed.finish_reason
+    assert plain.ttft is None and plain.end_to_end > 0
+    assert plain.stream is None
+    assert plain.raw["object"] == "chat.completion"
+    assert plain.usage is not None and plain.usage.completion_tokens == 64
+
+
+def test_short_answer_stops_and_completions_api(client: DDTreeClient) -> None:
+    c = client.chat(SHORT, max_tokens=128)
+    assert c.ok and c.finish_reason == "stop"
+    assert 0 < (c.completion_tokens or 0) < 128
+    raw = client.complete("The river", max_tokens=32, stream=True)
+    assert raw.ok, raw.error
+    assert raw.request.url.endswith("/v1/completions")
+    assert raw.text and raw.completion_tokens == 32
+
+
+def test_http_error_is_recorded_not_raised(client: DDTreeClient) -> None:
+    c = client.chat(LONG, max_tokens=16, tree_budget=999999)
+    assert not c.ok
+    assert c.status_code == 400
+    assert c.error is not None and c.error.startswith("HTTP 400")
+    plain = client.chat(LONG, max_tokens=16, tree_budget=999999, stream=False)
+    assert plain.status_code == 400 and plain.error is not None
+
+
+def test_misuse_raises(client: DDTreeClient) -> None:
+    with pytest.raises(ValueError, match="max_tokens"):
+        client.chat(LONG, max_tokens=0)
+    with pytest.raises(TypeError):
+        client.request([{"role": "user", "content": "x"}], api="completions")
+
+
+def test_budget_field_dotted_path_and_none_mode(reference_server) -> None:
+    with DDTreeClient(reference_server.base_url, budget_field="extra.ddtree.budget") as c:
+        comp = c.chat(LONG, max_tokens=8, tree_budget=16)
+        assert comp.request.body["extra"] == {"ddtree": {"budget": 16}}
+        assert "tree_budget" not in comp.request.body
+    with DDTreeClient(reference_server.base_url, budget_mode="none") as c:
+        comp = c.chat(LONG, max_tokens=8, tree_budget=16)
+        assert "tree_budget" not in comp.request.body
+
+
+def test_budget_endpoints_mode_routes_by_budget() -> None:
+    with (
+        start_reference_server(simulated_latency=False, default_tree_budget=16) as s16,
+        start_reference_server(simulated_latency=False, default_tree_budget=128) as s128,
+        DDTreeClient(
+            s16.base_url,
+            budget_mode="endpoints",
+            budget_endpoints={16: s16.base_url, 128: s128.base_url},
+        ) as c,
+    ):
+        a = c.chat(LONG, max_tokens=32, tree_budget=16)
+        b = c.chat(LONG, max_tokens=32, tree_budget=128)
+        assert a.request.url.startswith(s16.base_url)
+        assert b.request.url.startswith(s128.base_url)
+        assert "tree_budget" not in b.request.body
+        assert a.stats is not None and a.stats.tree_budget == 16
+        assert b.stats is not None and b.stats.tree_budget == 128
+        with pytest.raises(ValueError, match="no endpoint for tree_budget 64"):
+            c.chat(LONG, max_tokens=8, tree_budget=64)
+
+
+@pytest.mark.parametrize(("dialect", "has_budget"), [("vllm", False), ("omlx", True)])
+def test_other_dialects_end_to_end(dialect: str, has_budget: bool) -> None:
+    with (
+        start_reference_server(simulated_latency=False, stats_dialect=dialect) as server,
+        DDTreeClient(server.base_url) as c,
+    ):
+        for stream in (True, False):
+            comp = c.chat(LONG, max_tokens=48, tree_budget=32, stream=stream)
+            assert comp.ok, comp.error
+            assert comp.stats is not None and comp.stats.dialect == dialect
+            assert comp.stats.decode_rounds is not None and comp.stats.decode_rounds > 0
+            assert comp.stats.mean_acceptance_length is not None
+            assert (comp.stats.tree_budget == 32) is has_budget
+        assert c.detected_dialect == dialect
+
+
+def test_list_models_and_root(client: DDTreeClient) -> None:
+    assert client.list_models() == [MODEL_ID]
+    assert root_url("http://h:1/v1/") == "http://h:1"
+    assert root_url("http://h:1/api") == "http://h:1/api"
+
+
+def test_unreachable_endpoint_is_one_line() -> None:
+    with DDTreeClient("http://127.0.0.1:9/v1", timeout=Timeout(connect=1, read=1, total=2)) as c:
+        with pytest.raises(EndpointError) as info:
+            c.list_models()
+        assert "cannot connect" in str(info.value) and "\n" not in str(info.value)
+        comp = c.chat(LONG, max_tokens=8)
+        assert not comp.ok and comp.status_code == 0 and comp.error
+
+
+class _Unauthorized(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b'{"error": {"message": "bad key", "type": "auth", "code": 401}}'
+        self.send_response(401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_unauthorized_says_which_option() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Unauthorized)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        with DDTreeClient(url, api_key="sk-do-not-print") as c:
+            with pytest.raises(EndpointError) as info:
+                c.list_models()
+        assert "401" in str(info.value) and "--ddtree-api-key" in str(info.value)
+        assert "sk-do-not-print" not in str(info.value)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_read_timeout_on_a_hanging_stream(reference_server) -> None:
+    timeout = Timeout(connect=2, read=0.5, total=5)
+    with DDTreeClient(reference_server.base_url, timeout=timeout) as c:
+        comp = c.chat(LONG, max_tokens=64, headers={"X-DDTree-Fault": "hang"})
+    assert not comp.ok
+    assert comp.error is not None and "read timeout" in comp.error
+    assert comp.end_to_end < 4
+    assert comp.request.headers == {"X-DDTree-Fault": "hang"}
+
+
+def test_api_key_is_sent_but_not_recorded(reference_server) -> None:
+    with DDTreeClient(reference_server.base_url, api_key="sk-secret-xyz") as c:
+        comp = c.chat(LONG, max_tokens=8)
+        assert c.http.headers["Authorization"] == "Bearer sk-secret-xyz"
+    assert "sk-secret-xyz" not in repr(comp.request)

@@ -1,0 +1,183 @@
+"""Real pytest sessions (pytester) driving the plugin against the reference server."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+FAST = ("--ddtree-reference-latency=off", "-p", "no:randomly")
+
+
+def test_header_parametrisation_and_fixtures(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        def test_budget(ddtree_client, tree_budget, ddtree_model, ddtree_endpoint, ddtree_check):
+            assert ddtree_endpoint.startswith("http://127.0.0.1:")
+            assert ddtree_model == "ddtree-reference"
+            c = ddtree_client.chat("Write a detailed essay about rivers.", max_tokens=24,
+                                   tree_budget=tree_budget)
+            ddtree_check(c)
+            assert c.stats.tree_budget == tree_budget
+        """
+    )
+    result = pytester.runpytest("-v", "--ddtree-budgets=16,64", *FAST)
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "ddtree: endpoint embedded reference server (started on first use); model first listed;"
+            " dialect auto; budgets 16,64 via field; tokenizer auto",
+            "ddtree: serving http://127.0.0.1:*/v1 model ddtree-reference; tokenizer tokenizer.json*",
+            "*test_budget?budget=16? PASSED*",
+            "*test_budget?budget=64? PASSED*",
+            "ddtree: statistics dialect detected: ddtree",
+        ]
+    )
+
+
+def test_marker_overrides_budgets_and_max_tokens(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.ddtree(budgets=[32], max_tokens=12)
+        def test_marked(ddtree_settings, tree_budget):
+            assert tree_budget == 32
+            assert ddtree_settings.max_tokens == 12
+
+        def test_default(ddtree_settings, tree_budget):
+            assert ddtree_settings.max_tokens == 128
+        """
+    )
+    result = pytester.runpytest("-v", "--strict-markers", "--ddtree-budgets=16,64", *FAST)
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*test_marked?budget=32?*PASSED*"])
+
+
+def test_bad_marker_stops_the_run_with_one_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.ddtree(budget=[32])
+        def test_marked(tree_budget):
+            pass
+        """
+    )
+    result = pytester.runpytest(*FAST)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: invalid marker argument 'budget' (@pytest.mark.ddtree on *"]
+    )
+
+
+def test_no_ddtree_fixture_no_server(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_plain():\n    assert True\n")
+    result = pytester.runpytest(*FAST)
+    result.assert_outcomes(passed=1)
+    assert "ddtree: serving" not in result.stdout.str()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_unreachable_endpoint_fails_once_at_start(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        def test_a(ddtree_client, tree_budget):
+            pass
+        """
+    )
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    result = pytester.runpytest(f"--ddtree-endpoint={url}", "--ddtree-timeout=2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: ddtree: {url}/models: cannot connect*"])
+    assert "passed" not in result.stdout.str() and "failed" not in result.stdout.str()
+
+
+def test_unknown_model_fails_once(pytester: pytest.Pytester, reference_server) -> None:
+    pytester.makepyfile("def test_a(ddtree_client):\n    pass\n")
+    result = pytester.runpytest(
+        f"--ddtree-endpoint={reference_server.base_url}", "--ddtree-model=gpt-imaginary"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: ddtree: model 'gpt-imaginary' (from option --ddtree-model) is not served by"
+            " *; it lists: ddtree-reference"
+        ]
+    )
+
+
+def test_bad_option_value_from_ini(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nddtree_budgets = 16,sixty-four\n")
+    pytester.makepyfile("def test_a():\n    pass\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: invalid budgets '16,sixty-four' (from ini key ddtree_budgets): *"]
+    )
+
+
+def test_unknown_skip_check_code(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_a():\n    pass\n")
+    result = pytester.runpytest("--ddtree-skip-check=no-such-check")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: invalid skip-check 'no-such-check' (from option*"])
+
+
+def test_embedded_servers_stop_at_the_end(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        def test_record(ddtree_runtime, pytestconfig):
+            ports = [s.port for s in ddtree_runtime.servers]
+            assert len(ports) == 2
+            assert ddtree_runtime.baseline is not None
+            open("ports.txt", "w").write(" ".join(map(str, ports)))
+        """
+    )
+    result = pytester.runpytest(*FAST)
+    result.assert_outcomes(passed=1)
+    ports = [int(p) for p in (pytester.path / "ports.txt").read_text().split()]
+    for port in ports:
+        with socket.socket() as s, pytest.raises(OSError):
+            s.settimeout(1)
+            s.connect(("127.0.0.1", port))
+
+
+def test_api_key_never_printed(pytester: pytest.Pytester, reference_server) -> None:
+    secret = "sk-live-0123456789abcdef"
+    pytester.makepyfile(
+        """
+        def test_fails(ddtree_client, ddtree_settings):
+            c = ddtree_client.chat("Hello", max_tokens=4)
+            assert False, (ddtree_settings, c.request)
+        """
+    )
+    result = pytester.runpytest(
+        f"--ddtree-endpoint={reference_server.base_url}",
+        f"--ddtree-api-key={secret}",
+        "-vv",
+        "--showlocals",
+        "--junitxml=out.xml",
+    )
+    result.assert_outcomes(failed=1)
+    assert secret not in result.stdout.str()
+    assert secret not in (pytester.path / "out.xml").read_text()
+
+
+def test_runs_under_xdist(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        def test_budget(ddtree_client, tree_budget, ddtree_check):
+            c = ddtree_client.chat("Write a long story about a harbour.", max_tokens=16,
+                                   tree_budget=tree_budget)
+            ddtree_check(c)
+        """
+    )
+    result = pytester.runpytest("-n", "2", "--ddtree-budgets=16,32,64,128", *FAST)
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["*one per xdist worker*"])
