@@ -82,18 +82,21 @@ class Context:
         """A Violation of ``code`` carrying this call's request description
         (evidence entries that are None are left out)."""
         kept = {k: v for k, v in evidence.items() if v is not None}
-        return Violation(code=code, message=message, evidence=kept, request=self.request)
+        return Violation(code=code, message=flat(message), evidence=kept, request=self.request)
 
     @property
     def count_exact(self) -> bool:
-        """Whether local counts come from a real tokenizer (not an approximation)."""
+        """Whether local counts come from a real tokenizer (not an approximation).
+
+        Without a counter the completion's ``token_count_source`` decides; it
+        names the counter only when usage was missing, so a completion with usage
+        and no counter is compared with the approximation's wide tolerance.
+        """
         if self.counter is not None:
             return bool(self.counter.exact)
         source = self.completion.token_count_source
-        return (
-            isinstance(source, str)
-            and source not in ("none", "")
-            and not (source.startswith("approx"))
+        return isinstance(source, str) and (
+            source.startswith("tokenizer") or source.startswith("server")
         )
 
     @property

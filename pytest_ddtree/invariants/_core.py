@@ -69,7 +69,8 @@ def check(
     an unknown name raises ``TypeError``. ``counter`` gives exact local token
     counts and the tokenizer's special tokens; without it the completion's own
     ``local_completion_tokens`` is used. A request that did not complete (non-2xx,
-    transport error) is judged on the exchange only: its partial content is not.
+    transport error, in-band error event) is judged on the exchange only: its
+    partial content is not.
     Violations come in a fixed order: exchange, schema, accounting, text, stats.
     """
     e = _expectation(expectation, expect)
@@ -79,7 +80,9 @@ def check(
     stream_found = list(check_stream(ctx))
     found.extend(stream_found)
     found.extend(check_http(ctx, stream_explained=bool(stream_found)))
-    if completion.ok and not skip.issuperset(_CONTENT_CODES):
+    # Partial content of an aborted exchange would only produce follow-on noise.
+    aborted = not completion.ok or bool(completion.stream and completion.stream.error_events)
+    if not aborted and not skip.issuperset(_CONTENT_CODES):
         if "schema" not in skip:
             found.extend(check_schema(ctx))
         found.extend(check_empty(ctx))

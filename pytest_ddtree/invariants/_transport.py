@@ -16,7 +16,7 @@ def _error_message(event: Any) -> str:
             msg = err.get("message")
             kind = err.get("type") or err.get("code")
             if msg is not None:
-                return f"{msg} ({kind})" if kind else str(msg)
+                return clip(f"{msg} ({kind})" if kind else str(msg), 200)
         return clip(repr(dict(event)), 200)
     return clip(repr(event), 200)
 
@@ -24,7 +24,9 @@ def _error_message(event: Any) -> str:
 def check_stream(ctx: Context) -> Iterator[Violation]:
     """stream-integrity and stream-error from the completion's StreamInfo."""
     info = ctx.completion.stream
-    if info is None:
+    status = as_int(ctx.completion.status_code)
+    # a non-2xx never started a stream: http-error says all there is to say
+    if info is None or status is None or not 200 <= status < 300:
         return
     errors = tuple(info.error_events or ())
     if errors:
@@ -48,9 +50,11 @@ def check_stream(ctx: Context) -> Iterator[Violation]:
     if not info.done_seen:
         yield ctx.violation(
             "stream-integrity",
-            "the stream ended without 'data: [DONE]'",
+            "the stream ended without 'data: [DONE]'"
+            + (f" ({clip(str(ctx.completion.error), 120)})" if ctx.completion.error else ""),
             events=events,
             finish_chunks=info.finish_chunks,
+            received=clip(ctx.text[-80:]),
         )
     finish_chunks = as_int(info.finish_chunks)
     # An aborted stream has no finish chunk for a reason already reported.
@@ -74,7 +78,7 @@ def check_http(ctx: Context, stream_explained: bool) -> Iterator[Violation]:
             "http-error",
             f"HTTP {status}"
             + (f": {detail}" if detail else "")
-            + (f" ({c.error})" if c.error else ""),
+            + (f" ({clip(str(c.error), 200)})" if c.error else ""),
             status=status,
             error=c.error,
             body=clip(repr(body), 200) if body is not None and not detail else detail,

@@ -1,0 +1,76 @@
+"""Healthy text that looks suspicious must pass: the corpus every pattern is tuned against."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_ddtree.invariants import check
+
+from .factories import HEALTHY_TEXT, FakeCounter, completion, fake_count
+
+TRICKY_HEALTHY = [
+    "Each user: a person who signs in, gets a session and a quota.",
+    "The user: interface is the first thing people notice about the product.",
+    "Ask the assistant: it will answer in the same language you used.",
+    "A user:password pair in the URL is sent in clear text; avoid it.",
+    "Set basic auth as user:pass only over TLS, never over plain HTTP.",
+    "The superuser: root on most systems, Administrator on others.",
+    "Map each end_user: account to one row in the table.",
+    "At 10:30 the system: rebooted, then the logs filled up again.",
+    "**Note for the user:** remember to save your work before closing.",
+    "Users often ask: what is a token, and why does the count differ?",
+    "The user says hello and the assistant replies with a greeting.",
+    "Glossary of terms used below.\nUser: a person who uses the service.\n"
+    "Administrator: a person who manages it.\nQuota: the limit on requests.",
+    "Fields of the record:\n- user: the account name\n- system: the host name\n"
+    "- created: the timestamp",
+    "Here is the configuration:\n```yaml\nuser: admin\nsystem: linux\nassistant: none\n```\n"
+    "Save it as config.yaml.",
+    'services:\n  app:\n    image: web\n    user: "1000"\n    restart: always',
+    '```python\nprint(f"user: {name}")\nprint("assistant:", reply)\n```',
+    "See https://example.com/user:42 for the profile page.",
+    "The model: a transformer with 27 billion parameters.",
+    "My thought process: first list the options, then rank them by cost.",
+    "Thinking about the process, the first step is always the hardest.",
+    "Use <s>strike</s> for deleted text and <b>bold</b> for emphasis.",
+    'Arrays are written as [1, 2, 3] and maps as {"a": 1}.',
+    "In Chinese, 用户 means user: the word appears in many interfaces.",
+    "Emoji such as 👩‍💻 and flags 🇫🇷 are single graphemes built from several code points.",
+    "Arabic text (مرحبا) is written right to left\u200f, and the mark is invisible.",
+    "The recipe:\n1. Mix the flour.\n2. Add the water.\n3. Knead for ten minutes.\n"
+    "4. Let the dough rest.\n5. Bake at 220 degrees.",
+    "Human: a member of the species Homo sapiens, as defined in the first chapter.",
+    "The system prompt tells the assistant how to behave; the user message asks a question.",
+]
+
+
+@pytest.mark.parametrize("text", TRICKY_HEALTHY, ids=range(len(TRICKY_HEALTHY)))
+def test_tricky_healthy_text_passes(text):
+    full = HEALTHY_TEXT + "\n" + text + "\n" + HEALTHY_TEXT
+    c = completion(full, tokens=fake_count(full))
+    assert check(c, counter=FakeCounter()) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2 x 1 = 2\n"
+        + "".join(f"{a} x {b} = {a * b}\n" for a in range(2, 10) for b in range(1, 11)),
+        "| budget | tok/s | acceptance |\n|---|---|---|\n"
+        + "".join(f"| {b} | {1000 - b // 3} | {2 + b / 600:.2f} |\n" for b in range(16, 1040, 16)),
+        "def handler(event):\n"
+        + "".join(
+            f"    if event.kind == 'k{i}':\n        return on_k{i}(event)\n" for i in range(30)
+        ),
+        "Paris is the capital of France. " + HEALTHY_TEXT * 2,
+    ],
+    ids=["times-table", "markdown-table", "dispatch-code", "prose-twice"],
+)
+def test_structured_healthy_output_is_not_degenerate(text):
+    c = completion(text, tokens=fake_count(text), max_tokens=2048)
+    assert [v.code for v in check(c)] == []
+
+
+def test_legitimate_short_answer_with_its_expectation():
+    c = completion("Paris.", tokens=2)
+    assert check(c, min_tokens=1) == []

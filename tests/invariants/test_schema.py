@@ -1,0 +1,128 @@
+"""The shipped JSON Schemas and the schema check."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+
+from pytest_ddtree.completion import StreamInfo
+from pytest_ddtree.invariants import SCHEMA_NAMES, check, load_schema, schema_errors
+from pytest_ddtree.invariants._schema import validator
+
+from .factories import chat_body, chunks_for, completion, split
+
+USAGE = {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
+STATS = {
+    "tree_budget": 64,
+    "cycles": 3,
+    "avg_acceptance": 2.33,
+    "tok_per_sec": 812.5,
+    "block_size": 16,
+}
+
+
+def codes(c):
+    return [v.code for v in check(c)]
+
+
+def test_every_schema_loads_and_declares_an_id():
+    for name in SCHEMA_NAMES:
+        schema = load_schema(name)
+        assert schema["$id"].endswith(name)
+    with pytest.raises(ValueError, match="unknown schema 'nope'"):
+        load_schema("nope")
+
+
+def test_validators_are_built_once():
+    assert validator("chat.completion") is validator("chat.completion")
+
+
+def test_healthy_documents_validate():
+    assert schema_errors("chat.completion", chat_body("hi", usage=USAGE, stats=STATS)) is None
+    for chunk in chunks_for(["a", "b"], usage=USAGE, stats=STATS):
+        assert schema_errors("chat.completion.chunk", chunk) is None
+    assert schema_errors("error", {"error": {"message": "m", "type": "t", "code": 400}}) is None
+    assert schema_errors("ddtree_stats", STATS) is None
+    no_echo = {k: v for k, v in STATS.items() if k != "tree_budget"}
+    assert schema_errors("ddtree_stats", no_echo) is None
+    text_body = {
+        "id": "c",
+        "object": "text_completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "text": "x", "finish_reason": "length"}],
+    }
+    assert schema_errors("text_completion", text_body) is None
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "where"),
+    [
+        (("object",), "chat.completions", "object"),
+        (("choices",), [], "choices"),
+        (("usage", "completion_tokens"), -1, "usage/completion_tokens"),
+        (("usage", "prompt_tokens"), "5", "usage/prompt_tokens"),
+        (("ddtree_stats", "avg_acceptance"), "fast", "ddtree_stats/avg_acceptance"),
+        (("created",), "yesterday", "created"),
+    ],
+)
+def test_broken_body_names_the_path(path, value, where):
+    body = chat_body("hi", usage=dict(USAGE), stats=dict(STATS))
+    target = body
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    c = completion("hi " * 10, raw=body, tokens=14)
+    v = next(v for v in check(c) if v.code == "schema")
+    assert where in v.message
+
+
+def test_missing_body_is_a_schema_violation():
+    assert "schema" in codes(completion(raw=None))
+
+
+def test_completions_api_uses_the_text_completion_schema():
+    c = completion(raw=chat_body("hi"))
+    c = dataclasses.replace(c, request=dataclasses.replace(c.request, api="completions"))
+    v = next(v for v in check(c) if v.code == "schema")
+    assert "text_completion" in v.message
+
+
+def stream_completion(chunks):
+    return completion(
+        stream=True,
+        raw=chunks,
+        stream_info=StreamInfo(events=len(chunks) + 1, done_seen=True, finish_chunks=1),
+    )
+
+
+def test_malformed_middle_chunk_is_found_by_the_cheap_check():
+    chunks = chunks_for(split("word " * 300, 200), usage=USAGE)
+    chunks[101] = copy.deepcopy(chunks[101])
+    chunks[101]["choices"][0]["delta"]["content"] = 42
+    v = next(v for v in check(stream_completion(chunks)) if v.code == "schema")
+    assert "chunk 101" in v.message and "delta/content" in v.message
+
+
+def test_finish_and_usage_chunks_get_the_full_schema():
+    chunks = chunks_for(split("word " * 300, 200), usage=dict(USAGE))
+    chunks[-1]["usage"]["completion_tokens"] = "seven"
+    v = next(v for v in check(stream_completion(chunks)) if v.code == "schema")
+    assert "usage/completion_tokens" in v.message
+    chunks = chunks_for(split("word " * 300, 200), usage=USAGE)
+    chunks[-2]["choices"][0]["finish_reason"] = 3
+    v = next(v for v in check(stream_completion(chunks)) if v.code == "schema")
+    assert "finish_reason" in v.message
+
+
+def test_error_events_are_left_to_stream_error():
+    chunks = chunks_for(["a"], usage=USAGE)
+    chunks.insert(1, {"error": {"message": "boom"}})
+    assert "schema" not in codes(stream_completion(chunks))
+
+
+def test_stream_raw_must_be_a_list():
+    c = completion(stream=True, raw={"not": "a list"})
+    assert "schema" in codes(c)

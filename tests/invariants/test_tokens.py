@@ -1,0 +1,138 @@
+"""Token counters: tokenizer.json, the server's /tokenize, the approximation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from pytest_ddtree.tokens import (
+    ApproxCounter,
+    ServerCounter,
+    TokenCounter,
+    TokenizerCounter,
+    load_counter,
+    server_supports_tokenize,
+)
+
+reference = pytest.importorskip("pytest_ddtree.reference")
+
+
+@pytest.fixture(scope="module")
+def tok_path():
+    return str(reference.tokenizer_path())
+
+
+def test_tokenizer_counter_counts_without_special_tokens(tok_path):
+    c = load_counter(tok_path)
+    assert isinstance(c, TokenizerCounter) and isinstance(c, TokenCounter)
+    assert c.exact and tok_path in c.source
+    ids = c.encode("Hello world, hello again.")
+    assert c.count("Hello world, hello again.") == len(ids) > 0
+    assert c.count("") == 0
+    # a special token in the text is one token, and nothing is added around it
+    assert c.count("<|im_end|>") == 1
+    assert {"<|im_start|>", "<|im_end|>", "<|endoftext|>"} <= set(c.special_tokens)
+
+
+def test_tokenizer_counter_accepts_a_directory(tok_path, tmp_path):
+    (tmp_path / "tokenizer.json").write_bytes(Path(tok_path).read_bytes())
+    assert load_counter(str(tmp_path)).count("one two three") > 0
+
+
+def test_missing_tokenizer_file_names_the_value(tmp_path):
+    missing = tmp_path / "nope.json"
+    with pytest.raises(ValueError, match=r"tokenizer file not found: .*nope\.json"):
+        load_counter(str(missing))
+
+
+def test_invalid_tokenizer_file_names_the_value(tmp_path):
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match=r"not a valid tokenizer\.json: .*tokenizer\.json") as info:
+        load_counter(str(bad))
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("spec", ["", "   "])
+def test_empty_spec_is_rejected(spec):
+    with pytest.raises(ValueError, match="tokenizer"):
+        load_counter(spec)
+
+
+def test_server_spec_needs_a_root_url():
+    with pytest.raises(ValueError, match="root URL"):
+        load_counter("server")
+
+
+def test_approximation():
+    c = load_counter("none")
+    assert isinstance(c, ApproxCounter) and not c.exact
+    assert "approximation" in c.source
+    assert c.count("") == 0
+    assert c.count("one two three") == 4  # 3 words * 4/3
+    assert c.count("x" * 40) == 10  # 40 chars / 4
+    assert c.encode("anything") is None
+
+
+def tokenize_app(calls):
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path != "/tokenize":
+            return httpx.Response(404, json={"error": {"message": "no route"}})
+        calls.append(json.loads(request.content))
+        prompt = json.loads(request.content)["prompt"]
+        ids = list(range(len(prompt.split())))
+        return httpx.Response(200, json={"tokens": ids, "count": len(ids)})
+
+    return httpx.Client(transport=httpx.MockTransport(handler))
+
+
+def test_server_counter_posts_and_caches():
+    calls: list[dict] = []
+    counter = load_counter("server", root_url="http://srv", client=tokenize_app(calls))
+    assert isinstance(counter, ServerCounter) and counter.exact
+    assert counter.count("a b c") == 3
+    assert counter.count("a b c") == 3
+    assert counter.encode("a b c d") == [0, 1, 2, 3]
+    assert calls == [
+        {"prompt": "a b c", "add_special_tokens": False},
+        {"prompt": "a b c d", "add_special_tokens": False},
+    ]
+    assert "http://srv/tokenize" in counter.source
+
+
+def test_server_supports_tokenize():
+    assert server_supports_tokenize("http://srv", tokenize_app([]))
+    missing = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(404)))
+    assert not server_supports_tokenize("http://srv", missing)
+
+    def broken(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused")
+
+    assert not server_supports_tokenize(
+        "http://srv", httpx.Client(transport=httpx.MockTransport(broken))
+    )
+    garbage = httpx.Client(
+        transport=httpx.MockTransport(lambda r: httpx.Response(200, json={"hello": 1}))
+    )
+    assert not server_supports_tokenize("http://srv", garbage)
+
+
+def test_reference_server_tokenize_agrees_with_tokenizer_json(tok_path):
+    server = reference.start_reference_server(simulated_latency=False)
+    try:
+        with httpx.Client() as client:
+            root = server.base_url.removesuffix("/v1")
+            assert server_supports_tokenize(root, client)
+            remote = load_counter("server", root_url=root, client=client)
+            local = load_counter(tok_path)
+            for text in [
+                "Hello, world.",
+                "The capital of Selqu is Dunlo.\n2. Next line",
+                "<|im_end|> after",
+            ]:
+                assert remote.count(text) == local.count(text)
+    finally:
+        server.stop()
