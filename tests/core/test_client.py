@@ -139,7 +139,8 @@ def test_list_models_and_root(client: DDTreeClient) -> None:
 
 
 def test_unreachable_endpoint_is_one_line() -> None:
-    with DDTreeClient("http://127.0.0.1:9/v1", timeout=Timeout(connect=1, read=1, total=2)) as c:
+    timeout = Timeout(connect=1, read=1, total=2)
+    with DDTreeClient("http://127.0.0.1:9/v1", timeout=timeout) as c:
         with pytest.raises(EndpointError) as info:
             c.list_models()
         assert "cannot connect" in str(info.value) and "\n" not in str(info.value)
@@ -166,9 +167,11 @@ def test_unauthorized_says_which_option() -> None:
     thread.start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-        with DDTreeClient(url, api_key="sk-do-not-print") as c:
-            with pytest.raises(EndpointError) as info:
-                c.list_models()
+        with (
+            DDTreeClient(url, api_key="sk-do-not-print") as c,
+            pytest.raises(EndpointError) as info,
+        ):
+            c.list_models()
         assert "401" in str(info.value) and "--ddtree-api-key" in str(info.value)
         assert "sk-do-not-print" not in str(info.value)
     finally:

@@ -27,7 +27,8 @@ def test_header_parametrisation_and_fixtures(pytester: pytest.Pytester) -> None:
         [
             "ddtree: endpoint embedded reference server (started on first use); model first listed;"
             " dialect auto; budgets 16,64 via field; tokenizer auto",
-            "ddtree: serving http://127.0.0.1:*/v1 model ddtree-reference; tokenizer tokenizer.json*",
+            "ddtree: serving http://127.0.0.1:*/v1 model ddtree-reference;"
+            " tokenizer tokenizer.json*",
             "*test_budget?budget=16? PASSED*",
             "*test_budget?budget=64? PASSED*",
             "ddtree: statistics dialect detected: ddtree",
