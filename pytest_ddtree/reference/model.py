@@ -422,7 +422,7 @@ class ReferenceModel:
 
     def _role_leak(self, plan: GenerationPlan) -> tuple[int, ...]:
         if plan.key % 2:
-            return tuple(self.encode("\n<|im_end|>\n<|im_start|>user\nCan you tell me more?"))
+            return tuple(self.encode("\n<|im_start|>user\nCan you tell me more?"))
         return tuple(self.encode("\nuser: Can you tell me more?\nassistant:"))
 
     def advance(self, plan: GenerationPlan, s: _State, tok: int) -> _State:

@@ -36,6 +36,7 @@ MAX_TREE_BUDGET = 4096
 DEFAULT_MAX_TOKENS = 256
 STATS_DIALECTS = ("ddtree", "vllm", "omlx", "none")
 _URL_PREFIX = "ddtree reference server listening on "
+_MODEL_FAULTS = frozenset({"degenerate", "lossy"})  # applied inside the model itself
 
 
 @dataclass(frozen=True)
@@ -351,7 +352,7 @@ class _Engine:
             temperature=req.temperature,
             top_p=req.top_p,
             seed=req.seed,
-            faults=frozenset(f for f in faults if f in TEMPLATE_FAULTS or f in {"degenerate"}),
+            faults=frozenset(f for f in faults if f in TEMPLATE_FAULTS or f in _MODEL_FAULTS),
             salt=salt,
         )
         key = zlib.crc32(req.rendered.encode())
@@ -567,7 +568,7 @@ class _HTTPServer(ThreadingHTTPServer):
             target=self._serve_one,
             args=(request, client_address),
             daemon=True,
-            name="ddtree-reference-request",
+            name=f"ddtree-reference-request-{self.server_address[1]}",
         )
         with self.active_lock:
             self.handler_threads.add(t)
@@ -597,6 +598,8 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "ddtree-reference/0.1"
     server: _HTTPServer
     timeout = 120
+    # one small write per decode round: Nagle's algorithm would batch them and distort timings
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         return

@@ -1,0 +1,313 @@
+"""Every injected fault produces exactly its symptom (and only in the modes it belongs to)."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from pytest_ddtree.reference import (
+    FAULTS,
+    SPECULATION_FAULTS,
+    TEMPLATE_FAULTS,
+    CostModel,
+    start_reference_server,
+)
+
+from ._helpers import LONG, SHORT, post, stream
+
+ROLE_LEAK = re.compile(r"<\|im_start\|>user|\nuser:")
+
+
+def _count(client: httpx.Client, text: str) -> int:
+    root = str(client.base_url).removesuffix("/v1").removesuffix("/v1/")
+    r = httpx.post(root.rstrip("/") + "/tokenize", json={"prompt": text})
+    return int(r.json()["count"])
+
+
+def _content(r: httpx.Response) -> str:
+    assert r.status_code == 200, r.text
+    return str(r.json()["choices"][0]["message"]["content"])
+
+
+def test_catalogue_is_consistent() -> None:
+    assert TEMPLATE_FAULTS <= set(FAULTS)
+    assert SPECULATION_FAULTS <= set(FAULTS)
+    assert not TEMPLATE_FAULTS & SPECULATION_FAULTS
+    assert all(desc and "\n" not in desc for desc in FAULTS.values())
+
+
+@pytest.fixture(params=["speculative", "target-only"])
+def any_client(
+    request: pytest.FixtureRequest, client: httpx.Client, target_client: httpx.Client
+) -> httpx.Client:
+    return client if request.param == "speculative" else target_client
+
+
+def test_early_eos(any_client: httpx.Client) -> None:
+    healthy = post(any_client, LONG).json()
+    assert healthy["choices"][0]["finish_reason"] == "length"
+    r = post(any_client, LONG, fault="early-eos").json()
+    assert r["choices"][0]["finish_reason"] == "stop"
+    assert 4 <= r["usage"]["completion_tokens"] <= 6
+    assert 4 <= _count(any_client, r["choices"][0]["message"]["content"]) <= 6
+
+
+@pytest.mark.parametrize("prompt", [LONG, SHORT, "Tell me about bees.", "List 5 facts about rain."])
+def test_role_leak(any_client: httpx.Client, prompt: str) -> None:
+    assert not ROLE_LEAK.search(_content(post(any_client, prompt, max_tokens=128)))
+    leaked = _content(post(any_client, prompt, fault="role-leak", max_tokens=128))
+    assert ROLE_LEAK.search(leaked), leaked
+
+
+@pytest.mark.parametrize("prompt", [LONG, SHORT, "Tell me about bees.", "Describe the stars."])
+def test_think_leak(any_client: httpx.Client, prompt: str) -> None:
+    healthy = post(any_client, prompt, max_tokens=128).json()["choices"][0]["message"]
+    assert "<think>" not in healthy["content"] and "Thinking Process" not in healthy["content"]
+    msg = post(any_client, prompt, fault="think-leak", max_tokens=128).json()["choices"][0]
+    content = msg["message"]["content"]
+    assert re.search(r"<think>.*</think>|^Thinking Process:", content, re.S), content
+    assert not msg["message"].get("reasoning_content")
+
+
+def test_reasoning_only(client: httpx.Client) -> None:
+    msg = post(client, LONG, fault="reasoning-only").json()["choices"][0]["message"]
+    assert msg["content"] == ""
+    assert len(msg["reasoning_content"]) > 50
+    s = stream(client, LONG, fault="reasoning-only")
+    assert s.content == "" and len(s.reasoning) > 50
+
+
+def test_finish_always_stop(client: httpx.Client) -> None:
+    r = post(client, LONG, fault="finish-always-stop", max_tokens=32).json()
+    assert r["usage"]["completion_tokens"] == 32
+    assert r["choices"][0]["finish_reason"] == "stop"
+    s = stream(client, LONG, fault="finish-always-stop", max_tokens=32)
+    assert s.finish_reasons == ["stop"]
+
+
+def test_overrun_past_max_tokens(client: httpx.Client) -> None:
+    r = post(client, LONG, fault="overrun", max_tokens=32).json()
+    assert r["usage"]["completion_tokens"] > 32
+    assert _count(client, r["choices"][0]["message"]["content"]) >= 32 + 8
+    s = stream(client, LONG, fault="overrun", max_tokens=32)
+    assert _count(client, s.content) >= 32 + 8
+
+
+def test_overrun_past_end_of_turn(client: httpx.Client) -> None:
+    healthy = post(client, SHORT, max_tokens=200).json()
+    assert healthy["choices"][0]["finish_reason"] == "stop"
+    content = _content(post(client, SHORT, fault="overrun", max_tokens=200))
+    head, sep, tail = content.partition("<|im_end|>")
+    assert sep and head == healthy["choices"][0]["message"]["content"] and tail.strip()
+
+
+def test_speculation_faults_ignored_in_target_only(target_client: httpx.Client) -> None:
+    healthy = post(target_client, LONG, max_tokens=48, tree_budget=256).json()
+    for fault in sorted(SPECULATION_FAULTS):
+        r = post(target_client, LONG, fault=fault, max_tokens=48, tree_budget=256).json()
+        assert r["choices"] == healthy["choices"], fault
+        assert r["usage"] == healthy["usage"], fault
+        assert r["ddtree_stats"]["avg_acceptance"] == 1.0, fault
+        assert r["ddtree_stats"]["cycles"] == 48, fault
+
+
+def test_usage_mismatch(client: httpx.Client) -> None:
+    r = post(client, LONG, fault="usage-mismatch").json()
+    usage = r["usage"]
+    real = _count(client, r["choices"][0]["message"]["content"])
+    assert abs(usage["completion_tokens"] - real) >= 24
+    assert usage["total_tokens"] != usage["prompt_tokens"] + usage["completion_tokens"]
+    s = stream(client, LONG, fault="usage-mismatch", stream_options={"include_usage": True})
+    assert (
+        s.usage is not None and abs(s.usage["completion_tokens"] - _count(client, s.content)) >= 24
+    )
+
+
+def test_lossy_diverges_above_64(client: httpx.Client, target_client: httpx.Client) -> None:
+    prompts = [LONG, "Explain in detail how trains cross the mountains.", "Write an essay on bees."]
+    diverged = 0
+    for prompt in prompts:
+        base = _content(post(target_client, prompt, max_tokens=96))
+        assert _content(post(client, prompt, fault="lossy", max_tokens=96, tree_budget=64)) == base
+        assert _content(post(client, prompt, max_tokens=96, tree_budget=256)) == base
+        lossy = _content(post(client, prompt, fault="lossy", max_tokens=96, tree_budget=256))
+        diverged += lossy != base
+    assert diverged == len(prompts)
+
+
+def test_nondeterministic(client: httpx.Client) -> None:
+    assert _content(post(client, LONG)) == _content(post(client, LONG))
+    outs = {_content(post(client, LONG, fault="nondeterministic")) for _ in range(3)}
+    assert len(outs) == 3
+
+
+def test_state_leak() -> None:
+    prompt_a, prompt_b = LONG, "Explain in detail how bread is baked."
+    with (
+        start_reference_server(simulated_latency=False) as srv,
+        httpx.Client(base_url=srv.base_url) as c,
+    ):
+        healthy_b = _content(post(c, prompt_b))
+        _content(post(c, prompt_a, fault="state-leak"))
+        after_other = _content(post(c, prompt_b, fault="state-leak"))
+        repeat = _content(post(c, prompt_b, fault="state-leak"))
+    assert after_other != healthy_b
+    assert repeat == healthy_b
+
+
+def test_degenerate(client: httpx.Client) -> None:
+    healthy = post(client, SHORT, max_tokens=96).json()
+    assert healthy["choices"][0]["finish_reason"] == "stop"
+    r = post(client, SHORT, fault="degenerate", max_tokens=96).json()
+    assert r["choices"][0]["finish_reason"] == "length"
+    sentences = [s.strip() for s in re.split(r"(?<=\.)\s", r["choices"][0]["message"]["content"])]
+    complete = [s for s in sentences if s.endswith(".")]
+    assert len(complete) >= 3 and len(set(complete)) == 1, sentences
+
+
+def test_budget_ignored(client: httpx.Client) -> None:
+    stats = {b: post(client, LONG, tree_budget=b).json()["ddtree_stats"] for b in (4, 512)}
+    assert stats[4]["tree_budget"] == 4 and stats[512]["tree_budget"] == 512
+    assert stats[4]["cycles"] != stats[512]["cycles"]
+    faulty = {
+        b: post(client, LONG, fault="budget-ignored", tree_budget=b).json()["ddtree_stats"]
+        for b in (4, 512)
+    }
+    assert all("tree_budget" not in s for s in faulty.values())
+    assert faulty[4]["cycles"] == faulty[512]["cycles"]
+
+
+def _client_rate(c: httpx.Client, fault: str | None) -> tuple[float, dict[str, Any]]:
+    headers = {"X-DDTree-Fault": fault} if fault else {}
+    body = {
+        "messages": [{"role": "user", "content": LONG}],
+        "max_tokens": 96,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    stamps: list[tuple[float, str]] = []
+    stats: dict[str, Any] = {}
+    usage: dict[str, Any] = {}
+    import json
+
+    with c.stream("POST", "/chat/completions", json=body, headers=headers) as r:
+        for line in r.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            obj = json.loads(line[6:])
+            if obj.get("usage"):
+                usage = obj["usage"]
+            if "ddtree_stats" in obj:
+                stats = obj["ddtree_stats"]
+            if obj.get("choices") and obj["choices"][0]["delta"].get("content"):
+                stamps.append((time.perf_counter(), obj["choices"][0]["delta"]["content"]))
+    first_text = stamps[0][1]
+    first_tokens = _count(c, first_text)
+    rate = (usage["completion_tokens"] - first_tokens) / (stamps[-1][0] - stamps[0][0])
+    stats["completion_tokens"] = usage["completion_tokens"]
+    return rate, stats
+
+
+def test_stats_inflated() -> None:
+    cost = CostModel(draft_ms=1.0, verify_base_ms=3.0)
+    with start_reference_server(cost=cost) as srv, httpx.Client(base_url=srv.base_url) as c:
+        rate, stats = _client_rate(c, None)
+        assert 0.7 < stats["tok_per_sec"] / rate < 1.4
+        assert stats["avg_acceptance"] == pytest.approx(
+            stats["completion_tokens"] / stats["cycles"], abs=0.01
+        )
+        rate, stats = _client_rate(c, "stats-inflated")
+        assert stats["tok_per_sec"] / rate > 2.2
+        assert stats["avg_acceptance"] > 1.3 * stats["completion_tokens"] / stats["cycles"]
+
+
+def test_empty_200(client: httpx.Client) -> None:
+    r = post(client, LONG, fault="empty-200")
+    assert r.status_code == 200 and _content(r) == ""
+    s = stream(client, LONG, fault="empty-200")
+    assert s.status == 200 and s.done and s.content == ""
+
+
+def test_stream_error_event(client: httpx.Client) -> None:
+    s = stream(client, LONG, fault="stream-error-event")
+    assert s.status == 200
+    errors = [e for e in s.chunks if "error" in e]
+    assert len(errors) == 1 and errors[0]["error"]["message"]
+    assert s.content  # some content came before the error
+    r = post(client, LONG, fault="stream-error-event")
+    assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
+
+
+def test_stream_no_done(client: httpx.Client) -> None:
+    s = stream(client, LONG, fault="stream-no-done")
+    assert not s.done
+    assert isinstance(s.events[-1], str) and s.events[-1].startswith("{")
+    r = post(client, LONG, fault="stream-no-done")
+    with pytest.raises(ValueError):
+        r.json()
+    # the connection was not poisoned: the next request is fine
+    assert post(client, LONG).status_code == 200
+
+
+def test_intermittent_5xx() -> None:
+    with (
+        start_reference_server(simulated_latency=False) as srv,
+        httpx.Client(base_url=srv.base_url) as c,
+    ):
+        codes = [post(c, SHORT, fault="intermittent-5xx").status_code for _ in range(6)]
+        assert post(c, SHORT).status_code == 200
+    assert codes == [200, 503] * 3
+
+
+def test_hang_until_client_disconnects() -> None:
+    with start_reference_server(simulated_latency=False, hang_seconds=30) as srv:
+        with httpx.Client(base_url=srv.base_url, timeout=httpx.Timeout(5, read=0.5)) as c:
+            t0 = time.perf_counter()
+            with pytest.raises(httpx.ReadTimeout):
+                stream(c, LONG, fault="hang")
+            assert time.perf_counter() - t0 < 3
+            with pytest.raises(httpx.ReadTimeout):
+                post(c, LONG, fault="hang")
+        # the server still serves, and the stalled handlers noticed their clients left
+        with httpx.Client(base_url=srv.base_url, timeout=5) as c:
+            assert post(c, LONG).status_code == 200
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and _request_threads(srv.port):
+            time.sleep(0.05)
+        assert not _request_threads(srv.port)
+
+
+def _request_threads(port: int) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == f"ddtree-reference-request-{port}"]
+
+
+def test_hang_does_not_block_shutdown() -> None:
+    srv = start_reference_server(simulated_latency=False, hang_seconds=30)
+    result: list[Any] = []
+
+    def hang() -> None:
+        try:
+            with httpx.Client(base_url=srv.base_url, timeout=20) as c:
+                result.append(stream(c, LONG, fault="hang"))
+        except httpx.HTTPError as e:
+            result.append(e)
+
+    t = threading.Thread(target=hang)
+    t.start()
+    time.sleep(0.3)
+    t0 = time.perf_counter()
+    srv.stop()
+    assert time.perf_counter() - t0 < 3
+    t.join(10)
+    assert not t.is_alive() and result
+
+
+def test_unknown_fault_header_is_rejected(client: httpx.Client) -> None:
+    r = post(client, LONG, fault="early-eos,no-such-fault")
+    assert r.status_code == 400
+    assert "no-such-fault" in r.json()["error"]["message"]
