@@ -74,13 +74,17 @@ def summary_extra_info(completions: Sequence[Completion]) -> dict[str, Any]:
 
 
 def discard_timings(benchmark: Any) -> bool:
-    """Empty the rounds a benchmark already recorded; True if there were any.
+    """Drop every round a benchmark recorded; True if there were any.
 
     pytest-benchmark shows and compares every benchmark with at least one
-    round, errored or not; an empty one is skipped everywhere.
+    round, and writes to JSON every benchmark not marked as errored: an empty,
+    errored one is skipped everywhere (an empty one alone would break its
+    statistics when the JSON is written).
     """
     meta = getattr(benchmark, "stats", None)
     data = getattr(getattr(meta, "stats", None), "data", None)
+    if hasattr(benchmark, "has_error"):
+        benchmark.has_error = True
     if isinstance(data, list) and data:
         data.clear()
         return True

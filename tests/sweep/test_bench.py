@@ -174,8 +174,14 @@ def test_strip_failed_removes_only_failed_tests() -> None:
     assert strip_failed(doc, []) == 0
 
 
-def test_discard_timings_on_objects_without_stats() -> None:
+def test_discard_timings_marks_errored_and_empties() -> None:
     assert discard_timings(object()) is False
+    bench = FakeBenchmark()
+    call, validate = _calls(True, True)
+    run_gated(bench, call, validate, rounds=2, warmup_rounds=0)
+    assert bench.stats is not None and len(bench.stats.stats.data) == 2 and not bench.has_error
+    assert discard_timings(bench) is True
+    assert bench.stats.stats.data == [] and bench.has_error
 
 
 def test_machine_info_has_no_secrets_or_volatile_fields() -> None:

@@ -1,0 +1,221 @@
+"""Gated benchmarks and the sweep report in real pytest runs (pytester + reference server)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_ddtree.reference import tokenizer_path
+from pytest_ddtree.report import read_sweep_json
+
+PROMPT = "Write a long essay about rivers and the valleys they shape."
+
+BENCH_TEST = f"""
+PROMPT = {PROMPT!r}
+
+def test_gen(ddtree_benchmark, tree_budget):
+    completion = ddtree_benchmark(PROMPT, max_tokens=48, rounds=2, warmup_rounds=1)
+    assert completion.completion_tokens
+"""
+
+
+def _args(server: Any, *extra: str) -> list[str]:
+    return [
+        f"--ddtree-endpoint={server.base_url}",
+        f"--ddtree-tokenizer={tokenizer_path()}",
+        "--ddtree-budgets=16,64,256",
+        "-p",
+        "no:cacheprovider",
+        *extra,
+    ]
+
+
+def _benchmarks(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return list(json.loads(path.read_text())["benchmarks"])
+
+
+def test_valid_sweep_records_one_group_per_budget(
+    pytester: pytest.Pytester, healthy_server: Any
+) -> None:
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    out = pytester.path / "bench.json"
+    report = pytester.path / "report"
+    result = pytester.runpytest(
+        *_args(healthy_server, f"--benchmark-json={out}", f"--ddtree-report={report}")
+    )
+    result.assert_outcomes(passed=3)
+    benches = _benchmarks(out)
+    assert sorted(b["group"] for b in benches) == [
+        "tree_budget=16",
+        "tree_budget=256",
+        "tree_budget=64",
+    ]
+    for b in benches:
+        info = b["extra_info"]
+        assert info["tree_budget"] == int(b["group"].split("=")[1])
+        assert info["prompt_id"] == "test_gen"
+        assert info["valid_rounds"] == 2 and len(b["stats"]["data"]) == 2
+        assert info["decode_tokens_per_second"] > 0 and info["mean_acceptance_length"] >= 1
+        assert {"ttft", "completion_tokens", "decode_rounds", "server_tokens_per_second"} <= set(
+            info
+        )
+    machine = json.loads(out.read_text())["machine_info"]["ddtree"]
+    assert machine["model"] and machine["endpoint"].startswith("http://127.0.0.1:")
+    # The end-of-session table and recommendation.
+    result.stdout.fnmatch_lines(
+        [
+            "*pytest-ddtree budget sweep*",
+            "tree_budget*valid*decode tok/s median*verdict",
+            "*16*2/2*",
+            "*64*2/2*",
+            "*256*2/2*",
+            "Recommended tree_budget=*",
+        ]
+    )
+    # The report files exist, parse and agree with each other.
+    run = read_sweep_json(report / "sweep.json")
+    assert len(run.samples) == 6 and all(s.valid for s in run.samples)
+    assert {s.tree_budget for s in run.samples} == {16, 64, 256}
+    assert run.metadata["model"] == machine["model"] and run.metadata["dialect"] == "ddtree"
+    html = (report / "sweep.html").read_text()
+    assert html.count('<svg class="chart"') == 3
+    assert run.summary().recommendation.message in html.replace("&#x27;", "'")
+
+
+@pytest.mark.parametrize(
+    ("fault", "code"),
+    [
+        ("early-eos", "early-stop"),
+        ("role-leak", "role-leak"),
+        ("finish-always-stop", "finish-"),
+        ("empty-200", "empty"),
+        ("stream-no-done", "stream-integrity"),
+    ],
+)
+def test_fault_fails_once_and_records_nothing(
+    pytester: pytest.Pytester, server_factory: Any, fault: str, code: str
+) -> None:
+    server = server_factory(simulated_latency=False, faults=(fault,))
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    out = pytester.path / "bench.json"
+    result = pytester.runpytest(*_args(server, f"--benchmark-json={out}"))
+    # The smoke request fails the first test with the diagnosis; the rest are skipped.
+    result.assert_outcomes(failed=1, skipped=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*smoke request before timing*", f"*[[]{code}*"])
+    result.stdout.fnmatch_lines(["*benchmarks skipped: the smoke request before timing failed*"])
+    assert _benchmarks(out) == []
+    assert "benchmark 'tree_budget=" not in result.stdout.str()
+
+
+def test_invalid_round_mid_benchmark_drops_every_timing(
+    pytester: pytest.Pytester, server_factory: Any
+) -> None:
+    # Every second request fails with 503: the smoke passes, then each budget
+    # gets one good timed round and one failing round.
+    server = server_factory(simulated_latency=False, faults=("intermittent-5xx",))
+    pytester.makepyfile(
+        test_bench=f"""
+PROMPT = {PROMPT!r}
+
+def test_gen(ddtree_benchmark, tree_budget):
+    ddtree_benchmark(PROMPT, max_tokens=32, rounds=2, warmup_rounds=0)
+"""
+    )
+    out = pytester.path / "bench.json"
+    result = pytester.runpytest(*_args(server, f"--benchmark-json={out}"))
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines(["*round * output-quality invariant(s) broken*", "*http-error*"])
+    assert _benchmarks(out) == []
+    # Not even the good first rounds reach pytest-benchmark's table.
+    assert "benchmark 'tree_budget=" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*INVALID (http-error)*"])
+
+
+def test_test_failing_after_the_benchmark_leaves_no_timing(
+    pytester: pytest.Pytester, healthy_server: Any
+) -> None:
+    pytester.makepyfile(
+        test_bench=f"""
+PROMPT = {PROMPT!r}
+
+def test_gen(ddtree_benchmark, tree_budget):
+    ddtree_benchmark(PROMPT, max_tokens=32, rounds=2, warmup_rounds=0)
+    assert tree_budget != 64, "a check after the timing failed"
+"""
+    )
+    out = pytester.path / "bench.json"
+    saved = pytester.path / "store"
+    result = pytester.runpytest(
+        *_args(
+            healthy_server,
+            f"--benchmark-json={out}",
+            "--benchmark-autosave",
+            f"--benchmark-storage=file://{saved}",
+        )
+    )
+    result.assert_outcomes(passed=2, failed=1)
+    assert sorted(b["group"] for b in _benchmarks(out)) == ["tree_budget=16", "tree_budget=256"]
+    autosaved = list(saved.rglob("*.json"))
+    assert len(autosaved) == 1
+    assert sorted(b["group"] for b in _benchmarks(autosaved[0])) == [
+        "tree_budget=16",
+        "tree_budget=256",
+    ]
+    assert "benchmark 'tree_budget=64'" not in result.stdout.str()
+
+
+def test_budgets_run_in_the_seeded_order_unless_fixed(
+    pytester: pytest.Pytester, healthy_server: Any
+) -> None:
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    shuffled = pytester.runpytest(*_args(healthy_server, "--collect-only", "-q"))
+    fixed = pytester.runpytest(
+        *_args(healthy_server, "--collect-only", "-q", "--ddtree-sweep-order=fixed")
+    )
+
+    def ids(res: Any) -> list[str]:
+        return [ln.split("[")[1].rstrip("]") for ln in res.outlines if "::test_gen[" in ln]
+
+    assert ids(fixed) == ["budget=16", "budget=64", "budget=256"]
+    assert sorted(ids(shuffled)) == sorted(ids(fixed))
+    seeds = {
+        tuple(
+            ids(
+                pytester.runpytest(
+                    *_args(healthy_server, "--collect-only", "-q", f"--ddtree-sweep-seed={s}")
+                )
+            )
+        )
+        for s in range(4)
+    }
+    assert len(seeds) > 1
+
+
+def test_budget_ignored_server_fails_the_session(
+    pytester: pytest.Pytester, server_factory: Any
+) -> None:
+    server = server_factory(simulated_latency=False, faults=("budget-ignored",))
+    pytester.makepyfile(
+        test_bench=f"""
+import pytest
+
+PROMPTS = {{"rivers": {PROMPT!r}, "bees": "Write a detailed article about bees and their hives."}}
+
+@pytest.mark.parametrize("name", sorted(PROMPTS))
+def test_gen(ddtree_benchmark, tree_budget, name):
+    # Not streamed: no client decode rate, so the verdict rests on the (deterministic)
+    # acceptance lengths and cannot flip on timing noise.
+    ddtree_benchmark(PROMPTS[name], max_tokens=48, rounds=3, warmup_rounds=0, prompt_id=name,
+                     stream=False)
+"""
+    )
+    result = pytester.runpytest(*_args(server))
+    result.assert_outcomes(passed=6)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*FAILED sweep: [[]budget-ignored[]]*"])
