@@ -228,6 +228,29 @@ class DDTreeClient:
             return self.complete(prompt, **kwargs)
         return self.chat(prompt, **kwargs)
 
+    def replay(self, spec: RequestSpec) -> Completion:
+        """Send the request ``spec`` describes to this client's endpoint, without its budget.
+
+        Used to re-run a failing request on a target-only baseline: same body,
+        headers, streaming mode and prompt id; the budget field is removed.
+        """
+        body = dialects.drop_path(dict(spec.body), self.budget_field)
+        if self.model:
+            body["model"] = self.model
+        path = "/chat/completions" if spec.api == "chat" else "/completions"
+        new = RequestSpec(
+            api=spec.api,
+            url=self.base_url + path,
+            body=body,
+            tree_budget=None,
+            stream=spec.stream,
+            max_tokens=spec.max_tokens,
+            temperature=spec.temperature,
+            prompt_id=spec.prompt_id,
+            headers=dict(spec.headers),
+        )
+        return self._stream(new) if spec.stream else self._plain(new)
+
     def _request(
         self,
         api: Api,

@@ -34,6 +34,18 @@ def put_budget(body: dict[str, Any], path: str, budget: int) -> dict[str, Any]:
     return out
 
 
+def drop_path(body: dict[str, Any], path: str) -> dict[str, Any]:
+    """A copy of ``body`` without the value at the dotted ``path`` (if present)."""
+    out = copy.deepcopy(body)
+    node: Any = out
+    parts = path.split(".")
+    for part in parts[:-1]:
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        node.pop(parts[-1], None)
+    return out
+
+
 def _num(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None

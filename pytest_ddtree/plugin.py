@@ -7,13 +7,20 @@ servers and clients from ``runtime``, the checks from ``invariants``.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from pytest_ddtree.client import DDTreeClient, EndpointError
 from pytest_ddtree.completion import Completion
+from pytest_ddtree.diagnose import (
+    SPECULATION_ADVICE,
+    LosslessResult,
+    check_state,
+    compare_lossless,
+    lossless_violations,
+)
 from pytest_ddtree.runtime import Runtime, start_runtime
 from pytest_ddtree.settings import (
     OPTIONS,
@@ -23,6 +30,7 @@ from pytest_ddtree.settings import (
     budget_id,
     resolve,
 )
+from pytest_ddtree.violation import InvariantError, Violation
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
 RUNTIME_KEY = pytest.StashKey[Runtime]()
@@ -39,6 +47,8 @@ ENDPOINT_FIXTURES = frozenset(
         "ddtree_counter",
         "ddtree_check",
         "ddtree_benchmark",
+        "ddtree_lossless",
+        "ddtree_determinism",
     }
 )
 
@@ -282,16 +292,178 @@ def ddtree_counter(ddtree_runtime: Runtime) -> Any:
 
 @pytest.fixture
 def ddtree_check(
-    ddtree_settings: Settings, ddtree_runtime: Runtime
-) -> Iterator[Callable[..., None]]:
-    """``ddtree_check(completion, **expect)``: assert every invariant, with marker defaults."""
-    from pytest_ddtree.invariants import assert_valid
+    request: pytest.FixtureRequest, ddtree_settings: Settings, ddtree_runtime: Runtime
+) -> Callable[..., None]:
+    """``ddtree_check(completion, **expect)``: assert every invariant, with marker defaults.
+
+    On failure the request is replayed once on the target-only baseline and
+    the verdict (prompt/template or speculative decoding) is appended to the
+    message and recorded as the JUnit property ``ddtree_diagnosis``.
+    """
+    from pytest_ddtree.invariants import check as run_checks
 
     def check(completion: Completion, **expect: Any) -> None:
         __tracebackhide__ = True
-        assert_valid(completion, counter=ddtree_runtime.counter, **_expect(ddtree_settings, expect))
+        kwargs = _expect(ddtree_settings, dict(expect))
+        violations = run_checks(completion, counter=ddtree_runtime.counter, **kwargs)
+        if violations:
+            _fail_with_diagnosis(request, ddtree_runtime, completion, violations, kwargs)
 
-    yield check
+    return check
+
+
+def _fail_with_diagnosis(
+    request: pytest.FixtureRequest,
+    runtime: Runtime,
+    completion: Completion,
+    violations: list[Violation],
+    kwargs: dict[str, Any],
+) -> None:
+    __tracebackhide__ = True
+    from pytest_ddtree.invariants import check as run_checks
+
+    def judge(other: Completion) -> list[Violation]:
+        return run_checks(other, counter=runtime.counter, **kwargs)
+
+    diagnosis = runtime.diagnose(completion, violations, judge, nodeid=request.node.nodeid)
+    request.node.user_properties.append(("ddtree_diagnosis", diagnosis.verdict))
+    request.node.user_properties.append(
+        ("ddtree_codes", ",".join(sorted({v.code for v in violations})))
+    )
+    raise InvariantError(
+        violations,
+        header=f"{len(violations)} output-quality invariant(s) broken: "
+        + ", ".join(dict.fromkeys(v.code for v in violations)),
+        footer=diagnosis.render(),
+    )
+
+
+@pytest.fixture
+def ddtree_lossless(
+    request: pytest.FixtureRequest, ddtree_settings: Settings, ddtree_runtime: Runtime
+) -> Callable[..., LosslessResult]:
+    """``ddtree_lossless(prompt, *, max_tokens=None, prompt_id=None, budgets=None)``.
+
+    Runs ``prompt`` at temperature 0 at every budget and on the baseline (or,
+    without one, takes the lowest budget as the reference) and fails with the
+    first divergence. ``--ddtree-lossless prefix:N`` tolerates divergence
+    after N tokens; ``off`` skips the test.
+    """
+
+    def run(
+        prompt: Any,
+        *,
+        max_tokens: int | None = None,
+        prompt_id: str | None = None,
+        budgets: list[int] | None = None,
+        **extra: Any,
+    ) -> LosslessResult:
+        __tracebackhide__ = True
+        settings = ddtree_settings
+        if settings.lossless.mode == "off":
+            pytest.skip("losslessness not checked (--ddtree-lossless off)")
+        client = ddtree_runtime.client
+        points: list[int | None] = (
+            [None] if settings.budget_mode == "none" else list(budgets or settings.budgets)
+        )
+        mt = max_tokens or settings.max_tokens
+        outputs = {
+            b: client.request(
+                prompt, max_tokens=mt, temperature=0.0, tree_budget=b, prompt_id=prompt_id, **extra
+            )
+            for b in points
+        }
+        failed = [c for c in outputs.values() if not c.ok]
+        if failed:
+            raise InvariantError(
+                [
+                    Violation(
+                        "http-error",
+                        f"request failed: {failed[0].error}",
+                        {},
+                        failed[0].request.describe(),
+                    )
+                ]
+            )
+        if ddtree_runtime.baseline is not None:
+            reference = ddtree_runtime.baseline.request(
+                prompt, max_tokens=mt, temperature=0.0, prompt_id=prompt_id, **extra
+            )
+            if not reference.ok:
+                raise InvariantError(
+                    [
+                        Violation(
+                            "http-error",
+                            f"baseline request failed: {reference.error}",
+                            {},
+                            reference.request.describe(),
+                        )
+                    ]
+                )
+            label = "target-only baseline"
+        else:
+            lowest = min((b for b in points if b is not None), default=None)
+            reference = outputs[lowest]
+            label = f"lowest budget ({lowest}; no baseline configured)"
+        result = compare_lossless(
+            reference,
+            outputs,
+            settings.lossless,
+            counter=ddtree_runtime.counter,
+            reference_label=label,
+        )
+        if result.tolerated:
+            request.node.user_properties.append(
+                ("ddtree_lossless_tolerated", ",".join(map(str, result.tolerated)))
+            )
+        if not result.ok:
+            request.node.user_properties.append(("ddtree_diagnosis", "speculation"))
+            violations = lossless_violations(result)
+            raise InvariantError(
+                violations,
+                header=f"not lossless: {len(result.divergences)} of {len(outputs)} budget(s) "
+                f"change the temperature-0 output (reference: {label})",
+                footer="diagnosis: speculative decoding - " + SPECULATION_ADVICE,
+            )
+        return result
+
+    return run
+
+
+@pytest.fixture
+def ddtree_determinism(ddtree_settings: Settings, ddtree_runtime: Runtime) -> Callable[..., None]:
+    """``ddtree_determinism(prompt, other_prompt, *, tree_budget=None, max_tokens=None)``.
+
+    Sends ``prompt`` twice, then ``other_prompt``, then ``prompt`` again, all
+    at temperature 0: every run of ``prompt`` must give the same output
+    (``nondeterministic`` / ``state-leak`` otherwise).
+    """
+
+    def run(
+        prompt: Any,
+        other_prompt: Any,
+        *,
+        tree_budget: int | None = None,
+        max_tokens: int | None = None,
+        **extra: Any,
+    ) -> None:
+        __tracebackhide__ = True
+        client = ddtree_runtime.client
+        kw: dict[str, Any] = {
+            "max_tokens": max_tokens or ddtree_settings.max_tokens,
+            "temperature": 0.0,
+            "tree_budget": tree_budget,
+            **extra,
+        }
+        first = client.request(prompt, **kw)
+        repeat = client.request(prompt, **kw)
+        client.request(other_prompt, **kw)
+        after = client.request(prompt, **kw)
+        violations = check_state(first, repeat, after)
+        if violations:
+            raise InvariantError(violations)
+
+    return run
 
 
 def _expect(settings: Settings, expect: dict[str, Any]) -> dict[str, Any]:

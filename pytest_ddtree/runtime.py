@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pytest_ddtree.client import DDTreeClient, EndpointError, root_url
+from pytest_ddtree.diagnose import Diagnoser, Diagnosis
 from pytest_ddtree.settings import Settings
+from pytest_ddtree.violation import Violation
 
 
 @dataclass
@@ -29,6 +32,29 @@ class Runtime:
     baseline: DDTreeClient | None = None
     servers: list[Any] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    diagnoser: Diagnoser = field(default_factory=lambda: Diagnoser(None))
+    diagnoses: list[dict[str, Any]] = field(default_factory=list)
+
+    def diagnose(
+        self,
+        completion: Any,
+        violations: list[Violation],
+        check: Callable[[Any], list[Violation]],
+        *,
+        nodeid: str = "",
+    ) -> Diagnosis:
+        """Replay a failing request on the baseline (bounded, cached) and record the verdict."""
+        result = self.diagnoser.diagnose(completion, violations, check)
+        self.diagnoses.append(
+            {
+                "nodeid": nodeid,
+                "tree_budget": completion.request.tree_budget,
+                "prompt_id": completion.request.prompt_id,
+                "codes": sorted({v.code for v in violations}),
+                **result.to_json(),
+            }
+        )
+        return result
 
     @property
     def tokenizer_source(self) -> str:
@@ -166,6 +192,7 @@ def start_runtime(settings: Settings) -> Runtime:
             counter=counter,
             baseline=baseline,
             servers=servers,
+            diagnoser=Diagnoser(baseline),
         )
         if not getattr(counter, "exact", False):
             runtime.notes.append(

@@ -55,15 +55,17 @@ def _jsonable(value: Any) -> Any:
 class InvariantError(AssertionError):
     """Raised when a completion breaks invariants; carries the violations."""
 
-    def __init__(self, violations: list[Violation], header: str = "") -> None:
+    def __init__(self, violations: list[Violation], header: str = "", footer: str = "") -> None:
         self.violations = violations
         self.header = header or f"{len(violations)} output-quality invariant(s) broken"
+        self.footer = footer
         super().__init__(self.render())
 
     def render(self) -> str:
-        """Header plus every violation with its evidence."""
+        """Header, every violation with its evidence, then the footer (e.g. a diagnosis)."""
         body = "\n".join(v.format() for v in self.violations)
-        return f"{self.header}\n{body}"
+        text = f"{self.header}\n{body}"
+        return f"{text}\n{self.footer}" if self.footer else text
 
     @property
     def codes(self) -> list[str]:

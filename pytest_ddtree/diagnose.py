@@ -1,0 +1,359 @@
+"""Differential diagnosis and losslessness.
+
+Two questions a failing speculative-decoding endpoint raises, answered with a
+target-only baseline server for the same model:
+
+* which layer is at fault? ``Diagnoser`` replays a failing request on the
+  baseline: if the baseline fails the same way the prompt, chat template or
+  model is to blame; if it passes, the speculative-decoding layer is.
+* does speculation change the output? ``check_lossless`` compares the
+  temperature-0 output at every budget with the baseline's (token-exact when
+  a tokenizer is available) and reports the first divergence.
+
+No pytest here.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pytest_ddtree.client import DDTreeClient
+from pytest_ddtree.completion import Completion, RequestSpec, summarize_text
+from pytest_ddtree.invariants import check_determinism
+from pytest_ddtree.settings import Lossless
+from pytest_ddtree.violation import Violation
+
+Verdict = Literal["template", "speculation", "undetermined"]
+
+VERDICT_TITLES: dict[str, str] = {
+    "template": "prompt / chat template / model",
+    "speculation": "speculative decoding",
+    "undetermined": "undetermined",
+}
+
+# Codes that describe the speculation statistics: a target-only baseline has
+# no meaningful counterpart, so they never count as "the baseline fails too".
+STATS_CODES = frozenset({"budget-mismatch", "stats-inconsistent", "stats-inflated"})
+# Codes that only exist for speculation and are a wrapper problem by definition.
+SPECULATION_ONLY = frozenset({"not-lossless"})
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Which layer is at fault for one failing request, and what to do."""
+
+    verdict: Verdict
+    reason: str
+    advice: str
+    baseline_codes: tuple[str, ...] = ()
+    cached: bool = False
+
+    @property
+    def title(self) -> str:
+        """Human name of the verdict."""
+        return VERDICT_TITLES[self.verdict]
+
+    def render(self) -> str:
+        """Two lines appended to a failure message."""
+        return f"diagnosis: {self.title} - {self.reason}\n    what to do: {self.advice}"
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON for reports and JUnit properties."""
+        return {
+            "verdict": self.verdict,
+            "title": self.title,
+            "reason": self.reason,
+            "advice": self.advice,
+            "baseline_codes": list(self.baseline_codes),
+        }
+
+
+TEMPLATE_ADVICE = (
+    "the target model alone fails the same way: fix the chat template, the stop tokens "
+    "or the prompt; speculative decoding is not the cause"
+)
+SPECULATION_ADVICE = (
+    "the target model alone is fine: the speculative-decoding layer (wrapper, drafter or "
+    "tree verification) is at fault"
+)
+NO_BASELINE_ADVICE = (
+    "give a target-only server for the same model with --ddtree-baseline-endpoint to get a verdict"
+)
+
+
+def _replay_key(spec: RequestSpec, codes: Sequence[str]) -> str:
+    body = {k: v for k, v in spec.body.items() if k != "tree_budget"}
+    parts = [spec.api, repr(sorted(body.items(), key=lambda kv: kv[0]))]
+    parts.append(repr(sorted(spec.headers.items())))
+    parts.append(",".join(sorted(set(codes))))
+    return "\x1f".join(parts)
+
+
+class Diagnoser:
+    """Replays failing requests on the baseline, bounded and cached.
+
+    ``check`` judges the baseline's completion with the same expectations as
+    the failing one. At most one replay per request kind (request body minus
+    budget, headers and failing codes) and ``max_replays`` in all, so an
+    endpoint that fails everything cannot double the run time.
+    """
+
+    def __init__(
+        self,
+        baseline: DDTreeClient | None,
+        *,
+        max_replays: int = 24,
+    ) -> None:
+        self.baseline = baseline
+        self.max_replays = max_replays
+        self.replays = 0
+        self._cache: dict[str, Diagnosis] = {}
+        self._lock = threading.Lock()
+
+    def diagnose(
+        self,
+        completion: Completion,
+        violations: Sequence[Violation],
+        check: Callable[[Completion], list[Violation]],
+    ) -> Diagnosis:
+        """The verdict for ``completion``, which broke ``violations``."""
+        codes = sorted({v.code for v in violations})
+        if codes and set(codes) <= SPECULATION_ONLY:
+            return Diagnosis(
+                "speculation",
+                "the output changes with speculation (target-only decoding differs)",
+                SPECULATION_ADVICE,
+            )
+        if self.baseline is None:
+            return Diagnosis("undetermined", "no baseline server is configured", NO_BASELINE_ADVICE)
+        key = _replay_key(completion.request, codes)
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                return Diagnosis(
+                    hit.verdict, hit.reason, hit.advice, hit.baseline_codes, cached=True
+                )
+            if self.replays >= self.max_replays:
+                return Diagnosis(
+                    "undetermined",
+                    f"replay limit reached ({self.max_replays} baseline replays this session)",
+                    "fix the failures already diagnosed, then run again",
+                )
+            self.replays += 1
+        result = self._replay(completion, codes, check)
+        with self._lock:
+            self._cache[key] = result
+        return result
+
+    def _replay(
+        self,
+        completion: Completion,
+        codes: Sequence[str],
+        check: Callable[[Completion], list[Violation]],
+    ) -> Diagnosis:
+        assert self.baseline is not None
+        try:
+            replay = self.baseline.replay(completion.request)
+        except Exception as exc:  # a broken baseline must not hide the original failure
+            return Diagnosis(
+                "undetermined",
+                f"the baseline replay failed: {type(exc).__name__}: {exc}",
+                "check --ddtree-baseline-endpoint",
+            )
+        if not replay.ok and replay.status_code == 0:
+            return Diagnosis(
+                "undetermined",
+                f"the baseline at {self.baseline.base_url} is unreachable ({replay.error})",
+                "start the baseline server or fix --ddtree-baseline-endpoint",
+            )
+        found = [v for v in check(replay) if v.code not in STATS_CODES]
+        base_codes = tuple(sorted({v.code for v in found}))
+        output_codes = [c for c in codes if c not in STATS_CODES]
+        shared = sorted(set(output_codes) & set(base_codes))
+        if shared:
+            return Diagnosis(
+                "template",
+                f"the target-only baseline fails the same way ({', '.join(shared)})",
+                TEMPLATE_ADVICE,
+                base_codes,
+            )
+        if not base_codes:
+            return Diagnosis(
+                "speculation",
+                f"the target-only baseline passes every check ({', '.join(codes)} only "
+                "with speculation)",
+                SPECULATION_ADVICE,
+            )
+        return Diagnosis(
+            "undetermined",
+            f"the baseline fails differently ({', '.join(base_codes)} instead of "
+            f"{', '.join(codes)})",
+            "look at both outputs; the server and the baseline may differ in more than speculation",
+            base_codes,
+        )
+
+
+# ------------------------------------------------------------ losslessness
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where two temperature-0 outputs first differ."""
+
+    token_index: int | None
+    char_offset: int
+    reference_excerpt: str
+    actual_excerpt: str
+
+
+def first_divergence(reference: str, actual: str, counter: Any = None) -> Divergence | None:
+    """The first point where ``actual`` departs from ``reference`` (None if equal).
+
+    With an exact tokenizer the comparison is token by token (``token_index``
+    is the first differing token); otherwise characters are compared and
+    ``token_index`` is None.
+    """
+    token_index: int | None = None
+    encode = getattr(counter, "encode", None) if getattr(counter, "exact", False) else None
+    if encode is not None:
+        ref_ids = encode(reference)
+        act_ids = encode(actual)
+        if ref_ids is not None and act_ids is not None:
+            if ref_ids == act_ids:
+                return None
+            token_index = next(
+                (i for i, (a, b) in enumerate(zip(ref_ids, act_ids, strict=False)) if a != b),
+                min(len(ref_ids), len(act_ids)),
+            )
+    if token_index is None and reference == actual:
+        return None
+    offset = next(
+        (i for i, (a, b) in enumerate(zip(reference, actual, strict=False)) if a != b),
+        min(len(reference), len(actual)),
+    )
+    start = max(0, offset - 30)
+
+    def excerpt(text: str) -> str:
+        before = text[start:offset]
+        after = text[offset : offset + 50]
+        return summarize_text(f"{'…' if start else ''}{before}»{after}«", 120)
+
+    return Divergence(token_index, offset, excerpt(reference), excerpt(actual))
+
+
+@dataclass(frozen=True)
+class LosslessResult:
+    """Outcome of one losslessness comparison across budgets."""
+
+    reference_label: str
+    reference: Completion
+    outputs: Mapping[int | None, Completion]
+    divergences: Mapping[int | None, Divergence]
+    mode: Lossless
+    tolerated: tuple[int | None, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """True when no budget diverges beyond the tolerance."""
+        return not self.divergences
+
+
+def compare_lossless(
+    reference: Completion,
+    outputs: Mapping[int | None, Completion],
+    mode: Lossless,
+    *,
+    counter: Any = None,
+    reference_label: str = "target-only baseline",
+) -> LosslessResult:
+    """Compare every budget's output with ``reference`` under ``mode``."""
+    divergences: dict[int | None, Divergence] = {}
+    tolerated: list[int | None] = []
+    for budget, comp in outputs.items():
+        div = first_divergence(reference.text, comp.text, counter)
+        if div is None:
+            continue
+        if mode.mode == "off":
+            tolerated.append(budget)
+            continue
+        if mode.mode == "prefix":
+            # only the first N tokens must agree (or N characters without a tokenizer)
+            position = div.token_index if div.token_index is not None else div.char_offset
+            if position >= mode.prefix_tokens:
+                tolerated.append(budget)
+                continue
+        divergences[budget] = div
+    return LosslessResult(
+        reference_label=reference_label,
+        reference=reference,
+        outputs=dict(outputs),
+        divergences=divergences,
+        mode=mode,
+        tolerated=tuple(tolerated),
+    )
+
+
+def lossless_violations(result: LosslessResult) -> list[Violation]:
+    """``not-lossless`` violations (one per diverging budget) with the divergence point."""
+    out: list[Violation] = []
+    diverging = [b for b in result.outputs if b in result.divergences]
+    names = ", ".join("server" if b is None else str(b) for b in diverging)
+    for budget, div in result.divergences.items():
+        where = (
+            f"token {div.token_index} (character {div.char_offset})"
+            if div.token_index is not None
+            else f"character {div.char_offset}"
+        )
+        label = "server default" if budget is None else str(budget)
+        out.append(
+            Violation(
+                code="not-lossless",
+                message=(
+                    f"tree_budget {label} diverges from the {result.reference_label} at {where}"
+                ),
+                evidence={
+                    "diverging budgets": names,
+                    "reference": div.reference_excerpt,
+                    "this budget": div.actual_excerpt,
+                    "lossless mode": str(result.mode),
+                },
+                request=result.outputs[budget].request.describe(),
+            )
+        )
+    return out
+
+
+def check_state(first: Completion, repeat: Completion, after_other: Completion) -> list[Violation]:
+    """Identical request twice, then again after a different request: all three must agree.
+
+    ``nondeterministic`` when the plain repeat differs; ``state-leak`` when the
+    repeat agrees but the request after a different one comes out changed
+    (state, such as a drafter cache, not reset between requests).
+    """
+    found = check_determinism(first, repeat)
+    if found:
+        return found
+    if not (first.ok and after_other.ok) or first.request.temperature != 0:
+        return []
+    if first.text == after_other.text:
+        return []
+    div = first_divergence(first.text, after_other.text)
+    assert div is not None
+    return [
+        Violation(
+            code="state-leak",
+            message=(
+                "the same temperature-0 request gave different output right after a different "
+                f"request (first difference at character {div.char_offset}); an identical "
+                "repeat did not"
+            ),
+            evidence={
+                "first run": div.reference_excerpt,
+                "after another request": div.actual_excerpt,
+            },
+            request=after_other.request.describe(),
+        )
+    ]

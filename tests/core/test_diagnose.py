@@ -1,0 +1,195 @@
+"""Differential diagnosis, losslessness and state checks on the reference server."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from pytest_ddtree.diagnose import compare_lossless, first_divergence
+from pytest_ddtree.settings import Lossless
+
+FAST = ("--ddtree-reference-latency=off",)
+
+FAULT_TESTS = """
+import pytest
+
+LONG = "Write a detailed essay about rivers and the towns along them."
+
+@pytest.mark.parametrize("fault", [{faults}])
+def test_fault(ddtree_client, ddtree_check, fault):
+    c = ddtree_client.chat(LONG, max_tokens=64, tree_budget=256,
+                           headers={{"X-DDTree-Fault": fault}})
+    ddtree_check(c)
+"""
+
+
+def _verdicts(pytester: pytest.Pytester, faults: list[str]) -> dict[str, tuple[str, str]]:
+    pytester.makepyfile(FAULT_TESTS.format(faults=", ".join(repr(f) for f in faults)))
+    result = pytester.runpytest("--junitxml=out.xml", "--ddtree-budgets=256", *FAST)
+    result.assert_outcomes(failed=len(faults))
+    verdicts: dict[str, tuple[str, str]] = {}
+    for case in ET.parse(pytester.path / "out.xml").iter("testcase"):
+        fault = case.get("name", "").split("[", 1)[1].rstrip("]")
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        verdicts[fault] = (str(props.get("ddtree_diagnosis")), str(props.get("ddtree_codes")))
+    return verdicts
+
+
+def test_template_faults_are_blamed_on_the_template(pytester: pytest.Pytester) -> None:
+    verdicts = _verdicts(pytester, ["early-eos", "role-leak", "think-leak"])
+    assert verdicts["early-eos"][0] == "template"
+    assert "early-stop" in verdicts["early-eos"][1]
+    assert verdicts["role-leak"] == ("template", verdicts["role-leak"][1])
+    assert "role-leak" in verdicts["role-leak"][1]
+    assert verdicts["think-leak"][0] == "template"
+    assert "reasoning-leak" in verdicts["think-leak"][1]
+
+
+def test_speculation_faults_are_blamed_on_speculation(pytester: pytest.Pytester) -> None:
+    verdicts = _verdicts(pytester, ["overrun", "stats-inflated"])
+    assert verdicts["overrun"][0] == "speculation", verdicts
+    assert "overrun" in verdicts["overrun"][1]
+    assert verdicts["stats-inflated"][0] == "speculation", verdicts
+    assert "stats-inflated" in verdicts["stats-inflated"][1]
+
+
+def test_failure_message_carries_diagnosis(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(FAULT_TESTS.format(faults="'role-leak'"))
+    result = pytester.runpytest(*FAST)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*output-quality invariant(s) broken: *role-leak*",
+            "*[[]role-leak[]]*",
+            "*diagnosis: prompt / chat template / model - the target-only baseline fails the same"
+            " way (*role-leak*)",
+            "*what to do: *fix the chat template*",
+        ]
+    )
+
+
+LOSSLESS_TESTS = """
+import pytest
+
+@pytest.mark.parametrize("fault", ["", "lossy"])
+def test_lossless(ddtree_lossless, fault):
+    headers = {"X-DDTree-Fault": fault} if fault else {}
+    ddtree_lossless("Write a detailed essay about harbours and ships.", max_tokens=96,
+                    headers=headers)
+"""
+
+
+def test_lossy_is_caught_with_divergence_point_and_budgets(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(LOSSLESS_TESTS)
+    result = pytester.runpytest("--ddtree-budgets=16,64,128,512", *FAST)
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    assert "not lossless: 2 of 4 budget(s) change the temperature-0 output" in out
+    result.stdout.fnmatch_lines(
+        [
+            "*[[]not-lossless[]] tree_budget 128 diverges from the target-only baseline at token *"
+            " (character *)",
+            "*diverging budgets: 128, 512",
+            "*[[]not-lossless[]] tree_budget 512 diverges*",
+            "*diagnosis: speculative decoding*",
+        ]
+    )
+    assert "tree_budget 16 diverges" not in out and "tree_budget 64 diverges" not in out
+
+
+def test_lossless_prefix_tolerance_is_reported(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(LOSSLESS_TESTS)
+    result = pytester.runpytest(
+        "--ddtree-budgets=16,512", "--ddtree-lossless=prefix:1", "--junitxml=out.xml", *FAST
+    )
+    # a divergence after the first token is tolerated, and the tolerance is recorded
+    result.assert_outcomes(passed=2)
+    assert "ddtree_lossless_tolerated" in (pytester.path / "out.xml").read_text()
+
+
+STATE_TESTS = """
+import pytest
+
+@pytest.mark.parametrize("fault", ["", "nondeterministic", "state-leak"])
+def test_state(ddtree_determinism, fault):
+    headers = {"X-DDTree-Fault": fault} if fault else {}
+    ddtree_determinism("Write a detailed essay about rivers.", "Tell me a long story about bees.",
+                       tree_budget=64, max_tokens=48, headers=headers)
+"""
+
+
+def test_state_leak_and_nondeterminism_are_caught(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(STATE_TESTS)
+    result = pytester.runpytest("-v", *FAST)
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_state?? PASSED*",
+            "*test_state?nondeterministic? FAILED*",
+            "*test_state?state-leak? FAILED*",
+        ]
+    )
+    out = result.stdout.str()
+    assert "[nondeterministic]" in out and "[state-leak]" in out
+
+
+def test_no_replay_storm(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("i", range(12))
+        def test_many(ddtree_client, ddtree_check, ddtree_runtime, tree_budget, i):
+            try:
+                ddtree_check(ddtree_client.chat("Write a long essay about salt.", max_tokens=32,
+                                                tree_budget=tree_budget))
+            finally:
+                with open(f"replays.txt", "w") as f:
+                    f.write(str(ddtree_runtime.diagnoser.replays))
+        """
+    )
+    result = pytester.runpytest(
+        "--ddtree-reference-fault=early-eos", "--ddtree-budgets=16,64,256", *FAST
+    )
+    result.assert_outcomes(failed=36)
+    # one replay per request kind (the budget is not part of the kind): one in all
+    assert (pytester.path / "replays.txt").read_text() == "1"
+    assert result.stdout.str().count("diagnosis: prompt / chat template / model") == 36
+
+
+def test_first_divergence_token_and_character() -> None:
+    class Chars:
+        exact = True
+
+        def encode(self, text: str) -> list[int]:
+            return [ord(c) for c in text]
+
+    div = first_divergence("the river bends", "the river turns", Chars())
+    assert div is not None
+    assert (div.token_index, div.char_offset) == (10, 10)
+    assert "»bends«" in div.reference_excerpt and "»turns«" in div.actual_excerpt
+    assert first_divergence("same", "same", Chars()) is None
+    plain = first_divergence("abc", "abd")
+    assert plain is not None and plain.token_index is None and plain.char_offset == 2
+    shorter = first_divergence("abc", "ab")
+    assert shorter is not None and shorter.char_offset == 2
+
+
+def test_compare_lossless_modes(reference_server, reference_counter) -> None:
+    from pytest_ddtree.client import DDTreeClient
+
+    with DDTreeClient(reference_server.base_url, counter=reference_counter) as c:
+        ref = c.chat("Write a long essay about glass.", max_tokens=48, tree_budget=16)
+        same = c.chat("Write a long essay about glass.", max_tokens=48, tree_budget=1024)
+        lossy = c.chat(
+            "Write a long essay about glass.",
+            max_tokens=48,
+            tree_budget=1024,
+            headers={"X-DDTree-Fault": "lossy"},
+        )
+    assert compare_lossless(ref, {1024: same}, Lossless("exact"), counter=reference_counter).ok
+    result = compare_lossless(ref, {1024: lossy}, Lossless("exact"), counter=reference_counter)
+    assert not result.ok and 1024 in result.divergences
+    off = compare_lossless(ref, {1024: lossy}, Lossless("off"), counter=reference_counter)
+    assert off.ok and off.tolerated == (1024,)
