@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import textwrap
 from typing import NoReturn
 
 from .cost import CostModel
@@ -20,6 +21,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+# option field (as named in validation errors) -> command-line flag
+_FLAGS = {
+    "port": "--port",
+    "default_tree_budget": "--tree-budget",
+    "block_size": "--block-size",
+    "hang_seconds": "--hang-seconds",
+    "stats_dialect": "--stats-dialect",
+    "CostModel.draft_ms": "--draft-ms",
+    "CostModel.verify_base_ms": "--verify-base-ms",
+    "CostModel.verify_free_nodes": "--verify-free-nodes",
+    "CostModel.verify_per_node_ms": "--verify-per-node-ms",
+    "CostModel.verify_quadratic_ms": "--verify-quadratic-ms",
+    "CostModel.prefill_ms_per_token": "--prefill-ms-per-token",
+    "CostModel.slowdown": "--slowdown",
+}
+
+
 def _fault_help() -> str:
     lines = ["faults (--fault NAME, repeatable; or per request: header X-DDTree-Fault: a,b):"]
     for name, desc in FAULTS.items():
@@ -30,7 +48,11 @@ def _fault_help() -> str:
             if name in SPECULATION_FAULTS
             else ""
         )
-        lines.append(f"  {name}{kind}: {desc}")
+        lines.append(
+            textwrap.fill(
+                f"{name}{kind}: {desc}", width=96, initial_indent="  ", subsequent_indent="      "
+            )
+        )
     return "\n".join(lines)
 
 
@@ -53,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--target-only",
         action="store_true",
-        help="plain target decoding (baseline): no drafter, no tree",
+        help="plain target decoding (the baseline): no drafter, no tree; ddtree_stats "
+        "reports tree_budget 0, cycles = tokens, avg_acceptance 1.0",
     )
     p.add_argument(
         "--fault",
@@ -170,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         options = options_from_args(ns)
     except ValueError as e:
-        parser.error(str(e))
+        name, _, rest = str(e).partition(": ")
+        parser.error(f"{_FLAGS.get(name, name)}: {rest}")
     try:
         httpd, stop_event = serve(options)
     except OSError as e:

@@ -158,7 +158,7 @@ TOPICS: tuple[Topic, ...] = (
     ),
     Topic(
         "libraries",
-        ("library", "libraries", "book", "books", "reading", "read", "story", "novel", "write"),
+        ("library", "libraries", "book", "books", "reading", "novel", "librarian", "author"),
         _n("book", "shelf/shelves", "page", "story", "reader", "index", "chapter", "archive"),
         ("quiet", "old", "thick", "rare", "useful", "patient", "curious", "careful"),
         _v("hold", "guide", "keep", "open", "explain", "record", "teach", "reward"),

@@ -8,6 +8,7 @@ path at a higher price per round: decode throughput peaks at an intermediate bud
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -42,12 +43,13 @@ class CostModel:
             "prefill_ms_per_token",
         ):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or value < 0:
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"CostModel.{name}: must be a number >= 0, got {value!r}")
         vf = self.verify_free_nodes
         if not isinstance(vf, int) or isinstance(vf, bool) or vf < 0:
             raise ValueError(f"CostModel.verify_free_nodes: must be an integer >= 0, got {vf!r}")
-        if not isinstance(self.slowdown, (int, float)) or self.slowdown <= 0:
+        sd = self.slowdown
+        if not isinstance(sd, (int, float)) or not math.isfinite(sd) or sd <= 0:
             raise ValueError(f"CostModel.slowdown: must be a number > 0, got {self.slowdown!r}")
 
     def draft_seconds(self) -> float:

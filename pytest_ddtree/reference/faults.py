@@ -8,7 +8,7 @@ FAULTS: dict[str, str] = {
     "early-eos": "the end-of-turn token fires after 4-6 tokens (finish_reason stop), "
     "as with a broken chat template; also in target-only mode",
     "role-leak": "the model runs past its turn: content gains a fake next turn "
-    "('\\nuser: ...' or '<|im_end|>\\n<|im_start|>user'); also in target-only mode",
+    "('\\nuser: ...' or '\\n<|im_start|>user'); also in target-only mode",
     "think-leak": "with thinking off, a '<think>...</think>' block or a 'Thinking Process:' "
     "preamble appears inside content; also in target-only mode",
     "reasoning-only": "all generated text is returned in reasoning_content, content is empty",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import random
 import select
@@ -70,7 +71,8 @@ class ServerOptions:
                 f"stats_dialect: must be one of {', '.join(STATS_DIALECTS)}, "
                 f"got {self.stats_dialect!r}"
             )
-        if not isinstance(self.hang_seconds, (int, float)) or self.hang_seconds < 0:
+        hs = self.hang_seconds
+        if not isinstance(hs, (int, float)) or not math.isfinite(hs) or hs < 0:
             raise ValueError(f"hang_seconds: must be a number >= 0, got {self.hang_seconds!r}")
         if not isinstance(self.cost, CostModel):
             raise ValueError(f"cost: must be a CostModel, got {type(self.cost).__name__}")
@@ -419,7 +421,8 @@ class _Engine:
             if len(toks) > room:
                 toks = toks[:room]
             produced += len(toks)
-            result.cycles += 1
+            if toks:  # a round that only emits the end-of-turn token commits no output
+                result.cycles += 1
             tail.extend(toks)
             deadline += target
             now = time.perf_counter()

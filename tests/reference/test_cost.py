@@ -1,0 +1,75 @@
+"""The cost model, its computable optimum, and a measured sweep that agrees with it."""
+
+from __future__ import annotations
+
+import statistics
+
+import httpx
+import pytest
+
+from pytest_ddtree.reference import CostModel, optimal_budget, start_reference_server
+
+BUDGETS = [16, 32, 64, 128, 256, 512, 1024]
+
+
+def test_round_cost_shape() -> None:
+    c = CostModel(draft_ms=1, verify_base_ms=2, verify_free_nodes=10, verify_per_node_ms=0.5)
+    assert c.round_seconds(5) == pytest.approx(0.003)
+    assert c.round_seconds(10) == pytest.approx(0.003)
+    assert c.round_seconds(14) == pytest.approx(0.005)
+    assert CostModel(slowdown=2).round_seconds(100) == pytest.approx(
+        2 * CostModel().round_seconds(100)
+    )
+    q = CostModel(verify_quadratic_ms=0.001, verify_free_nodes=0, verify_per_node_ms=0)
+    assert q.verify_seconds(100) - q.verify_seconds(0) == pytest.approx(0.01)
+
+
+def test_default_optimum_is_interior() -> None:
+    best, table = optimal_budget(BUDGETS)
+    assert 32 <= best <= 256
+    assert set(table) == set(BUDGETS)
+    rates = [table[b]["tok_per_sec"] for b in BUDGETS]
+    assert rates[0] < max(rates) and rates[-1] < max(rates)
+    taus = [table[b]["tau"] for b in BUDGETS]
+    assert taus == sorted(taus)  # acceptance keeps rising while throughput peaks
+    assert optimal_budget(BUDGETS) == (best, table)  # deterministic
+
+
+def test_optimum_moves_with_the_cost_model() -> None:
+    cheap_nodes = CostModel(verify_free_nodes=0, verify_per_node_ms=0.0001)
+    dear_nodes = CostModel(verify_free_nodes=0, verify_per_node_ms=0.05)
+    assert optimal_budget(BUDGETS, cost=cheap_nodes)[0] >= 512
+    assert optimal_budget(BUDGETS, cost=dear_nodes)[0] <= 32
+
+
+def test_bad_budgets() -> None:
+    with pytest.raises(ValueError, match="empty"):
+        optimal_budget([])
+    with pytest.raises(ValueError, match="0"):
+        optimal_budget([0, 16])
+
+
+def test_measured_sweep_agrees_with_the_optimum() -> None:
+    # a small, fast cost model with a clear optimum at 16 among these budgets
+    cost = CostModel(
+        draft_ms=0.3, verify_base_ms=0.7, verify_free_nodes=16, verify_per_node_ms=0.01
+    )
+    budgets = [4, 16, 64, 256]
+    prompts = ["Write a long essay about rivers.", "Explain in detail how bees make honey."]
+    best, table = optimal_budget(budgets, prompts=prompts, cost=cost, max_tokens=96)
+    measured: dict[int, list[float]] = {b: [] for b in budgets}
+    with start_reference_server(cost=cost) as srv, httpx.Client(base_url=srv.base_url) as c:
+        for _ in range(3):
+            for b in budgets:
+                for p in prompts:
+                    body = {
+                        "messages": [{"role": "user", "content": p}],
+                        "max_tokens": 96,
+                        "tree_budget": b,
+                    }
+                    r = c.post("/chat/completions", json=body).json()
+                    measured[b].append(r["ddtree_stats"]["tok_per_sec"])
+    med = {b: statistics.median(v) for b, v in measured.items()}
+    assert max(med, key=lambda b: med[b]) == best == 16
+    for b in budgets:  # the simulated time is what is observed
+        assert med[b] == pytest.approx(table[b]["tok_per_sec"], rel=0.25), (b, med, table)
