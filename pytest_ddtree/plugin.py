@@ -455,6 +455,9 @@ def ddtree_determinism(ddtree_settings: Settings, ddtree_runtime: Runtime) -> Ca
             "tree_budget": tree_budget,
             **extra,
         }
+        # whatever an earlier test sent last may leak into the next answer: send the
+        # prompt once unrecorded so that ``first`` follows an identical request
+        client.request(prompt, **kw)
         first = client.request(prompt, **kw)
         repeat = client.request(prompt, **kw)
         client.request(other_prompt, **kw)
