@@ -7,8 +7,8 @@ runs once per prompt (ids like ``essay-rivers``); ``sweep_prompt`` runs once per
 (``test_invariants[essay-rivers-budget=64]``).
 
 Tests run in the order a person would check a new deployment: smoke first (look at one output
-per prompt before anything else), then every budget, streaming, losslessness, and the timed
-sweep last.
+per prompt before anything else), then every budget, determinism and losslessness, streaming,
+and the timed sweep last.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pytest_ddtree.invariants import Expectation
 PROMPTS_FILE = Path(__file__).with_name("prompts.json")
 
 # pytest collects files alphabetically; a deploy gate reads better in this order.
-_ORDER = ("test_smoke", "test_invariants", "test_streaming", "test_lossless", "test_sweep")
+_ORDER = ("test_smoke", "test_invariants", "test_lossless", "test_streaming", "test_sweep")
 
 _EXPECT_KEYS = frozenset(Expectation.__dataclass_fields__)
 

@@ -1,0 +1,35 @@
+"""Speculation must change nothing: the same temperature-0 request always gets the same answer.
+
+``ddtree_determinism`` sends the first prompt twice, then a different prompt, then the first
+again, at one budget: every answer to the first must be identical. A server that samples
+when it should not fails with ``nondeterministic``; a drafter whose state leaks from one
+request into the next fails with ``state-leak``.
+
+``ddtree_lossless`` sends a prompt at temperature 0 at every budget and to the target-only
+baseline (the embedded server's twin, or ``--ddtree-baseline-endpoint``; without one the
+lowest budget is the reference) and fails with ``not-lossless`` at the first divergence: the
+token index and character offset, both continuations around it, and which budgets diverge.
+``--ddtree-lossless prefix:N`` tolerates divergence after N tokens (for stacks known to flip
+near-ties); ``off`` skips the losslessness tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from conftest import Prompt
+
+
+def test_deterministic_and_stateless(
+    prompts: list[Prompt],
+    tree_budget: int | None,
+    ddtree_determinism: Callable[..., None],
+) -> None:
+    first, other = prompts[0], prompts[-1]
+    ddtree_determinism(first.text, other.text, tree_budget=tree_budget)
+
+
+def test_lossless(prompt: Prompt, ddtree_lossless: Callable[..., Any]) -> None:
+    ddtree_lossless(prompt.text, prompt_id=prompt.id)
