@@ -113,6 +113,11 @@ BUDGET_IGNORED_ALPHA = 0.05
 """A metric counts as changing with the budget when the permutation p-value is
 below this; the budget is reported ignored when no metric does."""
 
+BUDGET_IGNORED_MIN_EFFECT = 0.05
+"""...and when the per-budget medians also spread by at least this fraction of a
+prompt's median: timing noise alone can reach significance one time in twenty,
+a budget that does anything moves acceptance or throughput by far more."""
+
 BUDGET_IGNORED_PERMUTATIONS = 2000
 """Permutations per metric (seeded, so the check is deterministic)."""
 
@@ -181,8 +186,9 @@ def check_budget_ignored(samples: Sequence[BudgetSample]) -> list[Violation]:
 
     For each metric (decode tokens/s, mean acceptance length) a stratified
     permutation test (see ``_permutation_p``) asks whether the budget changes
-    it; the budget is reported ignored when no available metric changes at
-    ``BUDGET_IGNORED_ALPHA``. Nothing is reported when any sample echoes a
+    it; the budget is reported ignored when no available metric changes
+    (significant at ``BUDGET_IGNORED_ALPHA`` with a spread of at least
+    ``BUDGET_IGNORED_MIN_EFFECT``). Nothing is reported when any sample echoes a
     budget (budget-mismatch covers that), when fewer than three budgets or two
     samples per budget at the extremes are available, or when the sweep spans
     less than ``BUDGET_IGNORED_MIN_RATIO``: too little data to tell.
@@ -217,7 +223,10 @@ def check_budget_ignored(samples: Sequence[BudgetSample]) -> list[Violation]:
         )
     if not results:
         return []
-    if any(p < BUDGET_IGNORED_ALPHA for p, _stat in results.values()):
+    if any(
+        p < BUDGET_IGNORED_ALPHA and stat >= BUDGET_IGNORED_MIN_EFFECT
+        for p, stat in results.values()
+    ):
         return []
     evidence: dict[str, object] = {
         "budgets": budgets,

@@ -41,9 +41,7 @@ CODES: dict[str, str] = {
     ),
     "stream-error": "an in-band error event inside a 200 stream",
     "nondeterministic": "the same temperature-0 request gave different output",
-    "state-leak": (
-        "a temperature-0 request gave different output right after a different request"
-    ),
+    "state-leak": ("a temperature-0 request gave different output right after a different request"),
     "not-lossless": (
         "at temperature 0 the output differs from target-only decoding or between tree budgets"
     ),

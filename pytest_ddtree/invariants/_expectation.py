@@ -135,6 +135,12 @@ class Expectation:
     tps_min_seconds: float = 0.05
     """Decode span (first to last content event) needed before the rate is trusted."""
 
+    tps_min_gap: float = 0.001
+    """Median gap between content events needed before the rate is trusted. When
+    events arrive faster than this, HTTP and SSE overhead dominate what the client
+    can see, and a server's own compute-only rate cannot be verified (a lying
+    server whose real events are slow is still judged)."""
+
     role_markers: tuple[str, ...] = DEFAULT_ROLE_MARKERS
     """Role markers to look for; narrow or extend with ``DEFAULT_ROLE_MARKERS + (...)``."""
 

@@ -1,7 +1,8 @@
 """schema: responses and stream chunks against the JSON Schemas shipped in
 ``pytest_ddtree/schemas``.
 
-Validators are built once per process, on first use. A stream is validated in
+Validators are built once per process, on first use: a compiled predicate
+(``_fastschema``) decides validity, ``jsonschema`` explains failures. A stream is validated in
 two tiers to stay cheap on long outputs: the first and last chunks, every chunk
 with a ``finish_reason``, ``usage`` or ``ddtree_stats``, and one chunk in
 ``_SAMPLE_EVERY`` get the full schema; every chunk gets a structural check
@@ -22,6 +23,7 @@ from jsonschema.exceptions import ValidationError, best_match
 from referencing import Registry, Resource
 
 from pytest_ddtree.invariants._context import Context, clip
+from pytest_ddtree.invariants._fastschema import Predicate, compile_schema
 from pytest_ddtree.violation import Violation
 
 SCHEMA_NAMES = (
@@ -35,7 +37,7 @@ SCHEMA_NAMES = (
 )
 """Every schema shipped, by file stem."""
 
-_SAMPLE_EVERY = 64
+_SAMPLE_EVERY = 128
 
 
 def load_schema(name: str) -> dict[str, Any]:
@@ -62,8 +64,26 @@ def validator(name: str) -> Draft202012Validator:
     return Draft202012Validator(load_schema(name), registry=_registry())
 
 
+@cache
+def _fast(name: str) -> Predicate:
+    by_id = {load_schema(n)["$id"]: n for n in SCHEMA_NAMES}
+
+    def resolve(uri: str) -> Predicate:
+        if uri not in by_id:
+            raise ValueError(f"unresolvable $ref {uri!r} in schema {name!r}")
+        return _fast(by_id[uri])
+
+    return compile_schema(load_schema(name), resolve)
+
+
 def schema_errors(name: str, instance: Any) -> str | None:
-    """The most relevant validation error as one line, or None when valid."""
+    """The most relevant validation error as one line, or None when valid.
+
+    The compiled fast predicate answers for valid documents; ``jsonschema``
+    explains invalid ones (and has the last word if the two ever disagree).
+    """
+    if _fast(name)(instance):
+        return None
     err = best_match(validator(name).iter_errors(instance))
     return None if err is None else _describe(err)
 
@@ -73,39 +93,36 @@ def _describe(err: ValidationError) -> str:
     return f"{where}: {clip(err.message, 160)}"
 
 
-def _chunk_shape(chunk: Any, obj: str, chat: bool) -> str | None:
-    """Cheap structural check of one stream chunk; a message when malformed."""
+def _scan_chunk(chunk: Any, obj: str, field: str) -> tuple[str | None, bool]:
+    """Cheap structural check of one stream chunk.
+
+    Returns (problem or None, whether the chunk needs the full schema: it
+    carries a finish_reason, usage or statistics). Kept to a handful of dict
+    lookups because it runs on every chunk of every stream.
+    """
     if type(chunk) is not dict:
-        return f"chunk is a {type(chunk).__name__}, not an object"
+        return f"chunk is a {type(chunk).__name__}, not an object", False
     if chunk.get("object") != obj:
-        return f"object: {chunk.get('object')!r} is not {obj!r}"
+        return f"object: {chunk.get('object')!r} is not {obj!r}", False
     choices = chunk.get("choices")
     if type(choices) is not list:
-        return "choices: not an array"
+        return "choices: not an array", False
+    full = chunk.get("usage") is not None or "ddtree_stats" in chunk
     for i, choice in enumerate(choices):
         if type(choice) is not dict:
-            return f"choices/{i}: not an object"
-        if chat:
+            return f"choices/{i}: not an object", False
+        if choice.get("finish_reason") is not None:
+            full = True
+        if field == "delta":
             delta = choice.get("delta")
             if type(delta) is not dict:
-                return f"choices/{i}/delta: not an object"
+                return f"choices/{i}/delta: not an object", False
             content = delta.get("content")
             if content is not None and type(content) is not str:
-                return f"choices/{i}/delta/content: not a string"
+                return f"choices/{i}/delta/content: not a string", False
         elif type(choice.get("text")) is not str:
-            return f"choices/{i}/text: not a string"
-    return None
-
-
-def _needs_full(chunk: dict[str, Any]) -> bool:
-    if chunk.get("usage") is not None or "ddtree_stats" in chunk:
-        return True
-    choices = chunk.get("choices")
-    if isinstance(choices, list):
-        for choice in choices:
-            if isinstance(choice, dict) and choice.get("finish_reason") is not None:
-                return True
-    return False
+            return f"choices/{i}/text: not a string", False
+    return None, full
 
 
 def _is_error_event(item: Any) -> bool:
@@ -135,15 +152,14 @@ def check_schema(ctx: Context) -> Iterator[Violation]:
         return
     name = "chat.completion.chunk" if chat else "text_completion.chunk"
     obj = "chat.completion.chunk" if chat else "text_completion"
+    field = "delta" if chat else "text"
     chunks = [item for item in raw if not _is_error_event(item)]
     last = len(chunks) - 1
     bad = 0
     first_problem: tuple[int, str, Any] | None = None
     for i, chunk in enumerate(chunks):
-        problem = _chunk_shape(chunk, obj, chat)
-        if problem is None and (
-            i == 0 or i == last or i % _SAMPLE_EVERY == 0 or _needs_full(chunk)
-        ):
+        problem, full = _scan_chunk(chunk, obj, field)
+        if problem is None and (full or i == 0 or i == last or i % _SAMPLE_EVERY == 0):
             problem = schema_errors(name, chunk)
         if problem is not None:
             bad += 1

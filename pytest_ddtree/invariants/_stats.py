@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import pairwise
 
 from pytest_ddtree.invariants._context import Context, as_float, as_int
 from pytest_ddtree.violation import Violation
@@ -115,6 +116,9 @@ def _check_rate(ctx: Context) -> Iterator[Violation]:
         return
     span = times[-1] - times[0]
     if span < e.tps_min_seconds:
+        return
+    gaps = sorted(b - a for a, b in pairwise(times))
+    if gaps[len(gaps) // 2] < e.tps_min_gap:
         return
     try:
         client_tps = ctx.completion.decode_tokens_per_second

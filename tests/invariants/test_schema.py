@@ -6,10 +6,13 @@ import copy
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pytest_ddtree.completion import StreamInfo
 from pytest_ddtree.invariants import SCHEMA_NAMES, check, load_schema, schema_errors
-from pytest_ddtree.invariants._schema import validator
+from pytest_ddtree.invariants._fastschema import compile_schema
+from pytest_ddtree.invariants._schema import _fast, validator
 
 from .factories import chat_body, chunks_for, completion, split
 
@@ -126,3 +129,75 @@ def test_error_events_are_left_to_stream_error():
 def test_stream_raw_must_be_a_list():
     c = completion(stream=True, raw={"not": "a list"})
     assert "schema" in codes(c)
+
+
+# --- the compiled fast validator agrees with jsonschema -------------------------------
+
+
+leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 3)
+    | st.sampled_from([1.0, 2.5, -0.5])
+    | st.floats(allow_nan=True)
+    | st.sampled_from(["", "x", "chat.completion", "chat.completion.chunk", "assistant"])
+)
+json_values = st.recursive(
+    leaves,
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
+    max_leaves=10,
+)
+VALID = [
+    ("chat.completion", chat_body("hi", usage=USAGE, stats=STATS, reasoning="r")),
+    ("chat.completion.chunk", chunks_for(["a"], usage=USAGE, stats=STATS)[1]),
+    ("chat.completion.chunk", chunks_for(["a"], usage=USAGE, stats=STATS)[-1]),
+    ("usage", {**USAGE, "completion_tokens_details": {"reasoning_tokens": 1}}),
+    ("ddtree_stats", STATS),
+    ("error", {"error": {"message": "m", "type": "t", "param": None, "code": 1}}),
+]
+
+
+def _paths(doc, prefix=()):
+    yield prefix
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from _paths(v, (*prefix, i))
+
+
+@st.composite
+def mutated(draw):
+    name, doc = draw(st.sampled_from(VALID))
+    doc = copy.deepcopy(doc)
+    path = draw(st.sampled_from(list(_paths(doc))))
+    if not path:
+        return name, draw(json_values)
+    parent = doc
+    for key in path[:-1]:
+        parent = parent[key]
+    if isinstance(parent, dict) and draw(st.booleans()):
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = draw(json_values)
+    return name, doc
+
+
+@settings(max_examples=300, deadline=None)
+@given(mutated())
+def test_fast_validator_agrees_with_jsonschema_on_near_valid_documents(case):
+    name, doc = case
+    assert _fast(name)(doc) == validator(name).is_valid(doc)
+
+
+@settings(max_examples=100, deadline=None)
+@given(json_values)
+def test_fast_validator_agrees_with_jsonschema_on_arbitrary_json(doc):
+    for name in SCHEMA_NAMES:
+        assert _fast(name)(doc) == validator(name).is_valid(doc)
+
+
+def test_fast_validator_rejects_unsupported_keywords():
+    with pytest.raises(ValueError, match="not supported"):
+        compile_schema({"type": "string", "pattern": "^a"}, lambda uri: lambda x: True)
