@@ -176,10 +176,16 @@ def start_runtime(settings: Settings) -> Runtime:
                     f"model {model!r} (from {settings.source_of('model')}) is not served by "
                     f"{settings.endpoint}; it lists: {', '.join(models)}"
                 )
-            counter = _load_counter(settings, settings.endpoint, probe)
         finally:
             probe.close()
-        client = _make_client(settings, settings.endpoint, model, counter)
+        client = _make_client(settings, settings.endpoint, model, None)
+        try:
+            # the counter may query the server's /tokenize: give it the long-lived pool
+            counter = _load_counter(settings, settings.endpoint, client)
+        except BaseException:
+            client.close()
+            raise
+        client.counter = counter
         baseline = None
         if settings.baseline_endpoint:
             baseline = _make_client(

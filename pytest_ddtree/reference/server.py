@@ -414,10 +414,12 @@ class _Engine:
                 result.verify_seconds += cost.verify_seconds(rd.nodes)
             toks = rd.tokens
             finished_eos = False
-            if eos in toks:
-                toks = toks[: toks.index(eos)]
-                finished_eos = True
             room = req.max_tokens - produced
+            if eos in toks:
+                at = toks.index(eos)
+                toks = toks[:at]
+                # a real server stops at max_tokens before it ever samples the end token
+                finished_eos = at < room
             if len(toks) > room:
                 toks = toks[:room]
             produced += len(toks)

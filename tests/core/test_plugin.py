@@ -182,3 +182,21 @@ def test_runs_under_xdist(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("-n", "2", "--ddtree-budgets=16,32,64,128", *FAST)
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["*one per xdist worker*"])
+
+
+def test_external_endpoint_counts_with_server_tokenize(
+    pytester: pytest.Pytester, reference_server
+) -> None:
+    pytester.makepyfile(
+        """
+        def test_a(ddtree_client, ddtree_check, ddtree_counter):
+            assert ddtree_counter.source.startswith("server")
+            c = ddtree_client.chat("Write a detailed essay about rivers.", max_tokens=24,
+                                   tree_budget=32)
+            ddtree_check(c)
+            assert c.local_completion_tokens == 24
+        """
+    )
+    result = pytester.runpytest(f"--ddtree-endpoint={reference_server.base_url}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["ddtree: serving * tokenizer server*"])
