@@ -80,17 +80,20 @@ class TokenizerCounter:
         self.special_tokens = _special_tokens_of(self._tokenizer)
         self._cache = _LRU()
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` without added special tokens."""
+    def _ids(self, text: str) -> list[int]:
         ids = self._cache.get(text)
         if ids is None:
             ids = list(self._tokenizer.encode(text, add_special_tokens=False).ids)
             self._cache.put(text, ids)
         return ids
 
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` without added special tokens (a fresh list)."""
+        return list(self._ids(text))
+
     def count(self, text: str) -> int:
         """Number of tokens in ``text``."""
-        return len(self.encode(text)) if text else 0
+        return len(self._ids(text)) if text else 0
 
 
 def _special_tokens_of(tokenizer: Any) -> tuple[str, ...]:
@@ -151,7 +154,7 @@ class ServerCounter:
             self._remember(text, count)
             if ids is not None:
                 self._cache.put(text, ids)
-        return ids
+        return None if ids is None else list(ids)
 
     def count(self, text: str) -> int:
         """Number of tokens in ``text`` according to the server."""

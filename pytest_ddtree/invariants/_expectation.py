@@ -92,8 +92,8 @@ class Expectation:
     """
 
     min_tokens: int | None = None
-    """Early-stop threshold in tokens; ``None`` means ``DEFAULT_MIN_TOKENS``
-    (capped at ``max_tokens``); 0 disables the check."""
+    """Early-stop threshold in content tokens (reasoning excluded); ``None`` means
+    ``DEFAULT_MIN_TOKENS`` (capped at ``max_tokens``); 0 disables the check."""
 
     thinking: bool = False
     """Whether ``enable_thinking`` was on: then reasoning text is expected and

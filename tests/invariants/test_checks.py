@@ -473,3 +473,46 @@ def test_check_does_not_mutate_the_completion():
     before = replace(c)
     check(c, counter=FakeCounter())
     assert c == before
+
+
+# --- bad input gets one clear line ----------------------------------------------------
+
+
+def test_unknown_expectation_name_is_named():
+    with pytest.raises(TypeError, match="unknown expectation 'min_token'"):
+        check(completion(), min_token=3)
+
+
+@pytest.mark.parametrize(
+    ("kw", "fragment"),
+    [
+        ({"skip": {"role-leek"}}, "unknown check code 'role-leek'"),
+        ({"min_tokens": -1}, "min_tokens=-1"),
+        ({"min_tokens": True}, "min_tokens=True"),
+        ({"usage_tolerance": float("nan")}, "usage_tolerance=nan"),
+        ({"tps_tolerance": 0.5}, "tps_tolerance=0.5"),
+        ({"degenerate_compression": 0}, "degenerate_compression=0"),
+        ({"role_markers": 3}, "role_markers=3"),
+    ],
+)
+def test_bad_expectation_values_are_named(kw, fragment):
+    with pytest.raises((ValueError, TypeError)) as info:
+        Expectation(**kw)
+    assert fragment in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_plain_strings_and_lists_are_accepted_for_sets():
+    e = Expectation(skip=["role-leak"], allowed_finish_reasons="stop", role_markers=["user:"])
+    assert e.skip == frozenset({"role-leak"})
+    assert e.allowed_finish_reasons == frozenset({"stop"})
+    assert e.role_markers == ("user:",)
+
+
+def test_a_failing_counter_does_not_break_the_checks():
+    class Broken(FakeCounter):
+        def count(self, text):
+            raise RuntimeError("tokenize endpoint down")
+
+    assert check(completion(), counter=Broken()) == []
+    assert "early-stop" in codes(completion("Unit 1.", tokens=4), counter=Broken())

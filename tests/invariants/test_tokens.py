@@ -136,3 +136,18 @@ def test_reference_server_tokenize_agrees_with_tokenizer_json(tok_path):
                 assert remote.count(text) == local.count(text)
     finally:
         server.stop()
+
+
+def test_server_counter_error_names_the_url():
+    failing = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(500)))
+    counter = ServerCounter("http://srv/", failing)
+    with pytest.raises(RuntimeError, match=r"http://srv/tokenize answered HTTP 500"):
+        counter.count("text")
+
+
+def test_encode_returns_a_fresh_list(tok_path):
+    c = TokenizerCounter(tok_path)
+    ids = c.encode("Hello world")
+    ids.append(-1)
+    assert c.encode("Hello world") != ids
+    assert c.count("Hello world") == len(ids) - 1
