@@ -10,6 +10,7 @@ import pytest
 
 from pytest_ddtree.reference import tokenizer_path
 from pytest_ddtree.report import read_sweep_json
+from pytest_ddtree.sweep import SweepPlan
 
 PROMPT = "Write a long essay about rivers and the valleys they shape."
 
@@ -174,27 +175,21 @@ def test_budgets_run_in_the_seeded_order_unless_fixed(
     pytester: pytest.Pytester, healthy_server: Any
 ) -> None:
     pytester.makepyfile(test_bench=BENCH_TEST)
-    shuffled = pytester.runpytest(*_args(healthy_server, "--collect-only", "-q"))
-    fixed = pytester.runpytest(
-        *_args(healthy_server, "--collect-only", "-q", "--ddtree-sweep-order=fixed")
-    )
 
-    def ids(res: Any) -> list[str]:
-        return [ln.split("[")[1].rstrip("]") for ln in res.outlines if "::test_gen[" in ln]
+    def ids(*extra: str) -> list[int]:
+        # Collection only: no request is sent, so an in-process run is safe and quick.
+        res = pytester.runpytest_inprocess(*_args(healthy_server, "--collect-only", "-q", *extra))
+        return [
+            int(ln.split("budget=")[1].rstrip("]")) for ln in res.outlines if "::test_gen[" in ln
+        ]
 
-    assert ids(fixed) == ["budget=16", "budget=64", "budget=256"]
-    assert sorted(ids(shuffled)) == sorted(ids(fixed))
-    seeds = {
-        tuple(
-            ids(
-                pytester.runpytest(
-                    *_args(healthy_server, "--collect-only", "-q", f"--ddtree-sweep-seed={s}")
-                )
-            )
-        )
-        for s in range(4)
-    }
-    assert len(seeds) > 1
+    assert ids("--ddtree-sweep-order=fixed") == [16, 64, 256]
+    orders = set()
+    for seed in range(4):
+        got = ids(f"--ddtree-sweep-seed={seed}")
+        assert tuple(got) == SweepPlan((16, 64, 256), ("-",), seed=seed).budget_order(0)
+        orders.add(tuple(got))
+    assert len(orders) > 1
 
 
 def test_budget_ignored_server_fails_the_session(
