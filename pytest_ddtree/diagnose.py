@@ -357,3 +357,57 @@ def check_state(first: Completion, repeat: Completion, after_other: Completion) 
             request=after_other.request.describe(),
         )
     ]
+
+
+def run_lossless(
+    client: DDTreeClient,
+    baseline: DDTreeClient | None,
+    prompt: Any,
+    budgets: Sequence[int | None],
+    mode: Lossless,
+    *,
+    max_tokens: int,
+    counter: Any = None,
+    prompt_id: str | None = None,
+    **extra: Any,
+) -> tuple[LosslessResult | None, list[Violation]]:
+    """Send ``prompt`` at temperature 0 at every budget (and to the baseline), then compare.
+
+    Returns the comparison and its violations: ``http-error`` when a request
+    failed (no comparison then), ``not-lossless`` per diverging budget.
+    Without a baseline the lowest budget's output is the reference.
+    """
+    kw: dict[str, Any] = {"max_tokens": max_tokens, "temperature": 0.0, "prompt_id": prompt_id}
+    outputs = {b: client.request(prompt, tree_budget=b, **kw, **extra) for b in budgets}
+    if baseline is not None:
+        reference = baseline.request(prompt, **kw, **extra)
+        label = "target-only baseline"
+    else:
+        lowest = min((b for b in budgets if b is not None), default=None)
+        reference = outputs[lowest]
+        label = f"lowest budget ({lowest}; no baseline configured)"
+    failed = [c for c in (*outputs.values(), reference) if not c.ok]
+    if failed:
+        return None, [
+            Violation(
+                "http-error",
+                f"request failed, nothing to compare: {c.error}",
+                {},
+                c.request.describe(),
+            )
+            for c in failed
+        ]
+    result = compare_lossless(reference, outputs, mode, counter=counter, reference_label=label)
+    return result, lossless_violations(result)
+
+
+def run_state_check(
+    client: DDTreeClient, prompt: Any, other_prompt: Any, **kw: Any
+) -> list[Violation]:
+    """``prompt`` twice, ``other_prompt``, then ``prompt`` again at temperature 0; see ``check_state``."""
+    kw = {**kw, "temperature": 0.0}
+    first = client.request(prompt, **kw)
+    repeat = client.request(prompt, **kw)
+    client.request(other_prompt, **kw)
+    after = client.request(prompt, **kw)
+    return check_state(first, repeat, after)

@@ -17,9 +17,8 @@ from pytest_ddtree.completion import Completion
 from pytest_ddtree.diagnose import (
     SPECULATION_ADVICE,
     LosslessResult,
-    check_state,
-    compare_lossless,
-    lossless_violations,
+    run_lossless,
+    run_state_check,
 )
 from pytest_ddtree.runtime import Runtime, start_runtime
 from pytest_ddtree.settings import (
@@ -362,67 +361,32 @@ def ddtree_lossless(
         settings = ddtree_settings
         if settings.lossless.mode == "off":
             pytest.skip("losslessness not checked (--ddtree-lossless off)")
-        client = ddtree_runtime.client
         points: list[int | None] = (
             [None] if settings.budget_mode == "none" else list(budgets or settings.budgets)
         )
-        mt = max_tokens or settings.max_tokens
-        outputs = {
-            b: client.request(
-                prompt, max_tokens=mt, temperature=0.0, tree_budget=b, prompt_id=prompt_id, **extra
-            )
-            for b in points
-        }
-        failed = [c for c in outputs.values() if not c.ok]
-        if failed:
-            raise InvariantError(
-                [
-                    Violation(
-                        "http-error",
-                        f"request failed: {failed[0].error}",
-                        {},
-                        failed[0].request.describe(),
-                    )
-                ]
-            )
-        if ddtree_runtime.baseline is not None:
-            reference = ddtree_runtime.baseline.request(
-                prompt, max_tokens=mt, temperature=0.0, prompt_id=prompt_id, **extra
-            )
-            if not reference.ok:
-                raise InvariantError(
-                    [
-                        Violation(
-                            "http-error",
-                            f"baseline request failed: {reference.error}",
-                            {},
-                            reference.request.describe(),
-                        )
-                    ]
-                )
-            label = "target-only baseline"
-        else:
-            lowest = min((b for b in points if b is not None), default=None)
-            reference = outputs[lowest]
-            label = f"lowest budget ({lowest}; no baseline configured)"
-        result = compare_lossless(
-            reference,
-            outputs,
+        result, violations = run_lossless(
+            ddtree_runtime.client,
+            ddtree_runtime.baseline,
+            prompt,
+            points,
             settings.lossless,
+            max_tokens=max_tokens or settings.max_tokens,
             counter=ddtree_runtime.counter,
-            reference_label=label,
+            prompt_id=prompt_id,
+            **extra,
         )
+        if result is None:
+            raise InvariantError(violations)
         if result.tolerated:
             request.node.user_properties.append(
                 ("ddtree_lossless_tolerated", ",".join(map(str, result.tolerated)))
             )
-        if not result.ok:
+        if violations:
             request.node.user_properties.append(("ddtree_diagnosis", "speculation"))
-            violations = lossless_violations(result)
             raise InvariantError(
                 violations,
-                header=f"not lossless: {len(result.divergences)} of {len(outputs)} budget(s) "
-                f"change the temperature-0 output (reference: {label})",
+                header=f"not lossless: {len(result.divergences)} of {len(result.outputs)} "
+                f"budget(s) change the temperature-0 output (reference: {result.reference_label})",
                 footer="diagnosis: speculative decoding - " + SPECULATION_ADVICE,
             )
         return result
@@ -448,21 +412,14 @@ def ddtree_determinism(ddtree_settings: Settings, ddtree_runtime: Runtime) -> Ca
         **extra: Any,
     ) -> None:
         __tracebackhide__ = True
-        client = ddtree_runtime.client
-        kw: dict[str, Any] = {
-            "max_tokens": max_tokens or ddtree_settings.max_tokens,
-            "temperature": 0.0,
-            "tree_budget": tree_budget,
+        violations = run_state_check(
+            ddtree_runtime.client,
+            prompt,
+            other_prompt,
+            max_tokens=max_tokens or ddtree_settings.max_tokens,
+            tree_budget=tree_budget,
             **extra,
-        }
-        # whatever an earlier test sent last may leak into the next answer: send the
-        # prompt once unrecorded so that ``first`` follows an identical request
-        client.request(prompt, **kw)
-        first = client.request(prompt, **kw)
-        repeat = client.request(prompt, **kw)
-        client.request(other_prompt, **kw)
-        after = client.request(prompt, **kw)
-        violations = check_state(first, repeat, after)
+        )
         if violations:
             raise InvariantError(violations)
 
