@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -231,6 +231,21 @@ class Expectation:
             ):
                 raise ValueError(f"expectation {name}={value!r}: expected a number in (0, 1]")
 
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], *, source: str = "") -> Expectation:
+        """An expectation from plain data (a prompt file entry, marker kwargs).
+
+        A bad name or value raises ``ValueError`` whose one line starts with
+        ``source`` (e.g. ``"prompts.json, prompt 'essay'"``).
+        """
+        try:
+            if not isinstance(data, Mapping):
+                raise TypeError(f"expected a mapping of expectations, got {type(data).__name__}")
+            return DEFAULT_EXPECTATION.replace(**{str(k): v for k, v in data.items()})
+        except (TypeError, ValueError) as exc:
+            prefix = f"{source}: " if source else ""
+            raise ValueError(f"{prefix}{exc}") from None
+
     def replace(self, **changes: Any) -> Expectation:
         """A copy with ``changes`` applied; an unknown name raises ``TypeError`` naming it."""
         known = {f.name for f in dataclasses.fields(self)}
@@ -241,3 +256,4 @@ class Expectation:
 
 
 DEFAULT_EXPECTATION = Expectation()
+"""The expectation of a test that states nothing."""

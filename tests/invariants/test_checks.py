@@ -516,3 +516,14 @@ def test_a_failing_counter_does_not_break_the_checks():
 
     assert check(completion(), counter=Broken()) == []
     assert "early-stop" in codes(completion("Unit 1.", tokens=4), counter=Broken())
+
+
+def test_expectation_from_mapping_names_its_source():
+    e = Expectation.from_mapping({"min_tokens": 64, "thinking": True}, source="prompts.json")
+    assert e.min_tokens == 64 and e.thinking
+    with pytest.raises(ValueError, match=r"^prompts.json, prompt 'essay': unknown expectation"):
+        Expectation.from_mapping({"min_token": 1}, source="prompts.json, prompt 'essay'")
+    with pytest.raises(ValueError, match=r"^p: expectation min_tokens='8'"):
+        Expectation.from_mapping({"min_tokens": "8"}, source="p")
+    with pytest.raises(ValueError, match="expected a mapping"):
+        Expectation.from_mapping([1], source="p")  # type: ignore[arg-type]
