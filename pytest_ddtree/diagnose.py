@@ -404,7 +404,7 @@ def run_lossless(
 def run_state_check(
     client: DDTreeClient, prompt: Any, other_prompt: Any, **kw: Any
 ) -> list[Violation]:
-    """``prompt`` twice, ``other_prompt``, then ``prompt`` again at temperature 0; see ``check_state``."""
+    """Run ``prompt`` twice, ``other_prompt``, then ``prompt`` again (see ``check_state``)."""
     kw = {**kw, "temperature": 0.0}
     first = client.request(prompt, **kw)
     repeat = client.request(prompt, **kw)
