@@ -51,7 +51,10 @@ _HERE = Path(__file__).resolve().parent
 _ZERO_T_EXPONENT = 2.0  # temperature 0 samples counts**2: sharper than the corpus, not greedy
 _DRAFT_BEAM = 8
 _DRAFT_TOPK = 24
-_TREE_CACHE = 384
+# cache sizes bound memory (a few tens of MB) while keeping hot contexts warm
+_TREE_CACHE = 256
+_DRAFT_CACHE = 4096
+_DIST_CACHE = 100_000
 
 # phases of the target's state machine
 _ANSWER, _THINK, _FORCED, _FRESH = 0, 1, 2, 3
@@ -137,8 +140,8 @@ class Round(NamedTuple):
     nodes: int
 
 
-# state: (pos, c1, c2, c3, sentences, phase, forced, fidx, after_forced, line, buf)
-_State = tuple[int, int, int, int, int, int, tuple[int, ...], int, int, int, tuple[int, ...]]
+# state: (pos, c1, c2, c3, sentences, phase, forced, fidx, after_forced, line, buf, answer_start)
+_State = tuple[int, int, int, int, int, int, tuple[int, ...], int, int, int, tuple[int, ...], int]
 
 
 @dataclass
@@ -322,7 +325,7 @@ class ReferenceModel:
             acc += w
             cum.append(acc)
         out = (toks, cum, acc)
-        if len(self._dist_cache) > 400_000:
+        if len(self._dist_cache) > _DIST_CACHE:
             self._dist_cache.clear()
         self._dist_cache[ck] = out
         return out
@@ -335,7 +338,7 @@ class ReferenceModel:
                 opening = tuple(self.encode("Thinking Process:\n"))
             else:
                 opening = (self.think_open, self.newline)
-            return (0, c1, c2, c3, 0, _FORCED, opening, 0, _THINK, 0, ())
+            return (0, c1, c2, c3, 0, _FORCED, opening, 0, _THINK, 0, (), 0)
         return self._answer_state(plan, 0, (c1, c2, c3))
 
     def _thinking_process_variant(self, plan: GenerationPlan) -> bool:
@@ -346,12 +349,12 @@ class ReferenceModel:
     def _answer_state(self, plan: GenerationPlan, pos: int, ctx: tuple[int, int, int]) -> _State:
         c1, c2, c3 = ctx
         if plan.list_items is not None:
-            return (pos, c1, c2, c3, 0, _FORCED, self._numbers[1], 0, _ANSWER, 1, ())
-        return (pos, c1, c2, c3, 0, _ANSWER, (), 0, _ANSWER, 0, ())
+            return (pos, c1, c2, c3, 0, _FORCED, self._numbers[1], 0, _ANSWER, 1, (), pos)
+        return (pos, c1, c2, c3, 0, _ANSWER, (), 0, _ANSWER, 0, (), pos)
 
     def step(self, plan: GenerationPlan, s: _State) -> tuple[int, _State]:
         """The target's next token in state ``s`` and the state after it."""
-        pos, c1, c2, c3, sent, phase, forced, fidx, after, line, buf = s
+        pos, c1, c2, c3, sent, phase, forced, fidx, after, line, buf, a0 = s
         faults = plan.faults
         if faults and "early-eos" in faults and pos >= 4 + plan.key % 3:
             return self.eos, s
@@ -370,11 +373,12 @@ class ReferenceModel:
                     after,
                     line,
                     buf,
+                    a0,
                 )
             if after == _FRESH:
                 # the reasoning block has closed: the answer starts from a fresh context
                 return tok, self._answer_state(plan, pos + 1, self.start)
-            return tok, (pos + 1, c2, c3, tok, sent, after, (), 0, after, line, buf)
+            return tok, (pos + 1, c2, c3, tok, sent, after, (), 0, after, line, buf, a0)
         table = plan.reasoning_table if phase == _THINK else plan.table
         toks, cum, total = self._dist(table, c1, c2, c3, plan.temperature, plan.top_p)
         u = (hash((plan.key, pos, c1, c2, c3)) & 0xFFFFFFFF) / 4294967296.0
@@ -388,18 +392,57 @@ class ReferenceModel:
                     close: tuple[int, ...] = self._think_close_plain
                     if self._thinking_process_variant(plan):
                         close = (self.newline, self.newline)
-                    return close[0], (nxt, c2, c3, close[0], 0, _FORCED, close, 1, _FRESH, 0, ())
+                    return close[0], (
+                        nxt,
+                        c2,
+                        c3,
+                        close[0],
+                        0,
+                        _FORCED,
+                        close,
+                        1,
+                        _FRESH,
+                        0,
+                        (),
+                        a0,
+                    )
             elif faults and "degenerate" in faults:
                 rep = tuple(self.encode(" " + self.decode(buf).strip())) if buf else (tok,)
                 if len(rep) == 1:
-                    return rep[0], (nxt, c2, c3, rep[0], sent, _ANSWER, (), 0, _ANSWER, line, buf)
-                return rep[0], (nxt, c2, c3, rep[0], sent, _FORCED, rep, 1, _ANSWER, line, buf)
+                    return rep[0], (
+                        nxt,
+                        c2,
+                        c3,
+                        rep[0],
+                        sent,
+                        _ANSWER,
+                        (),
+                        0,
+                        _ANSWER,
+                        line,
+                        buf,
+                        a0,
+                    )
+                return rep[0], (nxt, c2, c3, rep[0], sent, _FORCED, rep, 1, _ANSWER, line, buf, a0)
             else:
                 stop = plan.max_sentences is not None and sent >= plan.max_sentences
                 if faults and "role-leak" in faults and line >= 0 and (sent >= 2 or stop):
                     leak = self._role_leak(plan)
-                    return leak[0], (nxt, c2, c3, leak[0], sent, _FORCED, leak, 1, _ANSWER, -1, buf)
-                if stop and pos >= plan.min_tokens:
+                    return leak[0], (
+                        nxt,
+                        c2,
+                        c3,
+                        leak[0],
+                        sent,
+                        _FORCED,
+                        leak,
+                        1,
+                        _ANSWER,
+                        -1,
+                        buf,
+                        a0,
+                    )
+                if stop and pos - a0 >= plan.min_tokens:
                     return self.eos, s
                 if plan.list_items is not None and line > 0:
                     num = self._numbers[line + 1]
@@ -415,10 +458,11 @@ class ReferenceModel:
                         _ANSWER,
                         line + 1,
                         buf,
+                        a0,
                     )
         elif faults and "degenerate" in faults and sent == 0 and phase == _ANSWER and len(buf) < 48:
             buf = (*buf, tok)
-        return tok, (pos + 1, c2, c3, tok, sent, phase, (), 0, phase, line, buf)
+        return tok, (pos + 1, c2, c3, tok, sent, phase, (), 0, phase, line, buf, a0)
 
     def _role_leak(self, plan: GenerationPlan) -> tuple[int, ...]:
         if plan.key % 2:
@@ -427,10 +471,10 @@ class ReferenceModel:
 
     def advance(self, plan: GenerationPlan, s: _State, tok: int) -> _State:
         """The state after committing ``tok`` whatever the target would have chosen."""
-        pos, _c1, c2, c3, sent, phase, _forced, _fidx, after, line, buf = s
+        pos, _c1, c2, c3, sent, phase, _forced, _fidx, after, line, buf, a0 = s
         if phase == _FORCED:
             phase = _ANSWER if after == _FRESH else after
-        return (pos + 1, c2, c3, tok, sent, phase, (), 0, phase, line, buf)
+        return (pos + 1, c2, c3, tok, sent, phase, (), 0, phase, line, buf, a0)
 
     # ---------------------------------------------------------------- drafter
 
@@ -460,7 +504,7 @@ class ReferenceModel:
             top = nxt[:_DRAFT_BEAM]
             zz = sum(x[0] for x in top) or 1.0
             beam = [(x[0] / zz, x[1], x[2]) for x in top]
-        if len(self._draft_cache) > 100_000:
+        if len(self._draft_cache) > _DRAFT_CACHE:
             self._draft_cache.clear()
         self._draft_cache[key] = out
         return out

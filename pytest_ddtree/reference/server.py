@@ -560,6 +560,8 @@ class _HTTPServer(ThreadingHTTPServer):
     engine: _Engine
 
     def __init__(self, addr: tuple[str, int], engine: _Engine) -> None:
+        if ":" in addr[0]:
+            self.address_family = socket.AF_INET6
         self.engine = engine
         self.active: set[socket.socket] = set()
         self.active_lock = threading.Lock()
@@ -1002,7 +1004,8 @@ class ReferenceServer:
     @property
     def root_url(self) -> str:
         """``http://HOST:PORT`` (where ``/health`` and ``/tokenize`` live)."""
-        return f"http://{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
 
     @property
     def base_url(self) -> str:
@@ -1178,6 +1181,7 @@ def spawn_reference_server(timeout: float = 15.0, **kwargs: Any) -> ReferenceSer
     url = line_box[0][len(_URL_PREFIX) :]
     hostport = url.split("//", 1)[1].split("/", 1)[0]
     host, port = hostport.rsplit(":", 1)
+    host = host.strip("[]")
     return ReferenceServer(host, int(port), options, kill, process=proc)
 
 
@@ -1186,4 +1190,6 @@ def announce(httpd: _HTTPServer) -> str:
     host, port = httpd.server_address[:2]
     if isinstance(host, bytes):
         host = host.decode()
+    if ":" in host:
+        host = f"[{host}]"
     return f"{_URL_PREFIX}http://{host}:{port}/v1"
