@@ -263,3 +263,37 @@ def test_math_is_finite_for_edge_stats():
         stats=SpecStats(dialect="ddtree", decode_rounds=0, mean_acceptance_length=math.inf)
     )
     assert {v.code for v in check(c)} >= {"stats-inconsistent"}
+
+
+SENTENCES = [
+    "The river carries silt to the delta.",
+    "Each user of the library gets a card.",
+    "The system reboots at night.",
+    "An assistant librarian sorts the returns.",
+    "Trains leave the station every hour.",
+    "Bees collect nectar from the orchard.",
+]
+prose = st.lists(st.sampled_from(SENTENCES), min_size=3, max_size=6, unique=True).map(" ".join)
+
+
+@SETTINGS
+@given(prose, prose, st.sampled_from(["user", "assistant", "system"]))
+def test_a_leaked_turn_after_the_answer_is_always_caught(answer, follow_up, role):
+    text = f"{answer}\n{role}: {follow_up}"
+    assert "role-leak" in {v.code for v in check(completion(text), min_tokens=1)}
+
+
+@SETTINGS
+@given(prose, st.data())
+def test_a_special_token_anywhere_is_always_caught(answer, data):
+    at = data.draw(st.integers(0, len(answer)))
+    token = data.draw(st.sampled_from(["<|im_end|>", "<|endoftext|>", "<end_of_turn>"]))
+    text = answer[:at] + token + answer[at:]
+    found = {v.code for v in check(completion(text), min_tokens=1)}
+    assert found & {"special-token-leak", "overrun"}
+
+
+@SETTINGS
+@given(prose)
+def test_healthy_prose_passes(answer):
+    assert check(completion(answer), min_tokens=1, counter=FakeCounter()) == []
