@@ -257,3 +257,21 @@ def test_budget_ignored_over_a_sweep(counter):
     assert check_budget_ignored(unechoed) == []
     assert all(s.echoed_tree_budget is None for s in ignored)
     assert [v.code for v in check_budget_ignored(ignored)] == ["budget-ignored"]
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "omlx", "none"])
+def test_other_stats_dialects_are_judged_the_same_way(counter, dialect):
+    with (
+        reference.start_reference_server(simulated_latency=False, stats_dialect=dialect) as srv,
+        DDTreeClient(srv.base_url, counter=counter) as c,
+    ):
+        for p in PROMPTS[:8]:
+            for stream in (True, False):
+                assert check(run(c, p, budget=256, stream=stream), counter=counter) == []
+        inflated = run(c, LONG, headers={"X-DDTree-Fault": "stats-inflated"})
+    codes = [v.code for v in check(inflated, counter=counter)]
+    if dialect == "none":
+        assert codes == []  # nothing reported, nothing to contradict
+    else:
+        assert inflated.stats is not None and inflated.stats.dialect == dialect
+        assert "stats-inflated" in codes
