@@ -326,37 +326,46 @@ def lossless_violations(result: LosslessResult) -> list[Violation]:
     return out
 
 
-def check_state(first: Completion, repeat: Completion, after_other: Completion) -> list[Violation]:
-    """Identical request twice, then again after a different request: all three must agree.
+def check_state(
+    first: Completion,
+    repeat: Completion,
+    after_other: Completion,
+    before: Completion | None = None,
+) -> list[Violation]:
+    """Identical temperature-0 requests must agree, whatever ran before them.
 
-    ``nondeterministic`` when the plain repeat differs; ``state-leak`` when the
-    repeat agrees but the request after a different one comes out changed
-    (state, such as a drafter cache, not reset between requests).
+    ``first`` and ``repeat`` are back-to-back identical requests (``first``
+    itself following an identical one): when they differ the server is
+    ``nondeterministic``. When they agree but the same request right after a
+    different one (``after_other``, and ``before``, which followed whatever
+    the session sent earlier) comes out changed, state such as a drafter cache
+    is not reset between requests: ``state-leak``.
     """
     found = check_determinism(first, repeat)
     if found:
         return found
-    if not (first.ok and after_other.ok) or first.request.temperature != 0:
+    if first.request.temperature != 0:
         return []
-    if first.text == after_other.text:
-        return []
-    div = first_divergence(first.text, after_other.text)
-    assert div is not None
-    return [
-        Violation(
-            code="state-leak",
-            message=(
-                "the same temperature-0 request gave different output right after a different "
-                f"request (first difference at character {div.char_offset}); an identical "
-                "repeat did not"
-            ),
-            evidence={
-                "first run": div.reference_excerpt,
-                "after another request": div.actual_excerpt,
-            },
-            request=after_other.request.describe(),
+    out: list[Violation] = []
+    for label, other in (("after another request", after_other), ("first of a series", before)):
+        if other is None or not (first.ok and other.ok) or first.text == other.text:
+            continue
+        div = first_divergence(first.text, other.text)
+        assert div is not None
+        out.append(
+            Violation(
+                code="state-leak",
+                message=(
+                    "the same temperature-0 request gave different output right after a "
+                    f"different request (first difference at character {div.char_offset}); "
+                    "identical back-to-back repeats agree"
+                ),
+                evidence={"repeat": div.reference_excerpt, label: div.actual_excerpt},
+                request=other.request.describe(),
+            )
         )
-    ]
+        break
+    return out
 
 
 def run_lossless(
@@ -406,8 +415,9 @@ def run_state_check(
 ) -> list[Violation]:
     """Run ``prompt`` twice, ``other_prompt``, then ``prompt`` again (see ``check_state``)."""
     kw = {**kw, "temperature": 0.0}
+    before = client.request(prompt, **kw)  # follows whatever the session sent last
     first = client.request(prompt, **kw)
     repeat = client.request(prompt, **kw)
     client.request(other_prompt, **kw)
     after = client.request(prompt, **kw)
-    return check_state(first, repeat, after)
+    return check_state(first, repeat, after, before)

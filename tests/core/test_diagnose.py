@@ -131,7 +131,12 @@ def test_state_leak_and_nondeterminism_are_caught(pytester: pytest.Pytester) -> 
         ]
     )
     out = result.stdout.str()
-    assert "[nondeterministic]" in out and "[state-leak]" in out
+    nondet = out[out.index("_ test_state[nondeterministic] _") :]
+    nondet = nondet[: nondet.index("_ test_state[state-leak] _")]
+    assert "[nondeterministic] the same request gave different" in nondet
+    leak = out[out.index("_ test_state[state-leak] _") : out.index("short test summary")]
+    assert "[state-leak] the same temperature-0 request gave different output" in leak
+    assert "[nondeterministic]" not in leak
 
 
 def test_no_replay_storm(pytester: pytest.Pytester) -> None:
