@@ -101,6 +101,7 @@ class BenchHooks:
         self.smoke_failure: str | None = None
         self.budget_ignored: list[Violation] = []
         self.report_lines: list[str] = []
+        self.diagnoses: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------ helpers
 
@@ -163,6 +164,22 @@ class BenchHooks:
 
         return validate
 
+    def _diagnoser(
+        self, runtime: Any, validate: Callable[[Completion], list[Violation]], nodeid: str
+    ) -> Callable[[Completion, list[Violation]], str]:
+        """Replay a failing request on the baseline and say which layer is at fault."""
+
+        def diagnose(completion: Completion, violations: list[Violation]) -> str:
+            method = getattr(runtime, "diagnose", None)
+            if method is None:
+                return ""
+            try:
+                return str(method(completion, violations, validate, nodeid=nodeid).render())
+            except Exception as exc:  # the failure itself must still be reported
+                return f"diagnosis unavailable: {type(exc).__name__}: {exc}"
+
+        return diagnose
+
     def _smoke(
         self,
         key: str,
@@ -170,6 +187,8 @@ class BenchHooks:
         validate: Callable[[Completion], list[Violation]],
         budget: int | None,
         nodeid: str,
+        benchmark: Any,
+        diagnose: Callable[[Completion, list[Violation]], str],
     ) -> None:
         """One untimed request per distinct prompt before any timing of it."""
         __tracebackhide__ = True
@@ -187,7 +206,7 @@ class BenchHooks:
                 f"tree_budget={budget_label(budget)}); fix the endpoint first"
             )
             self._record(SweepSample.from_completion(completion, violations, round=-1))
-            raise InvariantError(
+            error = InvariantError(
                 violations,
                 header=(
                     f"smoke request before timing (tree_budget={budget_label(budget)}, "
@@ -195,7 +214,17 @@ class BenchHooks:
                     "invariant(s) broken. No benchmark of this session will run until the "
                     "outputs are valid"
                 ),
+                footer=diagnose(completion, violations),
             )
+
+            def fail() -> None:
+                raise error
+
+            # Raised through pedantic() so pytest-benchmark records an errored,
+            # empty benchmark (never saved or shown) instead of warning that the
+            # fixture was not used.
+            benchmark.pedantic(fail, rounds=1, warmup_rounds=0, iterations=1)
+            raise error
 
     # ------------------------------------------------------------ fixtures
 
@@ -277,7 +306,8 @@ class BenchHooks:
                 else None
             )
             key = _prompt_key(prompt, mt, api, [expect, request_extra, dict(headers or {}), stream])
-            self._smoke(key, send, validate, smoke_budget, request.node.nodeid)
+            diagnose = self._diagnoser(runtime, validate, request.node.nodeid)
+            self._smoke(key, send, validate, smoke_budget, request.node.nodeid, benchmark, diagnose)
             result = run_gated(
                 benchmark,
                 lambda: send(budget),
@@ -294,6 +324,7 @@ class BenchHooks:
                 on_sample=self._record,
                 worker=worker,
                 concurrent=concurrent,
+                diagnose=diagnose,
             )
             return result.completion
 
@@ -301,7 +332,7 @@ class BenchHooks:
 
     @pytest.fixture
     def ddtree_sweep(
-        self, ddtree_runtime: Any, ddtree_settings: Settings
+        self, request: pytest.FixtureRequest, ddtree_runtime: Any, ddtree_settings: Settings
     ) -> Callable[..., SweepSummary]:
         """``ddtree_sweep(prompts, **kw) -> SweepSummary``: one interleaved sweep, one test.
 
@@ -357,27 +388,33 @@ class BenchHooks:
                     headers=headers,
                 )
 
+            diagnose = self._diagnoser(runtime, validate, request.node.nodeid)
             smoke = min(plan.budgets)
             bad: list[Violation] = []
+            first_bad: tuple[Completion, list[Violation]] | None = None
             for pid in plan.prompts:
                 completion = send(smoke, pid)
                 violations = validate(completion)
                 if violations:
                     self._record(SweepSample.from_completion(completion, violations, round=-1))
                     bad.extend(violations)
-            if bad:
+                    first_bad = first_bad or (completion, violations)
+            if first_bad is not None:
                 raise InvariantError(
                     bad,
                     header=(
                         f"smoke requests before the sweep (tree_budget={smoke}): "
                         f"{len(bad)} output-quality invariant(s) broken; nothing was timed"
                     ),
+                    footer=diagnose(*first_bad),
                 )
             samples: list[SweepSample] = []
             invalid: list[Violation] = []
             for planned in plan:
                 completion = send(planned.tree_budget, planned.prompt_id)
                 violations = validate(completion)
+                if violations:
+                    first_bad = first_bad or (completion, violations)
                 if planned.warmup and not violations:
                     continue
                 sample = SweepSample.from_completion(
@@ -392,13 +429,17 @@ class BenchHooks:
                 self._record(sample)
                 invalid.extend(violations)
             summary = summarize(samples, seed=plan.seed)
-            if invalid:
+            if first_bad is not None:
                 per_budget = ", ".join(
                     f"{budget_label(b.tree_budget)}: {', '.join(sorted(b.codes))}"
                     for b in summary.budgets
                     if not b.all_valid
                 )
-                raise InvariantError(invalid, header=f"sweep has invalid responses ({per_budget})")
+                raise InvariantError(
+                    invalid,
+                    header=f"sweep has invalid responses ({per_budget})",
+                    footer=diagnose(*first_bad),
+                )
             return summary
 
         return sweep
@@ -509,6 +550,9 @@ class BenchHooks:
         if isinstance(meta, Mapping) and not self.metadata:
             self.metadata = dict(meta)
         self.failed.update(str(n) for n in payload.get("failed", []))
+        self.diagnoses.extend(
+            dict(d) for d in payload.get("diagnoses", []) if isinstance(d, Mapping)
+        )
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Hand samples to the controller (worker) or check and report the sweep."""
@@ -516,11 +560,16 @@ class BenchHooks:
         runtime = self._runtime()
         if runtime is not None and self.metadata:
             self.metadata["dialect"] = runtime.dialect
+        if runtime is not None:
+            self.diagnoses.extend(
+                dict(d) for d in getattr(runtime, "diagnoses", []) if isinstance(d, Mapping)
+            )
         if _is_worker(config):
             config.workeroutput[WORKER_OUTPUT_KEY] = {  # type: ignore[attr-defined]
                 "samples": [s.to_json() for s in self.samples],
                 "metadata": self.metadata,
                 "failed": sorted(self.failed),
+                "diagnoses": json.loads(json.dumps(self.diagnoses, default=str)),
             }
             return
         if not self.samples:
@@ -549,7 +598,12 @@ class BenchHooks:
         notes.extend(f"{v.code}: {v.message}" for v in self.budget_ignored)
         if notes:
             meta["notes"] = notes
-        return SweepRun(samples=list(self.samples), metadata=meta, seed=settings.sweep_seed)
+        return SweepRun(
+            samples=list(self.samples),
+            metadata=meta,
+            seed=settings.sweep_seed,
+            diagnoses=json.loads(json.dumps(self.diagnoses, default=str)),
+        )
 
     def _check_budget_ignored(self) -> list[Violation]:
         try:

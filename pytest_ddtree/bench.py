@@ -103,6 +103,7 @@ def run_gated(
     on_sample: Callable[[SweepSample], None] | None = None,
     worker: str | None = None,
     concurrent: bool = False,
+    diagnose: Callable[[Completion, list[Violation]], str] | None = None,
 ) -> GatedResult:
     """Time ``call`` with ``benchmark.pedantic``, validating every round inside the target.
 
@@ -117,6 +118,8 @@ def run_gated(
     under which pytest-benchmark turns itself off) the rounds run here
     without pytest-benchmark and are still validated and recorded as samples;
     pass ``concurrent=True`` under xdist so reports label those timings.
+    ``diagnose(completion, violations)`` may return a text (e.g. which layer
+    is at fault) appended to the failure message.
     """
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be a positive integer, got {rounds!r}")
@@ -151,6 +154,7 @@ def run_gated(
                     f"{kind} {number}: {len(violations)} output-quality invariant(s) broken; "
                     "no timing was recorded for this benchmark"
                 ),
+                footer=diagnose(completion, violations) if diagnose is not None else "",
             )
         if not warmup:
             result.completions.append(completion)
@@ -164,8 +168,11 @@ def run_gated(
         extra.update(extra_info_base)
     extra["concurrent"] = concurrent
     if getattr(benchmark, "disabled", False):
-        for _ in range(warmup_rounds + rounds):
+        for _ in range(warmup_rounds + rounds - 1):
             target()
+        # A disabled pedantic() just calls the target once; going through it
+        # tells pytest-benchmark the fixture was used (no "not used" warning).
+        benchmark.pedantic(target, rounds=1, warmup_rounds=0, iterations=1)
     else:
         try:
             benchmark.pedantic(target, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1)

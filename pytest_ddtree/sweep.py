@@ -760,11 +760,15 @@ class SweepRun:
     ``model``, ``dialect``, ``budgets``, ``seed``, ``order``, ``rounds``,
     ``warmup_rounds``, ``concurrent``, ``server`` (what the server says about
     itself), ``notes`` (lines worth showing, e.g. a weakened run).
+    ``diagnoses`` holds, per failing test, which layer was found at fault
+    (plain JSON objects: ``nodeid``, ``tree_budget``, ``prompt_id``,
+    ``codes``, ``verdict``, ``title``, ``reason``, ``advice``).
     """
 
     samples: list[SweepSample] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
+    diagnoses: list[dict[str, Any]] = field(default_factory=list)
 
     def summary(self) -> SweepSummary:
         """Statistics and recommendation (deterministic for a given seed)."""

@@ -14,6 +14,7 @@ Version 1 layout::
       "seed": 0,
       "metadata": {"endpoint": ..., "model": ..., "dialect": ..., ...},
       "samples": [SweepSample.to_json(), ...],
+      "diagnoses": [{"nodeid", "tree_budget", "prompt_id", "codes", "verdict", ...}],
       "budgets": [BudgetStats.to_json(), ...],
       "recommendation": Recommendation.to_json()
     }
@@ -76,6 +77,17 @@ SWEEP_JSON_SCHEMA: dict[str, Any] = {
                 },
             },
         },
+        "diagnoses": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "nodeid": {"type": "string"},
+                    "verdict": {"type": "string"},
+                    "codes": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+        },
         "budgets": {"type": "array", "items": {"type": "object"}},
         "recommendation": {"type": ["object", "null"]},
     },
@@ -99,6 +111,7 @@ def sweep_to_json(run: SweepRun, summary: SweepSummary | None = None) -> dict[st
         "seed": run.seed,
         "metadata": run.metadata,
         "samples": [s.to_json() for s in run.samples],
+        "diagnoses": run.diagnoses,
     }
     doc.update(summary.to_json())
     return doc
@@ -132,7 +145,12 @@ def sweep_from_json(doc: Any, *, source: str = "sweep.json") -> SweepRun:
         SweepSample.from_json(item, source=f"{source}: samples[{i}]")
         for i, item in enumerate(doc["samples"])
     ]
-    return SweepRun(samples=samples, metadata=dict(doc["metadata"]), seed=int(doc["seed"]))
+    return SweepRun(
+        samples=samples,
+        metadata=dict(doc["metadata"]),
+        seed=int(doc["seed"]),
+        diagnoses=[dict(d) for d in doc.get("diagnoses", [])],
+    )
 
 
 def read_sweep_json(path: str | os.PathLike[str]) -> SweepRun:

@@ -49,6 +49,8 @@ class FakeBenchmark:
     ) -> Completion:
         assert iterations == 1
         self.pedantic_calls += 1
+        if self.disabled:
+            return target()
         self.stats = _Meta(self.group)
         try:
             for _ in range(warmup_rounds):
@@ -120,6 +122,22 @@ def test_invalid_round_raises_inside_the_timed_target_and_drops_timings() -> Non
     assert [(s.round, s.valid) for s in got] == [(0, True), (1, False)]
 
 
+def test_diagnosis_is_appended_to_the_failure() -> None:
+    call, validate = _calls(False)
+    seen: list[list[Violation]] = []
+
+    def diagnose(c: Completion, vs: list[Violation]) -> str:
+        seen.append(vs)
+        return "diagnosis: speculative decoding (the baseline answers correctly)"
+
+    with pytest.raises(InvariantError) as info:
+        run_gated(FakeBenchmark(), call, validate, rounds=1, warmup_rounds=0, diagnose=diagnose)
+    assert str(info.value).endswith(
+        "diagnosis: speculative decoding (the baseline answers correctly)"
+    )
+    assert [v.code for v in seen[0]] == ["early-stop"]
+
+
 def test_invalid_warmup_fails_too() -> None:
     bench = FakeBenchmark()
     call, validate = _calls(False, True, True, True)
@@ -141,8 +159,9 @@ def test_disabled_benchmark_still_runs_and_validates_every_round() -> None:
         worker="gw0",
         concurrent=True,
     )
-    assert bench.pedantic_calls == 0
-    assert len(result.completions) == 2
+    # Rounds run untimed; pedantic() still runs the last one so the fixture counts as used.
+    assert bench.pedantic_calls == 1
+    assert len(result.completions) == 2 and len(got) == 2
     assert all(s.concurrent and s.worker == "gw0" for s in got)
     assert bench.extra_info["concurrent"] is True
 

@@ -214,3 +214,24 @@ def test_gen(ddtree_benchmark, tree_budget, name):
     result.assert_outcomes(passed=6)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*FAILED sweep: [[]budget-ignored[]]*"])
+
+
+def test_failing_benchmark_names_the_layer_at_fault(
+    pytester: pytest.Pytester, server_factory: Any
+) -> None:
+    server = server_factory(simulated_latency=False, faults=("stats-inflated",))
+    baseline = server_factory(simulated_latency=False, target_only=True)
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    report = pytester.path / "report"
+    result = pytester.runpytest(
+        *_args(
+            server, f"--ddtree-baseline-endpoint={baseline.base_url}", f"--ddtree-report={report}"
+        )
+    )
+    result.assert_outcomes(failed=1, skipped=2)
+    result.stdout.fnmatch_lines(["*[[]stats-inflated[]]*", "*speculative decoding*"])
+    run = read_sweep_json(report / "sweep.json")
+    assert [d["verdict"] for d in run.diagnoses] == ["speculation"]
+    assert "stats-inflated" in run.diagnoses[0]["codes"]
+    html = (report / "sweep.html").read_text()
+    assert "Diagnosis" in html and "speculative decoding" in html
