@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 import textwrap
@@ -12,7 +13,7 @@ from .cost import CostModel
 from .faults import FAULTS, SPECULATION_FAULTS, TEMPLATE_FAULTS
 from .server import STATS_DIALECTS, ServerOptions, announce, serve
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "docs_markdown", "main"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -157,6 +158,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--model-id", default=d.model_id, help="model id served (default %(default)s)")
     return p
+
+
+def docs_markdown() -> str:
+    """Markdown reference of the command line, the faults and the cost model.
+
+    Generated from the parser and the fault catalogue, so documentation cannot drift.
+    """
+    parser = build_parser()
+    out = [
+        "| option | default | meaning |",
+        "| --- | --- | --- |",
+    ]
+    for action in parser._actions:  # argparse has no public API for this
+        if not action.option_strings or action.dest == "help":
+            continue
+        flag = ", ".join(f"`{o}`" for o in action.option_strings)
+        if action.nargs == 0:
+            default = ""
+        else:
+            default = f"`{action.default}`" if action.default not in (None, []) else ""
+        helptext = re.sub(r" \(default %\(default\)s\)", "", action.help or "")
+        helptext = helptext.replace("|", "\\|")
+        out.append(f"| {flag} | {default} | {helptext} |")
+    out += ["", "| fault | kind | symptom |", "| --- | --- | --- |"]
+    for name, desc in FAULTS.items():
+        kind = (
+            "template"
+            if name in TEMPLATE_FAULTS
+            else "speculation"
+            if name in SPECULATION_FAULTS
+            else "wire / server"
+        )
+        out.append(f"| `{name}` | {kind} | {desc.replace('|', chr(92) + '|')} |")
+    return "\n".join(out) + "\n"
 
 
 def options_from_args(ns: argparse.Namespace) -> ServerOptions:

@@ -163,3 +163,13 @@ def test_cli_prints_one_url_line_and_stops_on_sigterm() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_docs_markdown_lists_every_option_and_fault() -> None:
+    from pytest_ddtree.reference.__main__ import docs_markdown
+
+    md = docs_markdown()
+    for name in FAULTS:
+        assert f"| `{name}` |" in md
+    for flag in ("--target-only", "--verify-free-nodes", "--stats-dialect", "--hang-seconds"):
+        assert f"`{flag}`" in md

@@ -160,3 +160,16 @@ def test_tokenizer_and_template(model: ReferenceModel) -> None:
         "<|im_start|>assistant\n<think>\n\n</think>\n\n"
     )
     assert model.render_chat([("user", "Hi")], True).endswith("<|im_start|>assistant\n")
+
+
+@pytest.mark.parametrize("think", [False, True])
+def test_short_answers_stop_but_never_too_early(model: ReferenceModel, think: bool) -> None:
+    questions = [f"What is a {t.keywords[0]}?" for t in TOPICS]
+    questions += [f"Is the {t.keywords[-1]} important?" for t in TOPICS]
+    questions += ["What is 3 plus 4?", "What is the capital of Osmar?", "Briefly, why rain?"]
+    for q in questions:
+        ids, _ = _decode(model, q, 64, max_tokens=256, think=think)
+        assert ids[-1] == model.eos, q
+        answer = ids[ids.index(model.think_close) + 1 : -1] if think else ids[:-1]
+        text = model.decode(answer).strip()
+        assert 8 <= len(model.encode(text)) <= 120, (q, text)
