@@ -37,6 +37,7 @@ MAX_TREE_BUDGET = 4096
 DEFAULT_MAX_TOKENS = 256
 STATS_DIALECTS = ("ddtree", "vllm", "omlx", "none")
 _URL_PREFIX = "ddtree reference server listening on "
+_MID_STREAM = 2  # content chunks sent before a mid-stream fault strikes
 _MODEL_FAULTS = frozenset({"degenerate", "lossy"})  # applied inside the model itself
 
 
@@ -396,7 +397,6 @@ class _Engine:
         eos = model.eos
         stops = req.stop
         held = ""  # content held back while it could still be the start of a stop string
-        content_so_far: list[str] = []
         produced = 0
         tail: list[int] = []
         # absolute deadlines: an oversleep in one round is taken out of the next one, so the
@@ -491,7 +491,6 @@ class _Engine:
             result.completion_tokens = produced
             if ev.content:
                 result.content.append(ev.content)
-                content_so_far.append(ev.content)
             if ev.reasoning:
                 result.reasoning.append(ev.reasoning)
             if stop_hit or finished_eos:
@@ -892,6 +891,22 @@ class _Handler(BaseHTTPRequestHandler):
             data = data[: len(data) // 2]
         self._send_json(200, data)
 
+    def _mid_stream_faults(self, faults: frozenset[str]) -> bool:
+        """Apply ``hang`` and ``stream-error-event``; True when the stream must end here."""
+        if "hang" in faults:
+            self._hang()
+        if "stream-error-event" in faults:
+            error = {
+                "message": "internal error during generation (injected)",
+                "type": "server_error",
+                "code": 500,
+            }
+            self._sse({"error": error})
+            self._chunk(b"data: [DONE]\n\n")
+            self._chunk(b"")
+            return True
+        return False
+
     def _stream(self, req: _Request, faults: frozenset[str]) -> None:
         engine = self.server.engine
         rid = engine.next_id()
@@ -942,21 +957,10 @@ class _Handler(BaseHTTPRequestHandler):
                         continue
                     self._sse(chunk(None, text=content))
                 sent_chunks += 1
-                if sent_chunks == 2 and "stream-error-event" in faults:
-                    self._sse(
-                        {
-                            "error": {
-                                "message": "internal error during generation (injected)",
-                                "type": "server_error",
-                                "code": 500,
-                            }
-                        }
-                    )
-                    self._chunk(b"data: [DONE]\n\n")
-                    self._chunk(b"")
+                if sent_chunks == _MID_STREAM and self._mid_stream_faults(faults):
                     return
-                if sent_chunks == 3 and "hang" in faults:
-                    self._hang()
+            if sent_chunks < _MID_STREAM and self._mid_stream_faults(faults):
+                return  # a short answer: the mid-stream faults strike before the finish chunk
             finish = res.finish_reason
             if "finish-always-stop" in faults:
                 finish = "stop"

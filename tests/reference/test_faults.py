@@ -310,3 +310,17 @@ def test_unknown_fault_header_is_rejected(client: httpx.Client) -> None:
     r = post(client, LONG, fault="early-eos,no-such-fault")
     assert r.status_code == 400
     assert "no-such-fault" in r.json()["error"]["message"]
+
+
+def test_mid_stream_faults_strike_short_answers_too(client: httpx.Client) -> None:
+    s = stream(client, SHORT, fault="early-eos,stream-error-event")
+    assert [e for e in s.chunks if "error" in e] and not s.finish_reasons
+
+
+def test_finish_length_when_end_token_falls_just_past_max_tokens(client: httpx.Client) -> None:
+    full = post(client, SHORT, max_tokens=200).json()
+    n = full["usage"]["completion_tokens"]
+    assert full["choices"][0]["finish_reason"] == "stop"
+    cut = post(client, SHORT, max_tokens=n).json()
+    assert cut["choices"][0]["finish_reason"] == "length"
+    assert cut["choices"][0]["message"]["content"] == full["choices"][0]["message"]["content"]
