@@ -1,0 +1,204 @@
+"""MkDocs hook: generated parts of the documentation.
+
+Pages contain placeholders that this hook replaces at build time with text generated from
+the code itself, so the documentation cannot drift from it:
+
+``<!-- ddtree:options -->``
+    the option reference, from ``pytest_ddtree.settings.OPTIONS``;
+``<!-- ddtree:marker -->``
+    the ``@pytest.mark.ddtree`` keywords, from ``pytest_ddtree.settings.MARKER_KEYS``;
+``<!-- ddtree:codes -->``
+    the table of violation codes, from ``pytest_ddtree.invariants.CODES``;
+``<!-- ddtree:code NAME -->``
+    the one-line meaning of one code (in its section of the invariants page);
+``<!-- ddtree:faults -->``
+    the reference server's faults, from ``pytest_ddtree.reference.FAULTS``;
+``<!-- ddtree:server-options -->``
+    the reference server's command-line options, from its argument parser.
+
+The invariants page must have one ``## `code` `` section per code and no other code
+sections; the build fails otherwise (and so does ``tests/docs``).
+The functions here are plain Python so the tests can call them without MkDocs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any
+
+from pytest_ddtree.invariants import CODES
+from pytest_ddtree.settings import MARKER_KEYS, OPTIONS, OPTIONS_BY_ATTR, OptionDef
+
+PLACEHOLDER = re.compile(r"<!--\s*ddtree:([a-z-]+)(?:\s+([a-z0-9-]+))?\s*-->")
+CODE_HEADING = re.compile(r"^## `([a-z0-9-]+)`\s*$", re.MULTILINE)
+INVARIANTS_PAGE = "invariants.md"
+
+
+class DocsError(Exception):
+    """A placeholder or page that does not match the code."""
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _option_usage(opt: OptionDef) -> str:
+    return f"`{opt.cli}`" if opt.flag else f"`{opt.cli}={opt.metavar}`"
+
+
+def _option_default(opt: OptionDef) -> str:
+    if opt.default is not None:
+        return f"`{opt.default}`"
+    return "not set"
+
+
+def options_markdown() -> str:
+    """The option reference: a summary table, then one section per option."""
+    lines = [
+        "| Option | ini key | Environment | Default |",
+        "|---|---|---|---|",
+    ]
+    for opt in OPTIONS:
+        env = ", ".join(f"`{v}`" for v in opt.env) or "-"
+        lines.append(
+            f"| [`{opt.cli}`](#{opt.cli.lstrip('-')}) | `{opt.ini}` | {env} | "
+            f"{_option_default(opt)} |"
+        )
+    lines.append("")
+    for opt in OPTIONS:
+        lines += [f"### `{opt.cli}` {{#{opt.cli.lstrip('-')}}}", "", _option_usage(opt), ""]
+        lines += [opt.help, ""]
+        facts = [f"ini key: `{opt.ini}`"]
+        if opt.env:
+            facts.append("environment: " + ", ".join(f"`{v}`" for v in opt.env))
+        facts.append(f"default: {_option_default(opt)}")
+        if opt.repeatable:
+            facts.append("repeatable (in an ini file: one value per line)")
+        if opt.flag:
+            facts.append("a flag on the command line; `true`/`false` in an ini file")
+        if opt.secret:
+            facts.append("secret: never printed, never written to a report")
+        lines += [f"- {fact}" for fact in facts]
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def marker_markdown() -> str:
+    """The keywords of ``@pytest.mark.ddtree`` and the option each one overrides."""
+    lines = ["| Marker keyword | Overrides |", "|---|---|"]
+    for key, attr in MARKER_KEYS.items():
+        opt = OPTIONS_BY_ATTR.get(attr)
+        target = f"[`{opt.cli}`](options.md#{opt.cli.lstrip('-')})" if opt else f"`{attr}`"
+        lines.append(f"| `{key}` | {target} |")
+    return "\n".join(lines) + "\n"
+
+
+def codes_markdown() -> str:
+    """Every violation code with its one-line meaning, linking to its section."""
+    lines = ["| Code | Meaning |", "|---|---|"]
+    for code, meaning in CODES.items():
+        lines.append(f"| [`{code}`](invariants.md#{code}) | {_cell(meaning)} |")
+    return "\n".join(lines) + "\n"
+
+
+def code_meaning(code: str) -> str:
+    """The meaning line of one code, as an admonition-free paragraph."""
+    if code not in CODES:
+        raise DocsError(f"unknown violation code {code!r} in a ddtree:code placeholder")
+    return f"**Meaning:** {CODES[code]}.\n"
+
+
+def faults_markdown() -> str:
+    """The reference server's faults and which layer each one imitates."""
+    from pytest_ddtree.reference import FAULTS, SPECULATION_FAULTS, TEMPLATE_FAULTS
+
+    lines = ["| Fault | Layer | What the server does |", "|---|---|---|"]
+    for name, text in FAULTS.items():
+        layer = (
+            "template / model"
+            if name in TEMPLATE_FAULTS
+            else "speculative decoding"
+            if name in SPECULATION_FAULTS
+            else "server / wire"
+        )
+        lines.append(f"| `{name}` | {layer} | {_cell(text)} |")
+    return "\n".join(lines) + "\n"
+
+
+def server_options_markdown() -> str:
+    """The reference server's command-line options, from its own parser."""
+    from pytest_ddtree.reference.__main__ import build_parser
+
+    lines = ["| Option | Default | Meaning |", "|---|---|---|"]
+    for action in build_parser()._actions:
+        if isinstance(action, argparse._HelpAction) or not action.option_strings:
+            continue
+        flag = max(action.option_strings, key=len)
+        if action.metavar:
+            flag += f" {action.metavar}"
+        elif action.nargs != 0:
+            flag += f" {action.dest.upper()}"
+        default = action.default
+        unset = isinstance(default, bool) or default in (None, [], ())
+        shown = "-" if unset else f"`{default}`"
+        text = (action.help or "").replace("%(default)s", str(default))
+        text = re.sub(r"\s*\(default [^)]*\)", "", text)
+        if action.choices and action.dest != "fault":
+            text += " (one of " + ", ".join(f"`{c}`" for c in action.choices) + ")"
+        lines.append(f"| `{flag}` | {shown} | {_cell(text)} |")
+    return "\n".join(lines) + "\n"
+
+
+GENERATORS = {
+    "options": options_markdown,
+    "marker": marker_markdown,
+    "codes": codes_markdown,
+    "faults": faults_markdown,
+    "server-options": server_options_markdown,
+}
+
+
+def render(markdown: str) -> str:
+    """Replace every placeholder; an unknown placeholder raises ``DocsError``."""
+
+    def replace(match: re.Match[str]) -> str:
+        name, arg = match.group(1), match.group(2)
+        if name == "code":
+            if not arg:
+                raise DocsError("a ddtree:code placeholder needs a code name")
+            return code_meaning(arg)
+        if name not in GENERATORS or arg:
+            raise DocsError(f"unknown placeholder {match.group(0)!r}")
+        return GENERATORS[name]()
+
+    return PLACEHOLDER.sub(replace, markdown)
+
+
+def check_invariants_page(markdown: str) -> None:
+    """Every code has exactly one ``## `code` `` section, and no section names an unknown code."""
+    headings = CODE_HEADING.findall(markdown)
+    missing = [c for c in CODES if c not in headings]
+    unknown = [h for h in headings if h not in CODES]
+    repeated = sorted({h for h in headings if headings.count(h) > 1})
+    problems = []
+    if missing:
+        problems.append("no section for " + ", ".join(missing))
+    if unknown:
+        problems.append("sections for unknown codes " + ", ".join(unknown))
+    if repeated:
+        problems.append("repeated sections " + ", ".join(repeated))
+    if problems:
+        raise DocsError(f"{INVARIANTS_PAGE}: " + "; ".join(problems))
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """MkDocs event: fill the placeholders of every page."""
+    from mkdocs.exceptions import PluginError
+
+    try:
+        if page.file.src_uri == INVARIANTS_PAGE:
+            check_invariants_page(markdown)
+        return render(markdown)
+    except DocsError as exc:
+        raise PluginError(str(exc)) from None

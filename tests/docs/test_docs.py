@@ -1,0 +1,182 @@
+"""The documentation cannot drift from the code.
+
+The option reference, the marker table, the code table and the reference server's faults and
+options are generated at build time by ``docs/hooks.py``; these tests check that the
+generated text covers everything, that the hand-written invariants page has one section per
+violation code, and that every option, fixture and code the pages (and the README and the
+example suite) mention exists. When MkDocs is installed (the ``docs`` extra) the site is also
+built with ``--strict``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from pytest_ddtree.invariants import CODES
+from pytest_ddtree.reference import FAULTS
+from pytest_ddtree.settings import MARKER_KEYS, OPTIONS
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+PAGES = sorted(DOCS.glob("*.md"))
+PROSE = [*PAGES, ROOT / "README.md", *sorted((ROOT / "example_suite").glob("*.py"))]
+
+
+def _load_hooks() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("ddtree_docs_hooks", DOCS / "hooks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+hooks = _load_hooks()
+
+
+def _rendered(name: str) -> str:
+    return str(hooks.render((DOCS / name).read_text(encoding="utf-8")))
+
+
+def test_every_option_is_in_the_reference() -> None:
+    page = _rendered("options.md")
+    for opt in OPTIONS:
+        assert f"### `{opt.cli}`" in page, opt.cli
+        assert f"`{opt.ini}`" in page, opt.ini
+        assert opt.help in page, opt.cli
+        for var in opt.env:
+            assert f"`{var}`" in page, var
+        if opt.default is not None:
+            assert f"`{opt.default}`" in page, opt.default
+
+
+def test_option_reference_is_generated_not_copied() -> None:
+    source = (DOCS / "options.md").read_text(encoding="utf-8")
+    assert "<!-- ddtree:options -->" in source
+    # a hand-written option section would not follow the table when an option changes
+    assert not re.search(r"^#+ `--ddtree-", source, re.MULTILINE)
+
+
+def test_every_marker_keyword_is_listed() -> None:
+    for page in ("options.md", "writing-tests.md"):
+        text = _rendered(page)
+        for key in MARKER_KEYS:
+            assert f"| `{key}` |" in text, (page, key)
+
+
+def test_every_code_has_a_section() -> None:
+    source = (DOCS / "invariants.md").read_text(encoding="utf-8")
+    hooks.check_invariants_page(source)  # raises on a missing, unknown or repeated section
+    page = _rendered("invariants.md")
+    for code, meaning in CODES.items():
+        assert f"## `{code}`" in page
+        assert meaning in page, code
+
+
+def test_each_code_section_states_meaning_evidence_and_fix() -> None:
+    source = (DOCS / "invariants.md").read_text(encoding="utf-8")
+    sections = re.split(r"^## `", source, flags=re.MULTILINE)[1:]
+    assert len(sections) == len(CODES)
+    for section in sections:
+        code = section.split("`", 1)[0]
+        assert f"<!-- ddtree:code {code} -->" in section, code
+        assert "**How to fix the server.**" in section, code
+        # evidence: a real violation block, except for checks across a whole sweep
+        if code != "budget-ignored":
+            assert f"[{code}]" in section, code
+
+
+def test_check_invariants_page_rejects_a_missing_section() -> None:
+    source = (DOCS / "invariants.md").read_text(encoding="utf-8")
+    broken = source.replace("## `early-stop`", "## early stop")
+    with pytest.raises(hooks.DocsError, match="no section for early-stop"):
+        hooks.check_invariants_page(broken)
+    with pytest.raises(hooks.DocsError, match="unknown codes made-up"):
+        hooks.check_invariants_page(source + "\n## `made-up`\n")
+
+
+def test_every_fault_is_documented() -> None:
+    page = _rendered("reference-server.md")
+    for name, description in FAULTS.items():
+        assert f"| `{name}` |" in page, name
+        assert description.replace("|", "\\|") in page or name in page
+
+
+def test_server_options_come_from_its_parser() -> None:
+    from pytest_ddtree.reference.__main__ import build_parser
+
+    page = _rendered("reference-server.md")
+    for action in build_parser()._actions:
+        for flag in action.option_strings:
+            if flag.startswith("--") and flag != "--help":
+                assert f"`{flag}" in page, flag
+
+
+def test_unknown_placeholders_are_rejected() -> None:
+    with pytest.raises(hooks.DocsError):
+        hooks.render("<!-- ddtree:nonsense -->")
+    with pytest.raises(hooks.DocsError):
+        hooks.render("<!-- ddtree:code not-a-code -->")
+
+
+def test_every_page_renders() -> None:
+    for page in PAGES:
+        text = _rendered(page.name)
+        assert "<!-- ddtree:" not in text, page.name
+
+
+def test_mentioned_options_exist() -> None:
+    known = {opt.cli for opt in OPTIONS}
+    for path in PROSE:
+        for flag in re.findall(r"--ddtree-[a-z-]*[a-z]", path.read_text(encoding="utf-8")):
+            assert flag in known, f"{path.name} mentions {flag}, which is not an option"
+
+
+def test_mentioned_fixtures_and_ini_keys_exist() -> None:
+    import pytest_ddtree._bench_hooks as bench_hooks
+    import pytest_ddtree.plugin as plugin
+
+    fixtures = {
+        name
+        for module in (plugin, bench_hooks)
+        for name in re.findall(r"def (ddtree_\w+)\(", Path(module.__file__ or "").read_text())
+    }
+    known = fixtures | {opt.ini for opt in OPTIONS} | {"ddtree_stats"}
+    for path in PAGES:
+        for name in re.findall(r"`(ddtree_[a-z_]+)", path.read_text(encoding="utf-8")):
+            assert name in known, f"{path.name} mentions {name}, which does not exist"
+
+
+def test_mentioned_codes_exist() -> None:
+    for path in PAGES:
+        text = path.read_text(encoding="utf-8")
+        for code in re.findall(r"\(invariants\.md#([a-z-]+)\)", text):
+            assert code in CODES, f"{path.name} links to unknown code {code}"
+        for code in re.findall(r"--ddtree-skip-check[ =]([a-z-]+)", text):
+            assert code in CODES, f"{path.name} skips unknown code {code}"
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None,
+    reason="mkdocs and mkdocs-material are in the docs extra",
+)
+def test_site_builds_strict(tmp_path: Path) -> None:
+    mkdocs = shutil.which("mkdocs") or ""
+    command = ([mkdocs] if mkdocs else [sys.executable, "-m", "mkdocs"]) + [
+        "build",
+        "--strict",
+        "--quiet",
+        "--site-dir",
+        str(tmp_path / "site"),
+    ]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    html = (tmp_path / "site" / "options" / "index.html").read_text(encoding="utf-8")
+    assert "--ddtree-endpoint" in html
