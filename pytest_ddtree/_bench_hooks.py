@@ -79,6 +79,16 @@ def _prompt_key(prompt: Any, max_tokens: int | None, api: str | None, expect: An
     return json.dumps([prompt, max_tokens, api, expect], sort_keys=True, default=repr)
 
 
+def _group_sort_key(name: Any) -> tuple[int, str]:
+    # "tree_budget=64" (possibly followed by other group-by parts) sorts by 64.
+    text = str(name or "")
+    if text.startswith("tree_budget="):
+        head = text.split(" ")[0].split("=", 1)[1]
+        if head.isdigit():
+            return (int(head), text)
+    return (-1, text)
+
+
 def _default_prompt_id(request: pytest.FixtureRequest) -> str:
     # Readable ids: the test's own parameters minus the budget, else its name.
     callspec = getattr(request.node, "callspec", None)
@@ -157,7 +167,7 @@ class BenchHooks:
     ) -> Callable[[Completion], list[Violation]]:
         from pytest_ddtree import invariants, plugin
 
-        kwargs = plugin._expect(settings, dict(expect))
+        kwargs = plugin._expect(settings, dict(expect), runtime.counter)
 
         def validate(completion: Completion) -> list[Violation]:
             return list(invariants.check(completion, counter=runtime.counter, **kwargs))
@@ -537,6 +547,16 @@ class BenchHooks:
             server_models=models,
             embedded=settings.embedded or settings.endpoint is None,
         )
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_benchmark_group_stats(
+        self, config: pytest.Config, benchmarks: Any, group_by: str
+    ) -> Generator[None, Any, None]:
+        """Show budget groups in numeric order (16, 32, ..., 1024), not as strings."""
+        outcome = yield
+        groups = outcome.get_result()
+        if isinstance(groups, list):
+            outcome.force_result(sorted(groups, key=lambda pair: _group_sort_key(pair[0])))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:

@@ -476,19 +476,23 @@ class DDTreeClient:
         source = "none"
         if self.counter is not None:
             local = self.counter.count(text) + (self.counter.count(reasoning) if reasoning else 0)
-            if pieces:
+            # a remote counter costs a request per call: the first piece is all
+            # the decode rate needs
+            counted = pieces[:1] if getattr(self.counter, "remote", False) else pieces
+            if counted:
                 timings = Timings(
                     sent=timings.sent,
                     headers=timings.headers,
                     first_content=timings.first_content,
                     done=timings.done,
                     chunk_times=timings.chunk_times,
-                    chunk_tokens=tuple(max(1, self.counter.count(p)) for p in pieces),
+                    chunk_tokens=tuple(max(1, self.counter.count(p)) for p in counted),
                 )
+        local_source = self.counter.source if self.counter is not None else "none"
         if usage is not None and usage.completion_tokens is not None:
             source = "usage"
         elif local is not None:
-            source = self.counter.source if self.counter is not None else "none"
+            source = local_source
         model = raw.get("model") if isinstance(raw, Mapping) else None
         rid = raw.get("id") if isinstance(raw, Mapping) else None
         if isinstance(raw, list) and raw and isinstance(raw[0], Mapping):
@@ -508,6 +512,7 @@ class DDTreeClient:
             error=error,
             local_completion_tokens=local,
             token_count_source=source,
+            local_count_source=local_source,
             model=model if isinstance(model, str) else None,
             response_id=rid if isinstance(rid, str) else None,
         )

@@ -79,7 +79,9 @@ class Timings:
     ``chunk_times`` holds one stamp per content-carrying stream event (empty
     for a non-streamed request) and ``chunk_tokens`` the number of tokens each
     of those events carried, so several tokens in one chunk (normal with
-    speculative decoding) do not distort per-token figures.
+    speculative decoding) do not distort per-token figures. With a remote
+    counter (the server's /tokenize) only the first event is counted, which is
+    all the decode rate needs.
     """
 
     sent: float
@@ -144,7 +146,9 @@ class Completion:
     ``error`` is set when the request did not complete (transport failure,
     non-2xx, deadline); the other fields then hold whatever arrived.
     ``completion_tokens`` is the best count available: the server's usage,
-    else the local count (``token_count_source`` says which).
+    else the local count (``token_count_source`` says which);
+    ``local_count_source`` names the counter behind ``local_completion_tokens``
+    (a tokenizer.json, the server's /tokenize, an approximation, or none).
     ``local_completion_tokens`` is the client-side count of ``text`` plus
     ``reasoning_text`` (None when no tokenizer was available).
     """
@@ -162,6 +166,7 @@ class Completion:
     error: str | None = None
     local_completion_tokens: int | None = None
     token_count_source: str = "none"
+    local_count_source: str = "none"
     model: str | None = None
     response_id: str | None = None
 

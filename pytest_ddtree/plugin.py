@@ -20,7 +20,7 @@ from pytest_ddtree.diagnose import (
     run_lossless,
     run_state_check,
 )
-from pytest_ddtree.runtime import Runtime, start_runtime
+from pytest_ddtree.runtime import Runtime, expectation_kwargs, start_runtime
 from pytest_ddtree.settings import (
     OPTIONS,
     Settings,
@@ -303,7 +303,7 @@ def ddtree_check(
 
     def check(completion: Completion, **expect: Any) -> None:
         __tracebackhide__ = True
-        kwargs = _expect(ddtree_settings, dict(expect))
+        kwargs = _expect(ddtree_settings, dict(expect), ddtree_runtime.counter)
         violations = run_checks(completion, counter=ddtree_runtime.counter, **kwargs)
         if violations:
             _fail_with_diagnosis(request, ddtree_runtime, completion, violations, kwargs)
@@ -426,12 +426,5 @@ def ddtree_determinism(ddtree_settings: Settings, ddtree_runtime: Runtime) -> Ca
     return run
 
 
-def _expect(settings: Settings, expect: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"thinking": settings.enable_thinking}
-    if settings.min_tokens is not None:
-        out["min_tokens"] = settings.min_tokens
-    skip = set(settings.skip_checks) | set(expect.pop("skip", ()))
-    if skip:
-        out["skip"] = frozenset(skip)
-    out.update(expect)
-    return out
+def _expect(settings: Settings, expect: dict[str, Any], counter: Any = None) -> dict[str, Any]:
+    return expectation_kwargs(settings, expect, counter)

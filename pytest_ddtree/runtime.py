@@ -209,3 +209,32 @@ def start_runtime(settings: Settings) -> Runtime:
         for server in servers:
             server.stop()
         raise
+
+
+def expectation_kwargs(
+    settings: Settings, expect: dict[str, Any], counter: Any = None
+) -> dict[str, Any]:
+    """Keyword arguments for ``invariants.check``: settings (and markers) first, then ``expect``.
+
+    ``--ddtree-role-marker`` extends the role markers; ``--ddtree-allow-marker``
+    removes a marker or special token from both lists.
+    """
+    from pytest_ddtree.invariants import DEFAULT_ROLE_MARKERS, DEFAULT_SPECIAL_TOKENS
+
+    out: dict[str, Any] = {"thinking": settings.enable_thinking}
+    if settings.min_tokens is not None:
+        out["min_tokens"] = settings.min_tokens
+    skip = set(settings.skip_checks) | set(expect.pop("skip", ()))
+    if skip:
+        out["skip"] = frozenset(skip)
+    if settings.extra_markers or settings.allowed_markers:
+        allowed = set(settings.allowed_markers)
+        roles = [m for m in (*DEFAULT_ROLE_MARKERS, *settings.extra_markers) if m not in allowed]
+        specials = list(DEFAULT_SPECIAL_TOKENS)
+        for tok in getattr(counter, "special_tokens", ()) or ():
+            if tok not in specials and tok not in ("<think>", "</think>"):
+                specials.append(tok)
+        out["role_markers"] = tuple(dict.fromkeys(roles))
+        out["special_tokens"] = tuple(t for t in specials if t not in allowed)
+    out.update(expect)
+    return out

@@ -84,6 +84,8 @@ class Settings:
     api: Literal["chat", "completions"] = "chat"
     enable_thinking: bool = False
     skip_checks: tuple[str, ...] = ()
+    extra_markers: tuple[str, ...] = ()
+    allowed_markers: tuple[str, ...] = ()
     baseline_endpoint: str | None = None
     lossless: Lossless = field(default_factory=Lossless)
     report_dir: str | None = None
@@ -455,6 +457,24 @@ OPTIONS: tuple[OptionDef, ...] = (
         parse=parse_codes,
     ),
     OptionDef(
+        "role-marker",
+        "extra_markers",
+        "Extra chat-template marker that must not appear in content (repeatable), added to "
+        "the built-in role markers, e.g. '<|assistant|>' or 'Human:'.",
+        metavar="TEXT",
+        repeatable=True,
+        parse=lambda raw, src: _parse_markers(raw, src, "role-marker"),
+    ),
+    OptionDef(
+        "allow-marker",
+        "allowed_markers",
+        "Role marker or special token that may appear in content (repeatable), for a model "
+        "whose legitimate output contains it.",
+        metavar="TEXT",
+        repeatable=True,
+        parse=lambda raw, src: _parse_markers(raw, src, "allow-marker"),
+    ),
+    OptionDef(
         "baseline-endpoint",
         "baseline_endpoint",
         "A target-only server for the same model, used for losslessness and diagnosis. "
@@ -530,6 +550,16 @@ OPTIONS: tuple[OptionDef, ...] = (
 )
 
 OPTIONS_BY_ATTR: dict[str, OptionDef] = {o.attr: o for o in OPTIONS}
+
+
+def _parse_markers(raw: Sequence[str], source: str, name: str) -> tuple[str, ...]:
+    out: list[str] = []
+    for item in raw:
+        if not item.strip():
+            raise _fail(name, item, source, "expected a non-empty marker text")
+        if item not in out:
+            out.append(item)
+    return tuple(out)
 
 
 def _parse_field_path(raw: Any, source: str) -> str:

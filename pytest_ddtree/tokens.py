@@ -118,6 +118,7 @@ class ServerCounter:
     """
 
     exact = True
+    remote = True  # each count may cost an HTTP request: callers count sparingly
     special_tokens: tuple[str, ...] = ()
 
     def __init__(self, root_url: str, client: httpx.Client | None = None) -> None:

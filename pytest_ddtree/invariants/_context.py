@@ -88,13 +88,12 @@ class Context:
     def count_exact(self) -> bool:
         """Whether local counts come from a real tokenizer (not an approximation).
 
-        Without a counter the completion's ``token_count_source`` decides; it
-        names the counter only when usage was missing, so a completion with usage
-        and no counter is compared with the approximation's wide tolerance.
+        Without a counter the completion's ``local_count_source`` (the counter
+        the client used) decides.
         """
         if self.counter is not None:
             return bool(self.counter.exact)
-        source = self.completion.token_count_source
+        source = getattr(self.completion, "local_count_source", "none")
         return isinstance(source, str) and (
             source.startswith("tokenizer") or source.startswith("server")
         )
@@ -104,7 +103,7 @@ class Context:
         """Where local counts come from, for evidence."""
         if self.counter is not None:
             return str(self.counter.source)
-        return str(self.completion.token_count_source)
+        return str(getattr(self.completion, "local_count_source", "none"))
 
     def _count(self, text: str) -> int | None:
         if self.counter is None:
@@ -138,7 +137,7 @@ class Context:
             source = self.count_source
             if n is None and not self.reasoning.strip():
                 n = as_int(self.completion.local_completion_tokens)
-                source = str(self.completion.token_count_source)
+                source = str(getattr(self.completion, "local_count_source", "none"))
                 if n is None:
                     n, source = self.reported, "usage.completion_tokens"
             if n is None:

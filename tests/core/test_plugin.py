@@ -200,3 +200,15 @@ def test_external_endpoint_counts_with_server_tokenize(
     result = pytester.runpytest(f"--ddtree-endpoint={reference_server.base_url}")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["ddtree: serving * tokenizer server*"])
+
+
+def test_missing_tokenizer_file_is_one_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_a(ddtree_client):\n    pass\n")
+    result = pytester.runpytest("--ddtree-tokenizer=/no/such/tokenizer.json", *FAST)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: ddtree: tokenizer file not found: '/no/such/tokenizer.json'"
+            " (from option --ddtree-tokenizer)"
+        ]
+    )

@@ -206,6 +206,7 @@ def completion(
         error=error,
         local_completion_tokens=n if local == "auto" else local,  # type: ignore[arg-type]
         token_count_source=token_count_source,
+        local_count_source=token_count_source,
     )
 
 
