@@ -307,14 +307,20 @@ def _chart(
 
 
 def _offsets(samples: Sequence[SweepSample], key: Callable[[SweepSample], object]) -> list[float]:
-    """Deterministic horizontal spread of a budget's dots (±0.2 of a column)."""
+    """Deterministic horizontal spread of a budget's dots, in fractions of a column.
+
+    Dots go either side of the centre, never on it, so the median mark and its
+    interval stay readable however many dots a budget has.
+    """
     n = len(samples)
-    if n <= 1:
-        return [0.0] * n
     order = sorted(range(n), key=lambda i: (str(key(samples[i])), samples[i].round))
+    left = (n + 1) // 2
     offsets = [0.0] * n
     for rank, i in enumerate(order):
-        offsets[i] = (rank / (n - 1) - 0.5) * 0.4
+        side, pos, count = (-1.0, rank, left) if rank < left else (1.0, rank - left, n - left)
+        frac = 0.5 if count <= 1 else pos / (count - 1)
+        # Left side runs outward-in (-0.36 .. -0.12), right side inward-out.
+        offsets[i] = -0.36 + 0.24 * frac if side < 0 else 0.12 + 0.24 * frac
     return offsets
 
 

@@ -65,6 +65,10 @@ def test_valid_sweep_records_one_group_per_budget(
         assert {"ttft", "completion_tokens", "decode_rounds", "server_tokens_per_second"} <= set(
             info
         )
+    # pytest-benchmark's own tables come in numeric budget order.
+    text = result.stdout.str()
+    positions = [text.index(f"benchmark 'tree_budget={b}'") for b in (16, 64, 256)]
+    assert positions == sorted(positions)
     machine = json.loads(out.read_text())["machine_info"]["ddtree"]
     assert machine["model"] and machine["endpoint"].startswith("http://127.0.0.1:")
     # The end-of-session table and recommendation.
