@@ -10,12 +10,14 @@ given corpus seed and ``tokenizers`` version.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import zlib
 from array import array
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import tokenizers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from ._corpus import generate_corpus
@@ -97,6 +99,16 @@ def build(out_dir: Path = _HERE, seed: int = 2024) -> None:
         off_arr.append(len(tok_arr))
     blob = write_tables(key_arr, off_arr, tok_arr, cnt_arr)
     (out_dir / "data" / "ngram.bin").write_bytes(zlib.compress(blob, 9))
+    info = {
+        "corpus_seed": seed,
+        "documents": len(docs),
+        "corpus_characters": sum(len(d.text) for d in docs),
+        "vocab_size": tok.get_vocab_size(),
+        "contexts": len(keys),
+        "entries": len(tok_arr),
+        "tokenizers_version": tokenizers.__version__,
+    }
+    (out_dir / "data" / "build.json").write_text(json.dumps(info, indent=2) + "\n")
     print(
         f"vocab {tok.get_vocab_size()}, contexts {len(keys)}, entries {len(tok_arr)}, "
         f"ngram.bin {(out_dir / 'data' / 'ngram.bin').stat().st_size} bytes",

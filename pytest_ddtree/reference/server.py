@@ -661,6 +661,25 @@ class _Handler(BaseHTTPRequestHandler):
     def do_PATCH(self) -> None:
         self._route("PATCH")
 
+    def do_OPTIONS(self) -> None:
+        self._route("OPTIONS")
+
+    def do_HEAD(self) -> None:
+        self._route("HEAD")
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Protocol-level errors (bad request line, unsupported method) as JSON too."""
+        self.close_connection = True
+        text = message or self.responses.get(code, ("error",))[0]
+        body = _error_body(code, text, "bad_request" if code < 500 else "server_error")
+        self.send_response(code, message)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD" and code >= 200 and code not in (204, 304):
+            self.wfile.write(body)
+
     # plumbing --------------------------------------------------------------
 
     def _drain(self) -> None:
@@ -710,7 +729,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))

@@ -136,3 +136,17 @@ def test_garbage_on_the_socket_does_not_kill_the_server(
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
         # the client vanishes mid-body
     _still_serving(client)
+
+
+def test_protocol_errors_are_json(ref_server: ReferenceServer, client: httpx.Client) -> None:
+    with socket.create_connection((ref_server.host, ref_server.port), timeout=5) as s:
+        s.sendall(b"BREW /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+        raw = b""
+        while chunk := s.recv(4096):  # the server closes the connection after the error
+            raw += chunk
+        head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 501") and b"application/json" in head
+    assert b"BREW" in body
+    assert client.head("/models").status_code == 405
+    _assert_error(client.options("/models"), 405, "OPTIONS")
+    _still_serving(client)
