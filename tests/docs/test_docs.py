@@ -148,7 +148,13 @@ def test_mentioned_fixtures_and_ini_keys_exist() -> None:
         for module in (plugin, bench_hooks)
         for name in re.findall(r"def (ddtree_\w+)\(", Path(module.__file__ or "").read_text())
     }
-    known = fixtures | {opt.ini for opt in OPTIONS} | {"ddtree_stats"}
+    # JUnit XML properties the plugin records on a test
+    properties = {
+        name
+        for module in (ROOT / "pytest_ddtree").glob("*.py")
+        for name in re.findall(r'\("(ddtree_\w+)",', module.read_text(encoding="utf-8"))
+    }
+    known = fixtures | properties | {opt.ini for opt in OPTIONS} | {"ddtree_stats"}
     for path in PAGES:
         for name in re.findall(r"`(ddtree_[a-z_]+)", path.read_text(encoding="utf-8")):
             assert name in known, f"{path.name} mentions {name}, which does not exist"
