@@ -28,6 +28,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
+from operator import itemgetter
 from pathlib import Path
 from threading import Lock
 from typing import NamedTuple
@@ -487,23 +488,29 @@ class ReferenceModel:
         if hit is not None and len(hit) >= depth:
             return hit
         out: list[tuple[tuple[int, ...], tuple[float, ...]]] = []
-        beam: list[tuple[float, int, int]] = [(1.0, c2, c3)]
+        # the beam holds distinct two-token contexts (packed as b * VOCAB + t) with their mass
+        vocab = self.vocab_size
+        beam: list[tuple[int, float]] = [(c2 * vocab + c3, 1.0)]
+        dist = self._draft_dist
+        log = math.log
         for _ in range(max(depth, 15)):
             marg: dict[int, float] = {}
-            nxt: list[tuple[float, int, int]] = []
-            for p, a, b in beam:
-                toks, probs = self._draft_dist(a, b)
+            ctxs: dict[int, float] = {}
+            for packed, p in beam:
+                a, b = divmod(packed, vocab)
+                toks, probs = dist(a, b)
+                base = b * vocab
                 for t, q in zip(toks, probs, strict=True):
                     pq = p * q
                     marg[t] = marg.get(t, 0.0) + pq
-                    nxt.append((pq, b, t))
-            ranked = sorted(marg.items(), key=lambda kv: (-kv[1], kv[0]))[:_DRAFT_TOPK]
+                    ctxs[base + t] = ctxs.get(base + t, 0.0) + pq
+            # nlargest is stable, so ties keep a deterministic (insertion) order
+            ranked = heapq.nlargest(_DRAFT_TOPK, marg.items(), key=itemgetter(1))
             z = sum(marg.values()) or 1.0
-            out.append((tuple(t for t, _ in ranked), tuple(math.log(v / z) for _, v in ranked)))
-            nxt.sort(key=lambda x: (-x[0], x[2]))
-            top = nxt[:_DRAFT_BEAM]
-            zz = sum(x[0] for x in top) or 1.0
-            beam = [(x[0] / zz, x[1], x[2]) for x in top]
+            out.append((tuple(t for t, _ in ranked), tuple(log(v / z) for _, v in ranked)))
+            beam = heapq.nlargest(_DRAFT_BEAM, ctxs.items(), key=itemgetter(1))
+            zz = sum(v for _, v in beam) or 1.0
+            beam = [(k, v / zz) for k, v in beam]
         if len(self._draft_cache) > _DRAFT_CACHE:
             self._draft_cache.clear()
         self._draft_cache[key] = out
