@@ -519,7 +519,11 @@ class BenchHooks:
         if settings is None:
             return
         runtime = self._runtime()
-        if runtime is None and config.getoption("benchmark_compare", None):
+        if (
+            runtime is None
+            and config.getoption("benchmark_compare", None)
+            and not _xdist_active(config)
+        ):
             # Comparing needs the same description as the saved run, which was
             # written with the endpoint up: start it now instead of on first use.
             from pytest_ddtree import plugin
