@@ -34,9 +34,17 @@ PROMPTS = (
 )
 
 
-def _body(i: int, max_tokens: int, stream: bool, budget: int | None = None) -> dict[str, Any]:
+def _prompt(i: int, cold: bool) -> str:
+    # a cold prompt is new to the server: the drafter's and the tree caches miss at first
+    base = PROMPTS[i % len(PROMPTS)]
+    return f"{base} Part {i}." if cold else base
+
+
+def _body(
+    i: int, max_tokens: int, stream: bool, budget: int | None = None, cold: bool = False
+) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
+        "messages": [{"role": "user", "content": _prompt(i, cold)}],
         "max_tokens": max_tokens,
         "stream": stream,
     }
@@ -82,22 +90,28 @@ def _stream_tokens(client: httpx.Client, body: dict[str, Any]) -> int:
 
 
 def bench_single(base_url: str, requests: int, max_tokens: int) -> dict[str, float]:
-    """One client, sequential requests: completion tokens per wall-clock second."""
+    """One client, sequential requests: completion tokens per wall-clock second.
+
+    ``cold_*`` figures use a distinct prompt per request (and run first, on a fresh server).
+    """
     out: dict[str, float] = {}
     with httpx.Client(base_url=base_url, timeout=60) as c:
-        c.post("/chat/completions", json=_body(0, 16, False)).raise_for_status()  # warm-up
-        for stream in (False, True):
-            tokens = 0
-            t0 = time.perf_counter()
-            for i in range(requests):
-                if stream:
-                    tokens += _stream_tokens(c, _body(i, max_tokens, True))
-                else:
-                    r = c.post("/chat/completions", json=_body(i, max_tokens, False))
-                    r.raise_for_status()
-                    tokens += r.json()["usage"]["completion_tokens"]
-            dt = time.perf_counter() - t0
-            out["stream_tok_per_s" if stream else "nonstream_tok_per_s"] = tokens / dt
+        for cold in (True, False):
+            for stream in (False, True):
+                tokens = 0
+                t0 = time.perf_counter()
+                for i in range(requests):
+                    k = i + (requests if stream else 0)  # cold prompts never repeat
+                    if stream:
+                        tokens += _stream_tokens(c, _body(k, max_tokens, True, cold=cold))
+                    else:
+                        body = _body(k, max_tokens, False, cold=cold)
+                        r = c.post("/chat/completions", json=body)
+                        r.raise_for_status()
+                        tokens += r.json()["usage"]["completion_tokens"]
+                dt = time.perf_counter() - t0
+                name = ("cold_" if cold else "") + ("stream" if stream else "nonstream")
+                out[name + "_tok_per_s"] = round(tokens / dt)
     return out
 
 

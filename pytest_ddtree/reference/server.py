@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar
 
@@ -1148,14 +1149,28 @@ def options_to_argv(options: ServerOptions) -> list[str]:
     return argv
 
 
+# The child runs this package's command line (as ``python -m pytest_ddtree.reference`` would)
+# without executing ``pytest_ddtree/__init__.py``: the plugin's imports (pytest, httpx, ...)
+# would triple the start-up time of a server that needs none of them.
+_CHILD_BOOTSTRAP = """\
+import sys, types
+parent = types.ModuleType("pytest_ddtree")
+parent.__path__ = [sys.argv.pop(1)]
+sys.modules["pytest_ddtree"] = parent
+from pytest_ddtree.reference.__main__ import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
 def spawn_reference_server(timeout: float = 15.0, **kwargs: Any) -> ReferenceServer:
-    """Start the reference server as a child process (``python -m pytest_ddtree.reference``).
+    """Start the reference server as a child process running this package's command line.
 
     Returns once the child accepts connections; raises ``RuntimeError`` with the child's
     error output if it exits or does not report its URL within ``timeout`` seconds.
     """
     options = _options(kwargs)
-    cmd = [sys.executable, "-m", "pytest_ddtree.reference", *options_to_argv(options)]
+    package_dir = str(Path(__file__).resolve().parent.parent)
+    cmd = [sys.executable, "-c", _CHILD_BOOTSTRAP, package_dir, *options_to_argv(options)]
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     proc = subprocess.Popen(
