@@ -36,6 +36,7 @@ __all__ = [
 MAX_BODY_BYTES = 1 << 20
 MAX_TREE_BUDGET = 4096
 DEFAULT_MAX_TOKENS = 256
+MAX_MODEL_LEN = 32768
 STATS_DIALECTS = ("ddtree", "vllm", "omlx", "none")
 _URL_PREFIX = "ddtree reference server listening on "
 _MID_STREAM = 2  # content chunks sent before a mid-stream fault strikes
@@ -209,6 +210,11 @@ def _parse_request(body: dict[str, Any], chat: bool, model_id: str) -> _Request:
         )
     if max_tokens < 1:
         raise bad(f"'max_tokens' must be at least 1, got {max_tokens}", "max_tokens")
+    if max_tokens > MAX_MODEL_LEN:
+        raise bad(
+            f"'max_tokens' {max_tokens} exceeds the model's context of {MAX_MODEL_LEN} tokens",
+            "max_tokens",
+        )
     temperature = body.get("temperature", 0.0)
     if temperature is None:
         temperature = 0.0
@@ -754,7 +760,7 @@ class _Handler(BaseHTTPRequestHandler):
                     "object": "model",
                     "created": 1700000000,
                     "owned_by": "pytest-ddtree",
-                    "max_model_len": 32768,
+                    "max_model_len": MAX_MODEL_LEN,
                 }
             ],
         }
@@ -771,7 +777,10 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _RequestError(400, "'prompt' must be a string", "invalid_type", "prompt")
             ids = engine.model.encode(prompt)
             self._send_json(
-                200, json.dumps({"tokens": ids, "count": len(ids), "max_model_len": 32768}).encode()
+                200,
+                json.dumps(
+                    {"tokens": ids, "count": len(ids), "max_model_len": MAX_MODEL_LEN}
+                ).encode(),
             )
             return
         chat = path.endswith("chat/completions")

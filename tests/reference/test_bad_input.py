@@ -45,6 +45,7 @@ BAD_FIELDS: list[tuple[dict[str, Any], str]] = [
     ({"max_tokens": True}, "max_tokens"),
     ({"max_tokens": 0}, "max_tokens"),
     ({"max_tokens": -3}, "max_tokens"),
+    ({"max_tokens": 32769}, "context"),
     ({"temperature": "hot"}, "temperature"),
     ({"temperature": 3}, "temperature"),
     ({"top_p": 0}, "top_p"),
