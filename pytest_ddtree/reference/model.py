@@ -26,7 +26,7 @@ import zlib
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from operator import itemgetter
 from pathlib import Path
@@ -151,7 +151,6 @@ class _Tree:
     first_child: list[int]
     tokens: list[int]
     nodes: int
-    top_path: list[int] = field(default_factory=list)
 
 
 class ReferenceModel:
@@ -565,12 +564,7 @@ class ReferenceModel:
             if d + 1 < depth and block[d + 1][0]:
                 heapq.heappush(heap, (-(score + block[d + 1][1][0]), tie, n, d + 1, 0, score))
                 tie += 1
-        path: list[int] = []
-        node = first_child[0]
-        while node > 0:
-            path.append(tokens[node])
-            node = first_child[node]
-        tree = _Tree(children, first_child, tokens, n, path)
+        tree = _Tree(children, first_child, tokens, n)
         with self._lock:
             self._tree_cache[ck] = tree
             if len(self._tree_cache) > _TREE_CACHE:
