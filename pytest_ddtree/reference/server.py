@@ -45,7 +45,18 @@ _MODEL_FAULTS = frozenset({"degenerate", "lossy"})  # applied inside the model i
 
 @dataclass(frozen=True)
 class ServerOptions:
-    """Every option of the reference server; the command line maps onto these fields."""
+    """Every option of the reference server; the command line maps onto these fields.
+
+    ``host``/``port``: where to listen (port 0 picks a free one). ``target_only``: plain
+    target decoding, the baseline (no drafter; speculation faults are ignored).
+    ``faults``: names from :data:`FAULTS` applied to every request. ``simulated_latency``:
+    wait the cost model's time per round (off for fast tests). ``default_tree_budget``:
+    budget of requests without ``tree_budget``. ``block_size``: drafter block (tree depth is
+    ``block_size - 1``). ``cost``: the simulated accelerator. ``seed``: seeds sampling of
+    requests with ``temperature > 0`` and no ``seed``. ``stats_dialect``: where statistics
+    are reported (``ddtree``, ``vllm``, ``omlx`` or ``none``). ``hang_seconds``: how long the
+    ``hang`` fault stalls. ``model_id``: the model id served.
+    """
 
     host: str = "127.0.0.1"
     port: int = 0
@@ -301,6 +312,7 @@ class _Event:
 
 @dataclass
 class _Result:
+    prompt_tokens: int = 0
     content: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     completion_tokens: int = 0
@@ -393,7 +405,7 @@ class _Engine:
         result.tree_budget = budget
         cost = opts.cost
         latency = opts.simulated_latency
-        prompt_tokens = len(model.encode(req.rendered))
+        prompt_tokens = result.prompt_tokens = len(model.encode(req.rendered))
         hide_reasoning = plan.think and req.think  # reasoning goes to reasoning_content
         reasoning_only = "reasoning-only" in faults
         in_think = hide_reasoning
@@ -801,7 +813,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._complete(req, faults)
 
     def _usage(self, req: _Request, res: _Result, faults: frozenset[str]) -> dict[str, Any]:
-        prompt = len(self.server.engine.model.encode(req.rendered))
+        prompt = res.prompt_tokens
         completion = res.completion_tokens
         total = prompt + completion
         if "usage-mismatch" in faults:
@@ -1018,7 +1030,11 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class ReferenceServer:
-    """Handle on a running reference server (in-process or a child process)."""
+    """Handle on a running reference server (in-process or a child process).
+
+    ``host``, ``port``, ``options`` (the :class:`ServerOptions` it runs with) and, for a
+    spawned server, ``process`` (the child's ``Popen``; ``None`` in-process).
+    """
 
     def __init__(
         self,
