@@ -7,7 +7,8 @@ Usage::
 
 For each budget present in both files the medians of the chosen metric are
 compared with a seeded bootstrap of the relative change on the raw
-per-request samples stored in the files. A budget *regresses* when the change
+per-request samples stored in the files (resampled within each prompt when
+every prompt has at least two samples). A budget *regresses* when the change
 is significant at 95% (the interval excludes zero) and worse than the
 threshold, or when the candidate has invalid requests where the baseline had
 none. Exit status: 0 no regression, 1 at least one regression, 2 bad input.
@@ -35,14 +36,16 @@ Metric = Literal["decode", "ttft"]
 _METRIC_TITLE = {"decode": "decode tok/s", "ttft": "TTFT ms"}
 
 
-def _values(samples: Sequence[SweepSample], metric: Metric) -> list[float]:
-    if metric == "decode":
-        return [
-            s.decode_tokens_per_second
-            for s in samples
-            if s.valid and s.decode_tokens_per_second is not None
-        ]
-    return [s.ttft * 1000.0 for s in samples if s.valid and s.ttft is not None]
+def _values(samples: Sequence[SweepSample], metric: Metric) -> tuple[list[float], list[str]]:
+    """The metric of every valid sample that has it, and each one's prompt."""
+    values: list[float] = []
+    prompts: list[str] = []
+    for s in samples:
+        raw = s.decode_tokens_per_second if metric == "decode" else s.ttft
+        if s.valid and raw is not None:
+            values.append(raw if metric == "decode" else raw * 1000.0)
+            prompts.append(s.prompt_id)
+    return values, prompts
 
 
 @dataclass(frozen=True)
@@ -184,7 +187,7 @@ def compare_runs(
     rows: list[BudgetComparison] = []
     for budget in budgets:
         sa, sb = groups_a.get(budget, []), groups_b.get(budget, [])
-        va, vb = _values(sa, metric), _values(sb, metric)
+        (va, pa), (vb, pb) = _values(sa, metric), _values(sb, metric)
         ma = _median(va)
         mb = _median(vb)
         bad_a = sum(not s.valid for s in sa)
@@ -199,7 +202,13 @@ def compare_runs(
             verdict = "now invalid"
         else:
             diff = bootstrap_median_difference(
-                va, vb, seed=seed, relative=True, salt=f"compare-{budget}"
+                va,
+                vb,
+                seed=seed,
+                relative=True,
+                salt=f"compare-{budget}",
+                strata_a=pa,
+                strata_b=pb,
             )
             if diff is None:
                 verdict = "insufficient data"

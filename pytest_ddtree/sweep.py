@@ -373,6 +373,29 @@ def _rng(seed: int, *salt: object) -> random.Random:
     return random.Random(":".join(["ddtree-boot", str(seed), *map(str, salt)]))
 
 
+def _resampler(
+    data: Sequence[float], strata: Sequence[str] | None
+) -> Callable[[random.Random], list[float]]:
+    """One bootstrap resample of ``data``, within strata when that is sound.
+
+    Every budget of a sweep is measured on the same prompts, and prompts
+    differ in speed far more than rounds do; resampling within each prompt
+    keeps the prompt mix fixed, so intervals reflect the round-to-round noise
+    a repeated sweep would see. With fewer than two values in some stratum
+    there is no within-prompt noise to resample, so the plain bootstrap is used.
+    """
+    xs = list(data)
+    if strata is not None and len(strata) == len(xs):
+        groups: dict[str, list[float]] = {}
+        for x, key in zip(xs, strata, strict=True):
+            groups.setdefault(key, []).append(x)
+        if len(groups) > 1 and all(len(g) >= 2 for g in groups.values()):
+            parts = [groups[k] for k in sorted(groups)]
+            return lambda rng: [x for g in parts for x in rng.choices(g, k=len(g))]
+    n = len(xs)
+    return lambda rng: rng.choices(xs, k=n)
+
+
 def bootstrap_ci(
     data: Sequence[float],
     statistic: Callable[[Sequence[float]], float] = statistics.median,
@@ -381,14 +404,17 @@ def bootstrap_ci(
     resamples: int = BOOTSTRAP_RESAMPLES,
     confidence: float = CONFIDENCE,
     salt: object = "",
+    strata: Sequence[str] | None = None,
 ) -> tuple[float, float] | None:
-    """Percentile-bootstrap confidence interval of ``statistic``; None below 2 values."""
+    """Percentile-bootstrap confidence interval of ``statistic``; None below 2 values.
+
+    ``strata`` (e.g. the prompt of each value) resamples within each stratum.
+    """
     if len(data) < 2:
         return None
     rng = _rng(seed, "ci", salt)
-    n = len(data)
-    xs = list(data)
-    values = sorted(statistic(rng.choices(xs, k=n)) for _ in range(resamples))
+    draw = _resampler(data, strata)
+    values = sorted(statistic(draw(rng)) for _ in range(resamples))
     alpha = (1.0 - confidence) / 2.0
     return quantile(values, alpha), quantile(values, 1.0 - alpha)
 
@@ -400,10 +426,17 @@ def bootstrap_median_ci(
     resamples: int = BOOTSTRAP_RESAMPLES,
     confidence: float = CONFIDENCE,
     salt: object = "",
+    strata: Sequence[str] | None = None,
 ) -> tuple[float, float] | None:
     """Percentile-bootstrap confidence interval of the median; None below 2 values."""
     return bootstrap_ci(
-        data, statistics.median, seed=seed, resamples=resamples, confidence=confidence, salt=salt
+        data,
+        statistics.median,
+        seed=seed,
+        resamples=resamples,
+        confidence=confidence,
+        salt=salt,
+        strata=strata,
     )
 
 
@@ -416,12 +449,15 @@ def bootstrap_median_difference(
     confidence: float = CONFIDENCE,
     relative: bool = False,
     salt: object = "",
+    strata_a: Sequence[str] | None = None,
+    strata_b: Sequence[str] | None = None,
 ) -> tuple[float, float, float] | None:
     """Bootstrap of ``median(b) - median(a)`` (or ``median(b)/median(a) - 1``).
 
     Returns ``(estimate, low, high)``; the difference is significant at the
     given confidence when the interval excludes zero. None when either side
-    has fewer than two values (no honest interval exists then).
+    has fewer than two values (no honest interval exists then). ``strata_a``
+    and ``strata_b`` (the prompt of each value) resample within prompts.
     """
     if len(a) < 2 or len(b) < 2:
         return None
@@ -429,11 +465,11 @@ def bootstrap_median_difference(
     if relative and ma == 0:
         return None
     rng = _rng(seed, "diff", salt)
-    xa, xb = list(a), list(b)
+    draw_a, draw_b = _resampler(a, strata_a), _resampler(b, strata_b)
     diffs: list[float] = []
     for _ in range(resamples):
-        ra = statistics.median(rng.choices(xa, k=len(xa)))
-        rb = statistics.median(rng.choices(xb, k=len(xb)))
+        ra = statistics.median(draw_a(rng))
+        rb = statistics.median(draw_b(rng))
         if relative:
             if ra == 0:
                 continue
@@ -465,6 +501,7 @@ class BudgetStats:
     valid: int
     codes: Mapping[str, int]
     decode: tuple[float, ...]
+    decode_prompts: tuple[str, ...]
     decode_median: float | None
     decode_q1: float | None
     decode_q3: float | None
@@ -531,10 +568,13 @@ def budget_stats(
 ) -> BudgetStats:
     """Statistics of the samples of one budget (callers group by budget)."""
     valid = [s for s in samples if s.valid]
+    timed = [s for s in valid if s.decode_tokens_per_second is not None]
     decode = tuple(
-        s.decode_tokens_per_second for s in valid if s.decode_tokens_per_second is not None
+        s.decode_tokens_per_second for s in timed if s.decode_tokens_per_second is not None
     )
-    ttfts = [s.ttft for s in valid if s.ttft is not None]
+    decode_prompts = tuple(s.prompt_id for s in timed)
+    ttft_samples = [s for s in valid if s.ttft is not None]
+    ttfts = [s.ttft for s in ttft_samples if s.ttft is not None]
     ratios = [r for r in (s.server_client_ratio for s in valid) if r is not None]
     accept = [s.mean_acceptance_length for s in valid if s.mean_acceptance_length is not None]
     codes: Counter[str] = Counter()
@@ -546,13 +586,19 @@ def budget_stats(
         valid=len(valid),
         codes=dict(codes),
         decode=decode,
+        decode_prompts=decode_prompts,
         decode_median=statistics.median(decode) if decode else None,
         decode_q1=quantile(decode, 0.25) if decode else None,
         decode_q3=quantile(decode, 0.75) if decode else None,
-        decode_ci=bootstrap_median_ci(decode, seed=seed, salt=tree_budget),
+        decode_ci=bootstrap_median_ci(decode, seed=seed, salt=tree_budget, strata=decode_prompts),
         ttft_p50=quantile(ttfts, 0.5) if ttfts else None,
         ttft_p90=quantile(ttfts, 0.9) if ttfts else None,
-        ttft_ci=bootstrap_median_ci(ttfts, seed=seed, salt=f"ttft{tree_budget}"),
+        ttft_ci=bootstrap_median_ci(
+            ttfts,
+            seed=seed,
+            salt=f"ttft{tree_budget}",
+            strata=[s.prompt_id for s in ttft_samples],
+        ),
         mean_acceptance_length=_mean(accept),
         acceptance_ci=bootstrap_ci(accept, statistics.fmean, seed=seed, salt=f"acc{tree_budget}"),
         mean_decode_rounds=_mean(s.decode_rounds for s in valid),
@@ -654,7 +700,12 @@ def recommend(stats: Sequence[BudgetStats], *, seed: int = 0) -> Recommendation:
     tied: list[int | None] = []
     for other in ranked[1:]:
         diff = bootstrap_median_difference(
-            other.decode, best.decode, seed=seed, salt=f"{best.tree_budget}-{other.tree_budget}"
+            other.decode,
+            best.decode,
+            seed=seed,
+            salt=f"{best.tree_budget}-{other.tree_budget}",
+            strata_a=other.decode_prompts,
+            strata_b=best.decode_prompts,
         )
         if diff is None or diff[1] <= 0.0:
             tied.append(other.tree_budget)

@@ -250,3 +250,24 @@ def test_echoed_budget_mismatch_is_flagged_in_verdict() -> None:
 def test_redact_endpoint(url: str, expected: str) -> None:
     assert redact_endpoint(url) == expected
     assert "hunter2" not in redact_endpoint(url) and "sk-123" not in redact_endpoint(url)
+
+
+def test_stratified_bootstrap_separates_budgets_that_prompt_spread_would_blur() -> None:
+    # Prompts differ by +-15% in speed; rounds barely vary. Budget 64 is 4% faster
+    # on every prompt: resampling within prompts sees it, pooled resampling does not.
+    prompt_speed = {"essay": 0.85, "code": 1.0, "list": 1.15}
+    samples = [
+        SweepSample(b, p, r, True, decode_tokens_per_second=mu * f * (1 + 0.002 * r))
+        for b, mu in ((32, 1000.0), (64, 1040.0))
+        for p, f in prompt_speed.items()
+        for r in range(3)
+    ]
+    rec = summarize(samples).recommendation
+    assert rec.tree_budget == 64 and rec.decisive, rec.message
+    a = [s.decode_tokens_per_second or 0.0 for s in samples if s.tree_budget == 32]
+    b = [s.decode_tokens_per_second or 0.0 for s in samples if s.tree_budget == 64]
+    pooled = bootstrap_median_difference(a, b)
+    assert pooled is not None and pooled[1] < 0 < pooled[2]
+    # With one sample per prompt there is no within-prompt noise: fall back to pooled.
+    single = [s for s in samples if s.round == 0]
+    assert not summarize(single).recommendation.decisive
