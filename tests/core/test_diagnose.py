@@ -155,7 +155,7 @@ def test_no_replay_storm(pytester: pytest.Pytester) -> None:
         """
     )
     result = pytester.runpytest(
-        "--ddtree-reference-fault=early-eos", "--ddtree-budgets=16,64,256", *FAST
+        "--ddtree-reference-fault=early-eos", "--ddtree-budgets=16,64,256", "-rN", *FAST
     )
     result.assert_outcomes(failed=36)
     # one replay per request kind (the budget is not part of the kind): one in all
