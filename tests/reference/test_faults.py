@@ -324,3 +324,14 @@ def test_finish_length_when_end_token_falls_just_past_max_tokens(client: httpx.C
     cut = post(client, SHORT, max_tokens=n).json()
     assert cut["choices"][0]["finish_reason"] == "length"
     assert cut["choices"][0]["message"]["content"] == full["choices"][0]["message"]["content"]
+
+
+def test_state_leak_needs_a_drafter() -> None:
+    prompt_a, prompt_b = LONG, "Explain in detail how bread is baked."
+    with (
+        start_reference_server(simulated_latency=False, target_only=True) as srv,
+        httpx.Client(base_url=srv.base_url) as c,
+    ):
+        healthy_b = _content(post(c, prompt_b))
+        _content(post(c, prompt_a, fault="state-leak"))
+        assert _content(post(c, prompt_b, fault="state-leak")) == healthy_b
