@@ -19,6 +19,7 @@ connects it to pytest.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
@@ -152,6 +153,9 @@ class BenchHooks:
                 "tokenizer": runtime.tokenizer_source,
             }
         )
+        # Descriptive only: a failed probe must not fail a benchmark.
+        with contextlib.suppress(Exception):
+            self.metadata["server_models"] = list(runtime.client.list_models())
         if settings.skip_checks:
             self.metadata["notes"] = [
                 f"Weakened run: checks skipped: {', '.join(settings.skip_checks)}."
@@ -505,12 +509,14 @@ class BenchHooks:
             if fixture is not None:
                 discard_timings(fixture)
 
+    @pytest.hookimpl(optionalhook=True)
     def pytest_benchmark_update_json(
         self, config: pytest.Config, benchmarks: Any, output_json: dict[str, Any]
     ) -> None:
         """Strip benchmarks of failed tests from every JSON pytest-benchmark writes."""
         strip_failed(output_json, self.failed)
 
+    @pytest.hookimpl(optionalhook=True)
     def pytest_benchmark_update_machine_info(
         self, config: pytest.Config, machine_info: dict[str, Any]
     ) -> None:
@@ -552,7 +558,7 @@ class BenchHooks:
             embedded=settings.embedded or settings.endpoint is None,
         )
 
-    @pytest.hookimpl(hookwrapper=True)
+    @pytest.hookimpl(hookwrapper=True, optionalhook=True)
     def pytest_benchmark_group_stats(
         self, config: pytest.Config, benchmarks: Any, group_by: str
     ) -> Generator[None, Any, None]:

@@ -239,3 +239,16 @@ def test_failing_benchmark_names_the_layer_at_fault(
     assert "stats-inflated" in run.diagnoses[0]["codes"]
     html = (report / "sweep.html").read_text()
     assert "Diagnosis" in html and "speculative decoding" in html
+
+
+def test_plugin_works_without_pytest_benchmark_loaded(
+    pytester: pytest.Pytester, healthy_server: Any
+) -> None:
+    pytester.makepyfile(
+        test_plain=f"""
+def test_plain(ddtree_client, ddtree_check):
+    ddtree_check(ddtree_client.chat({PROMPT!r}, max_tokens=32, tree_budget=16))
+"""
+    )
+    result = pytester.runpytest(*_args(healthy_server, "-p", "no:benchmark"))
+    result.assert_outcomes(passed=1)
