@@ -24,6 +24,7 @@ The functions here are plain Python so the tests can call them without MkDocs.
 from __future__ import annotations
 
 import argparse
+import html
 import re
 from typing import Any
 
@@ -39,8 +40,13 @@ class DocsError(Exception):
     """A placeholder or page that does not match the code."""
 
 
+def _text(text: str) -> str:
+    # prose from the code quotes markup such as '<think>': show it, do not render it
+    return html.escape(text, quote=False)
+
+
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return _text(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _option_usage(opt: OptionDef) -> str:
@@ -68,7 +74,7 @@ def options_markdown() -> str:
     lines.append("")
     for opt in OPTIONS:
         lines += [f"### `{opt.cli}` {{#{opt.cli.lstrip('-')}}}", "", _option_usage(opt), ""]
-        lines += [opt.help, ""]
+        lines += [_text(opt.help), ""]
         facts = [f"ini key: `{opt.ini}`"]
         if opt.env:
             facts.append("environment: " + ", ".join(f"`{v}`" for v in opt.env))
@@ -106,7 +112,7 @@ def code_meaning(code: str) -> str:
     """The meaning line of one code, as an admonition-free paragraph."""
     if code not in CODES:
         raise DocsError(f"unknown violation code {code!r} in a ddtree:code placeholder")
-    return f"**Meaning:** {CODES[code]}.\n"
+    return f"**Meaning:** {_text(CODES[code])}.\n"
 
 
 def faults_markdown() -> str:

@@ -50,7 +50,7 @@ def test_every_option_is_in_the_reference() -> None:
     for opt in OPTIONS:
         assert f"### `{opt.cli}`" in page, opt.cli
         assert f"`{opt.ini}`" in page, opt.ini
-        assert opt.help in page, opt.cli
+        assert hooks._text(opt.help) in page, opt.cli
         for var in opt.env:
             assert f"`{var}`" in page, var
         if opt.default is not None:
@@ -77,7 +77,7 @@ def test_every_code_has_a_section() -> None:
     page = _rendered("invariants.md")
     for code, meaning in CODES.items():
         assert f"## `{code}`" in page
-        assert meaning in page, code
+        assert hooks._text(meaning) in page, code
 
 
 def test_each_code_section_states_meaning_evidence_and_fix() -> None:
@@ -106,7 +106,7 @@ def test_every_fault_is_documented() -> None:
     page = _rendered("reference-server.md")
     for name, description in FAULTS.items():
         assert f"| `{name}` |" in page, name
-        assert description.replace("|", "\\|") in page or name in page
+        assert hooks._cell(description) in page, name
 
 
 def test_server_options_come_from_its_parser() -> None:
@@ -186,3 +186,6 @@ def test_site_builds_strict(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     html = (tmp_path / "site" / "options" / "index.html").read_text(encoding="utf-8")
     assert "--ddtree-endpoint" in html
+    # markup quoted in generated text is shown, not swallowed by the browser
+    invariants = (tmp_path / "site" / "invariants" / "index.html").read_text(encoding="utf-8")
+    assert "&lt;think&gt;" in invariants
