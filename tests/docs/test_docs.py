@@ -189,3 +189,13 @@ def test_site_builds_strict(tmp_path: Path) -> None:
     # markup quoted in generated text is shown, not swallowed by the browser
     invariants = (tmp_path / "site" / "invariants" / "index.html").read_text(encoding="utf-8")
     assert "&lt;think&gt;" in invariants
+
+
+def test_prose_has_no_raw_markup() -> None:
+    # '<think>' or '<|im_end|>' outside a code span would be swallowed as HTML
+    for path in PAGES:
+        text = path.read_text(encoding="utf-8")
+        text = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
+        text = re.sub(r"`[^`\n]*`|<!--.*?-->", "", text)
+        raw = re.findall(r"<[A-Za-z/|][^>]*>", text)
+        assert not raw, f"{path.name}: put {raw[0]!r} in backticks"
