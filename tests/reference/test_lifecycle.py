@@ -51,6 +51,7 @@ def test_in_process_start_stop_frees_port_and_threads() -> None:
 
 
 def test_spawn_and_stop_leave_nothing_behind() -> None:
+    before = set(threading.enumerate())
     t0 = time.perf_counter()
     srv = spawn_reference_server(simulated_latency=False, seed=3)
     with socket.create_connection((srv.host, srv.port), timeout=2):
@@ -64,6 +65,10 @@ def test_spawn_and_stop_leave_nothing_behind() -> None:
     assert _port_is_free(srv.port)
     with pytest.raises(httpx.ConnectError):
         httpx.get(srv.root_url + "/health", timeout=1)
+    deadline = time.monotonic() + 3  # the pipe readers end with the child
+    while time.monotonic() < deadline and set(threading.enumerate()) - before:
+        time.sleep(0.02)
+    assert not set(threading.enumerate()) - before
 
 
 def test_spawn_passes_options() -> None:
