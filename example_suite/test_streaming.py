@@ -35,15 +35,18 @@ def test_stream_matches_plain(
     ddtree_settings: Settings,
     ddtree_check: Callable[..., None],
 ) -> None:
-    ask = dict(
-        api=ddtree_settings.api,
-        max_tokens=ddtree_settings.max_tokens,
-        tree_budget=_budget(ddtree_settings),
-        prompt_id=prompt.id,
-        temperature=0,
-    )
-    streamed = ddtree_client.request(prompt.text, stream=True, **ask)
-    plain = ddtree_client.request(prompt.text, stream=False, **ask)
+    def ask(stream: bool) -> Completion:
+        return ddtree_client.request(
+            prompt.text,
+            api=ddtree_settings.api,
+            max_tokens=ddtree_settings.max_tokens,
+            tree_budget=_budget(ddtree_settings),
+            prompt_id=prompt.id,
+            temperature=0,
+            stream=stream,
+        )
+
+    streamed, plain = ask(stream=True), ask(stream=False)
     expect = prompt.expectations(ddtree_settings.max_tokens)
     ddtree_check(streamed, **expect)
     ddtree_check(plain, **expect)
