@@ -113,6 +113,7 @@ class BenchHooks:
         self.budget_ignored: list[Violation] = []
         self.report_lines: list[str] = []
         self.diagnoses: list[dict[str, Any]] = []
+        self.summary: SweepSummary | None = None
 
     # ------------------------------------------------------------ helpers
 
@@ -257,7 +258,11 @@ class BenchHooks:
         ``--ddtree-rounds`` / ``--ddtree-warmup-rounds`` or the ``ddtree``
         marker) and every response is validated inside the timed call, so an
         invalid response fails the test and records no timing. The tree budget
-        is the test's ``tree_budget`` parameter when it has one. Keyword
+        is the test's ``tree_budget`` parameter when it has one.
+        pytest-benchmark times one test at a time, so the rounds of one budget
+        run back to back; the budgets of a test are visited in the seeded
+        sweep order (``--ddtree-sweep-order fixed`` keeps the configured one).
+        For rounds interleaved across budgets, use ``ddtree_sweep``. Keyword
         arguments: ``max_tokens``, ``rounds``, ``warmup_rounds``,
         ``prompt_id``, ``tree_budget``, ``temperature``, ``api``, ``stream``
         (default True; a plain request has no TTFT or decode rate, only its
@@ -608,10 +613,12 @@ class BenchHooks:
         if self.budget_ignored and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         settings = self._settings()
+        seed = settings.sweep_seed if settings is not None else 0
+        self.summary = summarize(self.samples, seed=seed)
         if settings is not None and settings.report_dir:
             run = self._run(settings)
             try:
-                paths = write_report(run, settings.report_dir)
+                paths = write_report(run, settings.report_dir, self.summary)
             except OSError as exc:
                 self.report_lines.append(
                     f"ddtree: could not write the report to {settings.report_dir}: {exc}"
@@ -662,9 +669,11 @@ class BenchHooks:
         """The sweep table, the recommendation, and any sweep-level violation."""
         if _is_worker(config) or not self.samples:
             return
-        settings = self._settings()
-        seed = settings.sweep_seed if settings is not None else 0
-        summary = summarize(self.samples, seed=seed)
+        summary = self.summary
+        if summary is None:
+            settings = self._settings()
+            seed = settings.sweep_seed if settings is not None else 0
+            summary = summarize(self.samples, seed=seed)
         terminalreporter.write_sep("-", "pytest-ddtree budget sweep")
         notes: list[str] = []
         if self.smoke_failure:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pytest_ddtree.report.html import write_sweep_html
 from pytest_ddtree.report.jsonfile import write_sweep_json
-from pytest_ddtree.sweep import SweepRun
+from pytest_ddtree.sweep import SweepRun, SweepSummary
 
 
 @dataclass(frozen=True)
@@ -19,14 +19,17 @@ class ReportPaths:
     html: Path
 
 
-def write_report(run: SweepRun, directory: str | os.PathLike[str]) -> ReportPaths:
+def write_report(
+    run: SweepRun, directory: str | os.PathLike[str], summary: SweepSummary | None = None
+) -> ReportPaths:
     """Write ``sweep.json`` and ``sweep.html`` into ``directory`` (created if missing).
 
-    The statistics are computed once and shared, so both files agree exactly.
+    The statistics are computed once (or taken from ``summary``) and shared,
+    so both files agree exactly.
     """
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    summary = run.summary()
+    summary = summary or run.summary()
     json_path = write_sweep_json(run, out / "sweep.json", summary)
     html_path = write_sweep_html(run, out / "sweep.html", summary)
     return ReportPaths(json=json_path, html=html_path)
