@@ -390,7 +390,15 @@ def _resampler(
         for x, key in zip(xs, strata, strict=True):
             groups.setdefault(key, []).append(x)
         if len(groups) > 1 and all(len(g) >= 2 for g in groups.values()):
-            parts = [groups[k] for k in sorted(groups)]
+            # Small strata make the bootstrap too confident (its variance is
+            # (n-1)/n of the truth); spreading each stratum around its mean by
+            # sqrt(n/(n-1)) undoes that, which matters with 2-3 rounds a prompt.
+            parts = []
+            for key in sorted(groups):
+                g = groups[key]
+                mean = statistics.fmean(g)
+                scale = math.sqrt(len(g) / (len(g) - 1))
+                parts.append([mean + (x - mean) * scale for x in g])
             return lambda rng: [x for g in parts for x in rng.choices(g, k=len(g))]
     n = len(xs)
     return lambda rng: rng.choices(xs, k=n)
