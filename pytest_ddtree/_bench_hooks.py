@@ -619,7 +619,7 @@ class BenchHooks:
             run = self._run(settings)
             try:
                 paths = write_report(run, settings.report_dir, self.summary)
-            except OSError as exc:
+            except (OSError, ValueError) as exc:
                 self.report_lines.append(
                     f"ddtree: could not write the report to {settings.report_dir}: {exc}"
                 )

@@ -98,14 +98,16 @@ class SweepSample:
             valid=not violations,
             codes=tuple(codes),
             messages=tuple(v.message for v in violations),
-            completion_tokens=completion.completion_tokens,
-            ttft=completion.ttft,
-            decode_tokens_per_second=completion.decode_tokens_per_second,
-            end_to_end=completion.end_to_end,
-            mean_acceptance_length=None if stats is None else stats.mean_acceptance_length,
-            decode_rounds=None if stats is None else stats.decode_rounds,
-            server_tokens_per_second=None if stats is None else stats.server_tokens_per_second,
-            echoed_tree_budget=None if stats is None else stats.tree_budget,
+            completion_tokens=_int(completion.completion_tokens),
+            ttft=_finite(completion.ttft),
+            decode_tokens_per_second=_finite(completion.decode_tokens_per_second),
+            end_to_end=_finite(completion.end_to_end),
+            mean_acceptance_length=None if stats is None else _finite(stats.mean_acceptance_length),
+            decode_rounds=None if stats is None else _int(stats.decode_rounds),
+            server_tokens_per_second=(
+                None if stats is None else _finite(stats.server_tokens_per_second)
+            ),
+            echoed_tree_budget=None if stats is None else _int(stats.tree_budget),
             worker=worker,
             concurrent=concurrent,
         )
@@ -162,6 +164,20 @@ class SweepSample:
             worker=_opt_str(data, "worker", source),
             concurrent=bool(data.get("concurrent", False)),
         )
+
+
+def _finite(value: Any) -> float | None:
+    # Servers report whatever they like; NaN or a string must not reach the
+    # statistics or break the JSON report.
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
 
 
 def _bad(source: str, key: str, value: Any, want: str) -> ValueError:

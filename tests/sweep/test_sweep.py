@@ -45,6 +45,19 @@ def test_sample_from_completion_carries_timings_and_stats() -> None:
     assert s.server_client_ratio == pytest.approx(1.0)
 
 
+def test_sample_drops_non_finite_server_figures() -> None:
+    from dataclasses import replace
+
+    c = make_completion()
+    assert c.stats is not None
+    odd = replace(
+        c, stats=replace(c.stats, server_tokens_per_second=float("nan"), decode_rounds=None)
+    )
+    s = SweepSample.from_completion(odd, [], round=0)
+    assert s.server_tokens_per_second is None and s.decode_rounds is None
+    assert json.dumps(s.to_json(), allow_nan=False)
+
+
 def test_invalid_sample_keeps_distinct_codes_in_order() -> None:
     c = make_completion()
     vs = [
