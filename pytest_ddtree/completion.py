@@ -35,7 +35,7 @@ class RequestSpec:
     def describe(self) -> str:
         """One line naming the request, for failure messages."""
         budget = "server default" if self.tree_budget is None else str(self.tree_budget)
-        pid = f" prompt={self.prompt_id}" if self.prompt_id else ""
+        pid = f", prompt={self.prompt_id}" if self.prompt_id else ""
         mode = "stream" if self.stream else "no-stream"
         return (
             f"POST {self.url} ({mode}, tree_budget={budget}, max_tokens={self.max_tokens}, "
