@@ -148,8 +148,8 @@ class BenchHooks:
                 else ["server default"],
                 "budget_mode": settings.budget_mode,
                 "max_tokens": settings.max_tokens,
-                "rounds": settings.rounds,
-                "warmup_rounds": settings.warmup_rounds,
+                "configured_rounds": settings.rounds,
+                "configured_warmup_rounds": settings.warmup_rounds,
                 "order": settings.sweep_order,
                 "tokenizer": runtime.tokenizer_source,
             }
@@ -238,8 +238,10 @@ class BenchHooks:
             # Raised through pedantic() so pytest-benchmark records an errored,
             # empty benchmark (never saved or shown) instead of warning that the
             # fixture was not used.
-            benchmark.pedantic(fail, rounds=1, warmup_rounds=0, iterations=1)
-            raise error
+            with contextlib.suppress(InvariantError):
+                benchmark.pedantic(fail, rounds=1, warmup_rounds=0, iterations=1)
+            # A fresh traceback: the user's test line, not pytest-benchmark's frames.
+            raise error.with_traceback(None)
 
     # ------------------------------------------------------------ fixtures
 

@@ -121,6 +121,7 @@ def run_gated(
     ``diagnose(completion, violations)`` may return a text (e.g. which layer
     is at fault) appended to the failure message.
     """
+    __tracebackhide__ = True
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be a positive integer, got {rounds!r}")
     if isinstance(warmup_rounds, bool) or not isinstance(warmup_rounds, int) or warmup_rounds < 0:
@@ -176,9 +177,11 @@ def run_gated(
     else:
         try:
             benchmark.pedantic(target, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1)
-        except InvariantError:
+        except InvariantError as exc:
             discard_timings(benchmark)
-            raise
+            # The failure is about the response, not about pytest-benchmark's
+            # internals: report it from here, without their frames.
+            raise exc.with_traceback(None) from None
     # extra_info is stored by reference: figures added after the run are saved.
     extra.update(summary_extra_info(result.completions))
     return result

@@ -531,7 +531,8 @@ def _invalid_table(samples: Sequence[SweepSample]) -> str:
         msgs = "<br>".join(escape(m) for m in s.messages) or "&nbsp;"
         rows.append(
             f"<tr><td>{escape(budget_label(s.tree_budget))}</td><td>{escape(s.prompt_id)}</td>"
-            f"<td>{s.round}</td><td>{codes}</td><td class='msg'>{msgs}</td></tr>"
+            f"<td>{s.round + 1 if s.round >= 0 else 'before timing'}</td><td>{codes}</td>"
+            f"<td class='msg'>{msgs}</td></tr>"
         )
     more = f"<p class='muted'>… and {len(bad) - 200} more.</p>" if len(bad) > 200 else ""
     return (
