@@ -9,6 +9,7 @@ No text is copied from anywhere; the output is a pure function of the seed.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 
 __all__ = ["TOPICS", "Document", "Topic", "generate_corpus"]
@@ -214,6 +215,21 @@ class Document:
     meta: dict[str, str] = field(default_factory=dict)
 
 
+def _plural(word: str) -> str:
+    if word.endswith("man"):
+        return word[:-3] + "men"
+    if word == "child":
+        return "children"
+    return word + "s"
+
+
+_A_BEFORE_VOWEL = re.compile(r"\b([Aa]) (?=[aeiou])")
+
+
+def _articles(text: str) -> str:
+    return _A_BEFORE_VOWEL.sub(lambda m: m.group(1) + "n ", text)
+
+
 class _Writer:
     def __init__(self, rng: random.Random, topic: Topic) -> None:
         self.r = rng
@@ -242,7 +258,7 @@ class _Writer:
             "adj2": a2,
             "place": self.pick(t.places),
             "role": self.pick(t.roles),
-            "roles": self.pick(t.roles) + "s",
+            "roles": _plural(self.pick(t.roles)),
             "adv": self.pick(t.adverbs),
             "conn": self.pick(_CONNECT),
         }
@@ -268,7 +284,7 @@ class _Writer:
                 "Some {p_n} are {adj}, while others are {adj2}.",
             )
         )
-        s = tmpl.format(**self.slots())
+        s = _articles(tmpl.format(**self.slots()))
         return s[0].upper() + s[1:]
 
     def paragraph(self, lo: int, hi: int) -> str:
