@@ -5,24 +5,42 @@ timing is recorded, so a run that measured garbage fails instead of
 producing a misleading number.
 
 Public API: ``check`` and ``assert_valid`` (the invariants), ``Expectation``,
-``Completion``, ``Violation``, ``InvariantError`` and ``DDTreeClient``.
+``Completion``, ``Violation``, ``InvariantError`` and ``DDTreeClient``. They
+are imported on first use, so ``python -m pytest_ddtree.reference`` starts
+without loading the plugin's dependencies.
 """
 
 from __future__ import annotations
 
-try:  # the assertion helpers get pytest's rich assertion messages when pytest is there
-    import pytest
+import importlib
+import sys
+from typing import TYPE_CHECKING, Any
 
-    pytest.register_assert_rewrite("pytest_ddtree.invariants")
-except ImportError:  # pragma: no cover - pytest is a dependency, but the logic works without
-    pass
+if "pytest" in sys.modules:  # under pytest: rich assertion messages in the helpers
+    sys.modules["pytest"].register_assert_rewrite("pytest_ddtree.invariants")
 
-from pytest_ddtree.client import DDTreeClient
-from pytest_ddtree.completion import Completion, RequestSpec, SpecStats, Timings, Usage
-from pytest_ddtree.invariants import CODES, Expectation, assert_valid, check
-from pytest_ddtree.violation import InvariantError, Violation
+if TYPE_CHECKING:
+    from pytest_ddtree.client import DDTreeClient
+    from pytest_ddtree.completion import Completion, RequestSpec, SpecStats, Timings, Usage
+    from pytest_ddtree.invariants import CODES, Expectation, assert_valid, check
+    from pytest_ddtree.violation import InvariantError, Violation
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "DDTreeClient": "pytest_ddtree.client",
+    "Completion": "pytest_ddtree.completion",
+    "RequestSpec": "pytest_ddtree.completion",
+    "SpecStats": "pytest_ddtree.completion",
+    "Timings": "pytest_ddtree.completion",
+    "Usage": "pytest_ddtree.completion",
+    "CODES": "pytest_ddtree.invariants",
+    "Expectation": "pytest_ddtree.invariants",
+    "assert_valid": "pytest_ddtree.invariants",
+    "check": "pytest_ddtree.invariants",
+    "InvariantError": "pytest_ddtree.violation",
+    "Violation": "pytest_ddtree.violation",
+}
 
 __all__ = [
     "CODES",
@@ -39,3 +57,12 @@ __all__ = [
     "assert_valid",
     "check",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pytest_ddtree' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
