@@ -29,6 +29,7 @@ import pytest
 from pytest_ddtree.bench import (
     discard_timings,
     group_name,
+    keep_passed,
     machine_info_extra,
     run_gated,
     strip_failed,
@@ -106,8 +107,13 @@ class BenchHooks:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.samples: list[SweepSample] = []
+        # samples of the test phase running now; kept only once the phase ends,
+        # so a test interrupted by Ctrl-C leaves nothing half-measured behind
+        self.pending: list[SweepSample] = []
         self.metadata: dict[str, Any] = {}
         self.failed: set[str] = set()
+        self.passed: set[str] = set()
+        self.interrupted = False
         self.smoked: dict[str, list[Violation]] = {}
         self.smoke_failure: str | None = None
         self.budget_ignored: list[Violation] = []
@@ -165,7 +171,7 @@ class BenchHooks:
             self.metadata["workers"] = _worker_count(self.config)
 
     def _record(self, sample: SweepSample) -> None:
-        self.samples.append(sample)
+        self.pending.append(sample)
 
     def _validator(
         self, runtime: Any, settings: Settings, expect: dict[str, Any]
@@ -510,6 +516,10 @@ class BenchHooks:
         """A failed test leaves no timing behind (table, compare, JSON)."""
         outcome = yield
         report = outcome.get_result()
+        self.samples.extend(self.pending)
+        self.pending.clear()
+        if report.when == "call" and report.passed:
+            self.passed.add(item.nodeid)
         if report.failed:
             self.failed.add(item.nodeid)
             fixture = getattr(item, "funcargs", {}).get("benchmark")
@@ -520,8 +530,9 @@ class BenchHooks:
     def pytest_benchmark_update_json(
         self, config: pytest.Config, benchmarks: Any, output_json: dict[str, Any]
     ) -> None:
-        """Strip benchmarks of failed tests from every JSON pytest-benchmark writes."""
+        """Keep only benchmarks of tests that passed (not failed, not interrupted)."""
         strip_failed(output_json, self.failed)
+        keep_passed(output_json, self.passed - self.failed)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_benchmark_update_machine_info(
@@ -594,6 +605,16 @@ class BenchHooks:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Hand samples to the controller (worker) or check and report the sweep."""
         config = session.config
+        self.pending.clear()
+        if session.exitstatus == pytest.ExitCode.INTERRUPTED:
+            self.interrupted = True
+            self.metadata["interrupted"] = True
+            notes = list(self.metadata.get("notes", []))
+            notes.append(
+                "interrupted: this is a partial run; tests that did not finish are left out "
+                "and the recommendation is not final"
+            )
+            self.metadata["notes"] = notes
         runtime = self._runtime()
         if runtime is not None and self.metadata:
             self.metadata["dialect"] = runtime.dialect
@@ -678,6 +699,8 @@ class BenchHooks:
             summary = summarize(self.samples, seed=seed)
         terminalreporter.write_sep("-", "pytest-ddtree budget sweep")
         notes: list[str] = []
+        if self.interrupted:
+            notes.append("interrupted: partial run, the recommendation is not final")
         if self.smoke_failure:
             notes.append(f"benchmarks skipped: {self.smoke_failure}")
         for line in table_lines(summary, notes=notes):

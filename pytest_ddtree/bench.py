@@ -203,6 +203,24 @@ def strip_failed(output_json: MutableMapping[str, Any], failed_nodeids: Iterable
     return removed
 
 
+def keep_passed(output_json: MutableMapping[str, Any], passed_nodeids: Iterable[str]) -> int:
+    """Remove every benchmark whose test did not pass; return how many.
+
+    A test interrupted (Ctrl-C) inside ``benchmark.pedantic`` never gets a
+    failed report, yet pytest-benchmark saves its partial rounds: only a
+    passed test may leave a timing, so an interrupted run can never become a
+    ``--benchmark-compare`` baseline.
+    """
+    passed = set(passed_nodeids)
+    benches = output_json.get("benchmarks")
+    if not isinstance(benches, list):
+        return 0
+    kept = [b for b in benches if isinstance(b, Mapping) and b.get("fullname") in passed]
+    removed = len(benches) - len(kept)
+    benches[:] = kept
+    return removed
+
+
 def _stable_model_info(models: Any) -> list[dict[str, Any]]:
     data = models.get("data") if isinstance(models, Mapping) else models
     if not isinstance(data, list):

@@ -1,0 +1,47 @@
+"""Ctrl-C inside a timed benchmark leaves no timing and marks the report partial."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+INTERRUPTED = """
+def test_first(ddtree_benchmark, tree_budget):
+    ddtree_benchmark("Write a long essay about rivers.", max_tokens=16, rounds=3,
+                     warmup_rounds=0)
+
+
+def test_second(ddtree_benchmark, ddtree_client, tree_budget, monkeypatch):
+    real = ddtree_client.request
+    calls = []
+
+    def interrupted_after_two(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:  # smoke, two timed rounds, then Ctrl-C
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ddtree_client, "request", interrupted_after_two)
+    ddtree_benchmark("Tell me a long story about a lighthouse.", max_tokens=16, rounds=5,
+                     warmup_rounds=0)
+"""
+
+
+def test_interrupted_benchmark_is_not_saved(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(INTERRUPTED)
+    result = pytester.runpytest(
+        "--ddtree-reference-latency=off",
+        "--ddtree-budgets=32",
+        "--benchmark-json=bench.json",
+        "--ddtree-report=rep",
+    )
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    names = [
+        b["name"] for b in json.loads((pytester.path / "bench.json").read_text())["benchmarks"]
+    ]
+    assert names == ["test_first[budget=32]"]
+    report = json.loads((pytester.path / "rep" / "sweep.json").read_text())
+    assert report["metadata"]["interrupted"] is True
+    assert {s["prompt_id"] for s in report["samples"]} == {"test_first"}
+    result.stdout.fnmatch_lines(["*interrupted: partial run, the recommendation is not final*"])
