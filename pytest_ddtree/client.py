@@ -58,6 +58,11 @@ class DDTreeClient:
     puts it in the JSON body at ``budget_field`` (dotted paths nest),
     ``endpoints`` sends the request to ``budget_endpoints[tree_budget]``,
     ``none`` does not send it.
+
+    After ``stall_limit`` consecutive requests that timed out, later requests
+    are not sent: they come back at once with an ``error`` naming the stalls,
+    so a hanging endpoint fails a session in seconds instead of one timeout
+    per test.
     """
 
     def __init__(
@@ -77,6 +82,7 @@ class DDTreeClient:
         enable_thinking: bool = False,
         api: Api = "chat",
         transport: httpx.BaseTransport | None = None,
+        stall_limit: int = 2,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -91,6 +97,8 @@ class DDTreeClient:
         self.max_tokens = max_tokens
         self.enable_thinking = enable_thinking
         self.api: Api = api
+        self.stall_limit = stall_limit
+        self._stalls: list[str] = []
         headers = {"Accept": "application/json"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
@@ -249,7 +257,7 @@ class DDTreeClient:
             prompt_id=spec.prompt_id,
             headers=dict(spec.headers),
         )
-        return self._stream(new) if spec.stream else self._plain(new)
+        return self._send(new)
 
     def _request(
         self,
@@ -297,9 +305,33 @@ class DDTreeClient:
             prompt_id=prompt_id,
             headers=dict(headers or {}),
         )
-        if stream:
-            return self._stream(spec)
-        return self._plain(spec)
+        return self._send(spec)
+
+    def _send(self, spec: RequestSpec) -> Completion:
+        if self.stall_limit and len(self._stalls) >= self.stall_limit:
+            now = time.perf_counter()
+            return Completion(
+                request=spec,
+                status_code=0,
+                text="",
+                reasoning_text="",
+                finish_reason=None,
+                usage=None,
+                stats=None,
+                timings=Timings(sent=now, headers=None, first_content=None, done=now),
+                raw=None,
+                error=(
+                    f"not sent: the endpoint stalled on {len(self._stalls)} requests in a row "
+                    f"({self._stalls[-1]}); later requests fail at once"
+                ),
+            )
+        completion = self._stream(spec) if spec.stream else self._plain(spec)
+        err = completion.error or ""
+        if err.startswith(("read timeout", "deadline", "connect timeout", "pool timeout")):
+            self._stalls.append(err)
+        elif completion.status_code:
+            self._stalls.clear()
+        return completion
 
     # ------------------------------------------------------------ non-stream
 
@@ -575,7 +607,9 @@ def _http_error(status: int, payload: Any, content: bytes) -> str:
 
 def _transport_error(exc: httpx.HTTPError, timeout: Timeout) -> str:
     if isinstance(exc, httpx.ReadTimeout):
-        return f"read timeout: no data for {min(timeout.read, timeout.total):g}s"
+        if timeout.total <= timeout.read:
+            return f"deadline: no data before the total deadline of {timeout.total:g}s"
+        return f"read timeout: no data for {timeout.read:g}s"
     if isinstance(exc, httpx.ConnectTimeout):
         return f"connect timeout after {timeout.connect:g}s"
     if isinstance(exc, httpx.PoolTimeout):

@@ -35,7 +35,7 @@ FAULTS: dict[str, str] = {
     "(non-streaming bodies are cut mid-JSON)",
     "intermittent-5xx": "every second request carrying this fault gets HTTP 503",
     "hang": "the response stalls after a few chunks until the client disconnects, "
-    "the server stops, or hang_seconds (default 30 s) pass",
+    "the server stops, or hang_seconds (default 600 s, longer than any sane read timeout) pass",
 }
 
 TEMPLATE_FAULTS = frozenset({"early-eos", "role-leak", "think-leak"})

@@ -68,7 +68,7 @@ class ServerOptions:
     cost: CostModel = field(default_factory=CostModel)
     seed: int = 0
     stats_dialect: str = "ddtree"
-    hang_seconds: float = 30.0
+    hang_seconds: float = 600.0
     model_id: str = MODEL_ID
 
     def __post_init__(self) -> None:

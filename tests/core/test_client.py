@@ -194,3 +194,33 @@ def test_api_key_is_sent_but_not_recorded(reference_server) -> None:
         comp = c.chat(LONG, max_tokens=8)
         assert c.http.headers["Authorization"] == "Bearer sk-secret-xyz"
     assert "sk-secret-xyz" not in repr(comp.request)
+
+
+def test_a_stalling_endpoint_trips_the_breaker(reference_server) -> None:
+    timeout = Timeout(connect=2, read=0.3, total=5)
+    hang = {"X-DDTree-Fault": "hang"}
+    with DDTreeClient(reference_server.base_url, timeout=timeout) as c:
+        first = c.chat(LONG, max_tokens=64, headers=hang)
+        second = c.chat(LONG, max_tokens=64, headers=hang)
+        third = c.chat(LONG, max_tokens=8)
+    assert first.error is not None and first.error.startswith("read timeout")
+    assert second.error is not None and second.error.startswith("read timeout")
+    assert third.error is not None
+    assert third.error.startswith("not sent: the endpoint stalled on 2 requests in a row")
+    assert third.end_to_end < 0.01
+
+
+def test_a_healthy_answer_resets_the_breaker(reference_server) -> None:
+    timeout = Timeout(connect=2, read=0.3, total=5)
+    with DDTreeClient(reference_server.base_url, timeout=timeout) as c:
+        assert c.chat(LONG, max_tokens=64, headers={"X-DDTree-Fault": "hang"}).error
+        assert c.chat(LONG, max_tokens=8).ok
+        assert c.chat(LONG, max_tokens=64, headers={"X-DDTree-Fault": "hang"}).error
+        assert c.chat(LONG, max_tokens=8).ok
+
+
+def test_total_deadline_is_named_as_such(reference_server) -> None:
+    timeout = Timeout(connect=2, read=10, total=0.4)
+    with DDTreeClient(reference_server.base_url, timeout=timeout) as c:
+        comp = c.chat(LONG, max_tokens=64, headers={"X-DDTree-Fault": "hang"})
+    assert comp.error == "deadline: no data before the total deadline of 0.4s"
