@@ -26,13 +26,17 @@ from pytest_ddtree.invariants import check_determinism
 from pytest_ddtree.settings import Lossless
 from pytest_ddtree.violation import Violation
 
-Verdict = Literal["template", "speculation", "undetermined"]
+Verdict = Literal["template", "server", "speculation", "undetermined"]
 
 VERDICT_TITLES: dict[str, str] = {
     "template": "prompt / chat template / model",
+    "server": "serving stack",
     "speculation": "speculative decoding",
     "undetermined": "undetermined",
 }
+
+# Failures of the exchange itself rather than of the text the model wrote.
+TRANSPORT_CODES = frozenset({"http-error", "stream-integrity", "stream-error"})
 
 # Codes that describe the speculation statistics: a target-only baseline has
 # no meaningful counterpart, so they never count as "the baseline fails too".
@@ -78,6 +82,14 @@ TEMPLATE_ADVICE = (
 SPECULATION_ADVICE = (
     "the target model alone is fine: the speculative-decoding layer (wrapper, drafter or "
     "tree verification) is at fault"
+)
+SERVER_ADVICE = (
+    "the target-only server fails the same way (errors, timeouts, broken streams): check the "
+    "server process, its resources and the network; speculation is not the cause"
+)
+REJECTED_ADVICE = (
+    "the server refused the request as sent: check the options that shape it (for example a "
+    "tree budget outside the server's range, the model id or max_tokens)"
 )
 NO_BASELINE_ADVICE = (
     "give a target-only server for the same model with --ddtree-baseline-endpoint to get a verdict"
@@ -127,6 +139,12 @@ class Diagnoser:
                 "the output changes with speculation (target-only decoding differs)",
                 SPECULATION_ADVICE,
             )
+        if 400 <= completion.status_code < 500 and completion.status_code not in (408, 429):
+            return Diagnosis(
+                "undetermined",
+                f"the server rejected the request ({completion.error})",
+                REJECTED_ADVICE,
+            )
         if self.baseline is None:
             return Diagnosis("undetermined", "no baseline server is configured", NO_BASELINE_ADVICE)
         key = _replay_key(completion.request, codes)
@@ -173,6 +191,13 @@ class Diagnoser:
         base_codes = tuple(sorted({v.code for v in found}))
         output_codes = [c for c in codes if c not in STATS_CODES]
         shared = sorted(set(output_codes) & set(base_codes))
+        if shared and set(shared) <= TRANSPORT_CODES:
+            return Diagnosis(
+                "server",
+                f"the target-only baseline fails the same way ({', '.join(shared)})",
+                SERVER_ADVICE,
+                base_codes,
+            )
         if shared:
             return Diagnosis(
                 "template",

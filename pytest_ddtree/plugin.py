@@ -232,7 +232,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         )
     runtime = config.stash.get(RUNTIME_KEY, None)
     if runtime is not None and settings is not None and settings.dialect == "auto":
-        terminalreporter.write_line(f"ddtree: statistics dialect detected: {runtime.dialect}")
+        found = runtime.client.detected_dialect or "none (no speculation statistics seen)"
+        terminalreporter.write_line(f"ddtree: statistics dialect detected: {found}")
 
 
 # ---------------------------------------------------------------- fixtures

@@ -127,6 +127,15 @@ def parse_url(raw: str, source: str, name: str = "endpoint") -> str:
         raise _fail(
             name, "<redacted URL>", source, "put credentials in --ddtree-api-key, not the URL"
         )
+    if parts.query or parts.fragment:
+        shown = f"{parts.scheme}://{parts.netloc}{parts.path}?<redacted>"
+        raise _fail(
+            name,
+            shown,
+            source,
+            "query strings are not supported (they often carry keys); "
+            "give the base URL and put credentials in --ddtree-api-key",
+        )
     return value
 
 
@@ -161,14 +170,14 @@ def parse_choice(raw: str, source: str, name: str, choices: Sequence[str]) -> st
     return value
 
 
-def parse_bool(raw: str, source: str, name: str) -> bool:
+def parse_bool(raw: str, source: str, name: str, expected: str = "true or false") -> bool:
     """true/false, yes/no, on/off, 1/0."""
     value = str(raw).strip().lower()
     if value in ("1", "true", "yes", "on"):
         return True
     if value in ("0", "false", "no", "off"):
         return False
-    raise _fail(name, raw, source, "expected true or false")
+    raise _fail(name, raw, source, f"expected {expected}")
 
 
 def parse_timeout(raw: str, source: str) -> Timeout:
@@ -545,7 +554,7 @@ OPTIONS: tuple[OptionDef, ...] = (
         "Embedded server only: simulate accelerator time (on) or answer as fast as possible (off).",
         metavar="on|off",
         default="on",
-        parse=lambda raw, src: parse_bool(raw, src, "reference-latency"),
+        parse=lambda raw, src: parse_bool(raw, src, "reference-latency", "on or off"),
     ),
 )
 
@@ -661,6 +670,15 @@ def _cross_validate(values: dict[str, Any], sources: dict[str, str]) -> Settings
                 f"--ddtree-dialect=custom, but dialect is {values['dialect']!r} "
                 f"(from {sources['dialect']})"
             )
+    if values.get("reference_faults"):
+        from pytest_ddtree.reference.faults import FAULTS
+
+        for fault in values["reference_faults"]:
+            if fault not in FAULTS:
+                raise SettingsError(
+                    f"invalid reference-fault {fault!r} (from {sources['reference_faults']}): "
+                    f"known faults are {', '.join(FAULTS)}"
+                )
     if values.get("endpoint") is not None and values.get("reference_faults"):
         raise SettingsError(
             f"invalid reference-fault (from {sources['reference_faults']}): faults can only be "

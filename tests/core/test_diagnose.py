@@ -54,6 +54,34 @@ def test_speculation_faults_are_blamed_on_speculation(pytester: pytest.Pytester)
     assert "stats-inflated" in verdicts["stats-inflated"][1]
 
 
+def test_transport_failures_on_both_servers_blame_the_serving_stack(
+    pytester: pytest.Pytester,
+) -> None:
+    verdicts = _verdicts(pytester, ["stream-no-done", "stream-error-event"])
+    assert verdicts["stream-no-done"][0] == "server", verdicts
+    assert verdicts["stream-error-event"][0] == "server", verdicts
+
+
+def test_a_rejected_request_is_not_blamed_on_speculation(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        def test_a(ddtree_client, ddtree_check, tree_budget):
+            ddtree_check(ddtree_client.chat("Write a long essay.", max_tokens=16,
+                                            tree_budget=tree_budget))
+        """
+    )
+    result = pytester.runpytest("--ddtree-budgets=5000", *FAST)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*[[]http-error[]] *HTTP 400*",
+            "*diagnosis: undetermined - the server rejected the request (HTTP 400*",
+            "*what to do: the server refused the request as sent*",
+        ]
+    )
+    assert "diagnosis: speculative decoding" not in result.stdout.str()
+
+
 def test_failure_message_carries_diagnosis(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(FAULT_TESTS.format(faults="'role-leak'"))
     result = pytester.runpytest(*FAST)

@@ -87,6 +87,15 @@ def test_env_fallback_order_for_api_key_and_no_repr_leak() -> None:
         ({"ddtree_budget_mode": "endpoints"}, {}, {}, "give at least one --ddtree-budget-endpoint"),
         ({"ddtree_dialect": "custom"}, {}, {}, "also give --ddtree-stats-map"),
         ({"ddtree_endpoint": "http://u:p@h/v1"}, {}, {}, "put credentials in --ddtree-api-key"),
+        ({"ddtree_endpoint": "http://h/v1?api_key=s3cr3t"}, {}, {}, "query strings are not"),
+        (
+            {"ddtree_reference_fault": ["nope"]},
+            {},
+            {},
+            "invalid reference-fault 'nope' (from option --ddtree-reference-fault): known faults",
+        ),
+        ({}, {"ddtree_reference_fault": ["nope"]}, {}, "(from ini key ddtree_reference_fault)"),
+        ({"ddtree_reference_latency": "maybe"}, {}, {}, "expected on or off"),
         (
             {"ddtree_reference_fault": ["lossy"], "ddtree_endpoint": "http://h:1/v1"},
             {},
@@ -107,6 +116,10 @@ def test_credentials_in_url_are_not_echoed() -> None:
     with pytest.raises(SettingsError) as info:
         run(cli={"ddtree_endpoint": "http://user:hunter2@h/v1"})
     assert "hunter2" not in str(info.value)
+    with pytest.raises(SettingsError) as info:
+        run(env={"OPENAI_BASE_URL": "http://h/v1?api_key=hunter2"})
+    assert "hunter2" not in str(info.value)
+    assert "http://h/v1?<redacted>" in str(info.value)
 
 
 def test_budget_endpoints_mode() -> None:
