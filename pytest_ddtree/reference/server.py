@@ -735,6 +735,8 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
             raise _RequestError(400, f"request body is not valid JSON: {e}", "invalid_json") from e
+        except RecursionError:
+            raise _RequestError(400, "request body is nested too deeply", "invalid_json") from None
         if not isinstance(body, dict):
             raise _RequestError(400, "request body must be a JSON object", "invalid_type")
         return body

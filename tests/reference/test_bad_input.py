@@ -36,6 +36,9 @@ def test_malformed_json(client: httpx.Client) -> None:
     _assert_error(r, 400, "JSON object")
     r = client.post("/chat/completions", content=b"\xff\xfe")
     _assert_error(r, 400)
+    deep = b"[" * 5000 + b"]" * 5000
+    r = client.post("/chat/completions", content=deep)
+    _assert_error(r, 400, "nested too deeply")
     _still_serving(client)
 
 

@@ -197,3 +197,18 @@ def test_html_renders_in_headless_chromium_without_console_errors(tmp_path: Path
     broken.write_text("<html><body><script>notDefined()</script></body></html>")
     _, console = _console_lines(browser, broken)
     assert "notDefined" in console
+
+
+def test_report_files_are_readable_as_the_umask_allows(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    from pytest_ddtree.report._atomic import write_text_atomic
+
+    old = os.umask(0o022)
+    try:
+        path = write_text_atomic(tmp_path / "sweep.json", "{}")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
