@@ -214,10 +214,12 @@ def test_gen(ddtree_benchmark, tree_budget, name):
                      stream=False)
 """
     )
-    result = pytester.runpytest(*_args(server))
-    result.assert_outcomes(passed=6)
+    result = pytester.runpytest(*_args(server), "--junitxml=out.xml")
+    # the sweep-level failure counts as a failed pseudo-test, in the summary and in JUnit
+    result.assert_outcomes(passed=6, failed=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["*FAILED sweep: [[]budget-ignored[]]*"])
+    result.stdout.fnmatch_lines(["*FAILED sweep: [[]budget-ignored[]]*", "FAILED *ddtree::sweep*"])
+    assert 'failures="1"' in (pytester.path / "out.xml").read_text()
 
 
 def test_failing_benchmark_names_the_layer_at_fault(
