@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import re
 import signal
 import sys
 import textwrap
+import threading
 from typing import NoReturn
 
 from .cost import CostModel
@@ -157,6 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long the 'hang' fault stalls (default %(default)s)",
     )
     p.add_argument("--model-id", default=d.model_id, help="model id served (default %(default)s)")
+    p.add_argument(
+        "--stop-on-stdin-eof",
+        action="store_true",
+        help="stop when standard input reaches end of file (a parent process that dies "
+        "closes it, so the server never outlives it)",
+    )
     return p
 
 
@@ -221,6 +230,13 @@ def options_from_args(ns: argparse.Namespace) -> ServerOptions:
     )
 
 
+def _stop_at_stdin_eof() -> None:
+    with contextlib.suppress(OSError, ValueError):
+        while sys.stdin.buffer.read(65536):
+            pass
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the server until interrupted or terminated."""
     parser = build_parser()
@@ -239,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
+    if ns.stop_on_stdin_eof:
+        threading.Thread(target=_stop_at_stdin_eof, daemon=True).start()
     print(announce(httpd), flush=True)
     try:
         httpd.serve_forever(poll_interval=0.05)

@@ -1197,11 +1197,20 @@ def spawn_reference_server(timeout: float = 15.0, **kwargs: Any) -> ReferenceSer
     """
     options = _options(kwargs)
     package_dir = str(Path(__file__).resolve().parent.parent)
-    cmd = [sys.executable, "-c", _CHILD_BOOTSTRAP, package_dir, *options_to_argv(options)]
+    # the child stops when its stdin closes, which the OS does when this process dies,
+    # however it dies (SIGKILL, a cancelled CI job): a server never outlives its parent
+    cmd = [
+        sys.executable,
+        "-c",
+        _CHILD_BOOTSTRAP,
+        package_dir,
+        *options_to_argv(options),
+        "--stop-on-stdin-eof",
+    ]
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     proc = subprocess.Popen(
-        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
     )
     assert proc.stdout is not None and proc.stderr is not None
     err_lines: deque[str] = deque(maxlen=40)
@@ -1232,7 +1241,7 @@ def spawn_reference_server(timeout: float = 15.0, **kwargs: Any) -> ReferenceSer
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(5)
-        for stream in (proc.stdout, proc.stderr):
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()

@@ -178,3 +178,46 @@ def test_docs_markdown_lists_every_option_and_fault() -> None:
         assert f"| `{name}` |" in md
     for flag in ("--target-only", "--verify-free-nodes", "--stats-dialect", "--hang-seconds"):
         assert f"`{flag}`" in md
+
+
+def test_spawned_server_dies_with_its_parent_even_on_sigkill() -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from pytest_ddtree.reference import spawn_reference_server\n"
+            "s = spawn_reference_server(simulated_latency=False)\n"
+            "print(s.process.pid, flush=True)\n"
+            "import time; time.sleep(60)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(5)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+            # a zombie is gone for our purposes: it no longer listens
+            with open(f"/proc/{child}/stat") as fh:
+                if fh.read().split()[2] == "Z":
+                    break
+            time.sleep(0.1)
+        else:
+            os.kill(child, signal.SIGKILL)
+            raise AssertionError("the reference server outlived its SIGKILLed parent")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
