@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -32,6 +33,7 @@ from pytest_ddtree.bench import (
     keep_passed,
     machine_info_extra,
     run_gated,
+    strip_budgets,
     strip_failed,
 )
 from pytest_ddtree.completion import Completion
@@ -113,6 +115,7 @@ class BenchHooks:
         self.metadata: dict[str, Any] = {}
         self.failed: set[str] = set()
         self.passed: set[str] = set()
+        self.lossy: dict[int | None, str] = {}
         self.interrupted = False
         self.smoked: dict[str, list[Violation]] = {}
         self.smoke_failure: str | None = None
@@ -326,6 +329,22 @@ class BenchHooks:
                     **dict(request_extra or {}),
                 )
 
+            lossy_at = getattr(runtime, "lossy_budgets", {}).get(budget)
+            if lossy_at is not None:
+                raise InvariantError(
+                    [
+                        Violation(
+                            "not-lossless",
+                            f"tree_budget {budget_label(budget)} changed the temperature-0 "
+                            "output earlier in this session, so its timings would measure a "
+                            "different computation: not timed",
+                            {"shown by": lossy_at},
+                            "",
+                        )
+                    ],
+                    footer="diagnosis: speculative decoding - the tree verification must not "
+                    "change the output; fix it before timing this budget",
+                )
             validate = self._validator(runtime, settings, expect)
             smoke_budget = (
                 min(settings.budgets)
@@ -533,6 +552,10 @@ class BenchHooks:
         """Keep only benchmarks of tests that passed (not failed, not interrupted)."""
         strip_failed(output_json, self.failed)
         keep_passed(output_json, self.passed - self.failed)
+        runtime = self._runtime()
+        lossy = {**self.lossy, **getattr(runtime, "lossy_budgets", {})}
+        if lossy:
+            strip_budgets(output_json, lossy)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_benchmark_update_machine_info(
@@ -598,6 +621,9 @@ class BenchHooks:
         if isinstance(meta, Mapping) and not self.metadata:
             self.metadata = dict(meta)
         self.failed.update(str(n) for n in payload.get("failed", []))
+        for item in payload.get("lossy", []):
+            if isinstance(item, list) and len(item) == 2:
+                self.lossy.setdefault(item[0], str(item[1]))
         self.diagnoses.extend(
             dict(d) for d in payload.get("diagnoses", []) if isinstance(d, Mapping)
         )
@@ -623,8 +649,10 @@ class BenchHooks:
             self.diagnoses.extend(
                 dict(d) for d in getattr(runtime, "diagnoses", []) if isinstance(d, Mapping)
             )
+            self.lossy.update(getattr(runtime, "lossy_budgets", {}))
         if _is_worker(config):
             config.workeroutput[WORKER_OUTPUT_KEY] = {  # type: ignore[attr-defined]
+                "lossy": [[b, str(n)] for b, n in self.lossy.items()],
                 "samples": [s.to_json() for s in self.samples],
                 "metadata": self.metadata,
                 "failed": sorted(self.failed),
@@ -633,6 +661,14 @@ class BenchHooks:
             return
         if not self.samples:
             return
+        if self.lossy:
+            # a budget shown lossy anywhere in the session is invalid for the sweep
+            self.samples = [
+                replace(s, valid=False, codes=(*s.codes, "not-lossless"))
+                if s.tree_budget in self.lossy and "not-lossless" not in s.codes
+                else s
+                for s in self.samples
+            ]
         self.budget_ignored = self._check_budget_ignored()
         if self.budget_ignored:
             if session.exitstatus == pytest.ExitCode.OK:

@@ -221,6 +221,32 @@ def keep_passed(output_json: MutableMapping[str, Any], passed_nodeids: Iterable[
     return removed
 
 
+def strip_budgets(output_json: MutableMapping[str, Any], budgets: Iterable[int | None]) -> int:
+    """Remove every benchmark of the given tree budgets; return how many.
+
+    Used for budgets shown lossy in the session: a timing of a budget that
+    changes the output is not a timing of the same computation.
+    """
+    drop = set(budgets)
+    benches = output_json.get("benchmarks")
+    if not isinstance(benches, list) or not drop:
+        return 0
+
+    def budget_of(bench: Any) -> Any:
+        if not isinstance(bench, Mapping):
+            return object()
+        info = bench.get("extra_info")
+        if isinstance(info, Mapping) and "tree_budget" in info:
+            return info["tree_budget"]
+        params = bench.get("params")
+        return params.get("tree_budget", object()) if isinstance(params, Mapping) else object()
+
+    kept = [b for b in benches if budget_of(b) not in drop]
+    removed = len(benches) - len(kept)
+    benches[:] = kept
+    return removed
+
+
 def _stable_model_info(models: Any) -> list[dict[str, Any]]:
     data = models.get("data") if isinstance(models, Mapping) else models
     if not isinstance(data, list):

@@ -383,6 +383,8 @@ def ddtree_lossless(
                 ("ddtree_lossless_tolerated", ",".join(map(str, result.tolerated)))
             )
         if violations:
+            for budget in result.divergences:
+                ddtree_runtime.lossy_budgets.setdefault(budget, request.node.nodeid)
             request.node.user_properties.append(("ddtree_diagnosis", "speculation"))
             raise InvariantError(
                 violations,

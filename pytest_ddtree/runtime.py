@@ -34,6 +34,9 @@ class Runtime:
     notes: list[str] = field(default_factory=list)
     diagnoser: Diagnoser = field(default_factory=lambda: Diagnoser(None))
     diagnoses: list[dict[str, Any]] = field(default_factory=list)
+    # budgets whose temperature-0 output differed from the reference: their
+    # timings measure a different computation and are never recommended
+    lossy_budgets: dict[int | None, str] = field(default_factory=dict)
 
     def diagnose(
         self,
