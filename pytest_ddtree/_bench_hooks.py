@@ -535,6 +535,10 @@ class BenchHooks:
         """A failed test leaves no timing behind (table, compare, JSON)."""
         outcome = yield
         report = outcome.get_result()
+        if report.failed:
+            # timings of a test that failed (even after its benchmark) do not count; its
+            # invalid requests stay, drawn apart in the report with their codes
+            self.pending = [p for p in self.pending if not p.valid]
         self.samples.extend(self.pending)
         self.pending.clear()
         if report.when == "call" and report.passed:

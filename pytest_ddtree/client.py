@@ -99,6 +99,8 @@ class DDTreeClient:
         self.api: Api = api
         self.stall_limit = stall_limit
         self._stalls: list[str] = []
+        self.requests_sent = 0
+        self.stats_seen = 0
         headers = {"Accept": "application/json"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
@@ -326,6 +328,9 @@ class DDTreeClient:
                 ),
             )
         completion = self._stream(spec) if spec.stream else self._plain(spec)
+        self.requests_sent += 1
+        if completion.stats is not None:
+            self.stats_seen += 1
         err = completion.error or ""
         if err.startswith(("read timeout", "deadline", "connect timeout", "pool timeout")):
             self._stalls.append(err)

@@ -84,10 +84,25 @@ def pytest_configure(config: pytest.Config) -> None:
         _check_codes(settings.skip_checks, settings.source_of("skip_checks"))
     except SettingsError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if settings.report_dir and not hasattr(config, "workerinput"):
+        _check_report_dir(settings)
     config.stash[SETTINGS_KEY] = settings
     from pytest_ddtree._bench_hooks import register as register_bench_hooks
 
     register_bench_hooks(config)
+
+
+def _check_report_dir(settings: Settings) -> None:
+    """A report directory that cannot be written stops the run now, not after it."""
+    from pytest_ddtree.report import ensure_writable_dir
+
+    assert settings.report_dir is not None
+    problem = ensure_writable_dir(settings.report_dir)
+    if problem:
+        raise pytest.UsageError(
+            f"invalid report {settings.report_dir!r} (from {settings.source_of('report_dir')}): "
+            f"{problem}"
+        )
 
 
 def _check_codes(codes: tuple[str, ...], source: str) -> None:
@@ -199,8 +214,13 @@ def _marked_settings(config: pytest.Config, node: pytest.Item) -> Settings:
         raise pytest.UsageError(
             f"ddtree: @pytest.mark.ddtree takes keyword arguments only ({node.nodeid})"
         )
+    # name the test function, not one of its parametrised instances
+    where = node.nodeid.split("[", 1)[0]
     try:
-        return apply_marker(settings, marker.kwargs, node.nodeid)
+        marked = apply_marker(settings, marker.kwargs, where)
+        if "skip_checks" in marker.kwargs:
+            _check_codes(marked.skip_checks, f"@pytest.mark.ddtree on {where}")
+        return marked
     except SettingsError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -231,9 +251,19 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             "results do not prove these invariants hold"
         )
     runtime = config.stash.get(RUNTIME_KEY, None)
-    if runtime is not None and settings is not None and settings.dialect == "auto":
+    if runtime is None or settings is None or not runtime.client.requests_sent:
+        return
+    if settings.dialect == "auto":
         found = runtime.client.detected_dialect or "none (no speculation statistics seen)"
         terminalreporter.write_line(f"ddtree: statistics dialect detected: {found}")
+    elif settings.dialect != "none" and not runtime.client.stats_seen:
+        terminalreporter.write_line(
+            f"ddtree: WARNING: --ddtree-dialect {settings.dialect} (from "
+            f"{settings.source_of('dialect')}) found no statistics in "
+            f"{runtime.client.requests_sent} response(s): the stats and budget checks did not "
+            "run; try --ddtree-dialect auto",
+            yellow=True,
+        )
 
 
 # ---------------------------------------------------------------- fixtures

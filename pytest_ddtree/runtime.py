@@ -169,6 +169,20 @@ def start_runtime(settings: Settings) -> Runtime:
                         f"{url}/models (tree_budget {budget}) does not list model "
                         f"{settings.model!r}; it lists: {', '.join(other) or 'nothing'}"
                     )
+            if settings.baseline_endpoint and not servers:
+                try:
+                    listed = probe.list_models(settings.baseline_endpoint)
+                except EndpointError as exc:
+                    raise EndpointError(
+                        f"baseline (from {settings.source_of('baseline_endpoint')}): {exc}"
+                    ) from None
+                wanted = settings.model or (models[0] if models else None)
+                if wanted is not None and wanted not in listed:
+                    raise EndpointError(
+                        f"baseline {settings.baseline_endpoint} (from "
+                        f"{settings.source_of('baseline_endpoint')}) does not serve model "
+                        f"{wanted!r}; it lists: {', '.join(listed) or 'nothing'}"
+                    )
             if not models:
                 raise EndpointError(
                     f"{settings.endpoint}/models lists no model; pass --ddtree-model"

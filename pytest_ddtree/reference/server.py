@@ -631,7 +631,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     # routing ---------------------------------------------------------------
 
-    _GET: ClassVar[frozenset[str]] = frozenset({"/health", "/v1/health", "/v1/models", "/models"})
+    # /models only under /v1, like the completion routes: a base URL without /v1 must
+    # fail the start-up probe instead of failing every request later
+    _GET: ClassVar[frozenset[str]] = frozenset({"/health", "/v1/health", "/v1/models"})
     _POST: ClassVar[frozenset[str]] = frozenset(
         {"/v1/chat/completions", "/v1/completions", "/tokenize", "/v1/tokenize"}
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pytest_ddtree.report._atomic import ensure_writable_dir
 from pytest_ddtree.report.html import render_html, write_sweep_html
 from pytest_ddtree.report.jsonfile import (
     SCHEMA_VERSION,
@@ -15,6 +16,7 @@ from pytest_ddtree.report.writer import ReportPaths, write_report
 __all__ = [
     "SCHEMA_VERSION",
     "ReportPaths",
+    "ensure_writable_dir",
     "read_sweep_json",
     "render_html",
     "sweep_to_json",

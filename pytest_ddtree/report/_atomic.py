@@ -32,3 +32,17 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
             os.unlink(tmp)
         raise
     return target
+
+
+def ensure_writable_dir(path: str | os.PathLike[str]) -> str | None:
+    """Create ``path`` if needed; return why it cannot hold a report, or None if it can."""
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        return "exists and is not a directory"
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot create it ({exc.strerror or exc})"
+    if not os.access(target, os.W_OK | os.X_OK):
+        return "is not writable"
+    return None

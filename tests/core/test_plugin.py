@@ -212,3 +212,80 @@ def test_missing_tokenizer_file_is_one_line(pytester: pytest.Pytester) -> None:
             " (from option --ddtree-tokenizer)"
         ]
     )
+
+
+def test_marker_skip_check_is_validated_and_named_without_parameters(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.ddtree(skip_checks=["nope"])
+        def test_marked(tree_budget):
+            pass
+        """
+    )
+    result = pytester.runpytest("--ddtree-budgets=16,64", *FAST)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: invalid skip-check 'nope' (from @pytest.mark.ddtree on"
+            " test_marker_skip_check_is_validated_and_named_without_parameters.py::test_marked):"
+            " known codes are *"
+        ]
+    )
+
+
+def test_unwritable_report_dir_stops_the_run_at_start(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_a():\n    pass\n")
+    (pytester.path / "afile").write_text("x")
+    result = pytester.runpytest("--ddtree-report=afile")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: invalid report 'afile' (from option --ddtree-report): exists and is not a dir*"]
+    )
+
+
+def test_unreachable_baseline_fails_at_start(pytester: pytest.Pytester, reference_server) -> None:
+    pytester.makepyfile("def test_a(ddtree_client):\n    pass\n")
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    result = pytester.runpytest(
+        f"--ddtree-endpoint={reference_server.base_url}", f"--ddtree-baseline-endpoint={url}"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"ERROR: ddtree: baseline (from option --ddtree-baseline-endpoint): {url}/models: *"]
+    )
+
+
+def test_forced_dialect_without_statistics_warns(
+    pytester: pytest.Pytester, reference_server
+) -> None:
+    pytester.makepyfile(
+        """
+        def test_a(ddtree_client):
+            assert ddtree_client.chat("Write a long essay.", max_tokens=8).ok
+        """
+    )
+    result = pytester.runpytest(
+        f"--ddtree-endpoint={reference_server.base_url}", "--ddtree-dialect=sglang"
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["ddtree: WARNING: --ddtree-dialect sglang (from option --ddtree-dialect) found no*"]
+    )
+
+
+def test_no_dialect_line_when_no_request_was_made(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_a(ddtree_client):\n    pass\n")
+    result = pytester.runpytest(*FAST)
+    result.assert_outcomes(passed=1)
+    assert "dialect detected" not in result.stdout.str()
+
+
+def test_endpoint_without_v1_fails_at_start(pytester: pytest.Pytester, reference_server) -> None:
+    pytester.makepyfile("def test_a(ddtree_client):\n    pass\n")
+    result = pytester.runpytest(f"--ddtree-endpoint={reference_server.root_url}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: ddtree: *: HTTP 404; is this an OpenAI-compatible*"])

@@ -45,3 +45,31 @@ def test_interrupted_benchmark_is_not_saved(pytester: pytest.Pytester) -> None:
     assert report["metadata"]["interrupted"] is True
     assert {s["prompt_id"] for s in report["samples"]} == {"test_first"}
     result.stdout.fnmatch_lines(["*interrupted: partial run, the recommendation is not final*"])
+
+
+def test_timings_of_a_test_failing_after_its_benchmark_do_not_count(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        """
+        def test_ok(ddtree_benchmark, tree_budget):
+            ddtree_benchmark("Write a long essay about rivers.", max_tokens=16, rounds=2,
+                             warmup_rounds=0)
+
+        def test_fails_after(ddtree_benchmark, tree_budget):
+            ddtree_benchmark("Write a long story about a mill.", max_tokens=16, rounds=2,
+                             warmup_rounds=0)
+            assert False, "the user's own check failed"
+        """
+    )
+    result = pytester.runpytest(
+        "--ddtree-reference-latency=off",
+        "--ddtree-budgets=16,64",
+        "--benchmark-json=bench.json",
+        "--ddtree-report=rep",
+    )
+    result.assert_outcomes(passed=2, failed=2)
+    timed = json.loads((pytester.path / "bench.json").read_text())["benchmarks"]
+    assert {b["name"].split("[")[0] for b in timed} == {"test_ok"}
+    report = json.loads((pytester.path / "rep" / "sweep.json").read_text())
+    assert {s["prompt_id"] for s in report["samples"]} == {"test_ok"}
