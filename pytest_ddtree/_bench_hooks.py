@@ -382,7 +382,8 @@ class BenchHooks:
     ) -> Callable[..., SweepSummary]:
         """``ddtree_sweep(prompts, **kw) -> SweepSummary``: one interleaved sweep, one test.
 
-        ``prompts`` maps a prompt id to a prompt string or chat messages. Each
+        ``prompts`` maps a prompt id to a prompt string or chat messages (a plain
+        list of prompt strings gets the ids ``p0``, ``p1``, ...). Each
         round visits every budget (``budgets=`` or the configured ones) in a
         seeded shuffled order (``--ddtree-sweep-order fixed`` keeps it), after
         ``warmup_rounds`` validated warm-up rounds; a smoke request per prompt
@@ -401,7 +402,7 @@ class BenchHooks:
         concurrent = _worker_count(self.config) > 1
 
         def sweep(
-            prompts: Mapping[str, Any],
+            prompts: Mapping[str, Any] | Sequence[str],
             *,
             budgets: Sequence[int] | None = None,
             max_tokens: int | None = None,
@@ -413,6 +414,15 @@ class BenchHooks:
             **expect: Any,
         ) -> SweepSummary:
             __tracebackhide__ = True
+            if isinstance(prompts, str):
+                prompts = [prompts]
+            if not isinstance(prompts, Mapping):
+                if not all(isinstance(p, str) for p in prompts):
+                    raise TypeError(
+                        "ddtree_sweep takes {prompt_id: prompt} or a list of prompt strings"
+                    )
+                # ids from the list position, stable across runs and workers
+                prompts = {f"p{i}": p for i, p in enumerate(prompts)}
             plan = SweepPlan(
                 budgets=tuple(budgets if budgets is not None else settings.budgets),
                 prompts=tuple(prompts),
@@ -601,6 +611,10 @@ class BenchHooks:
             dialect=settings.dialect,
             server_models=models,
             embedded=settings.embedded or settings.endpoint is None,
+            embedded_setup={
+                "simulated_latency": settings.reference_latency,
+                "faults": ",".join(settings.reference_faults) or "none",
+            },
         )
 
     @pytest.hookimpl(hookwrapper=True, optionalhook=True)

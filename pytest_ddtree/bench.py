@@ -271,6 +271,7 @@ def machine_info_extra(
     dialect: str | None,
     server_models: Any = None,
     embedded: bool = False,
+    embedded_setup: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``ddtree`` entry for pytest-benchmark's ``machine_info``.
 
@@ -278,10 +279,14 @@ def machine_info_extra(
     named as such rather than by its per-run port, so that a saved run and a
     new one compare without a spurious "machine_info is different" warning.
     ``server_models`` is the ``GET /models`` answer; only its stable fields
-    are kept.
+    are kept. ``embedded_setup`` (simulated latency, injected faults) makes
+    runs of differently configured embedded servers compare with a warning.
     """
     if embedded:
         where = "embedded reference server"
+        if embedded_setup:
+            setup = ", ".join(f"{k}={v}" for k, v in sorted(embedded_setup.items()))
+            where = f"{where} ({setup})"
     elif endpoint:
         where = redact_endpoint(endpoint)
     else:

@@ -625,7 +625,12 @@ def _cards(run: SweepRun, summary: SweepSummary) -> str:
         acc_big = f"{top.mean_acceptance_length:.2f}"
         acc_sub = f"at tree_budget {budget_label(top.tree_budget)} (tokens per decode round)"
     else:
-        acc_big, acc_sub = "—", "the server reports no speculation statistics"
+        acc_big = "—"
+        acc_sub = (
+            "the server reports no speculation statistics"
+            if any(st.valid for st in summary.budgets)
+            else "no valid request to take it from"
+        )
     valid_cls = "good" if not bad_budgets and total else "bad"
     return (
         '<section class="cards">'

@@ -73,3 +73,21 @@ def test_timings_of_a_test_failing_after_its_benchmark_do_not_count(
     assert {b["name"].split("[")[0] for b in timed} == {"test_ok"}
     report = json.loads((pytester.path / "rep" / "sweep.json").read_text())
     assert {s["prompt_id"] for s in report["samples"]} == {"test_ok"}
+
+
+def test_ddtree_sweep_takes_a_plain_list_of_prompts(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        def test_sweep(ddtree_sweep):
+            summary = ddtree_sweep(["Write a long essay about rivers.",
+                                    "Write a long story about a train."],
+                                   max_tokens=16, rounds=1, warmup_rounds=0)
+            assert summary.recommendation is not None
+        """
+    )
+    result = pytester.runpytest(
+        "--ddtree-reference-latency=off", "--ddtree-budgets=16,64", "--ddtree-report=rep"
+    )
+    result.assert_outcomes(passed=1)
+    report = json.loads((pytester.path / "rep" / "sweep.json").read_text())
+    assert {s["prompt_id"] for s in report["samples"]} == {"p0", "p1"}
