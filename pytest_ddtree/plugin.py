@@ -360,11 +360,14 @@ def _fail_with_diagnosis(
     request.node.user_properties.append(
         ("ddtree_codes", ",".join(sorted({v.code for v in violations})))
     )
+    codes = list(dict.fromkeys(v.code for v in violations))
+    count = (
+        f"{len(violations)} output-quality invariant(s) broken"
+        if len(codes) == len(violations)
+        else f"{len(violations)} violations of {len(codes)} output-quality invariant(s)"
+    )
     raise InvariantError(
-        violations,
-        header=f"{len(violations)} output-quality invariant(s) broken: "
-        + ", ".join(dict.fromkeys(v.code for v in violations)),
-        footer=diagnosis.render(),
+        violations, header=f"{count}: {', '.join(codes)}", footer=diagnosis.render()
     )
 
 
