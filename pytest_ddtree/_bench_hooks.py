@@ -331,7 +331,7 @@ class BenchHooks:
 
             lossy_at = getattr(runtime, "lossy_budgets", {}).get(budget)
             if lossy_at is not None:
-                raise InvariantError(
+                lossy_error = InvariantError(
                     [
                         Violation(
                             "not-lossless",
@@ -345,6 +345,15 @@ class BenchHooks:
                     footer="diagnosis: speculative decoding - the tree verification must not "
                     "change the output; fix it before timing this budget",
                 )
+
+                def refuse() -> None:
+                    raise lossy_error
+
+                # through pedantic(): an errored, empty benchmark, never saved, and no
+                # "fixture was not used" warning
+                with contextlib.suppress(InvariantError):
+                    benchmark.pedantic(refuse, rounds=1, warmup_rounds=0, iterations=1)
+                raise lossy_error.with_traceback(None)
             validate = self._validator(runtime, settings, expect)
             smoke_budget = (
                 min(settings.budgets)
@@ -695,6 +704,14 @@ class BenchHooks:
         settings = self._settings()
         seed = settings.sweep_seed if settings is not None else 0
         self.summary = summarize(self.samples, seed=seed)
+        if self.interrupted:
+            rec = self.summary.recommendation
+            self.summary = replace(
+                self.summary,
+                recommendation=replace(
+                    rec, partial=True, message=f"Partial run (interrupted): {rec.message}"
+                ),
+            )
         if settings is not None and settings.report_dir:
             run = self._run(settings)
             try:

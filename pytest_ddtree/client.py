@@ -138,8 +138,13 @@ class DDTreeClient:
         """The pooled httpx client (shared; do not close)."""
         return self._http
 
-    def list_models(self, base_url: str | None = None) -> list[str]:
-        """Model ids from ``GET /models``; ``EndpointError`` with a one-line reason otherwise."""
+    def list_models(
+        self, base_url: str | None = None, *, option: str = "--ddtree-endpoint"
+    ) -> list[str]:
+        """Model ids from ``GET /models``; ``EndpointError`` with a one-line reason otherwise.
+
+        ``option`` names the setting to fix in the message.
+        """
         url = f"{(base_url or self.base_url).rstrip('/')}/models"
         try:
             resp = self._http.get(url)
@@ -151,7 +156,7 @@ class DDTreeClient:
         except httpx.TransportError as exc:
             raise EndpointError(
                 f"{url}: cannot connect ({type(exc).__name__}: {exc}); "
-                "check --ddtree-endpoint and that the server is running"
+                f"check {option} and that the server is running"
             ) from None
         if resp.status_code in (401, 403):
             raise EndpointError(

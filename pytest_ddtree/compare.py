@@ -17,6 +17,7 @@ none. Exit status: 0 no regression, 1 at least one regression, 2 bad input.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -257,7 +258,11 @@ def parse_threshold(text: str) -> float:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m pytest_ddtree.compare",
+        prog=(
+            "ddtree-compare"
+            if os.path.basename(sys.argv[0]) == "ddtree-compare"
+            else "python -m pytest_ddtree.compare"
+        ),
         description="Compare two pytest-ddtree sweep.json files budget by budget.",
     )
     p.add_argument("baseline", help="sweep.json of the reference run (e.g. from main)")

@@ -163,7 +163,7 @@ def start_runtime(settings: Settings) -> Runtime:
         try:
             models = probe.list_models()
             for budget, url in sorted(settings.budget_endpoints.items()):
-                other = probe.list_models(url)
+                other = probe.list_models(url, option="--ddtree-budget-endpoint")
                 if settings.model and settings.model not in other:
                     raise EndpointError(
                         f"{url}/models (tree_budget {budget}) does not list model "
@@ -171,7 +171,9 @@ def start_runtime(settings: Settings) -> Runtime:
                     )
             if settings.baseline_endpoint and not servers:
                 try:
-                    listed = probe.list_models(settings.baseline_endpoint)
+                    listed = probe.list_models(
+                        settings.baseline_endpoint, option="--ddtree-baseline-endpoint"
+                    )
                 except EndpointError as exc:
                     raise EndpointError(
                         f"baseline (from {settings.source_of('baseline_endpoint')}): {exc}"

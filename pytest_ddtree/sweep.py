@@ -655,11 +655,12 @@ class Recommendation:
     tied: tuple[int | None, ...]
     excluded: tuple[int | None, ...]
     message: str
+    partial: bool = False
 
     @property
     def decisive(self) -> bool:
-        """True when a budget was recommended and no other budget ties with it."""
-        return self.tree_budget is not None and not self.tied
+        """True when a budget was recommended, no other ties with it, and the run is complete."""
+        return self.tree_budget is not None and not self.tied and not self.partial
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form for ``sweep.json``."""
@@ -670,6 +671,7 @@ class Recommendation:
             "tied": list(self.tied),
             "excluded": list(self.excluded),
             "decisive": self.decisive,
+            "partial": self.partial,
             "message": self.message,
         }
 

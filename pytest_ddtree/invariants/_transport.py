@@ -74,9 +74,10 @@ def check_http(ctx: Context, stream_explained: bool) -> Iterator[Violation]:
     body = c.raw
     detail = _error_message(body) if isinstance(body, Mapping) and "error" in body else None
     if status is None or not 200 <= status < 300:
+        head = "no HTTP response" if not status else f"HTTP {status}"
         yield ctx.violation(
             "http-error",
-            f"HTTP {status}"
+            head
             + (f": {detail}" if detail else "")
             + (f" ({clip(str(c.error), 200)})" if c.error else ""),
             status=status,

@@ -43,6 +43,8 @@ def test_interrupted_benchmark_is_not_saved(pytester: pytest.Pytester) -> None:
     assert names == ["test_first[budget=32]"]
     report = json.loads((pytester.path / "rep" / "sweep.json").read_text())
     assert report["metadata"]["interrupted"] is True
+    assert report["recommendation"]["decisive"] is False
+    assert report["recommendation"]["message"].startswith("Partial run (interrupted)")
     assert {s["prompt_id"] for s in report["samples"]} == {"test_first"}
     result.stdout.fnmatch_lines(["*interrupted: partial run, the recommendation is not final*"])
 
