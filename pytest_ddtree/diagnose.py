@@ -139,6 +139,12 @@ class Diagnoser:
                 "the output changes with speculation (target-only decoding differs)",
                 SPECULATION_ADVICE,
             )
+        if (completion.error or "").startswith("not sent"):
+            return Diagnosis(
+                "undetermined",
+                "the request was not sent: the endpoint stalled on the requests before it",
+                "fix the stalled endpoint first (see the first failures of the run)",
+            )
         if 400 <= completion.status_code < 500 and completion.status_code not in (408, 429):
             return Diagnosis(
                 "undetermined",
