@@ -47,6 +47,7 @@ from pytest_ddtree.sweep import (
     budget_label,
     merge_samples,
     redact_endpoint,
+    run_sweep,
     summarize,
 )
 from pytest_ddtree.violation import InvariantError, Violation
@@ -473,28 +474,26 @@ class BenchHooks:
                     ),
                     footer=diagnose(*first_bad),
                 )
-            samples: list[SweepSample] = []
             invalid: list[Violation] = []
-            for planned in plan:
-                completion = send(planned.tree_budget, planned.prompt_id)
-                violations = validate(completion)
+            failures: list[tuple[Completion, list[Violation]]] = []
+
+            def checked(completion: Completion) -> list[Violation]:
+                violations = list(validate(completion))
                 if violations:
-                    first_bad = first_bad or (completion, violations)
-                if planned.warmup and not violations:
-                    continue
-                sample = SweepSample.from_completion(
-                    completion,
-                    violations,
-                    round=planned.round,
-                    worker=worker,
-                    concurrent=concurrent,
-                    prompt_id=planned.prompt_id,
-                )
-                samples.append(sample)
-                self._record(sample)
-                invalid.extend(violations)
+                    failures.append((completion, violations))
+                    invalid.extend(violations)
+                return violations
+
+            samples = run_sweep(
+                plan,
+                send,
+                checked,
+                worker=worker,
+                concurrent=concurrent,
+                on_sample=self._record,
+            )
             summary = summarize(samples, seed=plan.seed)
-            if first_bad is not None:
+            if failures:
                 per_budget = ", ".join(
                     f"{budget_label(b.tree_budget)}: {', '.join(sorted(b.codes))}"
                     for b in summary.budgets
@@ -503,7 +502,7 @@ class BenchHooks:
                 raise InvariantError(
                     invalid,
                     header=f"sweep has invalid responses ({per_budget})",
-                    footer=diagnose(*first_bad),
+                    footer=diagnose(*failures[0]),
                 )
             return summary
 
