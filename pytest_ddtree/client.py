@@ -83,6 +83,7 @@ class DDTreeClient:
         api: Api = "chat",
         transport: httpx.BaseTransport | None = None,
         stall_limit: int = 2,
+        count_chunks: bool = False,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -98,6 +99,7 @@ class DDTreeClient:
         self.enable_thinking = enable_thinking
         self.api: Api = api
         self.stall_limit = stall_limit
+        self.count_chunks = count_chunks
         self._stalls: list[str] = []
         self.requests_sent = 0
         self.stats_seen = 0
@@ -441,8 +443,8 @@ class DDTreeClient:
                         chunks.append(obj)
                         if "error" in obj:
                             err = obj["error"]
-                            error_events.append(err if isinstance(err, Mapping) else {"error": err})
-                        if isinstance(obj.get("usage"), Mapping):
+                            error_events.append(err if isinstance(err, dict) else {"error": err})
+                        if type(obj.get("usage")) is dict:
                             usage_seen = True
                         piece, rpiece, fin = _chunk_choice(obj, spec.api)
                         if piece or rpiece:
@@ -516,19 +518,27 @@ class DDTreeClient:
         usage: Usage | None = dialects.extract_usage(objects)
         local: int | None = None
         source = "none"
+        has_usage = usage is not None and usage.completion_tokens is not None
         if self.counter is not None:
-            local = self.counter.count(text) + (self.counter.count(reasoning) if reasoning else 0)
-            # a remote counter costs a request per call: the first piece is all
-            # the decode rate needs
-            counted = pieces[:1] if getattr(self.counter, "remote", False) else pieces
-            if counted:
+            # the server's usage is checked against a local count by the invariants, with
+            # the same (caching) counter; counting here too would only slow the request
+            if not has_usage:
+                local = self.counter.count(text) + (
+                    self.counter.count(reasoning) if reasoning else 0
+                )
+            if pieces:
+                remote = getattr(self.counter, "remote", False)
+                every = self.count_chunks and not remote
                 timings = Timings(
                     sent=timings.sent,
                     headers=timings.headers,
                     first_content=timings.first_content,
                     done=timings.done,
                     chunk_times=timings.chunk_times,
-                    chunk_tokens=tuple(max(1, self.counter.count(p)) for p in counted),
+                    chunk_tokens=tuple(max(1, self.counter.count(p)) for p in pieces)
+                    if every
+                    else (),
+                    first_chunk_tokens=max(1, self.counter.count(pieces[0])),
                 )
         local_source = self.counter.source if self.counter is not None else "none"
         if usage is not None and usage.completion_tokens is not None:
@@ -554,7 +564,8 @@ class DDTreeClient:
             error=error,
             local_completion_tokens=local,
             token_count_source=source,
-            local_count_source=local_source,
+            local_count_source=local_source if local is not None else "none",
+            chunk_texts=tuple(pieces),
             model=model if isinstance(model, str) else None,
             response_id=rid if isinstance(rid, str) else None,
         )
@@ -588,18 +599,25 @@ def _plain_choice(raw: Any, api: Api) -> tuple[str, str, str | None]:
 
 
 def _chunk_choice(obj: Mapping[str, Any], api: Api) -> tuple[str, str, str | None]:
-    choice = _first_choice(obj)
-    if choice is None:
+    # hot path (once per stream event): plain dict checks, no ABC isinstance
+    choices = obj.get("choices")
+    if type(choices) is not list or not choices or type(choices[0]) is not dict:
         return "", "", None
+    choice = choices[0]
     fin = choice.get("finish_reason")
     fin_s = fin if isinstance(fin, str) else None
     if api == "completions":
         return _str(choice.get("text")), "", fin_s
     delta = choice.get("delta")
-    if not isinstance(delta, Mapping):
+    if type(delta) is not dict:
         return "", "", fin_s
-    reasoning = _str(delta.get("reasoning_content")) or _str(delta.get("reasoning"))
-    return _str(delta.get("content")), reasoning, fin_s
+    content = delta.get("content")
+    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+    return (
+        content if type(content) is str else "",
+        reasoning if type(reasoning) is str else "",
+        fin_s,
+    )
 
 
 def _http_error(status: int, payload: Any, content: bytes) -> str:

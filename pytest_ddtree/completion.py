@@ -77,11 +77,14 @@ class Timings:
     """``time.perf_counter`` stamps of one request.
 
     ``chunk_times`` holds one stamp per content-carrying stream event (empty
-    for a non-streamed request) and ``chunk_tokens`` the number of tokens each
-    of those events carried, so several tokens in one chunk (normal with
-    speculative decoding) do not distort per-token figures. With a remote
-    counter (the server's /tokenize) only the first event is counted, which is
-    all the decode rate needs.
+    for a non-streamed request). ``first_chunk_tokens`` is the number of
+    tokens the first of those events carried: the decode rate leaves them out
+    (their time is TTFT), so several tokens in one chunk (normal with
+    speculative decoding) do not distort per-token figures.
+    ``chunk_tokens`` holds the count of every event when the client was asked
+    for it (``DDTreeClient(count_chunks=True)``); counting every piece costs
+    about as much as the request itself on a fast server, so it is off by
+    default (``Completion.chunk_texts`` keeps the pieces to count later).
     """
 
     sent: float
@@ -90,6 +93,7 @@ class Timings:
     done: float
     chunk_times: tuple[float, ...] = ()
     chunk_tokens: tuple[int, ...] = ()
+    first_chunk_tokens: int | None = None
 
     @property
     def end_to_end(self) -> float:
@@ -116,7 +120,10 @@ class Timings:
         """
         if completion_tokens is None or len(self.chunk_times) < 2:
             return None
-        first = self.chunk_tokens[0] if self.chunk_tokens else 1
+        if self.first_chunk_tokens is not None:
+            first = self.first_chunk_tokens
+        else:
+            first = self.chunk_tokens[0] if self.chunk_tokens else 1
         span = self.chunk_times[-1] - self.chunk_times[0]
         later = completion_tokens - first
         if span <= 0 or later <= 0:
@@ -167,6 +174,7 @@ class Completion:
     local_completion_tokens: int | None = None
     token_count_source: str = "none"
     local_count_source: str = "none"
+    chunk_texts: tuple[str, ...] = ()
     model: str | None = None
     response_id: str | None = None
 

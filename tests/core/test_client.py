@@ -27,12 +27,16 @@ def test_streamed_request_timings_and_stats(client: DDTreeClient) -> None:
     assert c.ok, c.error
     assert c.finish_reason == "length"
     assert c.completion_tokens == 96
-    assert c.local_completion_tokens == 96
+    # usage is there, so the client does not count (the invariants do, with the same counter)
+    assert c.local_completion_tokens is None
     assert c.token_count_source == "usage"
     assert c.ttft is not None and 0 < c.ttft < c.end_to_end
     assert c.timings.headers is not None and c.timings.sent < c.timings.headers
     assert len(c.timings.chunk_times) >= 2
-    assert sum(c.timings.chunk_tokens) >= 90  # re-tokenised pieces, near the true count
+    assert c.timings.chunk_tokens == ()  # per-chunk counts only on request
+    assert c.timings.first_chunk_tokens is not None and c.timings.first_chunk_tokens >= 1
+    assert "".join(c.chunk_texts) == c.text
+    assert len(c.chunk_texts) == len(c.timings.chunk_times)
     assert all(g >= 0 for g in c.timings.inter_chunk)
     assert c.decode_tokens_per_second is not None and c.decode_tokens_per_second > 0
     assert c.stats is not None and c.stats.dialect == "ddtree"
@@ -224,3 +228,22 @@ def test_total_deadline_is_named_as_such(reference_server) -> None:
     with DDTreeClient(reference_server.base_url, timeout=timeout) as c:
         comp = c.chat(LONG, max_tokens=64, headers={"X-DDTree-Fault": "hang"})
     assert comp.error == "deadline: no data before the total deadline of 0.4s"
+
+
+def test_per_chunk_counts_on_request(reference_server, reference_counter) -> None:
+    with DDTreeClient(reference_server.base_url, counter=reference_counter, count_chunks=True) as c:
+        comp = c.chat(LONG, max_tokens=96, tree_budget=64)
+    counts = comp.timings.chunk_tokens
+    assert len(counts) == len(comp.timings.chunk_times)
+    assert counts[0] == comp.timings.first_chunk_tokens
+    assert 90 <= sum(counts) <= 110  # re-tokenised pieces, near the true count
+    assert max(counts) > 1  # speculation commits several tokens per round
+
+
+def test_local_count_when_the_server_sends_no_usage(reference_server, reference_counter) -> None:
+    with DDTreeClient(reference_server.base_url, counter=reference_counter) as c:
+        comp = c.chat(LONG, max_tokens=40, tree_budget=64, stream_options={"include_usage": False})
+    assert comp.usage is None
+    assert comp.local_completion_tokens == 40
+    assert comp.completion_tokens == 40
+    assert comp.token_count_source.startswith("tokenizer.json")
