@@ -152,6 +152,12 @@ class BenchHooks:
                 ),
                 "model": runtime.model,
                 "dialect": runtime.dialect,
+                "embedded_setup": (
+                    f"simulated_latency={settings.reference_latency}, "
+                    f"faults={','.join(settings.reference_faults) or 'none'}"
+                    if settings.embedded
+                    else None
+                ),
                 "api": settings.api,
                 "budgets": list(settings.budgets)
                 if settings.budget_mode != "none"

@@ -21,7 +21,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pytest_ddtree.report.jsonfile import read_sweep_json
 from pytest_ddtree.sweep import (
@@ -152,11 +152,18 @@ def _rec(b: int | None) -> str:
     return "none" if b is None else budget_label(b)
 
 
+def _comparable(key: str, value: Any) -> Any:
+    # the embedded server listens on a new port every run: that is not a different setup
+    if key == "endpoint" and str(value).startswith("embedded reference server"):
+        return "embedded reference server"
+    return value
+
+
 def _setup_differences(a: SweepRun, b: SweepRun) -> list[str]:
     diffs = []
-    for key in ("endpoint", "model", "dialect", "server"):
+    for key in ("endpoint", "embedded_setup", "model", "dialect", "server"):
         va, vb = a.metadata.get(key), b.metadata.get(key)
-        if va is not None and vb is not None and va != vb:
+        if va is not None and vb is not None and _comparable(key, va) != _comparable(key, vb):
             diffs.append(f"{key}: {va!r} vs {vb!r}")
     if any(s.concurrent for s in a.samples) != any(s.concurrent for s in b.samples):
         diffs.append("one sweep ran concurrently (pytest-xdist), the other serially")
