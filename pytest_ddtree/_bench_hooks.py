@@ -116,6 +116,7 @@ class BenchHooks:
         self.metadata: dict[str, Any] = {}
         self.failed: set[str] = set()
         self.passed: set[str] = set()
+        self.gated: set[str] = set()  # tests that used ddtree_benchmark
         self.lossy: dict[int | None, str] = {}
         self.interrupted = False
         self.smoked: dict[str, list[Violation]] = {}
@@ -293,6 +294,7 @@ class BenchHooks:
         """
         runtime = ddtree_runtime
         settings = ddtree_settings
+        self.gated.add(request.node.nodeid)
         if not self.metadata:
             self._note_runtime(runtime)
         default_budget = (
@@ -660,8 +662,44 @@ class BenchHooks:
             dict(d) for d in payload.get("diagnoses", []) if isinstance(d, Mapping)
         )
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_sessionfinish(
+        self, session: pytest.Session, exitstatus: int
+    ) -> Generator[None, Any, None]:
+        """Before pytest-benchmark and JUnit finish: prune timings, then check and report.
+
+        pytest-benchmark writes its JSON in a hook wrapper of its own; this one
+        runs first, so a benchmark interrupted by Ctrl-C (no rounds: it would
+        crash the JSON writer) or belonging to a failed gated test is gone by then.
+        """
+        self._prune_benchmarks(session.config)
+        self._finish_session(session)
+        yield
+
+    def _prune_benchmarks(self, config: pytest.Config) -> None:
+        bench_session = getattr(config, "_benchmarksession", None)
+        benches = getattr(bench_session, "benchmarks", None)
+        if not isinstance(benches, list):
+            return
+        keep = self.passed - self.failed
+
+        def has_rounds(bench: Any) -> bool:
+            try:
+                return bool(bench.stats.stats.data)
+            except AttributeError:
+                return True  # not the shape we know: leave it to pytest-benchmark
+
+        benches[:] = [
+            b
+            for b in benches
+            if has_rounds(b)
+            and (
+                getattr(b, "fullname", None) in keep
+                or getattr(b, "fullname", None) not in self.gated
+            )
+        ]
+
+    def _finish_session(self, session: pytest.Session) -> None:
         """Hand samples to the controller (worker) or check and report the sweep."""
         config = session.config
         self.pending.clear()
@@ -691,7 +729,28 @@ class BenchHooks:
                 "diagnoses": json.loads(json.dumps(self.diagnoses, default=str)),
             }
             return
+        if self.lossy:
+            # a budget shown lossy and therefore never timed still belongs in the report
+            timed = {s.tree_budget for s in self.samples}
+            for budget, where in self.lossy.items():
+                if budget not in timed:
+                    self.samples.append(
+                        SweepSample(
+                            tree_budget=budget,
+                            prompt_id="(losslessness)",
+                            round=0,
+                            valid=False,
+                            codes=("not-lossless",),
+                            messages=(f"not timed: the output changed at this budget ({where})",),
+                        )
+                    )
         if not self.samples:
+            settings = self._settings()
+            if settings is not None and settings.report_dir and self.passed | self.failed:
+                self.report_lines.append(
+                    f"ddtree: no sweep report in {settings.report_dir}: no timed request "
+                    "counted in this run"
+                )
             return
         if self.lossy:
             # a budget shown lossy anywhere in the session is invalid for the sweep
@@ -783,7 +842,11 @@ class BenchHooks:
         self, terminalreporter: Any, exitstatus: int, config: pytest.Config
     ) -> None:
         """The sweep table, the recommendation, and any sweep-level violation."""
-        if _is_worker(config) or not self.samples:
+        if _is_worker(config):
+            return
+        if not self.samples:
+            for line in self.report_lines:
+                terminalreporter.write_line(line)
             return
         summary = self.summary
         if summary is None:

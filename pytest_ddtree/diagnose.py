@@ -35,8 +35,14 @@ VERDICT_TITLES: dict[str, str] = {
     "undetermined": "undetermined",
 }
 
-# Failures of the exchange itself rather than of the text the model wrote.
-TRANSPORT_CODES = frozenset({"http-error", "stream-integrity", "stream-error"})
+# Failures of the exchange or of the server's own accounting, rather than of the text
+# the model wrote: shared with the baseline they point at the serving stack.
+TRANSPORT_CODES = frozenset(
+    {"http-error", "stream-integrity", "stream-error", "usage-mismatch", "finish-lie", "schema"}
+)
+# Shared together with a serving-stack code these follow from it (e.g. an overrun
+# computed from a usage count the server lied about).
+_FOLLOWERS = frozenset({"overrun", "finish-reason", "empty"})
 
 # Codes that describe the speculation statistics: a target-only baseline has
 # no meaningful counterpart, so they never count as "the baseline fails too".
@@ -84,8 +90,9 @@ SPECULATION_ADVICE = (
     "tree verification) is at fault"
 )
 SERVER_ADVICE = (
-    "the target-only server fails the same way (errors, timeouts, broken streams): check the "
-    "server process, its resources and the network; speculation is not the cause"
+    "the target-only server fails the same way (errors, timeouts, broken streams, wrong "
+    "usage or finish accounting): check the serving stack, its resources and the network; "
+    "speculation is not the cause"
 )
 REJECTED_ADVICE = (
     "the server refused the request as sent: check the options that shape it (for example a "
@@ -197,7 +204,7 @@ class Diagnoser:
         base_codes = tuple(sorted({v.code for v in found}))
         output_codes = [c for c in codes if c not in STATS_CODES]
         shared = sorted(set(output_codes) & set(base_codes))
-        if shared and set(shared) <= TRANSPORT_CODES:
+        if shared and set(shared) & TRANSPORT_CODES and set(shared) <= TRANSPORT_CODES | _FOLLOWERS:
             return Diagnosis(
                 "server",
                 f"the target-only baseline fails the same way ({', '.join(shared)})",

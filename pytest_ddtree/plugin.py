@@ -418,6 +418,18 @@ def ddtree_lossless(
         if violations:
             for budget in result.divergences:
                 ddtree_runtime.lossy_budgets.setdefault(budget, request.node.nodeid)
+                ddtree_runtime.diagnoses.append(
+                    {
+                        "nodeid": request.node.nodeid,
+                        "tree_budget": budget,
+                        "prompt_id": prompt_id,
+                        "codes": ["not-lossless"],
+                        "verdict": "speculation",
+                        "title": "speculative decoding",
+                        "reason": f"the output differs from the {result.reference_label}",
+                        "advice": SPECULATION_ADVICE,
+                    }
+                )
             request.node.user_properties.append(("ddtree_diagnosis", "speculation"))
             raise InvariantError(
                 violations,

@@ -57,9 +57,11 @@ def test_speculation_faults_are_blamed_on_speculation(pytester: pytest.Pytester)
 def test_transport_failures_on_both_servers_blame_the_serving_stack(
     pytester: pytest.Pytester,
 ) -> None:
-    verdicts = _verdicts(pytester, ["stream-no-done", "stream-error-event"])
+    verdicts = _verdicts(pytester, ["stream-no-done", "stream-error-event", "usage-mismatch"])
     assert verdicts["stream-no-done"][0] == "server", verdicts
     assert verdicts["stream-error-event"][0] == "server", verdicts
+    # a usage count the server gets wrong without speculation is the serving stack's
+    assert verdicts["usage-mismatch"][0] == "server", verdicts
 
 
 def test_a_rejected_request_is_not_blamed_on_speculation(pytester: pytest.Pytester) -> None:

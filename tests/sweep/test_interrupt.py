@@ -93,3 +93,28 @@ def test_ddtree_sweep_takes_a_plain_list_of_prompts(pytester: pytest.Pytester) -
     result.assert_outcomes(passed=1)
     report = json.loads((pytester.path / "rep" / "sweep.json").read_text())
     assert {s["prompt_id"] for s in report["samples"]} == {"p0", "p1"}
+
+
+def test_ctrl_c_in_the_first_timed_round_still_writes_every_report(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        INTERRUPTED.replace(
+            "if len(calls) == 4:  # smoke, two timed rounds", "if len(calls) == 2:  #"
+        )
+    )
+    result = pytester.runpytest(
+        "--ddtree-reference-latency=off",
+        "--ddtree-budgets=32",
+        "--benchmark-json=bench.json",
+        "--ddtree-report=rep",
+        "--junitxml=out.xml",
+    )
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    names = [
+        b["name"] for b in json.loads((pytester.path / "bench.json").read_text())["benchmarks"]
+    ]
+    assert names == ["test_first[budget=32]"]
+    assert (pytester.path / "rep" / "sweep.json").is_file()
+    assert (pytester.path / "out.xml").is_file()

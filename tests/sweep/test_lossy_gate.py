@@ -38,6 +38,11 @@ def test_lossy_budgets_are_not_timed(pytester: pytest.Pytester) -> None:
     report = json.loads((pytester.path / "rep" / "sweep.json").read_text())
     assert {s["tree_budget"] for s in report["samples"] if s["valid"]} <= {16, 64}
     assert "Recommended tree_budget=256" not in result.stdout.str()
+    # never timed, yet reported: excluded as not lossless, with its diagnosis
+    (excluded,) = [s for s in report["samples"] if s["tree_budget"] == 256]
+    assert excluded["valid"] is False and excluded["codes"] == ["not-lossless"]
+    assert any(d["verdict"] == "speculation" for d in report["diagnoses"])
+    result.stdout.fnmatch_lines(["*256 * 0/1 *"])
 
 
 def test_lossiness_found_after_timing_still_voids_the_timings(pytester: pytest.Pytester) -> None:
