@@ -58,7 +58,8 @@ class BudgetComparison:
     side has too few valid samples. ``verdict`` is one of ``regression``,
     ``worse (within threshold)``, ``better``, ``no significant change``,
     ``now invalid``, ``insufficient data``, ``only in baseline``,
-    ``only in candidate``.
+    ``only in candidate``. ``regression``, ``now invalid`` and ``only in
+    baseline`` (the candidate did not measure that budget) fail the comparison.
     """
 
     tree_budget: int | None
@@ -75,7 +76,8 @@ class BudgetComparison:
     @property
     def regression(self) -> bool:
         """True when this budget fails the comparison."""
-        return self.verdict in ("regression", "now invalid")
+        # a budget the candidate did not measure cannot be shown not to have regressed
+        return self.verdict in ("regression", "now invalid", "only in baseline")
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,9 @@ def _setup_differences(a: SweepRun, b: SweepRun) -> list[str]:
         va, vb = a.metadata.get(key), b.metadata.get(key)
         if va is not None and vb is not None and _comparable(key, va) != _comparable(key, vb):
             diffs.append(f"{key}: {va!r} vs {vb!r}")
+    for name, run in (("baseline", a), ("candidate", b)):
+        if run.metadata.get("interrupted"):
+            diffs.append(f"the {name} run was interrupted: its sweep is partial")
     if any(s.concurrent for s in a.samples) != any(s.concurrent for s in b.samples):
         diffs.append("one sweep ran concurrently (pytest-xdist), the other serially")
     return diffs

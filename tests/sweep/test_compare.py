@@ -71,8 +71,16 @@ def test_newly_invalid_budget_is_a_regression_and_setup_change_warns() -> None:
 
 def test_budgets_in_one_file_only() -> None:
     cand = SweepRun([s for s in _run(seed=2).samples if s.tree_budget != 256], {})
-    verdicts = {r.tree_budget: r.verdict for r in compare_runs(_run(seed=1), cand).rows}
+    result = compare_runs(_run(seed=1), cand)
+    verdicts = {r.tree_budget: r.verdict for r in result.rows}
     assert verdicts[256] == "only in baseline"
+    # a budget the candidate did not measure fails the comparison
+    assert [r.tree_budget for r in result.regressions] == [256]
+
+
+def test_an_interrupted_run_is_flagged() -> None:
+    result = compare_runs(_run(seed=1), _run(seed=2, interrupted=True))
+    assert "the candidate run was interrupted: its sweep is partial" in result.setup_differences
 
 
 @pytest.mark.parametrize(
