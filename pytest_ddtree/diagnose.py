@@ -425,6 +425,10 @@ def run_lossless(
     Without a baseline the lowest budget's output is the reference.
     """
     kw: dict[str, Any] = {"max_tokens": max_tokens, "temperature": 0.0, "prompt_id": prompt_id}
+    if budgets:
+        # unrecorded: state an earlier, different request left behind is a state leak
+        # (check_state's business), not a difference between budgets
+        client.request(prompt, tree_budget=budgets[0], **kw, **extra)
     outputs = {b: client.request(prompt, tree_budget=b, **kw, **extra) for b in budgets}
     if baseline is not None:
         reference = baseline.request(prompt, **kw, **extra)
