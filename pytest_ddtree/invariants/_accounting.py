@@ -78,9 +78,10 @@ def check_finish(ctx: Context) -> Iterator[Violation]:
                 tail=clip(ctx.text[-80:]),
             )
         if n > limit + slack:
+            who = "the server reports" if str(counted).startswith("usage") else "counted"
             yield ctx.violation(
                 "overrun",
-                f"{n} completion tokens exceed max_tokens={limit}",
+                f"{n} completion tokens ({who}) exceed max_tokens={limit}",
                 completion_tokens=n,
                 max_tokens=limit,
                 counted_by=counted,
