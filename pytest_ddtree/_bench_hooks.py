@@ -37,7 +37,6 @@ from pytest_ddtree.bench import (
     strip_failed,
 )
 from pytest_ddtree.completion import Completion
-from pytest_ddtree.report import table_lines, write_report
 from pytest_ddtree.settings import Settings
 from pytest_ddtree.sweep import (
     SweepPlan,
@@ -187,9 +186,10 @@ class BenchHooks:
     def _validator(
         self, runtime: Any, settings: Settings, expect: dict[str, Any]
     ) -> Callable[[Completion], list[Violation]]:
-        from pytest_ddtree import invariants, plugin
+        from pytest_ddtree import invariants
+        from pytest_ddtree.runtime import expectation_kwargs
 
-        kwargs = plugin._expect(settings, dict(expect), runtime.counter)
+        kwargs = expectation_kwargs(settings, dict(expect), runtime.counter)
 
         def validate(completion: Completion) -> list[Violation]:
             return list(invariants.check(completion, counter=runtime.counter, **kwargs))
@@ -777,6 +777,9 @@ class BenchHooks:
                 ),
             )
         if settings is not None and settings.report_dir:
+            # the report writers load jsonschema: only when a report is written
+            from pytest_ddtree.report import write_report
+
             run = self._run(settings)
             try:
                 paths = write_report(run, settings.report_dir, self.summary)
@@ -859,6 +862,8 @@ class BenchHooks:
             notes.append("interrupted: partial run, the recommendation is not final")
         if self.smoke_failure:
             notes.append(f"benchmarks skipped: {self.smoke_failure}")
+        from pytest_ddtree.report import table_lines
+
         for line in table_lines(summary, notes=notes):
             terminalreporter.write_line(line)
         for v in self.budget_ignored:

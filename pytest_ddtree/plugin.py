@@ -8,18 +8,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_ddtree.client import DDTreeClient, EndpointError
 from pytest_ddtree.completion import Completion
-from pytest_ddtree.diagnose import (
-    SPECULATION_ADVICE,
-    LosslessResult,
-    run_lossless,
-    run_state_check,
-)
 from pytest_ddtree.runtime import Runtime, expectation_kwargs, start_runtime
 from pytest_ddtree.settings import (
     OPTIONS,
@@ -30,6 +24,11 @@ from pytest_ddtree.settings import (
     resolve,
 )
 from pytest_ddtree.violation import InvariantError, Violation
+
+if TYPE_CHECKING:
+    # diagnose pulls in the invariants and their schemas: loaded only when a test uses them,
+    # so a pytest run that never touches an endpoint does not pay for them
+    from pytest_ddtree.diagnose import LosslessResult
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
 RUNTIME_KEY = pytest.StashKey[Runtime]()
@@ -334,7 +333,7 @@ def ddtree_check(
 
     def check(completion: Completion, **expect: Any) -> None:
         __tracebackhide__ = True
-        kwargs = _expect(ddtree_settings, dict(expect), ddtree_runtime.counter)
+        kwargs = expectation_kwargs(ddtree_settings, dict(expect), ddtree_runtime.counter)
         violations = run_checks(completion, counter=ddtree_runtime.counter, **kwargs)
         if violations:
             _fail_with_diagnosis(request, ddtree_runtime, completion, violations, kwargs)
@@ -392,6 +391,8 @@ def ddtree_lossless(
         **extra: Any,
     ) -> LosslessResult:
         __tracebackhide__ = True
+        from pytest_ddtree.diagnose import SPECULATION_ADVICE, run_lossless
+
         settings = ddtree_settings
         if settings.lossless.mode == "off":
             pytest.skip("losslessness not checked (--ddtree-lossless off)")
@@ -460,6 +461,8 @@ def ddtree_determinism(ddtree_settings: Settings, ddtree_runtime: Runtime) -> Ca
         **extra: Any,
     ) -> None:
         __tracebackhide__ = True
+        from pytest_ddtree.diagnose import run_state_check
+
         violations = run_state_check(
             ddtree_runtime.client,
             prompt,
@@ -472,7 +475,3 @@ def ddtree_determinism(ddtree_settings: Settings, ddtree_runtime: Runtime) -> Ca
             raise InvariantError(violations)
 
     return run
-
-
-def _expect(settings: Settings, expect: dict[str, Any], counter: Any = None) -> dict[str, Any]:
-    return expectation_kwargs(settings, expect, counter)

@@ -13,12 +13,14 @@ import concurrent.futures
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_ddtree.client import DDTreeClient, EndpointError, root_url
-from pytest_ddtree.diagnose import Diagnoser, Diagnosis
 from pytest_ddtree.settings import Settings
 from pytest_ddtree.violation import Violation
+
+if TYPE_CHECKING:
+    from pytest_ddtree.diagnose import Diagnoser, Diagnosis
 
 
 @dataclass
@@ -32,7 +34,7 @@ class Runtime:
     baseline: DDTreeClient | None = None
     servers: list[Any] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    diagnoser: Diagnoser = field(default_factory=lambda: Diagnoser(None))
+    diagnoser: Diagnoser | None = None  # created on the first failure to diagnose
     diagnoses: list[dict[str, Any]] = field(default_factory=list)
     # budgets whose temperature-0 output differed from the reference: their
     # timings measure a different computation and are never recommended
@@ -47,6 +49,10 @@ class Runtime:
         nodeid: str = "",
     ) -> Diagnosis:
         """Replay a failing request on the baseline (bounded, cached) and record the verdict."""
+        if self.diagnoser is None:
+            from pytest_ddtree.diagnose import Diagnoser
+
+            self.diagnoser = Diagnoser(self.baseline)
         result = self.diagnoser.diagnose(completion, violations, check)
         self.diagnoses.append(
             {
@@ -217,7 +223,6 @@ def start_runtime(settings: Settings) -> Runtime:
             counter=counter,
             baseline=baseline,
             servers=servers,
-            diagnoser=Diagnoser(baseline),
         )
         if not getattr(counter, "exact", False):
             runtime.notes.append(

@@ -121,17 +121,9 @@ def run(
     extra: dict[str, Any] = {}
     if p.get("thinking"):
         extra["chat_template_kwargs"] = {"enable_thinking": True}
-    if p.get("api") == "completions":
-        return client.complete(
-            p["prompt"],
-            max_tokens=p["max_tokens"],
-            tree_budget=budget,
-            stream=stream,
-            prompt_id=p["id"],
-            headers=headers,
-        )
-    return client.chat(
+    return client.request(
         p["prompt"],
+        api="completions" if p.get("api") == "completions" else "chat",
         max_tokens=p["max_tokens"],
         tree_budget=budget,
         stream=stream,

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from pytest_ddtree.reference import ReferenceServer, start_reference_server
+from pytest_ddtree.reference import ReferenceServer
 from pytest_ddtree.reference.model import ReferenceModel, get_model
 
 
@@ -18,17 +18,15 @@ def model() -> ReferenceModel:
 
 
 @pytest.fixture(scope="session")
-def ref_server() -> Iterator[ReferenceServer]:
-    """A healthy speculative server."""
-    with start_reference_server(simulated_latency=False) as server:
-        yield server
+def ref_server(reference_server: ReferenceServer) -> ReferenceServer:
+    """A healthy speculative server (the suite-wide one)."""
+    return reference_server
 
 
 @pytest.fixture(scope="session")
-def ref_target() -> Iterator[ReferenceServer]:
-    """A healthy target-only server."""
-    with start_reference_server(simulated_latency=False, target_only=True) as server:
-        yield server
+def ref_target(baseline_server: ReferenceServer) -> ReferenceServer:
+    """A healthy target-only server (the suite-wide one)."""
+    return baseline_server
 
 
 @pytest.fixture(scope="session")
