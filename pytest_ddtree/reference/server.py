@@ -980,6 +980,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
+        if "stream-no-done" in faults:
+            # this connection closes after the cut stream: say so up front, or a client that
+            # reuses it races the close ("server disconnected without sending a response")
+            self.close_connection = True
+            self.send_header("Connection", "close")
         self.end_headers()
         res = _Result()
         sent_chunks = 0
