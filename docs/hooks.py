@@ -93,9 +93,9 @@ def options_markdown() -> str:
 def marker_markdown() -> str:
     """The keywords of ``@pytest.mark.ddtree`` and the option each one overrides."""
     lines = ["| Marker keyword | Overrides |", "|---|---|"]
-    for key, attr in MARKER_KEYS.items():
-        opt = OPTIONS_BY_ATTR.get(attr)
-        target = f"[`{opt.cli}`](options.md#{opt.cli.lstrip('-')})" if opt else f"`{attr}`"
+    for key in MARKER_KEYS:
+        opt = OPTIONS_BY_ATTR.get(key)
+        target = f"[`{opt.cli}`](options.md#{opt.cli.lstrip('-')})" if opt else f"`{key}`"
         lines.append(f"| `{key}` | {target} |")
     return "\n".join(lines) + "\n"
 

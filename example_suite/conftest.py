@@ -4,7 +4,7 @@ The prompts live in ``prompts.json`` next to this file (data, not code): edit th
 gate your own deployment on your own prompts. Any test that asks for the ``prompt`` fixture
 runs once per prompt (ids like ``essay-rivers``); ``sweep_prompt`` runs once per prompt marked
 ``"sweep": true``. Combined with ``tree_budget`` a test runs for every prompt at every budget
-(``test_invariants[essay-rivers-budget=64]``).
+(``test_invariants[essay-rivers-tree_budget=64]``).
 
 Tests run in the order a person would check a new deployment: smoke first (look at one output
 per prompt before anything else), then every budget, determinism and losslessness, streaming,

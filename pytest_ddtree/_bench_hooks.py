@@ -97,7 +97,7 @@ def _default_prompt_id(request: pytest.FixtureRequest) -> str:
     # Readable ids: the test's own parameters minus the budget, else its name.
     callspec = getattr(request.node, "callspec", None)
     if callspec is not None:
-        parts = [p for p in str(callspec.id).split("-") if not p.startswith("budget=")]
+        parts = [p for p in str(callspec.id).split("-") if not p.startswith("tree_budget=")]
         if parts:
             return "-".join(parts)
     return str(getattr(request.node, "originalname", request.node.name))
@@ -153,7 +153,7 @@ class BenchHooks:
                 "model": runtime.model,
                 "dialect": runtime.dialect,
                 "embedded_setup": (
-                    f"simulated_latency={settings.reference_latency}, "
+                    f"reference_latency={settings.reference_latency}, "
                     f"faults={','.join(settings.reference_faults) or 'none'}"
                     if settings.embedded
                     else None
@@ -161,7 +161,7 @@ class BenchHooks:
                 "api": settings.api,
                 "budgets": list(settings.budgets)
                 if settings.budget_mode != "none"
-                else ["server default"],
+                else [budget_label(None)],
                 "budget_mode": settings.budget_mode,
                 "max_tokens": settings.max_tokens,
                 "configured_rounds": settings.rounds,
@@ -628,7 +628,7 @@ class BenchHooks:
             server_models=models,
             embedded=settings.embedded or settings.endpoint is None,
             embedded_setup={
-                "simulated_latency": settings.reference_latency,
+                "reference_latency": settings.reference_latency,
                 "faults": ",".join(settings.reference_faults) or "none",
             },
         )
@@ -746,9 +746,9 @@ class BenchHooks:
                     )
         if not self.samples:
             settings = self._settings()
-            if settings is not None and settings.report_dir and self.passed | self.failed:
+            if settings is not None and settings.report and self.passed | self.failed:
                 self.report_lines.append(
-                    f"ddtree: no sweep report in {settings.report_dir}: no timed request "
+                    f"ddtree: no sweep report in {settings.report}: no timed request "
                     "counted in this run"
                 )
             return
@@ -776,16 +776,16 @@ class BenchHooks:
                     rec, partial=True, message=f"Partial run (interrupted): {rec.message}"
                 ),
             )
-        if settings is not None and settings.report_dir:
+        if settings is not None and settings.report:
             # the report writers load jsonschema: only when a report is written
             from pytest_ddtree.report import write_report
 
             run = self._run(settings)
             try:
-                paths = write_report(run, settings.report_dir, self.summary)
+                paths = write_report(run, settings.report, self.summary)
             except (OSError, ValueError) as exc:
                 self.report_lines.append(
-                    f"ddtree: could not write the report to {settings.report_dir}: {exc}"
+                    f"ddtree: could not write the report to {settings.report}: {exc}"
                 )
             else:
                 self.report_lines.append(

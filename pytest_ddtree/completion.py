@@ -34,7 +34,7 @@ class RequestSpec:
 
     def describe(self) -> str:
         """One line naming the request, for failure messages."""
-        budget = "server default" if self.tree_budget is None else str(self.tree_budget)
+        budget = "server-default" if self.tree_budget is None else str(self.tree_budget)
         pid = f", prompt={self.prompt_id}" if self.prompt_id else ""
         mode = "stream" if self.stream else "no-stream"
         return (

@@ -345,7 +345,7 @@ def lossless_violations(result: LosslessResult) -> list[Violation]:
             if div.token_index is not None
             else f"character {div.char_offset}"
         )
-        label = "server default" if budget is None else str(budget)
+        label = "server-default" if budget is None else str(budget)
         out.append(
             Violation(
                 code="not-lossless",

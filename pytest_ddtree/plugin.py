@@ -21,6 +21,7 @@ from pytest_ddtree.settings import (
     SettingsError,
     apply_marker,
     budget_id,
+    budget_label,
     resolve,
 )
 from pytest_ddtree.violation import InvariantError, Violation
@@ -83,24 +84,23 @@ def pytest_configure(config: pytest.Config) -> None:
         _check_codes(settings.skip_checks, settings.source_of("skip_checks"))
     except SettingsError as exc:
         raise pytest.UsageError(str(exc)) from None
-    if settings.report_dir and not hasattr(config, "workerinput"):
-        _check_report_dir(settings)
+    if settings.report and not hasattr(config, "workerinput"):
+        _check_report(settings)
     config.stash[SETTINGS_KEY] = settings
     from pytest_ddtree._bench_hooks import register as register_bench_hooks
 
     register_bench_hooks(config)
 
 
-def _check_report_dir(settings: Settings) -> None:
+def _check_report(settings: Settings) -> None:
     """A report directory that cannot be written stops the run now, not after it."""
     from pytest_ddtree.report import ensure_writable_dir
 
-    assert settings.report_dir is not None
-    problem = ensure_writable_dir(settings.report_dir)
+    assert settings.report is not None
+    problem = ensure_writable_dir(settings.report)
     if problem:
         raise pytest.UsageError(
-            f"invalid report {settings.report_dir!r} (from {settings.source_of('report_dir')}): "
-            f"{problem}"
+            f"invalid report {settings.report!r} (from {settings.source_of('report')}): {problem}"
         )
 
 
@@ -136,7 +136,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     else:
         where = settings.endpoint
     budgets = (
-        "server default (budget-mode none)"
+        f"{budget_label(None)} (budget-mode none)"
         if settings.budget_mode == "none"
         else ",".join(map(str, settings.budgets)) + f" via {settings.budget_mode}"
     )

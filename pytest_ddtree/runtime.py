@@ -251,9 +251,9 @@ def expectation_kwargs(
     skip = set(settings.skip_checks) | set(expect.pop("skip", ()))
     if skip:
         out["skip"] = frozenset(skip)
-    if settings.extra_markers or settings.allowed_markers:
-        allowed = set(settings.allowed_markers)
-        roles = [m for m in (*DEFAULT_ROLE_MARKERS, *settings.extra_markers) if m not in allowed]
+    if settings.role_markers or settings.allow_markers:
+        allowed = set(settings.allow_markers)
+        roles = [m for m in (*DEFAULT_ROLE_MARKERS, *settings.role_markers) if m not in allowed]
         specials = list(DEFAULT_SPECIAL_TOKENS)
         for tok in getattr(counter, "special_tokens", ()) or ():
             if tok not in specials and tok not in ("<think>", "</think>"):

@@ -65,7 +65,9 @@ class Settings:
 
     ``endpoint`` is None when the embedded reference server is used; the
     plugin then fills ``endpoint`` with its URL and sets ``embedded``.
-    ``api_key`` is never shown by ``repr`` or in any report.
+    ``api_key`` is never shown by ``repr`` or in any report. Each attribute
+    is named after its option (``--ddtree-role-marker`` is ``role_markers``:
+    a repeatable option's attribute is plural), see :attr:`OptionDef.attr`.
     """
 
     endpoint: str | None = None
@@ -84,11 +86,11 @@ class Settings:
     api: Literal["chat", "completions"] = "chat"
     enable_thinking: bool = False
     skip_checks: tuple[str, ...] = ()
-    extra_markers: tuple[str, ...] = ()
-    allowed_markers: tuple[str, ...] = ()
+    role_markers: tuple[str, ...] = ()
+    allow_markers: tuple[str, ...] = ()
     baseline_endpoint: str | None = None
     lossless: Lossless = field(default_factory=Lossless)
-    report_dir: str | None = None
+    report: str | None = None
     rounds: int = 3
     warmup_rounds: int = 1
     sweep_seed: int = 0
@@ -257,7 +259,7 @@ def parse_lossless(raw: str, source: str) -> Lossless:
     raise _fail("lossless", raw, source, "expected exact, off or prefix:N (N >= 1)")
 
 
-def parse_report_dir(raw: str, source: str) -> str:
+def parse_report(raw: str, source: str) -> str:
     """A directory path (created when the report is written)."""
     if not raw.strip():
         raise _fail("report", raw, source, "expected a directory path")
@@ -293,10 +295,13 @@ def parse_codes(raw: Sequence[str], source: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class OptionDef:
-    """One option: flag ``--ddtree-<name>``, ini key ``ddtree_<name_with_underscores>``."""
+    """One option: flag ``--ddtree-<name>``, ini key ``ddtree_<name_with_underscores>``.
+
+    The ``Settings`` attribute is the name with underscores, plural for a
+    repeatable option (``--ddtree-skip-check`` sets ``skip_checks``).
+    """
 
     name: str
-    attr: str
     help: str
     metavar: str = "VALUE"
     default: str | None = None
@@ -317,6 +322,11 @@ class OptionDef:
         return "ddtree_" + self.name.replace("-", "_")
 
     @property
+    def attr(self) -> str:
+        """The ``Settings`` attribute this option sets."""
+        return self.name.replace("-", "_") + ("s" if self.repeatable else "")
+
+    @property
     def dest(self) -> str:
         """The argparse destination."""
         return "ddtree_" + self.name.replace("-", "_")
@@ -324,7 +334,6 @@ class OptionDef:
 
 OPTIONS: tuple[OptionDef, ...] = (
     OptionDef(
-        "endpoint",
         "endpoint",
         "Base URL of the OpenAI-compatible server, ending in /v1. "
         "Default: start the embedded reference DDTree server.",
@@ -334,7 +343,6 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "model",
-        "model",
         "Model id to request. Default: the first id listed by GET /models.",
         metavar="ID",
         env=("DDTREE_MODEL",),
@@ -342,7 +350,6 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "api-key",
-        "api_key",
         "API key sent as a Bearer token; never printed or stored in any report.",
         metavar="KEY",
         env=("DDTREE_API_KEY", "OPENAI_API_KEY"),
@@ -350,7 +357,6 @@ OPTIONS: tuple[OptionDef, ...] = (
         parse=lambda raw, src: str(raw).strip(),
     ),
     OptionDef(
-        "budgets",
         "budgets",
         "Tree budgets to sweep; every test using the tree_budget fixture runs once per budget.",
         metavar="B,B,...",
@@ -360,7 +366,6 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "budget-mode",
-        "budget_mode",
         "How a request chooses its tree budget: field (a JSON body field), endpoints "
         "(one server per budget, see --ddtree-budget-endpoint) or none (the server's own "
         "fixed budget). Default: endpoints when --ddtree-budget-endpoint is given, else field.",
@@ -372,7 +377,6 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "budget-field",
-        "budget_field",
         "Request body field carrying the budget in field mode; dotted paths nest "
         "(extra.ddtree.budget).",
         metavar="NAME",
@@ -381,14 +385,12 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "budget-endpoint",
-        "budget_endpoints",
         "BUDGET=URL: a server launched with that fixed budget (repeatable; endpoints mode).",
         metavar="B=URL",
         repeatable=True,
         parse=parse_budget_endpoints,
     ),
     OptionDef(
-        "dialect",
         "dialect",
         "Where the server reports speculation statistics: " + ", ".join(DIALECTS) + ".",
         metavar="NAME",
@@ -398,7 +400,6 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "stats-map",
-        "stats_map",
         "For --ddtree-dialect=custom: FIELD=/json/pointer,... with FIELD among "
         + ", ".join(SPEC_FIELDS)
         + ".",
@@ -406,7 +407,6 @@ OPTIONS: tuple[OptionDef, ...] = (
         parse=parse_stats_map,
     ),
     OptionDef(
-        "tokenizer",
         "tokenizer",
         "Token counting: a path to a tokenizer.json, server (the endpoint's /tokenize), "
         "none (an approximation) or auto (server when the endpoint has /tokenize, else none).",
@@ -417,7 +417,6 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "timeout",
-        "timeout",
         "Per-request limits in seconds: TOTAL, or connect=S,read=S,total=S.",
         metavar="SPEC",
         default="connect=10,read=60,total=300",
@@ -426,7 +425,6 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "max-tokens",
-        "max_tokens",
         "Default max_tokens of a request.",
         metavar="N",
         default="128",
@@ -434,14 +432,12 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "min-tokens",
-        "min_tokens",
         "Default minimum completion length; shorter answers that stop are an early-stop "
         "violation. Default: the invariants' own threshold.",
         metavar="N",
         parse=lambda raw, src: parse_positive_int(raw, src, "min-tokens", 0),
     ),
     OptionDef(
-        "api",
         "api",
         "Which API to call: chat (/chat/completions) or completions (/completions).",
         metavar="API",
@@ -450,7 +446,6 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "enable-thinking",
-        "enable_thinking",
         "Send chat_template_kwargs.enable_thinking=true (reasoning allowed, kept apart).",
         flag=True,
         default="false",
@@ -458,7 +453,6 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "skip-check",
-        "skip_checks",
         "Invariant code not to check (repeatable), for a server known to differ; the run is "
         "reported as weakened.",
         metavar="CODE",
@@ -467,7 +461,6 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "role-marker",
-        "extra_markers",
         "Extra chat-template marker that must not appear in content (repeatable), added to "
         "the built-in role markers, e.g. '<|assistant|>' or 'Human:'.",
         metavar="TEXT",
@@ -476,7 +469,6 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "allow-marker",
-        "allowed_markers",
         "Role marker or special token that may appear in content (repeatable), for a model "
         "whose legitimate output contains it.",
         metavar="TEXT",
@@ -485,7 +477,6 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "baseline-endpoint",
-        "baseline_endpoint",
         "A target-only server for the same model, used for losslessness and diagnosis. "
         "Default: the embedded target-only twin when the embedded server is used.",
         metavar="URL",
@@ -494,7 +485,6 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "lossless",
-        "lossless",
         "Losslessness at temperature 0: exact, prefix:N (first N tokens must match) or off.",
         metavar="MODE",
         default="exact",
@@ -502,14 +492,12 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "report",
-        "report_dir",
         "Write sweep.json and sweep.html into this directory.",
         metavar="DIR",
         env=("DDTREE_REPORT",),
-        parse=parse_report_dir,
+        parse=parse_report,
     ),
     OptionDef(
-        "rounds",
         "rounds",
         "Timed rounds per budget and prompt in gated benchmarks.",
         metavar="N",
@@ -518,7 +506,6 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "warmup-rounds",
-        "warmup_rounds",
         "Untimed warm-up rounds before the timed ones.",
         metavar="N",
         default="1",
@@ -526,7 +513,6 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "sweep-seed",
-        "sweep_seed",
         "Seed of the shuffled, interleaved budget order.",
         metavar="N",
         default="0",
@@ -534,7 +520,6 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "sweep-order",
-        "sweep_order",
         "shuffled (seeded, interleaved across budgets) or fixed (budgets in the given order).",
         metavar="ORDER",
         default="shuffled",
@@ -542,7 +527,6 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "reference-fault",
-        "reference_faults",
         "Embedded server only: inject this fault (repeatable), to see how a broken server fails.",
         metavar="FAULT",
         repeatable=True,
@@ -550,7 +534,6 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "reference-latency",
-        "reference_latency",
         "Embedded server only: simulate accelerator time (on) or answer as fast as possible (off).",
         metavar="on|off",
         default="on",
@@ -688,23 +671,32 @@ def _cross_validate(values: dict[str, Any], sources: dict[str, str]) -> Settings
     return Settings(**values, sources=sources)
 
 
+#: How an unset budget (the server's own) is named everywhere: ids, groups, tables, reports.
+SERVER_DEFAULT = "server-default"
+
+
+def budget_label(tree_budget: int | None) -> str:
+    """How a budget is named in tables and messages: ``64`` or ``server-default``."""
+    return SERVER_DEFAULT if tree_budget is None else str(tree_budget)
+
+
 def budget_id(budget: int | None) -> str:
-    """The test id of one budget point: ``budget=64`` or ``budget=server``."""
-    return "budget=server" if budget is None else f"budget={budget}"
+    """The test id (and benchmark group) of one budget: ``tree_budget=64``."""
+    return f"tree_budget={budget_label(budget)}"
 
 
-# Marker keys allowed in @pytest.mark.ddtree(...) and the setting each overrides.
-MARKER_KEYS: dict[str, str] = {
-    "budgets": "budgets",
-    "max_tokens": "max_tokens",
-    "min_tokens": "min_tokens",
-    "api": "api",
-    "enable_thinking": "enable_thinking",
-    "skip_checks": "skip_checks",
-    "rounds": "rounds",
-    "warmup_rounds": "warmup_rounds",
-    "lossless": "lossless",
-}
+#: Keywords allowed in ``@pytest.mark.ddtree(...)``: each overrides the setting of that name.
+MARKER_KEYS: tuple[str, ...] = (
+    "budgets",
+    "max_tokens",
+    "min_tokens",
+    "api",
+    "enable_thinking",
+    "skip_checks",
+    "rounds",
+    "warmup_rounds",
+    "lossless",
+)
 
 
 def apply_marker(settings: Settings, kwargs: Mapping[str, Any], where: str) -> Settings:

@@ -25,6 +25,7 @@ from typing import Any, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pytest_ddtree.completion import Completion
+from pytest_ddtree.settings import budget_label as budget_label
 from pytest_ddtree.violation import Violation
 
 SweepOrder = Literal["shuffled", "fixed"]
@@ -674,11 +675,6 @@ class Recommendation:
             "partial": self.partial,
             "message": self.message,
         }
-
-
-def budget_label(tree_budget: int | None) -> str:
-    """How a budget is named in tables and messages."""
-    return "server default" if tree_budget is None else str(tree_budget)
 
 
 def _budget_key(b: int | None) -> int:

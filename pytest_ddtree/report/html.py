@@ -239,7 +239,7 @@ def _chart(
         x = xs(b)
         out.append(
             f'<text class="tick" x="{_f(x)}" y="{_f(label_y)}" text-anchor="middle">'
-            f"{escape(budget_label(b) if b is not None else 'default')}</text>"
+            f"{escape(budget_label(b))}</text>"
         )
     out.append(
         f'<text class="axis-title" x="{_f((left + right) / 2)}" y="{_f(height - 10)}" '
@@ -410,7 +410,7 @@ def _charts(run: SweepRun, summary: SweepSummary, colors: dict[str, str]) -> lis
         if st.acceptance_ci:
             tip += f", 95% CI {st.acceptance_ci[0]:.2f}-{st.acceptance_ci[1]:.2f}"
         if st.mean_decode_rounds is not None:
-            tip += f"; {st.mean_decode_rounds:.1f} decode rounds per request"
+            tip += f"; {st.mean_decode_rounds:.1f} verify steps per request"
         return _Mark(st.tree_budget, st.mean_acceptance_length, st.acceptance_ci, None, None, tip)
 
     def ttft_mark(st: BudgetStats) -> _Mark | None:
@@ -516,7 +516,7 @@ def _stats_table(summary: SweepSummary) -> str:
         '<table class="stats"><thead><tr><th>tree_budget</th><th>valid</th>'
         "<th>decode tok/s<br><small>median</small></th><th>95% CI</th><th>IQR</th>"
         "<th>TTFT ms<br><small>p50 / p90</small></th><th>acceptance<br><small>length</small></th>"
-        "<th>decode<br><small>rounds</small></th><th>server/client<br><small>tok/s</small></th>"
+        "<th>verify<br><small>steps</small></th><th>server/client<br><small>tok/s</small></th>"
         f"<th>verdict</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
 

@@ -12,7 +12,7 @@ HEADERS = (
     "decode tok/s median [95% CI]",
     "TTFT p50/p90 ms",
     "accept len",
-    "rounds",
+    "verify steps",
     "srv/cli",
     "verdict",
 )
@@ -52,8 +52,8 @@ def table_lines(summary: SweepSummary, *, notes: Sequence[str] = ()) -> list[str
     """The sweep table plus the recommendation line, ready for ``write_line``.
 
     ``accept len`` is the mean acceptance length (tokens committed per decode
-    round, bonus token included), ``rounds`` the mean number of decode rounds
-    per request, ``srv/cli`` the server-reported decode rate over the
+    round, bonus token included), ``verify steps`` the mean number of decode rounds
+    (target verification passes) per request, ``srv/cli`` the server-reported decode rate over the
     client-measured one (close to 1.0 when the server's figure is honest).
     """
     rows = [HEADERS, *(_row(st) for st in summary.budgets)]

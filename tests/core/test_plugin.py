@@ -29,8 +29,8 @@ def test_header_parametrisation_and_fixtures(pytester: pytest.Pytester) -> None:
             " dialect auto; budgets 16,64 via field; tokenizer auto",
             "ddtree: serving http://127.0.0.1:*/v1 model ddtree-reference;"
             " tokenizer tokenizer.json*",
-            "*test_budget?budget=16? PASSED*",
-            "*test_budget?budget=64? PASSED*",
+            "*test_budget?tree_budget=16? PASSED*",
+            "*test_budget?tree_budget=64? PASSED*",
             "ddtree: statistics dialect detected: ddtree",
         ]
     )
@@ -52,7 +52,7 @@ def test_marker_overrides_budgets_and_max_tokens(pytester: pytest.Pytester) -> N
     )
     result = pytester.runpytest("-v", "--strict-markers", "--ddtree-budgets=16,64", *FAST)
     result.assert_outcomes(passed=3)
-    result.stdout.fnmatch_lines(["*test_marked?budget=32?*PASSED*"])
+    result.stdout.fnmatch_lines(["*test_marked?tree_budget=32?*PASSED*"])
 
 
 def test_bad_marker_stops_the_run_with_one_line(pytester: pytest.Pytester) -> None:

@@ -180,5 +180,5 @@ def test_option_table_is_consistent() -> None:
 
 
 def test_budget_ids() -> None:
-    assert budget_id(64) == "budget=64"
-    assert budget_id(None) == "budget=server"
+    assert budget_id(64) == "tree_budget=64"
+    assert budget_id(None) == "tree_budget=server-default"

@@ -40,7 +40,7 @@ def test_interrupted_benchmark_is_not_saved(pytester: pytest.Pytester) -> None:
     names = [
         b["name"] for b in json.loads((pytester.path / "bench.json").read_text())["benchmarks"]
     ]
-    assert names == ["test_first[budget=32]"]
+    assert names == ["test_first[tree_budget=32]"]
     report = json.loads((pytester.path / "rep" / "sweep.json").read_text())
     assert report["metadata"]["interrupted"] is True
     assert report["recommendation"]["decisive"] is False
@@ -115,6 +115,6 @@ def test_ctrl_c_in_the_first_timed_round_still_writes_every_report(
     names = [
         b["name"] for b in json.loads((pytester.path / "bench.json").read_text())["benchmarks"]
     ]
-    assert names == ["test_first[budget=32]"]
+    assert names == ["test_first[tree_budget=32]"]
     assert (pytester.path / "rep" / "sweep.json").is_file()
     assert (pytester.path / "out.xml").is_file()

@@ -157,7 +157,7 @@ def test_autosave_then_compare_fail_catches_a_slower_server(
     assert slower.ret != pytest.ExitCode.OK
     output = slower.stdout.str() + slower.stderr.str()
     assert "Performance has regressed" in output
-    assert "test_gen[budget=16]" in output.split("Performance has regressed")[1]
+    assert "test_gen[tree_budget=16]" in output.split("Performance has regressed")[1]
     # The setups differ (another endpoint): pytest-benchmark says so.
     assert "machine_info is different" in output
 
