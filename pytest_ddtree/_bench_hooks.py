@@ -39,6 +39,8 @@ from pytest_ddtree.bench import (
 from pytest_ddtree.completion import Completion
 from pytest_ddtree.settings import Settings
 from pytest_ddtree.sweep import (
+    DiagnosisRecord,
+    RunMetadata,
     SweepPlan,
     SweepRun,
     SweepSample,
@@ -815,9 +817,9 @@ class BenchHooks:
             meta["notes"] = notes
         return SweepRun(
             samples=list(self.samples),
-            metadata=meta,
+            metadata=RunMetadata.from_json(meta),
             seed=settings.sweep_seed,
-            diagnoses=json.loads(json.dumps(self.diagnoses, default=str)),
+            diagnoses=[DiagnosisRecord.from_json(d) for d in self.diagnoses],
         )
 
     def _check_budget_ignored(self) -> list[Violation]:

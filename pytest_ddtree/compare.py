@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pytest_ddtree.report.jsonfile import read_sweep_json
 from pytest_ddtree.sweep import (
+    RunMetadata,
     SweepRun,
     SweepSample,
     bootstrap_median_difference,
@@ -163,12 +164,12 @@ def _comparable(key: str, value: Any) -> Any:
 
 def _setup_differences(a: SweepRun, b: SweepRun) -> list[str]:
     diffs = []
-    for key in ("endpoint", "embedded_setup", "model", "dialect", "server"):
-        va, vb = a.metadata.get(key), b.metadata.get(key)
+    for key in RunMetadata.SETUP_FIELDS:
+        va, vb = getattr(a.metadata, key), getattr(b.metadata, key)
         if va is not None and vb is not None and _comparable(key, va) != _comparable(key, vb):
             diffs.append(f"{key}: {va!r} vs {vb!r}")
     for name, run in (("baseline", a), ("candidate", b)):
-        if run.metadata.get("interrupted"):
+        if run.metadata.interrupted:
             diffs.append(f"the {name} run was interrupted: its sweep is partial")
     if any(s.concurrent for s in a.samples) != any(s.concurrent for s in b.samples):
         diffs.append("one sweep ran concurrently (pytest-xdist), the other serially")

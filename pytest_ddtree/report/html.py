@@ -28,6 +28,7 @@ from pytest_ddtree import __version__
 from pytest_ddtree.report._atomic import write_text_atomic
 from pytest_ddtree.sweep import (
     BudgetStats,
+    DiagnosisRecord,
     SweepRun,
     SweepSample,
     SweepSummary,
@@ -545,22 +546,19 @@ def _invalid_table(samples: Sequence[SweepSample]) -> str:
     )
 
 
-def _diagnoses(diagnoses: Sequence[dict[str, Any]]) -> str:
+def _diagnoses(diagnoses: Sequence[DiagnosisRecord]) -> str:
     if not diagnoses:
         return ""
     rows = []
     for d in diagnoses[:200]:
-        verdict = str(d.get("verdict", "undetermined"))
+        verdict = d.verdict or "undetermined"
         cls = {"template": "tmpl", "speculation": "spec"}.get(verdict, "none")
-        budget = d.get("tree_budget")
-        codes = "".join(f'<span class="code">{escape(str(c))}</span>' for c in d.get("codes", []))
-        title = escape(str(d.get("title") or verdict))
-        detail = " ".join(
-            escape(str(d[k])) for k in ("reason", "advice") if isinstance(d.get(k), str) and d[k]
-        )
+        codes = "".join(f'<span class="code">{escape(c)}</span>' for c in d.codes)
+        title = escape(d.title or verdict)
+        detail = " ".join(escape(text) for text in (d.reason, d.advice) if text)
+        budget = "-" if d.tree_budget is None else budget_label(d.tree_budget)
         rows.append(
-            f"<tr><td>{escape(str(d.get('nodeid', '')))}</td>"
-            f"<td>{escape(budget_label(budget) if isinstance(budget, int) else '-')}</td>"
+            f"<tr><td>{escape(d.nodeid)}</td><td>{escape(budget)}</td>"
             f"<td>{codes}</td><td><span class='pill {cls}'>{title}</span></td>"
             f"<td class='msg'>{detail}</td></tr>"
         )
@@ -584,7 +582,7 @@ def _meta_value(v: Any) -> str:
 
 
 def _metadata(run: SweepRun, summary: SweepSummary) -> str:
-    meta = dict(run.metadata)
+    meta = run.metadata.to_json()
     meta.setdefault("seed", run.seed)
     meta["requests"] = f"{len(run.samples)} ({sum(s.valid for s in run.samples)} valid)"
     rows = [
@@ -738,9 +736,9 @@ def render_html(run: SweepRun, summary: SweepSummary | None = None) -> str:
     meta = run.metadata
     prompts = sorted({s.prompt_id for s in run.samples})
     colors = {p: _PALETTE[i % len(_PALETTE)] for i, p in enumerate(prompts)}
-    model = str(meta.get("model") or "unknown model")
-    endpoint = str(meta.get("endpoint") or "")
-    dialect = str(meta.get("dialect") or "")
+    model = meta.model or "unknown model"
+    endpoint = meta.endpoint or ""
+    dialect = meta.dialect or ""
     created = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     line = " · ".join(
         x
@@ -758,9 +756,7 @@ def render_html(run: SweepRun, summary: SweepSummary | None = None) -> str:
             "Timings were taken concurrently (several pytest-xdist workers sending requests "
             "at once). Compare budgets within this run only; for absolute figures run serially."
         )
-    notes = meta.get("notes")
-    if isinstance(notes, list):
-        notices.extend(str(n) for n in notes)
+    notices.extend(meta.notes)
     charts = _charts(run, summary, colors)
     body: list[str] = [
         '<header><div class="eyebrow">pytest-ddtree · tree-budget sweep</div>',

@@ -33,12 +33,9 @@ import jsonschema
 
 from pytest_ddtree import __version__
 from pytest_ddtree.report._atomic import write_text_atomic
-from pytest_ddtree.sweep import SweepRun, SweepSample, SweepSummary
+from pytest_ddtree.sweep import DiagnosisRecord, RunMetadata, SweepRun, SweepSample, SweepSummary
 
 SCHEMA_VERSION = 1
-
-_NUM_OR_NULL: dict[str, Any] = {"type": ["number", "null"]}
-_INT_OR_NULL: dict[str, Any] = {"type": ["integer", "null"]}
 
 #: JSON Schema of ``sweep.json`` version 1 (what :func:`read_sweep_json` enforces).
 SWEEP_JSON_SCHEMA: dict[str, Any] = {
@@ -52,31 +49,7 @@ SWEEP_JSON_SCHEMA: dict[str, Any] = {
         "created": {"type": "string"},
         "seed": {"type": "integer"},
         "metadata": {"type": "object"},
-        "samples": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["tree_budget", "prompt_id", "round", "valid"],
-                "properties": {
-                    "tree_budget": _INT_OR_NULL,
-                    "prompt_id": {"type": "string"},
-                    "round": {"type": "integer"},
-                    "valid": {"type": "boolean"},
-                    "codes": {"type": "array", "items": {"type": "string"}},
-                    "messages": {"type": "array", "items": {"type": "string"}},
-                    "completion_tokens": _INT_OR_NULL,
-                    "ttft": _NUM_OR_NULL,
-                    "decode_tokens_per_second": _NUM_OR_NULL,
-                    "end_to_end": _NUM_OR_NULL,
-                    "mean_acceptance_length": _NUM_OR_NULL,
-                    "decode_rounds": _INT_OR_NULL,
-                    "server_tokens_per_second": _NUM_OR_NULL,
-                    "echoed_tree_budget": _INT_OR_NULL,
-                    "worker": {"type": ["string", "null"]},
-                    "concurrent": {"type": "boolean"},
-                },
-            },
-        },
+        "samples": {"type": "array", "items": SweepSample.json_schema()},
         "diagnoses": {
             "type": "array",
             "items": {
@@ -109,9 +82,9 @@ def sweep_to_json(run: SweepRun, summary: SweepSummary | None = None) -> dict[st
         "generator": f"pytest-ddtree {__version__}",
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "seed": run.seed,
-        "metadata": run.metadata,
+        "metadata": run.metadata.to_json(),
         "samples": [s.to_json() for s in run.samples],
-        "diagnoses": run.diagnoses,
+        "diagnoses": [d.to_json() for d in run.diagnoses],
     }
     doc.update(summary.to_json())
     return doc
@@ -147,9 +120,9 @@ def sweep_from_json(doc: Any, *, source: str = "sweep.json") -> SweepRun:
     ]
     return SweepRun(
         samples=samples,
-        metadata=dict(doc["metadata"]),
+        metadata=RunMetadata.from_json(doc["metadata"]),
         seed=int(doc["seed"]),
-        diagnoses=[dict(d) for d in doc.get("diagnoses", [])],
+        diagnoses=[DiagnosisRecord.from_json(d) for d in doc.get("diagnoses", [])],
     )
 
 

@@ -1,0 +1,122 @@
+"""The sweep plan: budgets x prompts x rounds in a seeded, interleaved order, and its runner."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from pytest_ddtree.completion import Completion
+from pytest_ddtree.sweep.samples import SweepSample
+from pytest_ddtree.violation import Violation
+
+SweepOrder = Literal["shuffled", "fixed"]
+
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    """One request of a :class:`SweepPlan`; warm-up requests have ``warmup=True``.
+
+    ``round`` counts measured rounds from 0; warm-up rounds count from
+    ``-warmup_rounds`` up to -1 so every request has a distinct position.
+    """
+
+    round: int
+    tree_budget: int
+    prompt_id: str
+    warmup: bool
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """Budgets x prompts x rounds, with warm-up rounds and an interleaved order.
+
+    Each round visits every budget once (every prompt at that budget), in an
+    order shuffled with ``seed`` and the round number, so slow drift of the
+    server or the machine (heating, caches, background load) spreads over all
+    budgets instead of favouring the ones measured first. ``order="fixed"``
+    keeps the given budget order in every round (useful to reproduce a drift).
+    Iteration is deterministic: the same plan always yields the same requests.
+    """
+
+    budgets: tuple[int, ...]
+    prompts: tuple[str, ...]
+    rounds: int = 3
+    warmup_rounds: int = 1
+    seed: int = 0
+    order: SweepOrder = "shuffled"
+
+    def __post_init__(self) -> None:
+        if not self.budgets:
+            raise ValueError("sweep plan: budgets must not be empty")
+        if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in self.budgets):
+            raise ValueError(f"sweep plan: budgets must be positive integers, got {self.budgets!r}")
+        if len(set(self.budgets)) != len(self.budgets):
+            raise ValueError(f"sweep plan: duplicate budgets in {self.budgets!r}")
+        if not self.prompts:
+            raise ValueError("sweep plan: prompts must not be empty")
+        if len(set(self.prompts)) != len(self.prompts):
+            raise ValueError(f"sweep plan: duplicate prompt ids in {self.prompts!r}")
+        if self.rounds < 1:
+            raise ValueError(f"sweep plan: rounds must be >= 1, got {self.rounds!r}")
+        if self.warmup_rounds < 0:
+            raise ValueError(f"sweep plan: warmup_rounds must be >= 0, got {self.warmup_rounds!r}")
+        if self.order not in ("shuffled", "fixed"):
+            raise ValueError(f"sweep plan: order must be 'shuffled' or 'fixed', got {self.order!r}")
+
+    def budget_order(self, round: int) -> tuple[int, ...]:
+        """The budgets of one round (warm-up rounds are negative) in visiting order."""
+        if self.order == "fixed":
+            return self.budgets
+        order = list(self.budgets)
+        # A string seed is hashed with SHA-512 by `random`, so the order is the
+        # same in every process regardless of PYTHONHASHSEED.
+        random.Random(f"ddtree-sweep:{self.seed}:{round}").shuffle(order)
+        return tuple(order)
+
+    def __iter__(self) -> Iterator[PlannedRequest]:
+        for r in range(-self.warmup_rounds, self.rounds):
+            for budget in self.budget_order(r):
+                for prompt in self.prompts:
+                    yield PlannedRequest(
+                        round=r, tree_budget=budget, prompt_id=prompt, warmup=r < 0
+                    )
+
+    def __len__(self) -> int:
+        return (self.rounds + self.warmup_rounds) * len(self.budgets) * len(self.prompts)
+
+
+def run_sweep(
+    plan: SweepPlan,
+    request: Callable[[int, str], Completion],
+    validate: Callable[[Completion], Sequence[Violation]],
+    *,
+    worker: str | None = None,
+    concurrent: bool = False,
+    on_sample: Callable[[SweepSample], None] | None = None,
+) -> list[SweepSample]:
+    """Run ``plan`` with ``request(tree_budget, prompt_id)`` and validate each answer.
+
+    Warm-up requests are validated too (an invalid warm-up is recorded as an
+    invalid sample of round -1, -2, ..., so a broken server cannot hide in the
+    warm-up) but valid warm-ups are not recorded.
+    """
+    samples: list[SweepSample] = []
+    for planned in plan:
+        completion = request(planned.tree_budget, planned.prompt_id)
+        violations = list(validate(completion))
+        if planned.warmup and not violations:
+            continue
+        sample = SweepSample.from_completion(
+            completion,
+            violations,
+            round=planned.round,
+            worker=worker,
+            concurrent=concurrent,
+            prompt_id=planned.prompt_id,
+        )
+        samples.append(sample)
+        if on_sample is not None:
+            on_sample(sample)
+    return samples
