@@ -5,6 +5,10 @@ starts the embedded reference server (and its target-only twin as baseline)
 when no endpoint is configured, checks that the endpoint answers, that the
 model exists and that the key is accepted, and fails with one
 ``EndpointError`` line otherwise. No pytest here.
+
+``Settings`` stay what the user configured; what was discovered (the
+endpoint actually served, the model, the baseline, the tokenizer, the
+dialect) lives on the :class:`Runtime`.
 """
 
 from __future__ import annotations
@@ -20,55 +24,49 @@ from pytest_ddtree.settings import Settings
 from pytest_ddtree.violation import Violation
 
 if TYPE_CHECKING:
+    from pytest_ddtree.completion import Completion
     from pytest_ddtree.diagnose import Diagnoser, Diagnosis
+    from pytest_ddtree.tokens import TokenCounter
 
 
 @dataclass
 class Runtime:
-    """Everything a test needs to talk to the endpoint under test."""
+    """Everything a test needs to talk to the endpoint under test.
+
+    ``settings`` is what the user configured (``endpoint`` None for the
+    embedded server); ``endpoint``, ``baseline_endpoint``, ``embedded`` and
+    ``model`` are what was found when the runtime started.
+    """
 
     settings: Settings
     client: DDTreeClient
     model: str
-    counter: Any
+    counter: TokenCounter
+    endpoint: str
+    baseline_endpoint: str | None = None
+    embedded: bool = False
     baseline: DDTreeClient | None = None
     servers: list[Any] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     diagnoser: Diagnoser | None = None  # created on the first failure to diagnose
-    diagnoses: list[dict[str, Any]] = field(default_factory=list)
-    # budgets whose temperature-0 output differed from the reference: their
-    # timings measure a different computation and are never recommended
-    lossy_budgets: dict[int | None, str] = field(default_factory=dict)
 
     def diagnose(
         self,
-        completion: Any,
+        completion: Completion,
         violations: list[Violation],
-        check: Callable[[Any], list[Violation]],
-        *,
-        nodeid: str = "",
+        check: Callable[[Completion], list[Violation]],
     ) -> Diagnosis:
-        """Replay a failing request on the baseline (bounded, cached) and record the verdict."""
+        """Replay a failing request on the baseline (bounded, cached): which layer is at fault."""
         if self.diagnoser is None:
             from pytest_ddtree.diagnose import Diagnoser
 
             self.diagnoser = Diagnoser(self.baseline)
-        result = self.diagnoser.diagnose(completion, violations, check)
-        self.diagnoses.append(
-            {
-                "nodeid": nodeid,
-                "tree_budget": completion.request.tree_budget,
-                "prompt_id": completion.request.prompt_id,
-                "codes": sorted({v.code for v in violations}),
-                **result.to_json(),
-            }
-        )
-        return result
+        return self.diagnoser.diagnose(completion, violations, check)
 
     @property
     def tokenizer_source(self) -> str:
         """Where token counts come from, for the header and reports."""
-        return str(getattr(self.counter, "source", "none"))
+        return self.counter.source
 
     @property
     def dialect(self) -> str:
@@ -132,12 +130,14 @@ def start_embedded(settings: Settings) -> tuple[Any, Any]:
     return servers[0], servers[1]
 
 
-def _load_counter(settings: Settings, base_url: str, client: DDTreeClient) -> Any:
+def _load_counter(
+    settings: Settings, base_url: str, client: DDTreeClient, *, embedded: bool
+) -> TokenCounter:
     from pytest_ddtree import tokens
 
     spec = settings.tokenizer
     if spec == "auto":
-        if settings.embedded:
+        if embedded:
             from pytest_ddtree.reference import tokenizer_path
 
             spec = str(tokenizer_path())
@@ -154,18 +154,15 @@ def _load_counter(settings: Settings, base_url: str, client: DDTreeClient) -> An
 def start_runtime(settings: Settings) -> Runtime:
     """Start (if embedded) and probe the endpoint; ``EndpointError`` on any problem."""
     servers: list[Any] = []
-    if settings.endpoint is None:
+    endpoint = settings.endpoint
+    baseline_endpoint = settings.baseline_endpoint
+    if endpoint is None:
         main, twin = start_embedded(settings)
         servers = [main, twin]
-        settings = replace(
-            settings,
-            endpoint=main.base_url,
-            baseline_endpoint=settings.baseline_endpoint or twin.base_url,
-            embedded=True,
-        )
-    assert settings.endpoint is not None
+        endpoint = main.base_url
+        baseline_endpoint = baseline_endpoint or twin.base_url
     try:
-        probe = _make_client(settings, settings.endpoint, None, None)
+        probe = _make_client(settings, endpoint, None, None)
         try:
             models = probe.list_models()
             for budget, url in sorted(settings.budget_endpoints.items()):
@@ -175,10 +172,10 @@ def start_runtime(settings: Settings) -> Runtime:
                         f"{url}/models (tree_budget {budget}) does not list model "
                         f"{settings.model!r}; it lists: {', '.join(other) or 'nothing'}"
                     )
-            if settings.baseline_endpoint and not servers:
+            if baseline_endpoint and not servers:
                 try:
                     listed = probe.list_models(
-                        settings.baseline_endpoint, option="--ddtree-baseline-endpoint"
+                        baseline_endpoint, option="--ddtree-baseline-endpoint"
                     )
                 except EndpointError as exc:
                     raise EndpointError(
@@ -187,44 +184,45 @@ def start_runtime(settings: Settings) -> Runtime:
                 wanted = settings.model or (models[0] if models else None)
                 if wanted is not None and wanted not in listed:
                     raise EndpointError(
-                        f"baseline {settings.baseline_endpoint} (from "
+                        f"baseline {baseline_endpoint} (from "
                         f"{settings.source_of('baseline_endpoint')}) does not serve model "
                         f"{wanted!r}; it lists: {', '.join(listed) or 'nothing'}"
                     )
             if not models:
-                raise EndpointError(
-                    f"{settings.endpoint}/models lists no model; pass --ddtree-model"
-                )
+                raise EndpointError(f"{endpoint}/models lists no model; pass --ddtree-model")
             model = settings.model or models[0]
             if model not in models:
                 raise EndpointError(
                     f"model {model!r} (from {settings.source_of('model')}) is not served by "
-                    f"{settings.endpoint}; it lists: {', '.join(models)}"
+                    f"{endpoint}; it lists: {', '.join(models)}"
                 )
         finally:
             probe.close()
-        client = _make_client(settings, settings.endpoint, model, None)
+        client = _make_client(settings, endpoint, model, None)
         try:
             # the counter may query the server's /tokenize: give it the long-lived pool
-            counter = _load_counter(settings, settings.endpoint, client)
+            counter = _load_counter(settings, endpoint, client, embedded=bool(servers))
         except BaseException:
             client.close()
             raise
         client.counter = counter
         baseline = None
-        if settings.baseline_endpoint:
+        if baseline_endpoint:
             baseline = _make_client(
-                replace(settings, budget_mode="none"), settings.baseline_endpoint, model, counter
+                replace(settings, budget_mode="none"), baseline_endpoint, model, counter
             )
         runtime = Runtime(
-            settings=replace(settings, model=model),
+            settings=settings,
             client=client,
             model=model,
             counter=counter,
+            endpoint=endpoint,
+            baseline_endpoint=baseline_endpoint,
+            embedded=bool(servers),
             baseline=baseline,
             servers=servers,
         )
-        if not getattr(counter, "exact", False):
+        if not counter.exact:
             runtime.notes.append(
                 "token counts are approximate (no tokenizer): usage checks use a wider tolerance"
             )
@@ -236,7 +234,7 @@ def start_runtime(settings: Settings) -> Runtime:
 
 
 def expectation_kwargs(
-    settings: Settings, expect: dict[str, Any], counter: Any = None
+    settings: Settings, expect: dict[str, Any], counter: TokenCounter | None = None
 ) -> dict[str, Any]:
     """Keyword arguments for ``invariants.check``: settings (and markers) first, then ``expect``.
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -63,8 +63,8 @@ class Lossless:
 class Settings:
     """Every pytest-ddtree setting, resolved once and validated.
 
-    ``endpoint`` is None when the embedded reference server is used; the
-    plugin then fills ``endpoint`` with its URL and sets ``embedded``.
+    This is what the user configured: ``endpoint`` is None when the embedded
+    reference server is used (its URL is found on the ``Runtime``).
     ``api_key`` is never shown by ``repr`` or in any report. Each attribute
     is named after its option (``--ddtree-role-marker`` is ``role_markers``:
     a repeatable option's attribute is plural), see :attr:`OptionDef.attr`.
@@ -97,7 +97,6 @@ class Settings:
     sweep_order: Literal["shuffled", "fixed"] = "shuffled"
     reference_faults: tuple[str, ...] = ()
     reference_latency: bool = True
-    embedded: bool = False
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def source_of(self, name: str) -> str:
@@ -653,15 +652,6 @@ def _cross_validate(values: dict[str, Any], sources: dict[str, str]) -> Settings
                 f"--ddtree-dialect=custom, but dialect is {values['dialect']!r} "
                 f"(from {sources['dialect']})"
             )
-    if values.get("reference_faults"):
-        from pytest_ddtree.reference.faults import FAULTS
-
-        for fault in values["reference_faults"]:
-            if fault not in FAULTS:
-                raise SettingsError(
-                    f"invalid reference-fault {fault!r} (from {sources['reference_faults']}): "
-                    f"known faults are {', '.join(FAULTS)}"
-                )
     if values.get("endpoint") is not None and values.get("reference_faults"):
         raise SettingsError(
             f"invalid reference-fault (from {sources['reference_faults']}): faults can only be "
@@ -669,6 +659,21 @@ def _cross_validate(values: dict[str, Any], sources: dict[str, str]) -> Settings
             f"(from {sources['endpoint']})"
         )
     return Settings(**values, sources=sources)
+
+
+def check_reference_faults(settings: Settings, known: Collection[str]) -> Settings:
+    """``settings`` unchanged when every ``--ddtree-reference-fault`` is in ``known``.
+
+    The fault catalogue belongs to the reference server; the caller passes it
+    in, so resolving options never loads the server.
+    """
+    for fault in settings.reference_faults:
+        if fault not in known:
+            raise SettingsError(
+                f"invalid reference-fault {fault!r} (from {settings.source_of('reference_faults')}"
+                f"): known faults are {', '.join(known)}"
+            )
+    return settings
 
 
 #: How an unset budget (the server's own) is named everywhere: ids, groups, tables, reports.

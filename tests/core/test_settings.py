@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_ddtree.reference.faults import FAULTS
 from pytest_ddtree.settings import (
     DEFAULT_BUDGETS,
     OPTIONS,
@@ -12,6 +13,7 @@ from pytest_ddtree.settings import (
     Timeout,
     apply_marker,
     budget_id,
+    check_reference_faults,
     resolve,
 )
 
@@ -21,7 +23,7 @@ def run(
     ini: dict[str, object] | None = None,
     env: dict[str, str] | None = None,
 ):
-    return resolve(cli or {}, ini or {}, env or {})
+    return check_reference_faults(resolve(cli or {}, ini or {}, env or {}), FAULTS)
 
 
 def test_defaults() -> None:

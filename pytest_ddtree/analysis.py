@@ -1,0 +1,134 @@
+"""The end-of-session analysis of a sweep, without pytest.
+
+:func:`conclude` turns the session's samples and lossy budgets into the
+samples that count, the budget-ignored verdict and the summary;
+:func:`sweep_run` and :func:`write` make and write the report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from pytest_ddtree.sweep import (
+    DiagnosisRecord,
+    RunMetadata,
+    SweepRun,
+    SweepSample,
+    SweepSummary,
+    summarize,
+)
+from pytest_ddtree.violation import Violation
+
+INTERRUPTED_NOTE = (
+    "interrupted: this is a partial run; tests that did not finish are left out "
+    "and the recommendation is not final"
+)
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    """What the session measured, once analysed (``summary`` None when nothing counted)."""
+
+    samples: list[SweepSample]
+    summary: SweepSummary | None
+    budget_ignored: list[Violation]
+
+
+def _with_lossy(samples: list[SweepSample], lossy: Mapping[int | None, str]) -> list[SweepSample]:
+    """Mark every sample of a lossy budget invalid; report a lossy budget never timed."""
+    if not lossy:
+        return samples
+    timed = {s.tree_budget for s in samples}
+    untimed = [
+        SweepSample(
+            tree_budget=budget,
+            prompt_id="(losslessness)",
+            round=0,
+            valid=False,
+            codes=("not-lossless",),
+            messages=(f"not timed: the output changed at this budget ({where})",),
+        )
+        for budget, where in lossy.items()
+        if budget not in timed
+    ]
+    return [
+        replace(s, valid=False, codes=(*s.codes, "not-lossless"))
+        if s.tree_budget in lossy and "not-lossless" not in s.codes
+        else s
+        for s in [*samples, *untimed]
+    ]
+
+
+def budget_ignored(samples: Sequence[SweepSample], skip_checks: Sequence[str]) -> list[Violation]:
+    """The sweep-level check: does the server's speed depend on the budget at all?"""
+    if "budget-ignored" in skip_checks:
+        return []
+    from pytest_ddtree.invariants import BudgetSample, check_budget_ignored
+
+    usable = [
+        BudgetSample(
+            tree_budget=s.tree_budget,
+            decode_tokens_per_second=s.decode_tokens_per_second,
+            mean_acceptance_length=s.mean_acceptance_length,
+            prompt_id=s.prompt_id,
+            echoed_tree_budget=s.echoed_tree_budget,
+        )
+        for s in samples
+        if s.valid and s.tree_budget is not None and s.round >= 0
+    ]
+    return list(check_budget_ignored(usable))
+
+
+def conclude(
+    samples: list[SweepSample],
+    lossy: Mapping[int | None, str],
+    *,
+    seed: int,
+    skip_checks: Sequence[str],
+    interrupted: bool,
+) -> Conclusion:
+    """Samples that count, the budget-ignored verdict and the (maybe partial) summary."""
+    samples = _with_lossy(samples, lossy)
+    if not samples:
+        return Conclusion(samples, None, [])
+    ignored = budget_ignored(samples, skip_checks)
+    summary = summarize(samples, seed=seed)
+    if interrupted:
+        rec = summary.recommendation
+        summary = replace(
+            summary,
+            recommendation=replace(
+                rec, partial=True, message=f"Partial run (interrupted): {rec.message}"
+            ),
+        )
+    return Conclusion(samples, summary, ignored)
+
+
+def sweep_run(
+    samples: Sequence[SweepSample],
+    metadata: RunMetadata | None,
+    seed: int,
+    conclusion: Conclusion,
+    diagnoses: Sequence[DiagnosisRecord],
+) -> SweepRun:
+    """The run as reported: metadata with the seed and the sweep-level notes."""
+    meta = replace(metadata) if metadata is not None else RunMetadata()
+    meta.seed = seed
+    meta.notes = [
+        *meta.notes,
+        *(f"{v.code}: {v.message}" for v in conclusion.budget_ignored),
+    ]
+    return SweepRun(samples=list(samples), metadata=meta, seed=seed, diagnoses=list(diagnoses))
+
+
+def write(run: SweepRun, directory: str, summary: SweepSummary) -> str:
+    """Write ``sweep.json`` and ``sweep.html``; the line saying where (or why not)."""
+    # the report writers load jsonschema: only when a report is written
+    from pytest_ddtree.report import write_report
+
+    try:
+        paths = write_report(run, directory, summary)
+    except (OSError, ValueError) as exc:
+        return f"ddtree: could not write the report to {directory}: {exc}"
+    return f"ddtree: sweep report written: {paths.json}, {paths.html}"

@@ -1,0 +1,71 @@
+"""Collection: the budget points of a test, marker checks and the seeded visiting order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_ddtree.session import DDTreeSession
+from pytest_ddtree.settings import Settings, budget_id
+
+
+def parametrize_budgets(metafunc: pytest.Metafunc, session: DDTreeSession) -> None:
+    """One test per budget: ``tree_budget=64``, or ``tree_budget=server-default``."""
+    try:
+        settings = session.settings_for(metafunc.definition)
+    except pytest.UsageError:
+        settings = session.settings  # reported once, cleanly, at collection's end
+    budgets: list[int | None]
+    if settings.budget_mode == "none":
+        budgets = [None]
+    else:
+        budgets = list(settings.budgets)
+        if settings.budget_mode == "endpoints":
+            budgets = [b for b in budgets if b in settings.budget_endpoints]
+    metafunc.parametrize("tree_budget", budgets, ids=[budget_id(b) for b in budgets])
+
+
+def check_markers(items: list[pytest.Item], session: DDTreeSession) -> None:
+    """Validate every marker once, at collection, so a typo stops the run up front."""
+    for item in items:
+        if item.get_closest_marker("ddtree") is None:
+            continue
+        marked = session.settings_for(item)
+        if marked.budget_mode == "endpoints":
+            missing = [b for b in marked.budgets if b not in marked.budget_endpoints]
+            if missing:
+                raise pytest.UsageError(
+                    f"ddtree: budgets {missing} of @pytest.mark.ddtree on {item.nodeid} "
+                    "have no --ddtree-budget-endpoint"
+                )
+
+
+def order_benchmarks(items: list[Any], settings: Settings) -> None:
+    """Visit each benchmark test's budgets in the seeded sweep order (in place)."""
+    if settings.sweep_order == "fixed" or len(settings.budgets) < 2:
+        return
+    from pytest_ddtree.sweep import SweepPlan
+
+    order = SweepPlan(settings.budgets, ("-",), seed=settings.sweep_seed).budget_order(0)
+    rank = {b: i for i, b in enumerate(order)}
+
+    def family(item: Any) -> Any:
+        if "ddtree_benchmark" not in getattr(item, "fixturenames", ()):
+            return None
+        callspec = getattr(item, "callspec", None)
+        if callspec is None or "tree_budget" not in callspec.params:
+            return None
+        return (item.parent, getattr(item, "originalname", item.name))
+
+    start = 0
+    while start < len(items):
+        fam = family(items[start])
+        end = start + 1
+        while end < len(items) and fam is not None and family(items[end]) == fam:
+            end += 1
+        if fam is not None and end - start > 1:
+            block = items[start:end]
+            block.sort(key=lambda it: rank.get(it.callspec.params["tree_budget"], len(rank)))
+            items[start:end] = block
+        start = end

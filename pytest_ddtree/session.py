@@ -1,0 +1,323 @@
+"""The pytest session of pytest-ddtree: stash keys, the runtime, and one object for the run.
+
+:class:`DDTreeSession` is created at configure time and stored in the config's
+stash. It owns everything the run records (sweep samples, test outcomes,
+diagnoses, lossy budgets, run metadata) and its :meth:`~DDTreeSession.finish`
+does the end-of-session analysis. The hooks in ``plugin`` delegate to it; the
+optional integrations (pytest-benchmark, pytest-xdist) in ``integrations``
+read and fill it. Nothing here imports ``plugin``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_ddtree.client import EndpointError
+from pytest_ddtree.runtime import Runtime, start_runtime
+from pytest_ddtree.settings import (
+    OPTIONS,
+    Settings,
+    SettingsError,
+    apply_marker,
+    budget_label,
+    check_reference_faults,
+    resolve,
+)
+
+if TYPE_CHECKING:
+    from pytest_ddtree.sweep import DiagnosisRecord, RunMetadata, SweepSample, SweepSummary
+    from pytest_ddtree.violation import Violation
+
+SETTINGS_KEY = pytest.StashKey[Settings]()
+RUNTIME_KEY = pytest.StashKey[Runtime]()
+MARKED_KEY = pytest.StashKey[Settings]()
+
+#: Fixtures whose use means a test talks to the endpoint (so the runtime starts).
+ENDPOINT_FIXTURES = frozenset(
+    {
+        "ddtree_runtime",
+        "ddtree_endpoint",
+        "ddtree_model",
+        "ddtree_client",
+        "ddtree_baseline_client",
+        "ddtree_counter",
+        "ddtree_check",
+        "ddtree_benchmark",
+        "ddtree_lossless",
+        "ddtree_determinism",
+    }
+)
+
+
+def configured_settings(config: pytest.Config) -> Settings:
+    """Resolve and validate every option (``SettingsError`` names the bad value)."""
+    cli = {opt.dest: config.getoption(opt.dest) for opt in OPTIONS}
+    ini = {opt.ini: config.getini(opt.ini) for opt in OPTIONS}
+    settings = resolve(cli, ini, os.environ)
+    check_codes(settings.skip_checks, settings.source_of("skip_checks"))
+    if settings.reference_faults:
+        # the catalogue lives with the reference server: loaded only when faults are asked for
+        from pytest_ddtree.reference.faults import FAULTS
+
+        check_reference_faults(settings, list(FAULTS))
+    return settings
+
+
+def check_codes(codes: tuple[str, ...], source: str) -> None:
+    """Every ``--ddtree-skip-check`` code must be a known violation code."""
+    if not codes:
+        return
+    from pytest_ddtree.invariants import CODES
+
+    for code in codes:
+        if code not in CODES:
+            raise SettingsError(
+                f"invalid skip-check {code!r} (from {source}): known codes are "
+                f"{', '.join(sorted(CODES))}"
+            )
+
+
+def ensure_runtime(config: pytest.Config) -> Runtime:
+    """The session's runtime, started on first use (``EndpointError`` when it cannot start)."""
+    runtime = config.stash.get(RUNTIME_KEY, None)
+    if runtime is None:
+        runtime = start_runtime(config.stash[SETTINGS_KEY])
+        config.stash[RUNTIME_KEY] = runtime
+    return runtime
+
+
+def needs_runtime(items: list[pytest.Item]) -> bool:
+    """True when a collected test uses a fixture that talks to the endpoint."""
+    return any(ENDPOINT_FIXTURES.intersection(getattr(i, "fixturenames", ())) for i in items)
+
+
+@dataclass
+class Outcomes:
+    """Which tests passed, failed and used ``ddtree_benchmark`` (node ids)."""
+
+    passed: set[str] = field(default_factory=set)
+    failed: set[str] = field(default_factory=set)
+    gated: set[str] = field(default_factory=set)
+
+    @property
+    def kept(self) -> set[str]:
+        """Tests whose timings count: passed and never failed (setup or teardown)."""
+        return self.passed - self.failed
+
+
+class DDTreeSession:
+    """The run's records and the end-of-session analysis (one per pytest process)."""
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.samples: list[SweepSample] = []
+        # samples of the test phase running now; kept only once the phase ends,
+        # so a test interrupted by Ctrl-C leaves nothing half-measured behind
+        self.pending: list[SweepSample] = []
+        self.outcomes = Outcomes()
+        self.diagnoses: list[DiagnosisRecord] = []
+        # budgets whose temperature-0 output differed from the reference, and where:
+        # their timings measure a different computation and are never recommended
+        self.lossy: dict[int | None, str] = {}
+        self.metadata: RunMetadata | None = None
+        self.smoked: dict[str, list[Violation]] = {}
+        self.smoke_failure: str | None = None
+        self.interrupted = False
+        self.summary: SweepSummary | None = None
+        self.budget_ignored: list[Violation] = []
+        self.report_lines: list[str] = []
+
+    # ------------------------------------------------------------ environment
+
+    @property
+    def runtime(self) -> Runtime | None:
+        """The runtime, when it has started."""
+        return self.config.stash.get(RUNTIME_KEY, None)
+
+    @property
+    def is_worker(self) -> bool:
+        """True in a pytest-xdist worker process."""
+        return hasattr(self.config, "workerinput")
+
+    @property
+    def xdist(self) -> bool:
+        """True when the run is spread over pytest-xdist workers (either side)."""
+        return bool(getattr(self.config.option, "numprocesses", None)) or self.is_worker
+
+    @property
+    def worker_id(self) -> str | None:
+        """This worker's id (``gw0``...), None outside a worker."""
+        winput = getattr(self.config, "workerinput", None)
+        return str(winput.get("workerid")) if isinstance(winput, Mapping) else None
+
+    @property
+    def worker_count(self) -> int:
+        """How many workers share the endpoint (1 outside xdist)."""
+        winput = getattr(self.config, "workerinput", None)
+        return int(winput.get("workercount", 1)) if isinstance(winput, Mapping) else 1
+
+    def ensure_runtime(self) -> Runtime:
+        """Start the runtime now; an endpoint problem stops the run as a usage error."""
+        try:
+            return ensure_runtime(self.config)
+        except EndpointError as exc:
+            raise pytest.UsageError(f"ddtree: {exc}") from None
+
+    def settings_for(self, node: pytest.Item) -> Settings:
+        """The settings with the node's ``@pytest.mark.ddtree`` applied (validated once)."""
+        marked = node.stash.get(MARKED_KEY, None)
+        if marked is not None:
+            return marked
+        marker = node.get_closest_marker("ddtree")
+        if marker is None:
+            return self.settings
+        if marker.args:
+            raise pytest.UsageError(
+                f"ddtree: @pytest.mark.ddtree takes keyword arguments only ({node.nodeid})"
+            )
+        # name the test function, not one of its parametrised instances
+        where = node.nodeid.split("[", 1)[0]
+        try:
+            marked = apply_marker(self.settings, marker.kwargs, where)
+            if "skip_checks" in marker.kwargs:
+                check_codes(marked.skip_checks, f"@pytest.mark.ddtree on {where}")
+        except SettingsError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        node.stash[MARKED_KEY] = marked
+        return marked
+
+    # ------------------------------------------------------------ recording
+
+    def record(self, sample: SweepSample) -> None:
+        """Keep a sample of the running test phase (committed when the phase ends)."""
+        self.pending.append(sample)
+
+    def record_diagnosis(self, record: DiagnosisRecord) -> None:
+        """Keep which layer was found at fault for a failing test."""
+        self.diagnoses.append(record)
+
+    def mark_lossy(self, budget: int | None, nodeid: str) -> None:
+        """A budget changed the temperature-0 output in ``nodeid``: never time or recommend it."""
+        self.lossy.setdefault(budget, nodeid)
+
+    def note_runtime(self, runtime: Runtime) -> None:
+        """Describe the run once, from the first test that measures."""
+        if self.metadata is not None:
+            return
+        from pytest_ddtree.sweep import RunMetadata, redact_endpoint
+
+        s = runtime.settings
+        endpoint = redact_endpoint(runtime.endpoint)
+        meta = RunMetadata(
+            endpoint=f"embedded reference server ({endpoint})" if runtime.embedded else endpoint,
+            model=runtime.model,
+            dialect=runtime.dialect,
+            embedded_setup=(
+                f"reference_latency={s.reference_latency}, "
+                f"faults={','.join(s.reference_faults) or 'none'}"
+                if runtime.embedded
+                else None
+            ),
+            api=s.api,
+            budgets=list(s.budgets) if s.budget_mode != "none" else [budget_label(None)],
+            budget_mode=s.budget_mode,
+            max_tokens=s.max_tokens,
+            configured_rounds=s.rounds,
+            configured_warmup_rounds=s.warmup_rounds,
+            order=s.sweep_order,
+            tokenizer=runtime.tokenizer_source,
+            workers=self.worker_count if self.xdist else None,
+        )
+        # Descriptive only: a failed probe must not fail a benchmark.
+        with contextlib.suppress(Exception):
+            meta.server_models = list(runtime.client.list_models())
+        if s.skip_checks:
+            meta.notes.append(f"Weakened run: checks skipped: {', '.join(s.skip_checks)}.")
+        self.metadata = meta
+
+    def end_phase(self, item: pytest.Item, report: pytest.TestReport) -> None:
+        """Commit the phase's samples; a failed test leaves no timing behind."""
+        if report.failed:
+            # timings of a test that failed (even after its benchmark) do not count; its
+            # invalid requests stay, drawn apart in the report with their codes
+            self.pending = [p for p in self.pending if not p.valid]
+            self.outcomes.failed.add(item.nodeid)
+        self.samples.extend(self.pending)
+        self.pending.clear()
+        if report.when == "call" and report.passed:
+            self.outcomes.passed.add(item.nodeid)
+
+    # ------------------------------------------------------------ the end
+
+    def finish(self, session: pytest.Session) -> None:
+        """Hand the records to the controller (xdist worker), or check and report the sweep."""
+        from pytest_ddtree import analysis
+
+        self.pending.clear()
+        if session.exitstatus == pytest.ExitCode.INTERRUPTED:
+            from pytest_ddtree.sweep import RunMetadata
+
+            self.interrupted = True
+            self.metadata = self.metadata or RunMetadata()
+            self.metadata.interrupted = True
+            self.metadata.notes.append(analysis.INTERRUPTED_NOTE)
+        runtime = self.runtime
+        if runtime is not None and self.metadata is not None:
+            self.metadata.dialect = runtime.dialect
+        if self.is_worker:
+            from pytest_ddtree.integrations import WorkerPayload
+
+            WorkerPayload.of(self).store(self.config)
+            return
+        outcome = analysis.conclude(
+            self.samples,
+            self.lossy,
+            seed=self.settings.sweep_seed,
+            skip_checks=self.settings.skip_checks,
+            interrupted=self.interrupted,
+        )
+        self.samples = outcome.samples
+        if outcome.summary is None:
+            if self.settings.report and self.outcomes.passed | self.outcomes.failed:
+                self.report_lines.append(
+                    f"ddtree: no sweep report in {self.settings.report}: no timed request "
+                    "counted in this run"
+                )
+            return
+        self.summary = outcome.summary
+        self.budget_ignored = outcome.budget_ignored
+        if self.budget_ignored:
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            self._report_sweep_failure(self.budget_ignored)
+        if self.settings.report:
+            run = analysis.sweep_run(
+                self.samples, self.metadata, self.settings.sweep_seed, outcome, self.diagnoses
+            )
+            self.report_lines.append(analysis.write(run, self.settings.report, outcome.summary))
+
+    def _report_sweep_failure(self, violations: list[Violation]) -> None:
+        """Log a failed pseudo-test ``ddtree::sweep``, so the failure reaches the final
+        counts and JUnit XML (CI dashboards read those, not the exit code alone)."""
+        from pytest_ddtree.violation import InvariantError
+
+        report = pytest.TestReport(
+            nodeid="ddtree::sweep",
+            location=("ddtree", None, "sweep"),
+            keywords={},
+            outcome="failed",
+            longrepr=InvariantError(violations).render(),
+            when="call",
+            duration=0.0,
+        )
+        self.config.hook.pytest_runtest_logreport(report=report)
+
+
+SESSION_KEY = pytest.StashKey[DDTreeSession]()
