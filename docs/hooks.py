@@ -14,7 +14,9 @@ the code itself, so the documentation cannot drift from it:
 ``<!-- ddtree:faults -->``
     the reference server's faults, from ``pytest_ddtree.reference.FAULTS``;
 ``<!-- ddtree:server-options -->``
-    the reference server's command-line options, from its argument parser.
+    the reference server's command-line options, from its argument parser;
+``<!-- ddtree:fixtures -->``
+    the signatures and docstrings of the fixture objects, from ``pytest_ddtree.fixtures``.
 
 The invariants page must have one ``## `code` `` section per code and no other code
 sections; the build fails otherwise (and so does ``tests/docs``).
@@ -24,7 +26,9 @@ The functions here are plain Python so the tests can call them without MkDocs.
 from __future__ import annotations
 
 import argparse
+import enum
 import html
+import inspect
 import re
 from typing import Any
 
@@ -156,12 +160,68 @@ def server_options_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+#: Each fixture returning an object, and the object's class in ``pytest_ddtree.fixtures``.
+FIXTURE_CLASSES = (
+    ("ddtree_check", "DDTreeCheck"),
+    ("ddtree_benchmark", "DDTreeBenchmark"),
+    ("ddtree_sweep", "DDTreeSweep"),
+    ("ddtree_lossless", "DDTreeLossless"),
+    ("ddtree_determinism", "DDTreeDeterminism"),
+)
+
+
+def fixture_signature(fixture: str, cls: type) -> str:
+    """``fixture(arg: type = default, ...) -> result``, from the class's ``__call__``."""
+    parts: list[str] = []
+    star = False
+    for param in list(inspect.signature(cls.__call__).parameters.values())[1:]:  # no self
+        if param.kind is param.KEYWORD_ONLY and not star:
+            parts.append("*")
+            star = True
+        prefix = "**" if param.kind is param.VAR_KEYWORD else ""
+        text = f"{prefix}{param.name}: {param.annotation}"
+        if param.default is not param.empty:
+            default = param.default
+            if isinstance(default, enum.Enum):
+                # a sentinel (ddtree_benchmark's tree_budget): say what it stands for
+                text = f"{param.name}: int | None = <{default.value}>"
+            else:
+                text += f" = {default!r}"
+        parts.append(text)
+    result = inspect.signature(cls.__call__).return_annotation
+    one_line = f"{fixture}(" + ", ".join(parts) + f") -> {result}"
+    if len(one_line) <= 88:
+        return one_line
+    return f"{fixture}(\n" + "".join(f"    {part},\n" for part in parts) + f") -> {result}"
+
+
+def _docstring(text: str | None) -> str:
+    # Sphinx roles read as code in Markdown
+    return _text(re.sub(r":[a-z]+:`~?([^`]+)`", r"`\1`", inspect.cleandoc(text or "")))
+
+
+def fixtures_markdown() -> str:
+    """One section per fixture object: its real signature, then its documentation."""
+    from pytest_ddtree import fixtures
+
+    lines: list[str] = []
+    for fixture, name in FIXTURE_CLASSES:
+        cls = getattr(fixtures, name)
+        lines += [f"### `{fixture}` {{#{fixture.replace('_', '-')}}}", ""]
+        lines += ["```python", fixture_signature(fixture, cls), "```", ""]
+        lines += [f"A `pytest_ddtree.{name}`.", ""]
+        for doc in (cls.__doc__, cls.__call__.__doc__):
+            lines += [_docstring(doc), ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
 GENERATORS = {
     "options": options_markdown,
     "marker": marker_markdown,
     "codes": codes_markdown,
     "faults": faults_markdown,
     "server-options": server_options_markdown,
+    "fixtures": fixtures_markdown,
 }
 
 

@@ -5,7 +5,9 @@ timing is recorded, so a run that measured garbage fails instead of
 producing a misleading number.
 
 Public API: ``check`` and ``assert_valid`` (the invariants), ``Expectation``,
-``Completion``, ``Violation``, ``InvariantError`` and ``DDTreeClient``. They
+``Completion``, ``Violation``, ``InvariantError``, ``DDTreeClient``, and the
+fixture objects ``DDTreeCheck``, ``DDTreeBenchmark``, ``DDTreeSweep``,
+``DDTreeLossless`` and ``DDTreeDeterminism`` (for annotations). They
 are imported on first use, so ``python -m pytest_ddtree.reference`` starts
 without loading the plugin's dependencies.
 """
@@ -22,6 +24,13 @@ if "pytest" in sys.modules:  # under pytest: rich assertion messages in the help
 if TYPE_CHECKING:
     from pytest_ddtree.client import DDTreeClient
     from pytest_ddtree.completion import Completion, RequestSpec, SpecStats, Timings, Usage
+    from pytest_ddtree.fixtures import (
+        DDTreeBenchmark,
+        DDTreeCheck,
+        DDTreeDeterminism,
+        DDTreeLossless,
+        DDTreeSweep,
+    )
     from pytest_ddtree.invariants import CODES, Expectation, assert_valid, check
     from pytest_ddtree.violation import InvariantError, Violation
 
@@ -34,6 +43,11 @@ _EXPORTS = {
     "SpecStats": "pytest_ddtree.completion",
     "Timings": "pytest_ddtree.completion",
     "Usage": "pytest_ddtree.completion",
+    "DDTreeBenchmark": "pytest_ddtree.fixtures",
+    "DDTreeCheck": "pytest_ddtree.fixtures",
+    "DDTreeDeterminism": "pytest_ddtree.fixtures",
+    "DDTreeLossless": "pytest_ddtree.fixtures",
+    "DDTreeSweep": "pytest_ddtree.fixtures",
     "CODES": "pytest_ddtree.invariants",
     "Expectation": "pytest_ddtree.invariants",
     "assert_valid": "pytest_ddtree.invariants",
@@ -45,7 +59,12 @@ _EXPORTS = {
 __all__ = [
     "CODES",
     "Completion",
+    "DDTreeBenchmark",
+    "DDTreeCheck",
     "DDTreeClient",
+    "DDTreeDeterminism",
+    "DDTreeLossless",
+    "DDTreeSweep",
     "Expectation",
     "InvariantError",
     "RequestSpec",

@@ -187,28 +187,13 @@ def run_gated(
     return result
 
 
-def strip_failed(output_json: MutableMapping[str, Any], failed_nodeids: Iterable[str]) -> int:
-    """Remove the benchmarks of failed tests from pytest-benchmark's JSON; return how many.
-
-    pytest-benchmark keeps a benchmark whose test failed *after* the timed
-    call; a failed test must not leave a timing behind.
-    """
-    failed = set(failed_nodeids)
-    benches = output_json.get("benchmarks")
-    if not failed or not isinstance(benches, list):
-        return 0
-    kept = [b for b in benches if not (isinstance(b, Mapping) and b.get("fullname") in failed)]
-    removed = len(benches) - len(kept)
-    benches[:] = kept
-    return removed
-
-
 def keep_passed(output_json: MutableMapping[str, Any], passed_nodeids: Iterable[str]) -> int:
     """Remove every benchmark whose test did not pass; return how many.
 
-    A test interrupted (Ctrl-C) inside ``benchmark.pedantic`` never gets a
-    failed report, yet pytest-benchmark saves its partial rounds: only a
-    passed test may leave a timing, so an interrupted run can never become a
+    pytest-benchmark keeps a benchmark whose test failed *after* the timed
+    call, and a test interrupted (Ctrl-C) inside ``benchmark.pedantic`` never
+    gets a failed report, yet its partial rounds are saved: only a passed test
+    may leave a timing, so an interrupted run can never become a
     ``--benchmark-compare`` baseline.
     """
     passed = set(passed_nodeids)

@@ -11,6 +11,7 @@ built with ``--strict``.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import re
 import shutil
 import subprocess
@@ -140,18 +141,13 @@ def test_mentioned_options_exist() -> None:
 
 
 def test_mentioned_fixtures_and_ini_keys_exist() -> None:
-    import pytest_ddtree._bench_hooks as bench_hooks
     import pytest_ddtree.plugin as plugin
 
-    fixtures = {
-        name
-        for module in (plugin, bench_hooks)
-        for name in re.findall(r"def (ddtree_\w+)\(", Path(module.__file__ or "").read_text())
-    }
+    fixtures = set(re.findall(r"def (ddtree_\w+)\(", Path(plugin.__file__ or "").read_text()))
     # JUnit XML properties the plugin records on a test
     properties = {
         name
-        for module in (ROOT / "pytest_ddtree").glob("*.py")
+        for module in (ROOT / "pytest_ddtree").rglob("*.py")
         for name in re.findall(r'\("(ddtree_\w+)",', module.read_text(encoding="utf-8"))
     }
     known = fixtures | properties | {opt.ini for opt in OPTIONS} | {"ddtree_stats"}
@@ -199,3 +195,16 @@ def test_prose_has_no_raw_markup() -> None:
         text = re.sub(r"`[^`\n]*`|<!--.*?-->", "", text)
         raw = re.findall(r"<[A-Za-z/|][^>]*>", text)
         assert not raw, f"{path.name}: put {raw[0]!r} in backticks"
+
+
+def test_fixture_reference_shows_the_real_signatures() -> None:
+    source = (DOCS / "writing-tests.md").read_text(encoding="utf-8")
+    assert "<!-- ddtree:fixtures -->" in source
+    page = _rendered("writing-tests.md")
+    from pytest_ddtree import fixtures
+
+    for fixture, name in hooks.FIXTURE_CLASSES:
+        cls = getattr(fixtures, name)
+        assert hooks.fixture_signature(fixture, cls) in page, fixture
+        for param in list(inspect.signature(cls.__call__).parameters)[1:]:
+            assert param in hooks.fixture_signature(fixture, cls), (fixture, param)

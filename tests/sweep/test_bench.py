@@ -10,9 +10,9 @@ import pytest
 from pytest_ddtree.bench import (
     discard_timings,
     group_name,
+    keep_passed,
     machine_info_extra,
     run_gated,
-    strip_failed,
 )
 from pytest_ddtree.completion import Completion
 from pytest_ddtree.sweep import SweepSample
@@ -184,13 +184,16 @@ def test_bad_round_counts(kw: dict[str, int], msg: str) -> None:
         run_gated(FakeBenchmark(), call, validate, **kw)
 
 
-def test_strip_failed_removes_only_failed_tests() -> None:
+def test_keep_passed_removes_the_failed_tests() -> None:
     doc: dict[str, Any] = {
-        "benchmarks": [{"fullname": "t.py::a[budget=16]"}, {"fullname": "t.py::a[budget=64]"}]
+        "benchmarks": [
+            {"fullname": "t.py::a[tree_budget=16]"},
+            {"fullname": "t.py::a[tree_budget=64]"},
+        ]
     }
-    assert strip_failed(doc, ["t.py::a[budget=64]", "t.py::other"]) == 1
-    assert doc["benchmarks"] == [{"fullname": "t.py::a[budget=16]"}]
-    assert strip_failed(doc, []) == 0
+    assert keep_passed(doc, ["t.py::a[tree_budget=16]", "t.py::other"]) == 1
+    assert doc["benchmarks"] == [{"fullname": "t.py::a[tree_budget=16]"}]
+    assert keep_passed(doc, ["t.py::a[tree_budget=16]"]) == 0
 
 
 def test_discard_timings_marks_errored_and_empties() -> None:

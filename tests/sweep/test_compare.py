@@ -121,20 +121,3 @@ def test_python_dash_m_entry_point(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1, proc.stderr
     assert "tree_budget" in proc.stdout and "REGRESSION" in proc.stdout
-
-
-def test_embedded_runs_on_different_ports_are_the_same_setup() -> None:
-    from pytest_ddtree.compare import _setup_differences
-    from pytest_ddtree.sweep import SweepRun
-
-    def run(port: int, latency: bool) -> SweepRun:
-        return SweepRun(
-            metadata={
-                "endpoint": f"embedded reference server (http://127.0.0.1:{port}/v1)",
-                "embedded_setup": f"simulated_latency={latency}, faults=none",
-            }
-        )
-
-    assert _setup_differences(run(4001, True), run(5002, True)) == []
-    (diff,) = _setup_differences(run(4001, True), run(5002, False))
-    assert diff.startswith("embedded_setup:")

@@ -182,3 +182,40 @@ def test_compare_command_on_two_reports(
         res = pytester.runpytest(*_args(server, "16,64", f"--ddtree-report={tmp_path / name}"))
         res.assert_outcomes(passed=1)
     assert main([str(tmp_path / "a" / "sweep.json"), str(tmp_path / "b" / "sweep.json")]) == 1
+
+
+def test_compare_reads_the_setup_the_plugin_wrote(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """Real sweep.json files: a new port is the same setup; latency and /models are not."""
+    from dataclasses import replace
+
+    from pytest_ddtree.compare import compare_runs
+
+    pytester.makepyfile(
+        test_sweep="""
+        def test_sweep(ddtree_sweep):
+            ddtree_sweep(["Write a long essay about rivers and the valleys they shape."],
+                         max_tokens=32, rounds=2, warmup_rounds=0)
+        """
+    )
+    runs = {}
+    for name, latency in (("a", "off"), ("b", "off"), ("c", "on")):
+        res = pytester.runpytest(
+            "--ddtree-budgets=16,64",
+            f"--ddtree-reference-latency={latency}",
+            f"--ddtree-report={tmp_path / name}",
+            "-p",
+            "no:cacheprovider",
+        )
+        res.assert_outcomes(passed=1)
+        runs[name] = read_sweep_json(tmp_path / name / "sweep.json")
+    a, b, c = runs["a"], runs["b"], runs["c"]
+    assert a.metadata.endpoint != b.metadata.endpoint  # each run has its own port
+    assert a.metadata.server_models == ["ddtree-reference"]
+    assert compare_runs(a, b).setup_differences == ()
+    (diff,) = compare_runs(a, c).setup_differences
+    assert diff.startswith("embedded_setup:"), diff
+    other = replace(b, metadata=replace(b.metadata, server_models=["another-model"]))
+    (diff,) = compare_runs(a, other).setup_differences
+    assert diff.startswith("server_models:"), diff
