@@ -138,6 +138,7 @@ def test_prompt_set_is_large_and_varied():
     assert len({p["id"] for p in PROMPTS}) == len(PROMPTS)
 
 
+@pytest.mark.serial  # 1 s read timeout: wall-clock sensitive
 @pytest.mark.parametrize("budget", BUDGETS, ids=[f"budget={b}" for b in BUDGETS])
 def test_healthy_server_has_no_violation(client, counter, budget):
     problems: list[str] = []
@@ -177,6 +178,7 @@ LONG = {
 }
 
 
+@pytest.mark.serial  # 1 s read timeout: wall-clock sensitive
 @pytest.mark.parametrize("fault", sorted(FAULT_CODES))
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "plain"])
 def test_fault_is_named(client, counter, fault, stream):
@@ -188,6 +190,7 @@ def test_fault_is_named(client, counter, fault, stream):
     assert check(run(client, LONG, stream=stream), counter=counter) == []
 
 
+@pytest.mark.serial  # 1 s read timeout: wall-clock sensitive
 def test_intermittent_5xx_is_an_http_error_every_other_request(client, counter):
     codes = [
         [
@@ -201,6 +204,7 @@ def test_intermittent_5xx_is_an_http_error_every_other_request(client, counter):
     assert sorted(codes) == [[], [], ["http-error"], ["http-error"]]
 
 
+@pytest.mark.serial  # 1 s read timeout: wall-clock sensitive
 def test_nondeterministic_output_is_caught(client):
     h = {"X-DDTree-Fault": "nondeterministic"}
     a, b = run(client, LONG, headers=h), run(client, LONG, headers=h)
@@ -208,6 +212,7 @@ def test_nondeterministic_output_is_caught(client):
     assert check_determinism(run(client, LONG), run(client, LONG)) == []
 
 
+@pytest.mark.serial  # 1 s read timeout: wall-clock sensitive
 def test_state_leak_is_caught_as_nondeterminism(client):
     other = {"id": "other", "prompt": "List five facts about bees.", "max_tokens": 64}
     h = {"X-DDTree-Fault": "state-leak"}

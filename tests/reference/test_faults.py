@@ -263,6 +263,7 @@ def test_intermittent_5xx() -> None:
     assert codes == [200, 503] * 3
 
 
+@pytest.mark.serial  # read timeout of 0.5 s and a 3 s bound: wall-clock sensitive
 def test_hang_until_client_disconnects() -> None:
     with start_reference_server(simulated_latency=False, hang_seconds=30) as srv:
         with httpx.Client(base_url=srv.base_url, timeout=httpx.Timeout(5, read=0.5)) as c:

@@ -50,6 +50,7 @@ def test_in_process_start_stop_frees_port_and_threads() -> None:
     assert not set(threading.enumerate()) - before
 
 
+@pytest.mark.serial  # start-up must take under 1 s: wall-clock sensitive
 def test_spawn_and_stop_leave_nothing_behind() -> None:
     before = set(threading.enumerate())
     t0 = time.perf_counter()
