@@ -1,21 +1,25 @@
-"""The end-of-session analysis of a sweep, without pytest.
+"""The description and end-of-session analysis of a sweep, without pytest.
 
-:func:`conclude` turns the session's samples and lossy budgets into the
-samples that count, the budget-ignored verdict and the summary;
-:func:`sweep_run` and :func:`write` make and write the report.
-"""
+:func:`describe` builds the run's metadata; :func:`conclude` turns the
+session's samples and lossy budgets into the samples that count, the
+budget-ignored verdict and the summary; :func:`sweep_run` and :func:`write`
+make and write the report."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from pytest_ddtree.runtime import Runtime
+from pytest_ddtree.settings import budget_label
 from pytest_ddtree.sweep import (
     DiagnosisRecord,
     RunMetadata,
     SweepRun,
     SweepSample,
     SweepSummary,
+    redact_endpoint,
     summarize,
 )
 from pytest_ddtree.violation import Violation
@@ -24,6 +28,38 @@ INTERRUPTED_NOTE = (
     "interrupted: this is a partial run; tests that did not finish are left out "
     "and the recommendation is not final"
 )
+
+
+def describe(runtime: Runtime, *, workers: int | None) -> RunMetadata:
+    """What describes the run, from the runtime (never a secret)."""
+    s = runtime.settings
+    endpoint = redact_endpoint(runtime.endpoint)
+    meta = RunMetadata(
+        endpoint=f"embedded reference server ({endpoint})" if runtime.embedded else endpoint,
+        model=runtime.model,
+        dialect=runtime.dialect,
+        embedded_setup=(
+            f"reference_latency={s.reference_latency}, "
+            f"faults={','.join(s.reference_faults) or 'none'}"
+            if runtime.embedded
+            else None
+        ),
+        api=s.api,
+        budgets=list(s.budgets) if s.budget_mode != "none" else [budget_label(None)],
+        budget_mode=s.budget_mode,
+        max_tokens=s.max_tokens,
+        configured_rounds=s.rounds,
+        configured_warmup_rounds=s.warmup_rounds,
+        order=s.sweep_order,
+        tokenizer=runtime.tokenizer_source,
+        workers=workers,
+    )
+    # Descriptive only: a failed probe must not fail a benchmark.
+    with contextlib.suppress(Exception):
+        meta.server_models = list(runtime.client.list_models())
+    if s.skip_checks:
+        meta.notes.append(f"Weakened run: checks skipped: {', '.join(s.skip_checks)}.")
+    return meta
 
 
 @dataclass(frozen=True)

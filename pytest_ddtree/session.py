@@ -10,7 +10,6 @@ read and fill it. Nothing here imports ``plugin``.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,7 +24,6 @@ from pytest_ddtree.settings import (
     Settings,
     SettingsError,
     apply_marker,
-    budget_label,
     check_reference_faults,
     resolve,
 )
@@ -211,36 +209,9 @@ class DDTreeSession:
         """Describe the run once, from the first test that measures."""
         if self.metadata is not None:
             return
-        from pytest_ddtree.sweep import RunMetadata, redact_endpoint
+        from pytest_ddtree.analysis import describe
 
-        s = runtime.settings
-        endpoint = redact_endpoint(runtime.endpoint)
-        meta = RunMetadata(
-            endpoint=f"embedded reference server ({endpoint})" if runtime.embedded else endpoint,
-            model=runtime.model,
-            dialect=runtime.dialect,
-            embedded_setup=(
-                f"reference_latency={s.reference_latency}, "
-                f"faults={','.join(s.reference_faults) or 'none'}"
-                if runtime.embedded
-                else None
-            ),
-            api=s.api,
-            budgets=list(s.budgets) if s.budget_mode != "none" else [budget_label(None)],
-            budget_mode=s.budget_mode,
-            max_tokens=s.max_tokens,
-            configured_rounds=s.rounds,
-            configured_warmup_rounds=s.warmup_rounds,
-            order=s.sweep_order,
-            tokenizer=runtime.tokenizer_source,
-            workers=self.worker_count if self.xdist else None,
-        )
-        # Descriptive only: a failed probe must not fail a benchmark.
-        with contextlib.suppress(Exception):
-            meta.server_models = list(runtime.client.list_models())
-        if s.skip_checks:
-            meta.notes.append(f"Weakened run: checks skipped: {', '.join(s.skip_checks)}.")
-        self.metadata = meta
+        self.metadata = describe(runtime, workers=self.worker_count if self.xdist else None)
 
     def end_phase(self, item: pytest.Item, report: pytest.TestReport) -> None:
         """Commit the phase's samples; a failed test leaves no timing behind."""
