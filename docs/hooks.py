@@ -32,7 +32,7 @@ import inspect
 import re
 from typing import Any
 
-from pytest_ddtree.invariants import CODES
+from pytest_ddtree.invariants import CODE_LAYERS, CODES, LAYERS
 from pytest_ddtree.settings import MARKER_KEYS, OPTIONS, OPTIONS_BY_ATTR, OptionDef
 
 PLACEHOLDER = re.compile(r"<!--\s*ddtree:([a-z-]+)(?:\s+([a-z0-9-]+))?\s*-->")
@@ -106,9 +106,11 @@ def marker_markdown() -> str:
 
 def codes_markdown() -> str:
     """Every violation code with its one-line meaning, linking to its section."""
-    lines = ["| Code | Meaning |", "|---|---|"]
+    lines = ["| Code | Meaning | Layer |", "|---|---|---|"]
     for code, meaning in CODES.items():
-        lines.append(f"| [`{code}`](invariants.md#{code}) | {_cell(meaning)} |")
+        layer = CODE_LAYERS[code]
+        where = LAYERS[layer] if layer else "told by the baseline replay"
+        lines.append(f"| [`{code}`](invariants.md#{code}) | {_cell(meaning)} | {where} |")
     return "\n".join(lines) + "\n"
 
 
@@ -121,18 +123,11 @@ def code_meaning(code: str) -> str:
 
 def faults_markdown() -> str:
     """The reference server's faults and which layer each one imitates."""
-    from pytest_ddtree.reference import FAULTS, SPECULATION_FAULTS, TEMPLATE_FAULTS
+    from pytest_ddtree.reference.faults import FAULT_LAYERS, FAULTS
 
     lines = ["| Fault | Layer | What the server does |", "|---|---|---|"]
     for name, text in FAULTS.items():
-        layer = (
-            "template / model"
-            if name in TEMPLATE_FAULTS
-            else "speculative decoding"
-            if name in SPECULATION_FAULTS
-            else "server / wire"
-        )
-        lines.append(f"| `{name}` | {layer} | {_cell(text)} |")
+        lines.append(f"| `{name}` | {LAYERS[FAULT_LAYERS[name]]} | {_cell(text)} |")
     return "\n".join(lines) + "\n"
 
 

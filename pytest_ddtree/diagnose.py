@@ -22,24 +22,17 @@ from typing import Any, Literal
 
 from pytest_ddtree.client import DDTreeClient
 from pytest_ddtree.completion import Completion, RequestSpec, summarize_text
-from pytest_ddtree.invariants import check_determinism
+from pytest_ddtree.invariants import CODE_LAYERS, LAYERS, check_determinism
 from pytest_ddtree.settings import Lossless
 from pytest_ddtree.violation import Violation
 
 Verdict = Literal["template", "server", "speculation", "undetermined"]
 
-VERDICT_TITLES: dict[str, str] = {
-    "template": "prompt / chat template / model",
-    "server": "serving stack",
-    "speculation": "speculative decoding",
-    "undetermined": "undetermined",
-}
+VERDICT_TITLES: dict[str, str] = {**LAYERS, "undetermined": "undetermined"}
 
 # Failures of the exchange or of the server's own accounting, rather than of the text
 # the model wrote: shared with the baseline they point at the serving stack.
-TRANSPORT_CODES = frozenset(
-    {"http-error", "stream-integrity", "stream-error", "usage-mismatch", "finish-lie", "schema"}
-)
+TRANSPORT_CODES = frozenset(code for code, layer in CODE_LAYERS.items() if layer == "server")
 # Shared together with a serving-stack code these follow from it (e.g. an overrun
 # computed from a usage count the server lied about).
 _FOLLOWERS = frozenset({"overrun", "finish-reason", "empty"})

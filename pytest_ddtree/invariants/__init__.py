@@ -11,7 +11,7 @@ calls ``check``/``assert_valid`` and turns violations into test failures.
 from __future__ import annotations
 
 from pytest_ddtree.invariants._across import BudgetSample, check_budget_ignored, check_determinism
-from pytest_ddtree.invariants._codes import CODES
+from pytest_ddtree.invariants._codes import CODE_LAYERS, CODES, LAYERS
 from pytest_ddtree.invariants._core import assert_valid, check
 from pytest_ddtree.invariants._expectation import (
     DEFAULT_MIN_TOKENS,
@@ -24,10 +24,12 @@ from pytest_ddtree.invariants._schema import SCHEMA_NAMES, load_schema, schema_e
 
 __all__ = [
     "CODES",
+    "CODE_LAYERS",
     "DEFAULT_MIN_TOKENS",
     "DEFAULT_REASONING_MARKERS",
     "DEFAULT_ROLE_MARKERS",
     "DEFAULT_SPECIAL_TOKENS",
+    "LAYERS",
     "SCHEMA_NAMES",
     "BudgetSample",
     "Expectation",

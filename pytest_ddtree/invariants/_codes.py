@@ -50,3 +50,39 @@ CODES: dict[str, str] = {
     ),
 }
 """Every stable code mapped to a one-line meaning (documentation is generated from it)."""
+
+#: The layers a failure can come from, keyed as the diagnosis verdicts and the reference
+#: server's fault list are, with the one name users see for each (messages, reports, docs).
+LAYERS: dict[str, str] = {
+    "template": "prompt / chat template / model",
+    "server": "serving stack",
+    "speculation": "speculative decoding",
+}
+
+#: The layer each code points at on its own evidence; None when only a replay of the
+#: request on a target-only baseline can tell (the text the model wrote, its repeatability).
+CODE_LAYERS: dict[str, str | None] = {
+    "http-error": "server",
+    "empty": None,
+    "schema": "server",
+    "early-stop": None,
+    "finish-reason": None,
+    "finish-lie": "server",
+    "overrun": None,
+    "role-leak": None,
+    "special-token-leak": None,
+    "reasoning-leak": None,
+    "reasoning-only": None,
+    "usage-mismatch": "server",
+    "degenerate": None,
+    "non-printable": None,
+    "budget-mismatch": "speculation",
+    "stats-inconsistent": "speculation",
+    "stats-inflated": "speculation",
+    "stream-integrity": "server",
+    "stream-error": "server",
+    "nondeterministic": None,
+    "state-leak": None,
+    "not-lossless": "speculation",
+    "budget-ignored": "speculation",
+}

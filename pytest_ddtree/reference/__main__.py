@@ -13,7 +13,7 @@ import threading
 from typing import NoReturn
 
 from .cost import CostModel
-from .faults import FAULTS, SPECULATION_FAULTS, TEMPLATE_FAULTS
+from .faults import FAULT_LAYERS, FAULTS
 from .server import STATS_DIALECTS, ServerOptions, announce, serve
 
 __all__ = ["build_parser", "docs_markdown", "main"]
@@ -45,13 +45,7 @@ _FLAGS = {
 def _fault_help() -> str:
     lines = ["faults (--fault NAME, repeatable; or per request: header X-DDTree-Fault: a,b):"]
     for name, desc in FAULTS.items():
-        kind = (
-            " [template]"
-            if name in TEMPLATE_FAULTS
-            else " [speculation]"
-            if name in SPECULATION_FAULTS
-            else ""
-        )
+        kind = f" [{FAULT_LAYERS[name]}]"
         lines.append(
             textwrap.fill(
                 f"{name}{kind}: {desc}", width=96, initial_indent="  ", subsequent_indent="      "
@@ -192,13 +186,7 @@ def docs_markdown() -> str:
         out.append(f"| {flag} | {default} | {helptext} |")
     out += ["", "| fault | kind | symptom |", "| --- | --- | --- |"]
     for name, desc in FAULTS.items():
-        kind = (
-            "template"
-            if name in TEMPLATE_FAULTS
-            else "speculation"
-            if name in SPECULATION_FAULTS
-            else "wire / server"
-        )
+        kind = FAULT_LAYERS[name]
         out.append(f"| `{name}` | {kind} | {desc.replace('|', chr(92) + '|')} |")
     return "\n".join(out) + "\n"
 

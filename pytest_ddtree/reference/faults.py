@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-__all__ = ["FAULTS", "SPECULATION_FAULTS", "TEMPLATE_FAULTS", "WIRE_FAULTS", "parse_faults"]
+__all__ = [
+    "FAULTS",
+    "FAULT_LAYERS",
+    "SPECULATION_FAULTS",
+    "TEMPLATE_FAULTS",
+    "WIRE_FAULTS",
+    "parse_faults",
+]
 
 FAULTS: dict[str, str] = {
     "early-eos": "the end-of-turn token fires after 4-6 tokens (finish_reason stop), "
@@ -44,6 +51,17 @@ SPECULATION_FAULTS = frozenset(
     {"lossy", "overrun", "stats-inflated", "budget-ignored", "state-leak"}
 )
 WIRE_FAULTS = frozenset(FAULTS) - TEMPLATE_FAULTS - SPECULATION_FAULTS
+
+#: The layer each fault imitates, keyed as the plugin's diagnosis verdicts are
+#: (``template``, ``server``, ``speculation``; their titles are ``invariants.LAYERS``).
+FAULT_LAYERS: dict[str, str] = {
+    name: "template"
+    if name in TEMPLATE_FAULTS
+    else "speculation"
+    if name in SPECULATION_FAULTS
+    else "server"
+    for name in FAULTS
+}
 
 
 def parse_faults(names: str | tuple[str, ...] | list[str], source: str) -> frozenset[str]:

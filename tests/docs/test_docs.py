@@ -208,3 +208,25 @@ def test_fixture_reference_shows_the_real_signatures() -> None:
         assert hooks.fixture_signature(fixture, cls) in page, fixture
         for param in list(inspect.signature(cls.__call__).parameters)[1:]:
             assert param in hooks.fixture_signature(fixture, cls), (fixture, param)
+
+
+def test_every_code_and_fault_has_one_layer_vocabulary() -> None:
+    from pytest_ddtree.diagnose import TRANSPORT_CODES, VERDICT_TITLES
+    from pytest_ddtree.invariants import CODE_LAYERS, CODES, LAYERS
+    from pytest_ddtree.reference.faults import FAULT_LAYERS, FAULTS
+
+    assert CODE_LAYERS.keys() == CODES.keys()
+    assert set(CODE_LAYERS.values()) - {None} <= LAYERS.keys()
+    assert FAULT_LAYERS.keys() == FAULTS.keys() and set(FAULT_LAYERS.values()) <= LAYERS.keys()
+    assert {k: VERDICT_TITLES[k] for k in LAYERS} == LAYERS
+    assert {
+        "http-error",
+        "stream-integrity",
+        "stream-error",
+        "usage-mismatch",
+        "finish-lie",
+        "schema",
+    } == TRANSPORT_CODES
+    faults = _rendered("reference-server.md")
+    for name, layer in FAULT_LAYERS.items():
+        assert f"| `{name}` | {LAYERS[layer]} |" in faults, name
