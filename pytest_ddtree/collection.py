@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from pytest_ddtree.session import DDTreeSession
@@ -41,22 +39,26 @@ def check_markers(items: list[pytest.Item], session: DDTreeSession) -> None:
                 )
 
 
-def order_benchmarks(items: list[Any], settings: Settings) -> None:
+def order_benchmarks(items: list[pytest.Item], settings: Settings) -> None:
     """Visit each benchmark test's budgets in the seeded sweep order (in place)."""
     if settings.sweep_order == "fixed" or len(settings.budgets) < 2:
         return
     from pytest_ddtree.sweep import SweepPlan
 
     order = SweepPlan(settings.budgets, ("-",), seed=settings.sweep_seed).budget_order(0)
-    rank = {b: i for i, b in enumerate(order)}
+    rank: dict[object, int] = {b: i for i, b in enumerate(order)}
 
-    def family(item: Any) -> Any:
-        if "ddtree_benchmark" not in getattr(item, "fixturenames", ()):
+    def family(item: pytest.Item) -> tuple[object, str] | None:
+        if not isinstance(item, pytest.Function) or "ddtree_benchmark" not in item.fixturenames:
             return None
         callspec = getattr(item, "callspec", None)
         if callspec is None or "tree_budget" not in callspec.params:
             return None
-        return (item.parent, getattr(item, "originalname", item.name))
+        return (item.parent, item.originalname)
+
+    def budget_rank(item: pytest.Item) -> int:
+        assert isinstance(item, pytest.Function)
+        return rank.get(item.callspec.params["tree_budget"], len(rank))
 
     start = 0
     while start < len(items):
@@ -66,6 +68,6 @@ def order_benchmarks(items: list[Any], settings: Settings) -> None:
             end += 1
         if fam is not None and end - start > 1:
             block = items[start:end]
-            block.sort(key=lambda it: rank.get(it.callspec.params["tree_budget"], len(rank)))
+            block.sort(key=budget_rank)
             items[start:end] = block
         start = end

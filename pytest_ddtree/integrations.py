@@ -16,6 +16,7 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pluggy
 import pytest
 
 from pytest_ddtree.bench import discard_timings, keep_passed, machine_info_extra, strip_budgets
@@ -42,7 +43,7 @@ class BenchmarkIntegration:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(
         self, item: pytest.Item, call: pytest.CallInfo[None]
-    ) -> Generator[None, Any, None]:
+    ) -> Generator[None, pluggy.Result[Any], None]:
         """A failed test's benchmark loses its rounds (table, compare, JSON)."""
         outcome = yield
         if outcome.get_result().failed:
@@ -51,7 +52,9 @@ class BenchmarkIntegration:
                 discard_timings(fixture)
 
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, Any, None]:
+    def pytest_sessionfinish(
+        self, session: pytest.Session
+    ) -> Generator[None, pluggy.Result[Any], None]:
         """Before pytest-benchmark writes its JSON: drop empty and not-passed gated benchmarks.
 
         A benchmark interrupted by Ctrl-C has no rounds (it would crash the JSON
@@ -120,7 +123,7 @@ class BenchmarkIntegration:
     @pytest.hookimpl(hookwrapper=True, optionalhook=True)
     def pytest_benchmark_group_stats(
         self, config: pytest.Config, benchmarks: Any, group_by: str
-    ) -> Generator[None, Any, None]:
+    ) -> Generator[None, pluggy.Result[Any], None]:
         """Show budget groups in numeric order (16, 32, ..., 1024), not as strings."""
         outcome = yield
         groups = outcome.get_result()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
+import pluggy
 import pytest
 
 from pytest_ddtree.client import DDTreeClient, EndpointError
@@ -136,19 +137,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, Any, None]:
+) -> Generator[None, pluggy.Result[Any], None]:
     outcome = yield
     item.config.stash[SESSION_KEY].end_phase(item, outcome.get_result())
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_sessionfinish(session: pytest.Session) -> Generator[None, Any, None]:
+def pytest_sessionfinish(session: pytest.Session) -> Generator[None, pluggy.Result[Any], None]:
     # before pytest-benchmark and JUnit finish: they report what this leaves
     session.config.stash[SESSION_KEY].finish(session)
     yield
 
 
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
     from pytest_ddtree.summary import write_summary
 
     write_summary(terminalreporter, config.stash[SESSION_KEY])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+import pytest
 
 from pytest_ddtree.runtime import Runtime
 from pytest_ddtree.session import DDTreeSession
@@ -43,7 +43,7 @@ def serving_lines(runtime: Runtime) -> list[str]:
     return [line, *(f"ddtree: {note}" for note in runtime.notes)]
 
 
-def write_summary(tr: Any, session: DDTreeSession) -> None:
+def write_summary(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     """The sweep table and recommendation, then a weakened run and the dialect found."""
     if session.is_worker:
         return
@@ -72,7 +72,7 @@ def write_summary(tr: Any, session: DDTreeSession) -> None:
         )
 
 
-def _write_sweep(tr: Any, session: DDTreeSession) -> None:
+def _write_sweep(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     if session.summary is None:
         for line in session.report_lines:
             tr.write_line(line)
