@@ -29,14 +29,7 @@ from pytest_ddtree.settings import OPTIONS, Settings, SettingsError
 
 if TYPE_CHECKING:
     # the fixture objects pull in the sweep and the invariants: loaded when a test uses them
-    from pytest_ddtree.fixtures import (
-        DDTreeBenchmark,
-        DDTreeCheck,
-        DDTreeDeterminism,
-        DDTreeLossless,
-        DDTreeSweep,
-        Gate,
-    )
+    from pytest_ddtree import fixtures
     from pytest_ddtree.tokens import TokenCounter
 
 MARKER_HELP = (
@@ -208,14 +201,14 @@ def ddtree_counter(ddtree_runtime: Runtime) -> TokenCounter:
 @pytest.fixture
 def _ddtree_gate(
     request: pytest.FixtureRequest, ddtree_settings: Settings, ddtree_runtime: Runtime
-) -> Gate:
+) -> fixtures.Gate:
     from pytest_ddtree.fixtures import Gate
 
     return Gate(request.config.stash[SESSION_KEY], ddtree_runtime, ddtree_settings, request)
 
 
 @pytest.fixture
-def ddtree_check(_ddtree_gate: Gate) -> DDTreeCheck:
+def ddtree_check(_ddtree_gate: fixtures.Gate) -> fixtures.DDTreeCheck:
     """A :class:`~pytest_ddtree.fixtures.DDTreeCheck`: ``ddtree_check(completion, **expect)``."""
     from pytest_ddtree.fixtures import DDTreeCheck
 
@@ -223,7 +216,7 @@ def ddtree_check(_ddtree_gate: Gate) -> DDTreeCheck:
 
 
 @pytest.fixture
-def ddtree_lossless(_ddtree_gate: Gate) -> DDTreeLossless:
+def ddtree_lossless(_ddtree_gate: fixtures.Gate) -> fixtures.DDTreeLossless:
     """A :class:`~pytest_ddtree.fixtures.DDTreeLossless`: ``ddtree_lossless(prompt, ...)``."""
     from pytest_ddtree.fixtures import DDTreeLossless
 
@@ -231,7 +224,7 @@ def ddtree_lossless(_ddtree_gate: Gate) -> DDTreeLossless:
 
 
 @pytest.fixture
-def ddtree_determinism(_ddtree_gate: Gate) -> DDTreeDeterminism:
+def ddtree_determinism(_ddtree_gate: fixtures.Gate) -> fixtures.DDTreeDeterminism:
     """A :class:`~pytest_ddtree.fixtures.DDTreeDeterminism`: ``(prompt, other_prompt, ...)``."""
     from pytest_ddtree.fixtures import DDTreeDeterminism
 
@@ -240,8 +233,8 @@ def ddtree_determinism(_ddtree_gate: Gate) -> DDTreeDeterminism:
 
 @pytest.fixture
 def ddtree_benchmark(
-    request: pytest.FixtureRequest, benchmark: Any, _ddtree_gate: Gate
-) -> DDTreeBenchmark:
+    request: pytest.FixtureRequest, benchmark: Any, _ddtree_gate: fixtures.Gate
+) -> fixtures.DDTreeBenchmark:
     """A :class:`~pytest_ddtree.fixtures.DDTreeBenchmark`: ``ddtree_benchmark(prompt, ...)``."""
     from pytest_ddtree.fixtures import DDTreeBenchmark
 
@@ -252,7 +245,7 @@ def ddtree_benchmark(
 
 
 @pytest.fixture
-def ddtree_sweep(_ddtree_gate: Gate) -> DDTreeSweep:
+def ddtree_sweep(_ddtree_gate: fixtures.Gate) -> fixtures.DDTreeSweep:
     """A :class:`~pytest_ddtree.fixtures.DDTreeSweep`: ``ddtree_sweep(prompts, ...)``."""
     from pytest_ddtree.fixtures import DDTreeSweep
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from pytest_ddtree.sweep.samples import SweepSample
+from pytest_ddtree.sweep.samples import SweepSample, json_fields
 from pytest_ddtree.sweep.statistics import SweepSummary, summarize
 
 _SECRET_QUERY_KEYS = frozenset(
@@ -42,8 +42,24 @@ def redact_endpoint(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
+class _ReadsAsMapping(Mapping[str, Any]):
+    """A record that also reads like the plain JSON object it replaces."""
+
+    def to_json(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_json()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_json())
+
+    def __len__(self) -> int:
+        return len(self.to_json())
+
+
 @dataclass
-class RunMetadata(Mapping[str, Any]):
+class RunMetadata(_ReadsAsMapping):
     """What describes a sweep run (all plain JSON values, secrets never included).
 
     ``endpoint`` is already redacted; ``server_models`` is what the server's
@@ -102,18 +118,9 @@ class RunMetadata(Mapping[str, Any]):
                 values[key] = list(value) if isinstance(value, list) else value
         return cls(**values, extra=extra)
 
-    def __getitem__(self, key: str) -> Any:
-        return self.to_json()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.to_json())
-
-    def __len__(self) -> int:
-        return len(self.to_json())
-
 
 @dataclass(frozen=True)
-class DiagnosisRecord(Mapping[str, Any]):
+class DiagnosisRecord(_ReadsAsMapping):
     """Which layer was found at fault for one failing test (for reports and xdist).
 
     Reads like a mapping of its JSON form, as the plain objects it replaces did.
@@ -131,11 +138,7 @@ class DiagnosisRecord(Mapping[str, Any]):
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON (tuples as lists)."""
-        return {
-            f.name: list(v) if isinstance(v, tuple) else v
-            for f in dataclasses.fields(self)
-            for v in (getattr(self, f.name),)
-        }
+        return json_fields(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | DiagnosisRecord) -> DiagnosisRecord:
@@ -157,15 +160,6 @@ class DiagnosisRecord(Mapping[str, Any]):
             advice=str(data.get("advice", "")),
             baseline_codes=tuple(str(c) for c in data.get("baseline_codes") or ()),
         )
-
-    def __getitem__(self, key: str) -> Any:
-        return self.to_json()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.to_json())
-
-    def __len__(self) -> int:
-        return len(dataclasses.fields(self))
 
 
 @dataclass

@@ -97,11 +97,7 @@ class SweepSample:
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form (for ``sweep.json`` and xdist transport)."""
-        return {
-            f.name: list(value) if isinstance(value, tuple) else value
-            for f in dataclasses.fields(self)
-            for value in (getattr(self, f.name),)
-        }
+        return json_fields(self)
 
     @classmethod
     def from_json(cls, data: Any, *, source: str = "sample") -> SweepSample:
@@ -124,6 +120,15 @@ class SweepSample:
             "required": [f.name for f in fields if f.default is dataclasses.MISSING],
             "properties": {f.name: _KINDS[str(f.type)].schema for f in fields},
         }
+
+
+def json_fields(record: Any) -> dict[str, Any]:
+    """A dataclass record's fields as plain JSON values (tuples become lists)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        out[f.name] = list(value) if isinstance(value, tuple) else value
+    return out
 
 
 def _finite(value: Any) -> float | None:
