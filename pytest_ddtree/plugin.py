@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     # diagnose pulls in the invariants and their schemas: loaded only when a test uses them,
     # so a pytest run that never touches an endpoint does not pay for them
     from pytest_ddtree.diagnose import LosslessResult
+    from pytest_ddtree.load.tester import LoadTester
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
 RUNTIME_KEY = pytest.StashKey[Runtime]()
@@ -47,6 +48,7 @@ ENDPOINT_FIXTURES = frozenset(
         "ddtree_benchmark",
         "ddtree_lossless",
         "ddtree_determinism",
+        "ddtree_load",  # load mode (see _load_hooks)
     }
 )
 
@@ -89,6 +91,9 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_ddtree._bench_hooks import register as register_bench_hooks
 
     register_bench_hooks(config)
+    from pytest_ddtree._load_hooks import register as register_load_hooks  # load mode
+
+    register_load_hooks(config)
 
 
 def _check_report_dir(settings: Settings) -> None:
@@ -475,3 +480,21 @@ def ddtree_determinism(ddtree_settings: Settings, ddtree_runtime: Runtime) -> Ca
             raise InvariantError(violations)
 
     return run
+
+
+# ---------------------------------------------------------------- load mode
+
+
+@pytest.fixture
+def ddtree_load(
+    request: pytest.FixtureRequest, ddtree_settings: Settings, ddtree_runtime: Runtime
+) -> LoadTester:
+    """A ``LoadTester``: ``ddtree_load(prompts, concurrencies=..., tree_budgets=...)``.
+
+    Sends the prompts under load (``--ddtree-load-concurrency``, ``--ddtree-load-rate``),
+    validates every response, reports latency percentiles, goodput under ``--ddtree-slo``
+    and the best budget per load point; fails on any invalid request or a missed SLO.
+    """
+    from pytest_ddtree._load_hooks import make_tester
+
+    return make_tester(request, ddtree_settings, ddtree_runtime)

@@ -116,6 +116,7 @@ class RawRequest:
     """What the hot path recorded for one request (parsed later by ``validate``)."""
 
     spec: RequestSpec
+    issued: float = 0.0
     sent: float = 0.0
     headers_at: float | None = None
     done: float = 0.0
@@ -133,7 +134,14 @@ async def _send(http: httpx.AsyncClient, raw: RawRequest, endpoint: Endpoint) ->
     perf = time.perf_counter
     data, stamps = raw.data, raw.stamps
     size = 0
-    async with http.stream("POST", spec.url, json=spec.body) as resp:
+
+    async def trace(name: str, info: Mapping[str, Any]) -> None:
+        # the clock starts when the request goes on the wire, not when httpx starts
+        # building it: client-side preparation is not server latency
+        if name == "http11.send_request_headers.started":
+            raw.sent = perf()
+
+    async with http.stream("POST", spec.url, json=spec.body, extensions={"trace": trace}) as resp:
         raw.headers_at = perf()
         raw.status = resp.status_code
         if resp.status_code >= 400 or "text/event-stream" not in resp.headers.get(
@@ -158,7 +166,7 @@ async def _send(http: httpx.AsyncClient, raw: RawRequest, endpoint: Endpoint) ->
 
 
 async def _one(http: httpx.AsyncClient, raw: RawRequest, endpoint: Endpoint) -> None:
-    raw.sent = time.perf_counter()
+    raw.sent = raw.issued = time.perf_counter()  # ``sent`` moves to the wire time, if any
     total = endpoint.timeout.total
     try:
         await asyncio.wait_for(_send(http, raw, endpoint), timeout=total)

@@ -646,6 +646,11 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         return
 
+    def parse_request(self) -> bool:
+        # the request line has just been read: the server's clock for this request starts here
+        self._received = time.perf_counter()
+        return super().parse_request()
+
     # routing ---------------------------------------------------------------
 
     # /models only under /v1, like the completion routes: a base URL without /v1 must
@@ -802,7 +807,6 @@ class _Handler(BaseHTTPRequestHandler):
     # POST -----------------------------------------------------------------
 
     def _post(self, path: str) -> None:
-        self._received = time.perf_counter()
         engine = self.server.engine
         body = self._read_json()
         if path.endswith("tokenize"):
