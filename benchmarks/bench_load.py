@@ -119,6 +119,7 @@ def bench_c64(out: dict[str, Any]) -> None:
             judge=lambda x: check(x, counter=counter),
             tree_budgets=[32],
             concurrencies=[64],
+            requests=1024,
             counter=counter,
         )
         r = tester(PROMPTS)

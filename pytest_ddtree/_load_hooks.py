@@ -246,8 +246,8 @@ def make_tester(request: pytest.FixtureRequest, settings: Settings, runtime: Run
     kwargs = expectation_kwargs(settings, {}, runtime.counter)
     counter = runtime.counter
 
-    def judge(completion: Any) -> list[Any]:
-        return check(completion, counter=counter, **kwargs)
+    def judge(completion: Any, **expect: Any) -> list[Any]:
+        return check(completion, counter=counter, **{**kwargs, **expect})
 
     budgets: tuple[int | None, ...] = (
         (None,) if settings.budget_mode == "none" else tuple(settings.budgets)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -116,6 +117,7 @@ class RawRequest:
     """What the hot path recorded for one request (parsed later by ``validate``)."""
 
     spec: RequestSpec
+    expect: Mapping[str, Any] = field(default_factory=dict)
     issued: float = 0.0
     sent: float = 0.0
     headers_at: float | None = None
@@ -169,8 +171,12 @@ async def _one(http: httpx.AsyncClient, raw: RawRequest, endpoint: Endpoint) -> 
     raw.sent = raw.issued = time.perf_counter()  # ``sent`` moves to the wire time, if any
     total = endpoint.timeout.total
     try:
-        await asyncio.wait_for(_send(http, raw, endpoint), timeout=total)
-    except asyncio.TimeoutError:
+        if sys.version_info >= (3, 11):
+            async with asyncio.timeout(total):  # no extra task per request
+                await _send(http, raw, endpoint)
+        else:  # pragma: no cover - Python 3.10
+            await asyncio.wait_for(_send(http, raw, endpoint), timeout=total)
+    except (asyncio.TimeoutError, TimeoutError):
         raw.error = f"deadline: request still running after the total deadline of {total:g}s"
     except httpx.HTTPError as exc:
         raw.error = _transport_error(exc, endpoint.timeout)
@@ -185,7 +191,7 @@ async def _lag_monitor(lags: list[float], stop: asyncio.Event) -> None:
         lags.append(max(0.0, loop.time() - due))
 
 
-def _client(endpoint: Endpoint, pool: int) -> httpx.AsyncClient:
+def _client(endpoint: Endpoint) -> httpx.AsyncClient:
     headers = {"Accept": "text/event-stream"}
     if endpoint.api_key:
         headers["Authorization"] = f"Bearer {endpoint.api_key}"
@@ -195,8 +201,58 @@ def _client(endpoint: Endpoint, pool: int) -> httpx.AsyncClient:
         timeout=httpx.Timeout(
             connect=t.connect, read=min(t.read, t.total), write=t.connect, pool=t.total
         ),
-        limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool),
+        limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
     )
+
+
+class _Pool:
+    """Keep-alive connections, one httpx client each, handed to one request at a time.
+
+    httpcore's own pool rescans every connection on each request and each release,
+    which costs more than the streams themselves at 64 connections; single-connection
+    clients in a free list keep that work constant. ``limit`` caps the connections.
+    """
+
+    def __init__(self, endpoint: Endpoint, limit: int) -> None:
+        self.endpoint = endpoint
+        self.limit = limit
+        self.idle: list[httpx.AsyncClient] = []
+        self.every: list[httpx.AsyncClient] = []
+        self.freed = asyncio.Condition()
+
+    async def warm(self, count: int) -> None:
+        """Open ``count`` connections before the clock starts (``GET /models``, untimed)."""
+        url = self.endpoint.base_url.rstrip("/") + "/models"
+
+        async def ping(c: httpx.AsyncClient) -> None:
+            with contextlib.suppress(httpx.HTTPError):  # warm-up only: failures show later
+                await c.get(url)
+
+        fresh = [self._new() for _ in range(min(count, self.limit) - len(self.every))]
+        await asyncio.gather(*(ping(c) for c in fresh))
+        self.idle.extend(fresh)
+
+    def _new(self) -> httpx.AsyncClient:
+        c = _client(self.endpoint)
+        self.every.append(c)
+        return c
+
+    async def acquire(self) -> httpx.AsyncClient:
+        if self.idle:
+            return self.idle.pop()
+        if len(self.every) < self.limit:
+            return self._new()
+        async with self.freed:
+            await self.freed.wait_for(lambda: bool(self.idle))
+            return self.idle.pop()
+
+    async def release(self, c: httpx.AsyncClient) -> None:
+        self.idle.append(c)
+        async with self.freed:
+            self.freed.notify()
+
+    async def close(self) -> None:
+        await asyncio.gather(*(c.aclose() for c in self.every), return_exceptions=True)
 
 
 async def run_point(
@@ -205,40 +261,43 @@ async def run_point(
     point: LoadPoint,
     *,
     seed: int = 0,
+    expect: Sequence[Mapping[str, Any]] | None = None,
+    max_connections: int = 512,
 ) -> tuple[list[RawRequest], float, float, ClientHealth]:
     """Send ``specs`` at ``point``; returns the raw requests, the run's wall and perf anchors.
 
     Concurrency C: C tasks, each sending the next request as soon as its last one
-    ended. Rate λ: each request sent at its seeded arrival time (Poisson or
-    gamma), however many are in flight; the pool then holds one connection per
-    request at most. Connections are opened before the clock starts (one
-    ``GET /models`` per pooled connection, not timed).
+    ended, over C keep-alive connections opened before the clock starts. Rate λ:
+    each request is sent at its seeded arrival time (Poisson or gamma), however
+    many are in flight, up to ``max_connections``.
     """
-    raws = [RawRequest(spec) for spec in specs]
+    raws = [RawRequest(spec, dict(expect[i]) if expect else {}) for i, spec in enumerate(specs)]
     n = len(raws)
-    pool = point.concurrency if point.concurrency is not None else max(1, min(n, 512))
-    async with _client(endpoint, pool) as http:
-        warm = min(pool, n)
-        models = endpoint.base_url.rstrip("/") + "/models"
-
-        async def ping() -> None:
-            with contextlib.suppress(httpx.HTTPError):  # warm-up only: failures show later
-                await http.get(models)
-
-        await asyncio.gather(*(ping() for _ in range(warm)))
+    c = point.concurrency
+    pool = _Pool(endpoint, min(c, n) if c is not None else max(1, min(n, max_connections)))
+    try:
+        await pool.warm(min(c, n) if c is not None else min(n, 8))
         lags: list[float] = []
         stop = asyncio.Event()
         monitor = asyncio.create_task(_lag_monitor(lags, stop))
         wall0, perf0 = time.time(), time.perf_counter()
         cpu0 = time.thread_time()
-        if point.concurrency is not None:
+
+        async def send(raw: RawRequest) -> None:
+            http = await pool.acquire()
+            try:
+                await _one(http, raw, endpoint)
+            finally:
+                await pool.release(http)
+
+        if c is not None:
             queue = iter(raws)
 
             async def worker() -> None:
                 for raw in queue:
-                    await _one(http, raw, endpoint)
+                    await send(raw)
 
-            await asyncio.gather(*(worker() for _ in range(min(point.concurrency, n))))
+            await asyncio.gather(*(worker() for _ in range(min(c, n))))
         else:
             offsets = arrival_offsets(point.value, n, burstiness=point.burstiness, seed=seed)
             loop = asyncio.get_running_loop()
@@ -248,13 +307,15 @@ async def run_point(
                 delay = start + offset - loop.time()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                await _one(http, raw, endpoint)
+                await send(raw)
 
             await asyncio.gather(*(at(o, r) for o, r in zip(offsets, raws, strict=True)))
         cpu = time.thread_time() - cpu0
         wall = time.perf_counter() - perf0
         stop.set()
         await monitor
+    finally:
+        await pool.close()
     health = ClientHealth(
         cpu_seconds=cpu,
         wall_seconds=wall,
@@ -398,7 +459,7 @@ def validate(
     wall0: float,
     perf0: float,
     *,
-    judge: Callable[[Completion], Sequence[Any]] | None,
+    judge: Callable[..., Sequence[Any]] | None,
     dialect: str = "auto",
     stats_map: Mapping[str, str] | None = None,
     counter: Any = None,
@@ -406,13 +467,14 @@ def validate(
 ) -> list[LoadSample]:
     """Parse and judge every raw request; one ``LoadSample`` each, valid or not.
 
-    ``judge`` returns the violations of a completion (the project's invariants);
-    None judges only the exchange (HTTP status, transport, a complete stream).
+    ``judge(completion, **expect)`` returns the violations of a completion (the
+    project's invariants), ``expect`` being the request's own expectations; None
+    judges only the exchange (HTTP status, transport).
     """
     out: list[LoadSample] = []
     for raw in raws:
         c = completion_of(raw, dialect=dialect, stats_map=stats_map, counter=counter)
-        violations = list(judge(c)) if judge is not None else []
+        violations = list(judge(c, **raw.expect)) if judge is not None else []
         codes = tuple(dict.fromkeys(str(getattr(v, "code", "invalid")) for v in violations))
         if not c.ok and not codes:
             codes = ("transport",)

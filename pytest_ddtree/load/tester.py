@@ -9,7 +9,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pytest_ddtree.completion import Completion
 from pytest_ddtree.load.arrivals import LoadPoint
 from pytest_ddtree.load.metrics import (
     ClientHealth,
@@ -148,7 +147,7 @@ class LoadTester:
         self,
         endpoint: Endpoint,
         *,
-        judge: Callable[[Completion], Sequence[Any]] | None,
+        judge: Callable[..., Sequence[Any]] | None,
         tree_budgets: Sequence[int | None] = (None,),
         concurrencies: Sequence[int] = (1,),
         rates: Sequence[float] = (),
@@ -217,6 +216,7 @@ class LoadTester:
         max_tokens: int | None = None,
         slo: SLO | None = None,
         temperature: float = 0.0,
+        expect: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> LoadResult:
         """Run every tree budget × load point; return the result or raise ``LoadError``.
@@ -225,10 +225,22 @@ class LoadTester:
         cycled. ``concurrencies``/``rates``: the load points (default: the
         configured ones; giving either replaces both). ``requests``: per budget
         and point (default: the configured count, else 8 × C, at least 16, or 32
-        at a rate). ``slo`` replaces the configured SLO for this call.
+        at a rate). ``slo`` replaces the configured SLO for this call. ``expect``:
+        keyword arguments of the invariants (``min_tokens=64``) for every prompt, or a
+        list with one mapping per prompt.
         """
         if isinstance(prompts, str) or not prompts:
             raise ValueError("ddtree_load: prompts must be a non-empty list of prompts")
+        if expect is None:
+            per_prompt: list[Mapping[str, Any]] = [{} for _ in prompts]
+        elif isinstance(expect, Mapping):
+            per_prompt = [expect for _ in prompts]
+        else:
+            per_prompt = list(expect)
+            if len(per_prompt) != len(prompts):
+                raise ValueError(
+                    f"ddtree_load: expect has {len(per_prompt)} entries for {len(prompts)} prompts"
+                )
         budgets = tuple(tree_budgets) if tree_budgets is not None else self.tree_budgets
         slo = slo if slo is not None else self.slo
         mt = max_tokens or self.max_tokens
@@ -243,19 +255,26 @@ class LoadTester:
             order = list(budgets)
             rng.shuffle(order)  # interleave budgets so slow drift does not favour one
             for budget in order:
+                which = [(self.share + i * self.shares) % len(prompts) for i in range(n)]
                 specs = [
                     self.endpoint.spec(
-                        prompts[(self.share + i * self.shares) % len(prompts)],
+                        prompts[k],
                         tree_budget=budget,
                         max_tokens=mt,
                         temperature=temperature,
-                        prompt_id=f"p{(self.share + i * self.shares) % len(prompts)}",
+                        prompt_id=f"p{k}",
                         extra=extra,
                     )
-                    for i in range(n)
+                    for k in which
                 ]
                 raws, wall0, perf0, h = asyncio.run(
-                    run_point(self.endpoint, specs, point, seed=self.seed + self.share)
+                    run_point(
+                        self.endpoint,
+                        specs,
+                        point,
+                        seed=self.seed + self.share,
+                        expect=[per_prompt[k] for k in which],
+                    )
                 )
                 cpu0 = time.thread_time()
                 got = validate(
