@@ -36,16 +36,25 @@ from pytest_ddtree.tokens import load_counter
 PROMPTS = list(DEFAULT_PROMPTS)
 
 
-async def bare(url: str, bodies: list[dict[str, Any]], c: int) -> tuple[float, float, int]:
-    """Read the streams and nothing else: (loop-thread CPU s, wall s, data lines)."""
+async def bare(
+    url: str, bodies: list[dict[str, Any]], c: int, *, per_connection: bool = False
+) -> tuple[float, float, int]:
+    """Read the streams and nothing else: (loop-thread CPU s, wall s, data lines).
+
+    One ``httpx.AsyncClient`` with a pool of C (what a hand-written loop does), or with
+    ``per_connection`` one single-connection client per stream (the runner's layout).
+    """
     lines = 0
-    limits = httpx.Limits(max_connections=c, max_keepalive_connections=c)
-    async with httpx.AsyncClient(limits=limits, timeout=60) as http:
-        await asyncio.gather(*(http.get(url.rsplit("/", 2)[0] + "/models") for _ in range(c)))
+    k = 1 if per_connection else c
+    limits = httpx.Limits(max_connections=k, max_keepalive_connections=k)
+    clients = [httpx.AsyncClient(limits=limits, timeout=60) for _ in range(c if k == 1 else 1)]
+    models = url.rsplit("/", 2)[0] + "/models"
+    try:
+        await asyncio.gather(*(clients[i % len(clients)].get(models) for i in range(c)))
         queue = iter(bodies)
         cpu0, t0 = time.thread_time(), time.perf_counter()
 
-        async def worker() -> None:
+        async def worker(http: httpx.AsyncClient) -> None:
             nonlocal lines
             for body in queue:
                 async with http.stream("POST", url, json=body) as resp:
@@ -53,8 +62,11 @@ async def bare(url: str, bodies: list[dict[str, Any]], c: int) -> tuple[float, f
                         if line.startswith("data: "):
                             lines += 1
 
-        await asyncio.gather(*(worker() for _ in range(c)))
+        await asyncio.gather(*(worker(clients[i % len(clients)]) for i in range(c)))
         return time.thread_time() - cpu0, time.perf_counter() - t0, lines
+    finally:
+        for http in clients:
+            await http.aclose()
 
 
 def bench_cpu(rounds: int, c: int, n: int, out: dict[str, Any]) -> None:
@@ -67,9 +79,10 @@ def bench_cpu(rounds: int, c: int, n: int, out: dict[str, Any]) -> None:
         bodies = [dict(s.body) for s in specs]
         url = specs[0].url
         point = LoadPoint("concurrency", c)
-        ours, ours_val, base, events = [], [], [], []
+        ours, ours_val, base, base1, events = [], [], [], [], []
         for _ in range(rounds):
             cpu_b, _, lines = asyncio.run(bare(url, bodies, c))
+            cpu_b1, _, _ = asyncio.run(bare(url, bodies, c, per_connection=True))
             raws, w0, p0, health = asyncio.run(run_point(ep, specs, point))
             cpu0 = time.thread_time()
             samples = validate(
@@ -81,6 +94,7 @@ def bench_cpu(rounds: int, c: int, n: int, out: dict[str, Any]) -> None:
             if bad:
                 sys.exit(f"invalid responses in the CPU benchmark: {bad[0].evidence}")
             base.append(cpu_b / tokens)
+            base1.append(cpu_b1 / tokens)
             ours.append(health.cpu_seconds / tokens)
             ours_val.append((health.cpu_seconds + vcpu) / tokens)
             events.append(lines / n)
@@ -91,6 +105,7 @@ def bench_cpu(rounds: int, c: int, n: int, out: dict[str, Any]) -> None:
             "tokens_per_request": tokens / n,
             "events_per_request": statistics.median(events),
             "bare_us_per_token": statistics.median(base) * 1e6,
+            "bare_per_connection_us_per_token": statistics.median(base1) * 1e6,
             "runner_us_per_token": statistics.median(ours) * 1e6,
             "runner_with_validation_us_per_token": statistics.median(ours_val) * 1e6,
         }
@@ -98,16 +113,27 @@ def bench_cpu(rounds: int, c: int, n: int, out: dict[str, Any]) -> None:
         res["ratio_with_validation"] = (
             res["runner_with_validation_us_per_token"] / res["bare_us_per_token"]
         )
+        res["ratio_stream_vs_per_connection"] = (
+            res["runner_us_per_token"] / res["bare_per_connection_us_per_token"]
+        )
+        res["ratio_with_validation_vs_per_connection"] = (
+            res["runner_with_validation_us_per_token"] / res["bare_per_connection_us_per_token"]
+        )
         out["cpu"] = res
         print(
             f"cpu: C={c}, {n} requests x {rounds} rounds, {res['tokens_per_request']:.0f} tok/req, "
             f"{res['events_per_request']:.0f} events/req\n"
             f"  bare async httpx loop (read only): {res['bare_us_per_token']:.2f} us/token\n"
+            f"  same, one connection per client:   "
+            f"{res['bare_per_connection_us_per_token']:.2f} us/token\n"
             f"  load runner, stream hot path:      {res['runner_us_per_token']:.2f} us/token "
             f"({res['ratio_stream']:.2f}x)\n"
             f"  load runner + every response validated: "
             f"{res['runner_with_validation_us_per_token']:.2f} us/token "
-            f"({res['ratio_with_validation']:.2f}x)"
+            f"({res['ratio_with_validation']:.2f}x)\n"
+            f"  against the one-connection bare loop: stream "
+            f"{res['ratio_stream_vs_per_connection']:.2f}x, validated "
+            f"{res['ratio_with_validation_vs_per_connection']:.2f}x"
         )
 
 
