@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pytest_ddtree.runtime import Runtime
 
 WORKER_OUTPUT_KEY = "ddtree_load"
+DIST_KEY = "ddtree_load_dist"
 PLUGIN_NAME = "ddtree-load"
 
 
@@ -33,7 +34,8 @@ def load_share(config: pytest.Config) -> tuple[int, int, str]:
     if not isinstance(winput, Mapping):
         return 0, 1, "main"
     worker = str(winput.get("workerid", "gw0"))
-    if getattr(config.option, "dist", "no") != "each":
+    # workers run with dist "no": the controller tells them its mode (pytest_configure_node)
+    if winput.get(DIST_KEY) != "each":
         return 0, 1, worker
     try:
         index = int(worker.removeprefix("gw"))
@@ -68,6 +70,11 @@ class LoadHooks:
                 ],
             }
         )
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """Controller side of xdist: tell each worker how tests are distributed."""
+        node.workerinput[DIST_KEY] = str(getattr(self.config.option, "dist", "no"))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
