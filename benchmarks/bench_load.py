@@ -159,10 +159,23 @@ def bench_c64(out: dict[str, Any]) -> None:
             "ttft_p99_ms": s.ttft.p99 * 1000 if s.ttft else None,
             "tpot_p50_ms": s.tpot.p50 * 1000 if s.tpot else None,
             "client_cpu_share": s.client.cpu_share,
+            "client_us_per_token": (s.client.cpu_per_token or 0) * 1e6,
+            "client_us_per_event": s.client.cpu_seconds
+            / max(1, sum(len(x.gaps) + 1 for x in r.samples))
+            * 1e6,
+            "output_tokens_per_second": s.output_tokens_per_second,
             "lag_p99_ms": s.client.lag_p99 * 1000,
             "saturated": s.client.saturated,
         }
         print(f"c64: {r.table()}")
+        c = out["c64"]
+        print(
+            f"c64: {c['requests']} requests, {c['invalid']} invalid, achieved concurrency "
+            f"{c['achieved_concurrency']:.1f} of 64 ({c['achieved_concurrency'] / 64:.1%}); "
+            f"client {c['client_us_per_token']:.1f} us/token, {c['client_us_per_event']:.0f} "
+            f"us/content event, {c['client_cpu_share']:.0%} of a core, lag p99 "
+            f"{c['lag_p99_ms']:.1f} ms"
+        )
 
 
 def bench_ttft(n: int, out: dict[str, Any]) -> None:
