@@ -62,6 +62,7 @@ class LoadHooks:
             {
                 "nodeid": nodeid,
                 "shares": result.shares,
+                "partial": result.partial,
                 "slo": str(slo) if slo is not None else None,
                 "samples": [s.to_json() for s in result.samples],
                 "health": [
@@ -87,6 +88,28 @@ class LoadHooks:
         settings: Settings | None = _settings(config)
         if settings is None:
             return []
+        explicit = any(
+            settings.source_of(a) != "default"
+            for a in ("load_slo", "load_concurrencies", "load_rates", "load_requests")
+        )
+        if not explicit and getattr(config.option, "dist", "no") != "each":
+            return []  # stated after collection instead, if a test uses ddtree_load
+        return [self._load_line(config, settings)]
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        config = session.config
+        settings = _settings(config)
+        if settings is None or hasattr(config, "workerinput") or config.option.collectonly:
+            return
+        if self.pytest_report_header(config):
+            return  # already in the header
+        if not any("ddtree_load" in getattr(i, "fixturenames", ()) for i in session.items):
+            return
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(self._load_line(config, settings))
+
+    def _load_line(self, config: pytest.Config, settings: Settings) -> str:
         tx = getattr(config.option, "tx", None) or []
         n = getattr(config.option, "numprocesses", None)
         workers = int(n) if isinstance(n, int) else sum(_tx_count(t) for t in tx)
@@ -99,7 +122,7 @@ class LoadHooks:
             where = "each load test runs whole on one worker (use --dist each to split it)"
         else:
             where = "one process"
-        return [f"ddtree load: {load} ({where})"]
+        return f"ddtree load: {load} ({where})"
 
     # ---------------------------------------------------------------- finishing
 
@@ -124,9 +147,20 @@ class LoadHooks:
         from pytest_ddtree.report._atomic import write_text_atomic
 
         doc_path, html_path = directory / "sweep.json", directory / "sweep.html"
-        doc: dict[str, Any] = {}
         if doc_path.exists():
             doc = json.loads(doc_path.read_text(encoding="utf-8"))
+        else:  # no sweep in this session: an empty sweep document carries the load section
+            from pytest_ddtree import __version__
+            from pytest_ddtree.report.jsonfile import SCHEMA_VERSION
+
+            settings = _settings(self.config)
+            doc = {
+                "schema_version": SCHEMA_VERSION,
+                "generator": f"pytest-ddtree {__version__}",
+                "seed": settings.sweep_seed if settings is not None else 0,
+                "metadata": {},
+                "samples": [],
+            }
         doc["load"] = load_json(self.merged, self.calls)
         write_text_atomic(doc_path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
         section = render_load_section(self.merged)
@@ -147,9 +181,11 @@ class LoadHooks:
         from pytest_ddtree.load.tester import render_table
 
         terminalreporter.write_sep("-", "pytest-ddtree load")
+        partial = {c["nodeid"] for c in self.calls if c.get("partial")}
         for nodeid, shares, stats, schedule, workers in self.merged:
             where = f"{shares} processes ({', '.join(workers)})" if shares > 1 else "1 process"
-            terminalreporter.write_line(f"{nodeid}: merged from {where}; total load per point")
+            cut = " (interrupted: partial results)" if nodeid in partial else ""
+            terminalreporter.write_line(f"{nodeid}: merged from {where}; total load per point{cut}")
             for line in render_table(stats, schedule).splitlines():
                 terminalreporter.write_line("  " + line)
             if any(s.unreliable for s in stats):
@@ -219,6 +255,7 @@ def load_json(
                 "nodeid": nodeid,
                 "processes": shares,
                 "workers": workers,
+                "partial": any(c.get("partial") for c in calls if c["nodeid"] == nodeid),
                 "points": [s.to_json() for s in stats],
                 "schedule": schedule.to_json(),
                 "samples": raw.get(nodeid, []),

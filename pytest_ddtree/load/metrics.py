@@ -367,6 +367,9 @@ def summarize_point(
     """Statistics of the samples of one budget × load point (any number of processes)."""
     if not samples:
         raise ValueError("summarize_point: no samples")
+    # a fixed order whatever order the processes' samples were merged in: the bootstrap
+    # of the recommendation then gives the same interval for the same samples
+    samples = sorted(samples, key=lambda s: (s.start, s.worker, s.e2e, s.prompt_id or ""))
     point, budget = samples[0].point, samples[0].tree_budget
     for s in samples:
         if s.point != point or s.tree_budget != budget:

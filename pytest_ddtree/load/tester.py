@@ -39,6 +39,7 @@ class LoadResult:
     schedule: Schedule
     health: Mapping[Key, ClientHealth] = field(default_factory=dict)
     shares: int = 1
+    partial: bool = False
 
     def point(self, tree_budget: int | None, point: LoadPoint) -> PointStats:
         """The statistics at one budget × load point."""
@@ -246,6 +247,64 @@ class LoadTester:
         mt = max_tokens or self.max_tokens
         samples: list[LoadSample] = []
         health: dict[Key, list[ClientHealth]] = {}
+        try:
+            self._run(
+                prompts,
+                per_prompt,
+                budgets,
+                concurrencies,
+                rates,
+                requests,
+                mt,
+                temperature,
+                extra,
+                samples,
+                health,
+            )
+        except BaseException:
+            # an interrupted run (Ctrl-C, a crash) keeps every point it finished
+            if samples and self.sink is not None:
+                stats, schedule = analyse(samples, health, slo=slo, seed=self.seed)
+                self.sink(
+                    LoadResult(
+                        tuple(samples),
+                        stats,
+                        schedule,
+                        {k: v[0] for k, v in health.items()},
+                        self.shares,
+                        partial=True,
+                    )
+                )
+            raise
+        stats, schedule = analyse(samples, health, slo=slo, seed=self.seed)
+        result = LoadResult(
+            tuple(samples),
+            stats,
+            schedule,
+            {k: v[0] for k, v in health.items()},
+            self.shares,
+        )
+        if self.sink is not None:
+            self.sink(result)
+        problem = failure_message(result.stats)
+        if problem:
+            raise LoadError(problem)
+        return result
+
+    def _run(
+        self,
+        prompts: Sequence[Prompt],
+        per_prompt: Sequence[Mapping[str, Any]],
+        budgets: Sequence[int | None],
+        concurrencies: Sequence[int] | None,
+        rates: Sequence[float] | None,
+        requests: int | None,
+        mt: int,
+        temperature: float,
+        extra: Mapping[str, Any] | None,
+        samples: list[LoadSample],
+        health: dict[Key, list[ClientHealth]],
+    ) -> None:
         rng = random.Random(f"ddtree-load:{self.seed}")
         for whole in self.points(concurrencies, rates):
             point = whole.split(self.share, self.shares)
@@ -292,20 +351,6 @@ class LoadTester:
                 h = replace(h, tokens=tokens, validation_cpu_seconds=time.thread_time() - cpu0)
                 samples.extend(got)
                 health.setdefault((whole, budget), []).append(h)
-        stats, schedule = analyse(samples, health, slo=slo, seed=self.seed)
-        result = LoadResult(
-            tuple(samples),
-            stats,
-            schedule,
-            {k: v[0] for k, v in health.items()},
-            self.shares,
-        )
-        if self.sink is not None:
-            self.sink(result)
-        problem = failure_message(result.stats)
-        if problem:
-            raise LoadError(problem)
-        return result
 
 
 def failure_message(stats: Sequence[PointStats]) -> str:

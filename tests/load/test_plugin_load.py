@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from pytest_ddtree.reference import tokenizer_path
+from pytest_ddtree.report import read_sweep_json
 
 TEST_FILE = textwrap.dedent(
     """
@@ -61,6 +62,7 @@ def test_results_reach_terminal_json_and_html(pytester: pytest.Pytester, fast_se
     assert points == {("C=1", 16), ("C=1", 128), ("C=4", 16), ("C=4", 128)}
     assert all(p["goodput_share"] == 1.0 and p["slo_met"] for p in test["points"])
     assert test["schedule"]["schedule"]
+    assert read_sweep_json(report / "sweep.json").samples == []  # still a valid sweep.json
     html = (report / "sweep.html").read_text()
     assert "Load: test_load.py::test_load" in html and "TPOT vs load" in html
     assert html.count("<svg") >= 2 and "Schedule: " in html
