@@ -12,7 +12,7 @@ from pytest_ddtree.invariants import check
 from pytest_ddtree.load import Endpoint, LoadError, LoadPoint, LoadTester, parse_slo
 from pytest_ddtree.load.runner import run_point
 from pytest_ddtree.reference import spawn_reference_server, tokenizer_path
-from pytest_ddtree.reference.cost import DEFAULT_PROMPTS
+from pytest_ddtree.reference.cost import DEFAULT_PROMPTS, optimal_schedule
 from pytest_ddtree.tokens import load_counter
 
 PROMPTS = list(DEFAULT_PROMPTS)
@@ -102,3 +102,16 @@ def test_transport_failures_are_reported_not_dropped() -> None:
         tester(["hello"], requests=3)
     assert "3 of 3 requests under load" in str(info.value)
     assert "transport x3" in str(info.value)
+
+
+@pytest.mark.serial
+def test_schedule_matches_the_batching_servers_optimum(timed_server: Any) -> None:
+    # budgets whose predicted rates differ by more than 20% at each concurrency, so the
+    # comparison does not hinge on the cost model's ties
+    budgets, cs = [16, 64, 256], [1, 8]
+    expected = optimal_schedule(budgets, cs, prompts=PROMPTS, max_tokens=64)
+    assert expected == {1: 64, 8: 16}
+    result = _tester(timed_server, tree_budgets=budgets, concurrencies=cs, max_tokens=64)(PROMPTS)
+    measured = {c.point.concurrency: c.tree_budget for c in result.schedule.choices}
+    assert measured == expected, result.table()
+    assert result.schedule.text() == "C<=1: 64, C>1: 16"
