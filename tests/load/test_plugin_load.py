@@ -207,7 +207,14 @@ def test_xdist_merge_equals_one_process_on_the_same_samples(
     (test,) = json.loads((report / "sweep.json").read_text())["load"]["tests"]
     samples = [LoadSample.from_json(s) for s in test["samples"]]
     stats, schedule = analyse(samples)
-    assert schedule.to_json() == test["schedule"]
+    again_schedule = schedule.to_json()
+    assert again_schedule["schedule"] == test["schedule"]["schedule"]
+    for mine_choice, theirs in zip(
+        again_schedule["points"], test["schedule"]["points"], strict=True
+    ):
+        # "unreliable" comes from the workers' client health, not from the samples
+        theirs = {k: v for k, v in theirs.items() if k != "unreliable"}
+        assert {k: v for k, v in mine_choice.items() if k != "unreliable"} == theirs
     mine = {(s.point.label, s.tree_budget): s.to_json() for s in stats}
     for p in test["points"]:
         again = mine[(p["label"], p["tree_budget"])]
