@@ -118,6 +118,11 @@ class LoadHooks:
         load = f"total concurrency {total}" + (f"; total rate {rates}/s" if rates else "")
         if workers > 1 and getattr(config.option, "dist", "no") == "each":
             where = f"split over {workers} xdist workers, merged from raw samples"
+            if settings.endpoint is None:
+                where += (
+                    "; WARNING: each worker starts its own embedded server, so the merged "
+                    "load is not on one server: give --ddtree-endpoint"
+                )
         elif workers > 1:
             where = "each load test runs whole on one worker (use --dist each to split it)"
         else:

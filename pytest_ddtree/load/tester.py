@@ -81,11 +81,15 @@ def _ms(p: Any, attr: str) -> str:
 
 
 def render_table(stats: Sequence[PointStats], schedule: Schedule) -> str:
-    """Per budget × load point: latencies (ms, p50/p99), rates, concurrency, goodput."""
+    """Per budget × load point: latencies (ms, p50/p99), rates, concurrency, goodput.
+
+    ``vs srv`` is the median of the client's TTFT minus the server's own (ms), where the
+    server reports one.
+    """
     head = (
         f"{'load':<12}{'budget':>7}{'ok/n':>9}{'TTFT p50/p99':>15}{'ITL p50/p99':>14}"
         f"{'TPOT p50/p99':>14}{'e2e p50/p99':>15}{'tok/s':>9}{'req/s':>8}{'C seen':>8}"
-        f"{'goodput':>9}{'accept':>7}  client"
+        f"{'goodput':>9}{'accept':>7}{'vs srv':>8}  client"
     )
     lines = [head]
     for s in stats:
@@ -105,7 +109,8 @@ def render_table(stats: Sequence[PointStats], schedule: Schedule) -> str:
             f"{_ms(s.tpot, 'p50') + '/' + _ms(s.tpot, 'p99'):>14}"
             f"{_ms(s.e2e, 'p50') + '/' + _ms(s.e2e, 'p99'):>15}"
             f"{s.output_tokens_per_second:>9.0f}{s.requests_per_second:>8.1f}"
-            f"{s.achieved_concurrency:>8.1f}{good:>9}{acc:>7}  {client}"
+            f"{s.achieved_concurrency:>8.1f}{good:>9}{acc:>7}{_ms(s.ttft_offset, 'p50'):>8}"
+            f"  {client}"
         )
     for c in schedule.choices:
         if c.tree_budget is None:
