@@ -8,7 +8,7 @@ runs once per prompt (ids like ``essay-rivers``); ``sweep_prompt`` runs once per
 
 Tests run in the order a person would check a new deployment: smoke first (look at one output
 per prompt before anything else), then every budget, determinism and losslessness, streaming,
-and the timed sweep last.
+the timed sweep, then latency under load last.
 """
 
 from __future__ import annotations
@@ -25,7 +25,14 @@ from pytest_ddtree.invariants import Expectation
 PROMPTS_FILE = Path(__file__).with_name("prompts.json")
 
 # pytest collects files alphabetically; a deploy gate reads better in this order.
-_ORDER = ("test_smoke", "test_invariants", "test_lossless", "test_streaming", "test_sweep")
+_ORDER = (
+    "test_smoke",
+    "test_invariants",
+    "test_lossless",
+    "test_streaming",
+    "test_sweep",
+    "test_load",
+)
 
 _EXPECT_KEYS = frozenset(Expectation.__dataclass_fields__)
 

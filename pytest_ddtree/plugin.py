@@ -30,6 +30,7 @@ from pytest_ddtree.settings import OPTIONS, Settings, SettingsError
 if TYPE_CHECKING:
     # the fixture objects pull in the sweep and the invariants: loaded when a test uses them
     from pytest_ddtree import fixtures
+    from pytest_ddtree.load.tester import LoadTester
     from pytest_ddtree.tokens import TokenCounter
 
 MARKER_HELP = (
@@ -70,6 +71,9 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_ddtree.integrations import register
 
     register(config, session)
+    from pytest_ddtree._load_hooks import register as register_load
+
+    register_load(config)
 
 
 def _check_report_dir(settings: Settings) -> None:
@@ -250,3 +254,13 @@ def ddtree_sweep(_ddtree_gate: fixtures.Gate) -> fixtures.DDTreeSweep:
     from pytest_ddtree.fixtures import DDTreeSweep
 
     return DDTreeSweep(_ddtree_gate)
+
+
+@pytest.fixture
+def ddtree_load(
+    request: pytest.FixtureRequest, ddtree_settings: Settings, ddtree_runtime: Runtime
+) -> LoadTester:
+    """A :class:`~pytest_ddtree.load.LoadTester`: ``ddtree_load(prompts, concurrencies=...)``."""
+    from pytest_ddtree._load_hooks import make_tester
+
+    return make_tester(request, ddtree_settings, ddtree_runtime)

@@ -49,6 +49,7 @@ ENDPOINT_FIXTURES = frozenset(
         "ddtree_benchmark",
         "ddtree_lossless",
         "ddtree_determinism",
+        "ddtree_load",
     }
 )
 

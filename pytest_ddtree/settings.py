@@ -97,6 +97,11 @@ class Settings:
     sweep_order: Literal["shuffled", "fixed"] = "shuffled"
     reference_faults: tuple[str, ...] = ()
     reference_latency: bool = True
+    slo: Any = None  # pytest_ddtree.load.slo.SLO
+    load_concurrency: tuple[int, ...] = (1, 4, 16)
+    load_rate: tuple[float, ...] = ()
+    load_burstiness: float = 1.0
+    load_requests: int | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def source_of(self, name: str) -> str:
@@ -286,6 +291,43 @@ def parse_codes(raw: Sequence[str], source: str) -> tuple[str, ...]:
                     raise _fail("skip-check", item, source, "codes look like early-stop, role-leak")
                 out.append(code)
     return tuple(out)
+
+
+def _load_parser(name: str) -> Callable[[Any, str], Any]:
+    """A parser of ``pytest_ddtree.load`` whose ValueError becomes a ``SettingsError``."""
+
+    def parse(raw: Any, source: str) -> Any:
+        from pytest_ddtree.load import arrivals, slo
+
+        fn = {
+            "slo": slo.parse_slo,
+            "concurrency": arrivals.parse_concurrencies,
+            "rate": arrivals.parse_rates,
+        }[name]
+        try:
+            return fn(str(raw), source)
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
+
+    return parse
+
+
+def parse_burstiness(raw: str, source: str) -> float:
+    """A number > 0 (1 = Poisson arrivals)."""
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise _fail("load-burstiness", raw, source, "expected a number > 0 (1 is Poisson)")
+    return value
+
+
+def parse_load_requests(raw: str, source: str) -> int | None:
+    """``auto`` or an integer >= 1."""
+    if str(raw).strip().lower() == "auto":
+        return None
+    return parse_positive_int(raw, source, "load-requests")
 
 
 # --------------------------------------------------------------------------
@@ -537,6 +579,46 @@ OPTIONS: tuple[OptionDef, ...] = (
         metavar="on|off",
         default="on",
         parse=lambda raw, src: parse_bool(raw, src, "reference-latency", "on or off"),
+    ),
+    OptionDef(
+        "slo",
+        "Service-level objective of ddtree_load tests: per-request limits ttft, itl, tpot, "
+        "e2e (units us, ms, s) and the share of requests that must meet them all, e.g. "
+        "ttft=500ms,tpot=50ms,e2e=2s,goodput=95% (default share 100%).",
+        metavar="SPEC",
+        env=("DDTREE_SLO",),
+        parse=_load_parser("slo"),
+    ),
+    OptionDef(
+        "load-concurrency",
+        "Concurrencies ddtree_load runs at (requests in flight, closed loop).",
+        metavar="C,C,...",
+        default="1,4,16",
+        env=("DDTREE_LOAD_CONCURRENCY",),
+        parse=_load_parser("concurrency"),
+    ),
+    OptionDef(
+        "load-rate",
+        "Arrival rates (requests/s, open loop) ddtree_load runs at, besides the concurrencies.",
+        metavar="R,R,...",
+        env=("DDTREE_LOAD_RATE",),
+        parse=_load_parser("rate"),
+    ),
+    OptionDef(
+        "load-burstiness",
+        "Burstiness of the arrivals at a rate: gamma-distributed gaps of this shape; 1 is "
+        "Poisson, below 1 burstier, above 1 more regular.",
+        metavar="B",
+        default="1",
+        parse=parse_burstiness,
+    ),
+    OptionDef(
+        "load-requests",
+        "Requests per tree budget and load point in ddtree_load; auto is 8 x C (at least 16) "
+        "at a concurrency and 32 at a rate. Under xdist the workers share them.",
+        metavar="N",
+        default="auto",
+        parse=parse_load_requests,
     ),
 )
 

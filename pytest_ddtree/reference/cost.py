@@ -4,15 +4,21 @@ A DDTree round costs one drafter pass plus one target verification pass over the
 The verification cost grows with the number of tree nodes (linearly, plus an optional
 quadratic term for attention within the tree), so a bigger budget buys a longer accepted
 path at a higher price per round: decode throughput peaks at an intermediate budget.
+
+Concurrent requests share one simulated accelerator (``Accelerator``), as a batch does on a
+GPU: a verification pass covers the tree nodes of every request in flight, so its cost
+grows with the total. A budget that wins alone loses under load, and the optimum at a
+concurrency C stays computable (``optimal_budget(..., concurrency=C)``, ``optimal_schedule``).
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_PROMPTS", "CostModel", "optimal_budget"]
+__all__ = ["DEFAULT_PROMPTS", "Accelerator", "CostModel", "optimal_budget", "optimal_schedule"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,45 @@ class CostModel:
         return ms * self.slowdown / 1000.0
 
 
+class Accelerator:
+    """The simulated accelerator the requests in flight share.
+
+    Each request in flight registers the tree size of its current round; a
+    verification pass then covers the nodes of every request (the batch), so
+    its cost is ``CostModel.verify_seconds(total nodes in flight)``. A request
+    in prefill, or decoding without a tree, adds no nodes. Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._nodes: dict[int, int] = {}
+        self._next = 0
+
+    def join(self) -> int:
+        """Register a request; returns its handle."""
+        with self._lock:
+            self._next += 1
+            self._nodes[self._next] = 0
+            return self._next
+
+    def leave(self, handle: int) -> None:
+        """The request is done (idempotent)."""
+        with self._lock:
+            self._nodes.pop(handle, None)
+
+    def step(self, handle: int, nodes: int) -> int:
+        """Set the request's tree size for this round; the total nodes in the batch."""
+        with self._lock:
+            self._nodes[handle] = nodes
+            return sum(self._nodes.values())
+
+    @property
+    def in_flight(self) -> int:
+        """Requests currently registered."""
+        with self._lock:
+            return len(self._nodes)
+
+
 DEFAULT_PROMPTS: tuple[str, ...] = (
     "Write a long essay about rivers and the valleys they shape.",
     "Explain in detail how a computer network handles a request.",
@@ -96,8 +141,13 @@ def optimal_budget(
     cost: CostModel | None = None,
     max_tokens: int = 128,
     block_size: int = 16,
+    concurrency: int = 1,
 ) -> tuple[int, dict[int, dict[str, float]]]:
     """The budget with the highest expected decode throughput under ``cost``.
+
+    ``concurrency`` C: C requests at the same budget share the accelerator, so
+    each verification pass also covers the other C - 1 requests' trees (their
+    mean tree size); the per-request rate is what one of them sees.
 
     Runs the model (no waiting) on ``prompts`` at each budget, temperature 0, measures the
     mean acceptance length of the decode rounds (the prefill round excluded, as a client's
@@ -110,6 +160,8 @@ def optimal_budget(
 
     if not budgets:
         raise ValueError("optimal_budget: budgets is empty")
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"optimal_budget: concurrency {concurrency!r} is not an integer >= 1")
     for b in budgets:
         if not isinstance(b, int) or isinstance(b, bool) or b < 1:
             raise ValueError(f"optimal_budget: budget {b!r} is not a positive integer")
@@ -120,6 +172,7 @@ def optimal_budget(
     for budget in budgets:
         tokens = rounds = nodes = 0
         seconds = 0.0
+        trees: list[int] = []
         for text in texts:
             rendered = model.render_chat([("user", text)], False)
             plan = model.plan(text, rendered)
@@ -134,7 +187,10 @@ def optimal_budget(
                 tokens += take
                 rounds += 1
                 nodes += rd.nodes
-                seconds += cost.round_seconds(rd.nodes)
+                trees.append(rd.nodes)
+        others = (concurrency - 1) * (nodes / rounds if rounds else 0.0)
+        for n in trees:
+            seconds += cost.draft_seconds() + cost.verify_seconds(round(n + others))
         tau = tokens / rounds if rounds else 1.0
         table[budget] = {
             "tau": tau,
@@ -144,3 +200,18 @@ def optimal_budget(
         }
     best = max(table, key=lambda b: (table[b]["tok_per_sec"], -b))
     return best, table
+
+
+def optimal_schedule(
+    budgets: Sequence[int],
+    concurrencies: Sequence[int],
+    prompts: Sequence[str] | None = None,
+    cost: CostModel | None = None,
+    max_tokens: int = 128,
+    block_size: int = 16,
+) -> dict[int, int]:
+    """The optimal budget at each concurrency (``optimal_budget(..., concurrency=C)``)."""
+    return {
+        c: optimal_budget(budgets, prompts, cost, max_tokens, block_size, concurrency=c)[0]
+        for c in concurrencies
+    }

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar
 
-from .cost import CostModel
+from .cost import Accelerator, CostModel
 from .faults import SPECULATION_FAULTS, TEMPLATE_FAULTS, parse_faults
 from .model import MODEL_ID, GenerationPlan, ReferenceModel, get_model
 
@@ -325,6 +325,9 @@ class _Result:
     decode_tokens: int = 0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
+    slot: int = 0  # handle on the shared accelerator while generating
+    received: float = 0.0  # when the request arrived (perf_counter)
+    first_content_sent: float | None = None  # when its first content chunk was written
 
 
 class _Engine:
@@ -341,6 +344,8 @@ class _Engine:
         self._last_prompt: int | None = None
         self._last_tail: tuple[int, int, int] | None = None
         self._rng = random.Random(options.seed)
+        # concurrent requests share one simulated accelerator (a batch on a GPU)
+        self.accelerator = Accelerator()
 
     def next_id(self) -> int:
         with self._lock:
@@ -391,6 +396,14 @@ class _Engine:
                 self._last_tail = (tail[-3], tail[-2], tail[-1])
 
     def run(self, req: _Request, faults: frozenset[str], result: _Result) -> Iterator[_Event]:
+        """Generate on the shared accelerator; yield text per round (see ``_generate``)."""
+        result.slot = self.accelerator.join()
+        try:
+            yield from self._generate(req, faults, result)
+        finally:
+            self.accelerator.leave(result.slot)
+
+    def _generate(self, req: _Request, faults: frozenset[str], result: _Result) -> Iterator[_Event]:
         """Generate, sleeping the simulated cost of each round; yield text per round."""
         opts = self.options
         model = self.model
@@ -424,13 +437,17 @@ class _Engine:
         gen = model.generate(plan, req.max_tokens, budget, opts.block_size)
         for i, rd in enumerate(gen):
             if i == 0:
+                self.accelerator.step(result.slot, 0)
                 target = cost.prefill_seconds(prompt_tokens)
             elif budget is None:
-                target = cost.target_round_seconds()
+                # one token, no tree; the pass still carries the trees of the batch
+                target = cost.verify_seconds(self.accelerator.step(result.slot, 0))
             else:
-                target = cost.round_seconds(rd.nodes)
+                # the verification pass covers every tree in flight, this one included
+                verify = cost.verify_seconds(self.accelerator.step(result.slot, rd.nodes))
+                target = cost.draft_seconds() + verify
                 result.draft_seconds += cost.draft_seconds()
-                result.verify_seconds += cost.verify_seconds(rd.nodes)
+                result.verify_seconds += verify
             toks = rd.tokens
             finished_eos = False
             room = req.max_tokens - produced
@@ -628,6 +645,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         return
+
+    def parse_request(self) -> bool:
+        # the request line has just been read: the server's clock for this request starts here
+        self._received = time.perf_counter()
+        return super().parse_request()
 
     # routing ---------------------------------------------------------------
 
@@ -847,6 +869,9 @@ class _Handler(BaseHTTPRequestHandler):
             "draft_ms": round(res.draft_seconds * 1000, 3),
             "verify_ms": round(res.verify_seconds * 1000, 3),
         }
+        if res.first_content_sent is not None and res.received:
+            # the server's own time to first content: request read to first content written
+            stats["ttft_ms"] = round((res.first_content_sent - res.received) * 1000, 3)
         if "budget-ignored" in faults:
             del stats["tree_budget"]
         return stats
@@ -986,7 +1011,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.send_header("Connection", "close")
         self.end_headers()
-        res = _Result()
+        res = _Result(received=getattr(self, "_received", 0.0))
         sent_chunks = 0
         empty = "empty-200" in faults
         try:
@@ -1007,6 +1032,8 @@ class _Handler(BaseHTTPRequestHandler):
                     if not content:
                         continue
                     self._sse(chunk(None, text=content))
+                if res.first_content_sent is None:
+                    res.first_content_sent = time.perf_counter()
                 sent_chunks += 1
                 if sent_chunks == _MID_STREAM and self._mid_stream_faults(faults):
                     return

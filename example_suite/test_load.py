@@ -1,0 +1,32 @@
+"""Latency under load: every request validated, percentiles per budget and concurrency.
+
+``ddtree_load`` sends the long-form prompts at each concurrency of
+``--ddtree-load-concurrency`` (and each rate of ``--ddtree-load-rate``) for a few tree
+budgets, checks every response with the same invariants as the other tests, and prints
+TTFT, ITL, TPOT and end-to-end percentiles, goodput and the best budget per load point.
+The test fails if any request is invalid, or if ``--ddtree-slo`` is given and missed.
+Spread the load over processes with ``-n 4 --dist each``; the results are merged.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pytest_ddtree.load import LoadTester
+from pytest_ddtree.settings import Settings
+
+if TYPE_CHECKING:
+    from conftest import Prompt
+
+
+def test_load(prompts: list[Prompt], ddtree_load: LoadTester, ddtree_settings: Settings) -> None:
+    chosen = [p for p in prompts if p.sweep] or prompts[:3]
+    budgets = sorted(ddtree_settings.budgets)
+    # the smallest, a middle and the largest budget: enough to see the best one move
+    picked = sorted({budgets[0], budgets[len(budgets) // 2], budgets[-1]}) if budgets else None
+    result = ddtree_load(
+        [p.text for p in chosen],
+        tree_budgets=picked,
+        expect=[p.expectations(ddtree_settings.max_tokens) for p in chosen],
+    )
+    assert result.samples and all(s.valid for s in result.samples)

@@ -1,0 +1,169 @@
+"""The load section of ``sweep.html``: latency against load per budget, and the schedule."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from html import escape
+from typing import Any
+
+from pytest_ddtree.load.metrics import PointStats
+from pytest_ddtree.load.recommend import Schedule
+
+__all__ = ["latency_chart", "render_load_section"]
+
+_COLORS = ("#0f766e", "#b45309", "#4338ca", "#be123c", "#15803d", "#7c3aed", "#0369a1", "#a16207")
+
+
+def latency_chart(stats: Sequence[PointStats], metric: str, title: str) -> str:
+    """An inline SVG: ``metric`` p50 (solid) and p99 (dashed) per budget across load points."""
+    points = sorted({s.point for s in stats}, key=lambda p: (p.mode, p.value))
+    budgets = sorted({s.tree_budget for s in stats}, key=lambda b: -1 if b is None else b)
+    values = [
+        getattr(p, q) * 1000
+        for s in stats
+        if (p := getattr(s, metric)) is not None
+        for q in ("p50", "p99")
+    ]
+    if not points or not values:
+        return ""
+    w, h, left, right, top, bottom = 520, 240, 56, 110, 24, 36
+    top_v = max(values) * 1.08 or 1.0
+    span = max(len(points) - 1, 1)
+
+    def x(i: int) -> float:
+        return left + (w - left - right) * (i / span if len(points) > 1 else 0.5)
+
+    def y(v: float) -> float:
+        return top + (h - top - bottom) * (1 - v / top_v)
+
+    parts = [
+        f'<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
+        f'aria-label="{escape(title)}" style="font:11px sans-serif">',
+        f'<text x="{left}" y="14">{escape(title)} (ms; solid p50, dashed p99)</text>',
+        f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="#999"/>',
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="#999"/>',
+    ]
+    for k in range(5):
+        v = top_v * k / 4
+        parts.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.3g}</text>')
+    for i, p in enumerate(points):
+        parts.append(
+            f'<text x="{x(i):.1f}" y="{h - bottom + 16}" text-anchor="middle">'
+            f"{escape(p.label)}</text>"
+        )
+    for j, b in enumerate(budgets):
+        color = _COLORS[j % len(_COLORS)]
+        for q, dash in (("p50", ""), ("p99", ' stroke-dasharray="4 3"')):
+            coords = []
+            for i, p in enumerate(points):
+                s = next((s for s in stats if s.point == p and s.tree_budget == b), None)
+                pct = getattr(s, metric) if s is not None else None
+                if pct is not None:
+                    coords.append(f"{x(i):.1f},{y(getattr(pct, q) * 1000):.1f}")
+            if coords:
+                parts.append(
+                    f'<polyline fill="none" stroke="{color}" stroke-width="2"{dash} '
+                    f'points="{" ".join(coords)}"/>'
+                )
+        label = "server" if b is None else str(b)
+        ly = top + 14 * j + 6
+        parts.append(
+            f'<line x1="{w - right + 10}" x2="{w - right + 28}" y1="{ly}" y2="{ly}" '
+            f'stroke="{color}" stroke-width="2"/>'
+            f'<text x="{w - right + 32}" y="{ly + 4}">budget {escape(label)}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _table(stats: Sequence[PointStats]) -> str:
+    def ms(p: Any, q: str) -> str:
+        return "-" if p is None else f"{getattr(p, q) * 1000:.2f}"
+
+    rows = []
+    for s in stats:
+        good = "-" if s.slo is None else f"{s.goodput_share:.0%} ({s.goodput_rate:.2f}/s)"
+        client = "-"
+        if s.client is not None:
+            cpt = s.client.cpu_per_token
+            client = f"{cpt * 1e6:.0f} µs/token" if cpt else "ok"
+            if s.client.saturated:
+                client = "SATURATED: " + s.client.reason()
+        budget = "server" if s.tree_budget is None else str(s.tree_budget)
+        codes = ", ".join(f"{c} ×{k}" for c, k in s.codes.items())
+        rows.append(
+            "<tr>"
+            + "".join(
+                f"<td>{escape(str(v))}</td>"
+                for v in (
+                    s.point.label,
+                    budget,
+                    f"{s.valid}/{s.requests}" + (f" ({codes})" if codes else ""),
+                    f"{ms(s.ttft, 'p50')} / {ms(s.ttft, 'p90')} / {ms(s.ttft, 'p99')}",
+                    f"{ms(s.itl, 'p50')} / {ms(s.itl, 'p99')}",
+                    f"{ms(s.tpot, 'p50')} / {ms(s.tpot, 'p99')}",
+                    f"{ms(s.e2e, 'p50')} / {ms(s.e2e, 'p99')} / {ms(s.e2e, 'max')}",
+                    f"{s.output_tokens_per_second:.0f}",
+                    f"{s.requests_per_second:.2f}",
+                    f"{s.achieved_concurrency:.2f}",
+                    good,
+                    "-" if s.mean_acceptance is None else f"{s.mean_acceptance:.2f}",
+                    client,
+                )
+            )
+            + "</tr>"
+        )
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in (
+            "load",
+            "budget",
+            "valid",
+            "TTFT p50/p90/p99 ms",
+            "ITL p50/p99 ms",
+            "TPOT p50/p99 ms",
+            "e2e p50/p99/max ms",
+            "tok/s",
+            "req/s",
+            "concurrency seen",
+            "goodput",
+            "acceptance",
+            "client",
+        )
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def render_load_section(
+    merged: Sequence[tuple[str, int, Sequence[PointStats], Schedule, Any]],
+) -> str:
+    """One card per load test: the schedule, the charts and the table."""
+    out = []
+    for nodeid, shares, stats, schedule, workers in merged:
+        choices = "".join(
+            f"<li>{escape(c.point.label)}: "
+            + (
+                "no valid budget"
+                if c.tree_budget is None
+                else f"{c.tree_budget} (TPOT p50 {c.tpot_ms:.2f} ms"
+                + (f", 95% CI {c.ci_ms[0]:.2f}–{c.ci_ms[1]:.2f}" if c.ci_ms else "")
+                + (")" if c.decisive else "; a tie with the runner-up at this noise)")
+            )
+            + (" — UNRELIABLE: client saturated" if c.unreliable else "")
+            + "</li>"
+            for c in schedule.choices
+        )
+        where = f"{shares} processes ({', '.join(workers)})" if shares > 1 else "1 process"
+        out.append(
+            '<section class="card"><h2>Load: '
+            f"{escape(nodeid)}</h2>"
+            f'<p class="muted">Every request validated before it counts; merged from raw '
+            f"samples of {escape(where)}; loads are totals.</p>"
+            f"<p><strong>Schedule: {escape(schedule.text())}</strong>"
+            f"{' (the best budget changes with load)' if schedule.changes_with_load else ''}"
+            f"</p><ul>{choices}</ul>"
+            f"{latency_chart(stats, 'tpot', 'TPOT vs load')}"
+            f"{latency_chart(stats, 'ttft', 'TTFT vs load')}"
+            f"{_table(stats)}</section>"
+        )
+    return "".join(out)

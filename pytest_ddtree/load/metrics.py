@@ -1,0 +1,423 @@
+"""Raw per-request load samples and the statistics of one budget × load point.
+
+Everything is computed from raw samples, never from other summaries: xdist
+workers send their samples, the controller concatenates them and computes the
+percentiles once, so a split run and a single-process run of the same samples
+give the same numbers.
+
+Conventions (those of the common serving benchmarks):
+
+- TTFT: request sent to the first event carrying content.
+- ITL: the gaps between consecutive content events, pooled over requests. A
+  speculative server sends several tokens per event, so this is the gap a
+  reader sees, not a per-token figure.
+- TPOT: ``(e2e - TTFT) / (output tokens - 1)`` per request, first token excluded.
+- e2e: request sent to the last byte.
+- Achieved concurrency: the time-weighted number of requests in flight over the
+  window from the first send to the last byte (the sum of e2e over the span).
+- Goodput: the share (and rate) of requests that are valid and within every SLO.
+
+Invalid requests never enter the latency percentiles; they are counted and
+reported with their codes and first evidence.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_ddtree.load.arrivals import LoadPoint
+from pytest_ddtree.load.slo import SLO
+from pytest_ddtree.sweep import quantile
+
+__all__ = [
+    "PERCENTILES",
+    "ClientHealth",
+    "LoadSample",
+    "Percentiles",
+    "PointStats",
+    "merge_health",
+    "percentiles",
+    "summarize_point",
+]
+
+PERCENTILES = (0.50, 0.90, 0.99)
+
+#: the client is called saturated above this event-loop lag (p99, seconds): timer wake-ups
+#: on a busy shared machine jitter by a few milliseconds; beyond 10 ms the client's own
+#: queueing is a visible part of a TTFT or an inter-token gap ...
+LAG_LIMIT = 0.010
+#: ... or above this share of one core spent by the event-loop thread
+CPU_LIMIT = 0.90
+
+
+@dataclass(frozen=True)
+class LoadSample:
+    """One request of a load run, as measured (seconds; ``start`` is wall-clock epoch)."""
+
+    point: LoadPoint
+    tree_budget: int | None
+    start: float
+    e2e: float
+    ttft: float | None
+    gaps: tuple[float, ...]
+    output_tokens: int | None
+    valid: bool
+    codes: tuple[str, ...] = ()
+    error: str | None = None
+    evidence: str = ""
+    acceptance: float | None = None
+    server_ttft: float | None = None
+    prompt_id: str | None = None
+    worker: str = "main"
+
+    @property
+    def end(self) -> float:
+        """Wall-clock time of the last byte."""
+        return self.start + self.e2e
+
+    @property
+    def tpot(self) -> float | None:
+        """Time per output token after the first; None with fewer than two tokens."""
+        if self.ttft is None or self.output_tokens is None or self.output_tokens < 2:
+            return None
+        return (self.e2e - self.ttft) / (self.output_tokens - 1)
+
+    @property
+    def max_gap(self) -> float | None:
+        """The request's worst inter-event gap (its ITL against an SLO)."""
+        return max(self.gaps) if self.gaps else None
+
+    def slo_metrics(self) -> dict[str, float | None]:
+        """The per-request values an SLO judges."""
+        return {"ttft": self.ttft, "itl": self.max_gap, "tpot": self.tpot, "e2e": self.e2e}
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON (for xdist transport and sweep.json)."""
+        return {
+            "point": self.point.to_json(),
+            "tree_budget": self.tree_budget,
+            "start": self.start,
+            "e2e": self.e2e,
+            "ttft": self.ttft,
+            "gaps": list(self.gaps),
+            "output_tokens": self.output_tokens,
+            "valid": self.valid,
+            "codes": list(self.codes),
+            "error": self.error,
+            "evidence": self.evidence,
+            "acceptance": self.acceptance,
+            "server_ttft": self.server_ttft,
+            "prompt_id": self.prompt_id,
+            "worker": self.worker,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LoadSample:
+        """Inverse of ``to_json``."""
+        return cls(
+            point=LoadPoint.from_json(data["point"]),
+            tree_budget=data.get("tree_budget"),
+            start=float(data["start"]),
+            e2e=float(data["e2e"]),
+            ttft=None if data.get("ttft") is None else float(data["ttft"]),
+            gaps=tuple(float(g) for g in data.get("gaps", ())),
+            output_tokens=data.get("output_tokens"),
+            valid=bool(data["valid"]),
+            codes=tuple(data.get("codes", ())),
+            error=data.get("error"),
+            evidence=str(data.get("evidence", "")),
+            acceptance=data.get("acceptance"),
+            server_ttft=data.get("server_ttft"),
+            prompt_id=data.get("prompt_id"),
+            worker=str(data.get("worker", "main")),
+        )
+
+
+@dataclass(frozen=True)
+class ClientHealth:
+    """How busy the load generator itself was during one run (one process).
+
+    ``cpu_seconds`` is the CPU time of the event-loop thread over the run window
+    ``wall_seconds``; ``lag_*`` is how late the loop woke a timer. A saturated
+    client queues requests and events itself, which would read as server latency.
+    """
+
+    cpu_seconds: float
+    wall_seconds: float
+    requests: int
+    tokens: int
+    lag_p99: float
+    lag_max: float
+    lag_samples: int
+    workers: int = 1
+    validation_cpu_seconds: float = 0.0
+
+    @property
+    def cpu_share(self) -> float:
+        """CPU of the loop thread as a share of one core (per process, on average)."""
+        return self.cpu_seconds / self.wall_seconds / self.workers if self.wall_seconds > 0 else 0.0
+
+    @property
+    def cpu_per_request(self) -> float | None:
+        """Client CPU seconds per request while streaming."""
+        return self.cpu_seconds / self.requests if self.requests else None
+
+    @property
+    def cpu_per_token(self) -> float | None:
+        """Client CPU seconds per streamed output token."""
+        return self.cpu_seconds / self.tokens if self.tokens else None
+
+    @property
+    def saturated(self) -> bool:
+        """True when the client's own queueing may be in the latencies."""
+        return self.lag_p99 > LAG_LIMIT or self.cpu_share > CPU_LIMIT
+
+    def reason(self) -> str:
+        """One line: why the client counts as saturated (empty when it does not)."""
+        why = []
+        if self.lag_p99 > LAG_LIMIT:
+            why.append(f"event-loop lag p99 {self.lag_p99 * 1000:.1f} ms > {LAG_LIMIT * 1000:g} ms")
+        if self.cpu_share > CPU_LIMIT:
+            why.append(f"client CPU {self.cpu_share:.0%} of a core > {CPU_LIMIT:.0%}")
+        return "; ".join(why)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON, with the derived figures."""
+        return {
+            "cpu_seconds": self.cpu_seconds,
+            "wall_seconds": self.wall_seconds,
+            "requests": self.requests,
+            "tokens": self.tokens,
+            "lag_p99": self.lag_p99,
+            "lag_max": self.lag_max,
+            "lag_samples": self.lag_samples,
+            "workers": self.workers,
+            "validation_cpu_seconds": self.validation_cpu_seconds,
+            "cpu_share": self.cpu_share,
+            "cpu_per_request": self.cpu_per_request,
+            "cpu_per_token": self.cpu_per_token,
+            "saturated": self.saturated,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ClientHealth:
+        """Inverse of ``to_json`` (derived figures ignored)."""
+        return cls(
+            cpu_seconds=float(data["cpu_seconds"]),
+            wall_seconds=float(data["wall_seconds"]),
+            requests=int(data["requests"]),
+            tokens=int(data["tokens"]),
+            lag_p99=float(data["lag_p99"]),
+            lag_max=float(data["lag_max"]),
+            lag_samples=int(data["lag_samples"]),
+            workers=int(data.get("workers", 1)),
+            validation_cpu_seconds=float(data.get("validation_cpu_seconds", 0.0)),
+        )
+
+
+def merge_health(parts: Sequence[ClientHealth]) -> ClientHealth | None:
+    """One health figure for processes that shared a load point (worst lag, summed CPU)."""
+    if not parts:
+        return None
+    return ClientHealth(
+        cpu_seconds=sum(p.cpu_seconds for p in parts),
+        wall_seconds=max(p.wall_seconds for p in parts),
+        requests=sum(p.requests for p in parts),
+        tokens=sum(p.tokens for p in parts),
+        lag_p99=max(p.lag_p99 for p in parts),
+        lag_max=max(p.lag_max for p in parts),
+        lag_samples=sum(p.lag_samples for p in parts),
+        workers=sum(p.workers for p in parts),
+        validation_cpu_seconds=sum(p.validation_cpu_seconds for p in parts),
+    )
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    """p50/p90/p99/max (and the mean) of one latency, seconds; n values."""
+
+    n: int
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+    max: float
+
+    def to_json(self) -> dict[str, Any]:
+        """Milliseconds, for reports."""
+        return {
+            "n": self.n,
+            "mean_ms": self.mean * 1000,
+            "p50_ms": self.p50 * 1000,
+            "p90_ms": self.p90 * 1000,
+            "p99_ms": self.p99 * 1000,
+            "max_ms": self.max * 1000,
+        }
+
+
+def percentiles(values: Iterable[float]) -> Percentiles | None:
+    """Linear-interpolated (type 7) percentiles; None for no values."""
+    xs = sorted(values)
+    if not xs:
+        return None
+    p50, p90, p99 = (quantile(xs, q) for q in PERCENTILES)
+    return Percentiles(len(xs), statistics.fmean(xs), p50, p90, p99, xs[-1])
+
+
+@dataclass(frozen=True)
+class PointStats:
+    """Everything measured at one tree budget × load point."""
+
+    point: LoadPoint
+    tree_budget: int | None
+    requests: int
+    valid: int
+    codes: Mapping[str, int]
+    first_evidence: str
+    ttft: Percentiles | None
+    itl: Percentiles | None
+    tpot: Percentiles | None
+    e2e: Percentiles | None
+    duration: float
+    output_tokens_per_second: float
+    requests_per_second: float
+    achieved_concurrency: float
+    slo: SLO | None
+    good: int
+    mean_acceptance: float | None
+    client: ClientHealth | None
+    workers: tuple[str, ...] = ()
+    tpot_values: tuple[float, ...] = field(default=(), repr=False)
+    ttft_offset: Percentiles | None = None
+
+    @property
+    def invalid(self) -> int:
+        """Requests that broke an invariant (or did not complete)."""
+        return self.requests - self.valid
+
+    @property
+    def goodput_share(self) -> float:
+        """Share of all requests that were valid and within every SLO."""
+        return self.good / self.requests if self.requests else 0.0
+
+    @property
+    def goodput_rate(self) -> float:
+        """Good requests per second."""
+        return self.good / self.duration if self.duration > 0 else 0.0
+
+    @property
+    def slo_met(self) -> bool | None:
+        """None without an SLO; else whether the good share reached the required one."""
+        if self.slo is None:
+            return None
+        return self.goodput_share + 1e-12 >= self.slo.goodput
+
+    @property
+    def unreliable(self) -> bool:
+        """The client was saturated: latencies may include its own queueing."""
+        return self.client is not None and self.client.saturated
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON for sweep.json."""
+
+        def pct(p: Percentiles | None) -> dict[str, Any] | None:
+            return p.to_json() if p is not None else None
+
+        return {
+            "point": self.point.to_json(),
+            "label": self.point.label,
+            "tree_budget": self.tree_budget,
+            "requests": self.requests,
+            "valid": self.valid,
+            "invalid": self.invalid,
+            "codes": dict(self.codes),
+            "first_evidence": self.first_evidence,
+            "ttft": pct(self.ttft),
+            "itl": pct(self.itl),
+            "tpot": pct(self.tpot),
+            "e2e": pct(self.e2e),
+            "ttft_minus_server": pct(self.ttft_offset),
+            "duration_s": self.duration,
+            "output_tokens_per_second": self.output_tokens_per_second,
+            "requests_per_second": self.requests_per_second,
+            "achieved_concurrency": self.achieved_concurrency,
+            "slo": self.slo.to_json() if self.slo is not None else None,
+            "good": self.good,
+            "goodput_share": self.goodput_share,
+            "goodput_rate": self.goodput_rate,
+            "slo_met": self.slo_met,
+            "mean_acceptance_length": self.mean_acceptance,
+            "client": self.client.to_json() if self.client is not None else None,
+            "unreliable": self.unreliable,
+            "workers": list(self.workers),
+        }
+
+
+def summarize_point(
+    samples: Sequence[LoadSample],
+    *,
+    slo: SLO | None = None,
+    client: ClientHealth | None = None,
+) -> PointStats:
+    """Statistics of the samples of one budget × load point (any number of processes)."""
+    if not samples:
+        raise ValueError("summarize_point: no samples")
+    # a fixed order whatever order the processes' samples were merged in: the bootstrap
+    # of the recommendation then gives the same interval for the same samples
+    samples = sorted(samples, key=lambda s: (s.start, s.worker, s.e2e, s.prompt_id or ""))
+    point, budget = samples[0].point, samples[0].tree_budget
+    for s in samples:
+        if s.point != point or s.tree_budget != budget:
+            raise ValueError(
+                f"summarize_point: mixed points {point.label}/{budget} and "
+                f"{s.point.label}/{s.tree_budget}"
+            )
+    valid = [s for s in samples if s.valid]
+    codes: Counter[str] = Counter()
+    first_evidence = ""
+    for s in samples:
+        if not s.valid:
+            codes.update(s.codes or ("error",))
+            if not first_evidence:
+                first_evidence = s.evidence or (s.error or "")
+    begin = min(s.start for s in samples)
+    end = max(s.end for s in samples)
+    span = max(end - begin, 1e-9)
+    busy = math.fsum(s.e2e for s in samples)  # exact: the order of merged samples is moot
+    tokens = sum(s.output_tokens or 0 for s in valid)
+    tpots = [t for s in valid if (t := s.tpot) is not None]
+    good = 0
+    if slo is not None:
+        good = sum(1 for s in valid if not slo.misses(s.slo_metrics()))
+    offsets = [
+        s.ttft - s.server_ttft for s in valid if s.ttft is not None and s.server_ttft is not None
+    ]
+    accept = [s.acceptance for s in valid if s.acceptance is not None]
+    return PointStats(
+        point=point,
+        tree_budget=budget,
+        requests=len(samples),
+        valid=len(valid),
+        codes=dict(codes),
+        first_evidence=first_evidence,
+        ttft=percentiles(s.ttft for s in valid if s.ttft is not None),
+        itl=percentiles(g for s in valid for g in s.gaps),
+        tpot=percentiles(tpots),
+        e2e=percentiles(s.e2e for s in valid),
+        duration=span,
+        output_tokens_per_second=tokens / span,
+        requests_per_second=len(valid) / span,
+        achieved_concurrency=busy / span,
+        slo=slo,
+        good=good,
+        mean_acceptance=statistics.fmean(accept) if accept else None,
+        client=client,
+        workers=tuple(sorted({s.worker for s in samples})),
+        tpot_values=tuple(tpots),
+        ttft_offset=percentiles(offsets),
+    )

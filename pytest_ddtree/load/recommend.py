@@ -1,0 +1,159 @@
+"""The best tree budget at each load point, and the schedule they make.
+
+At each load point the valid budgets (every request valid, none excluded) are
+ranked by median TPOT, lower first: at a fixed concurrency the per-request
+decode rate and the aggregate throughput rank budgets the same way. The best
+budget comes with a bootstrap confidence interval of its median TPOT, and with
+the relative difference to the runner-up; when that interval includes zero the
+choice is a tie at this noise and says so. Statistics reuse ``sweep``'s seeded
+bootstrap helpers, so the same samples always give the same schedule.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_ddtree.load.arrivals import LoadPoint
+from pytest_ddtree.load.metrics import PointStats
+from pytest_ddtree.sweep import bootstrap_median_ci, bootstrap_median_difference
+
+__all__ = ["Choice", "Schedule", "recommend"]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The recommendation at one load point."""
+
+    point: LoadPoint
+    tree_budget: int | None
+    tpot_ms: float | None
+    ci_ms: tuple[float, float] | None
+    runner_up: int | None = None
+    margin: tuple[float, float, float] | None = None
+    excluded: tuple[int | None, ...] = ()
+    unreliable: bool = False
+
+    @property
+    def decisive(self) -> bool:
+        """True when the runner-up is slower beyond the confidence interval (or absent)."""
+        if self.runner_up is None:
+            return self.tree_budget is not None
+        return self.margin is not None and self.margin[1] > 0
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON."""
+        return {
+            "point": self.point.to_json(),
+            "label": self.point.label,
+            "tree_budget": self.tree_budget,
+            "tpot_ms": self.tpot_ms,
+            "ci_ms": list(self.ci_ms) if self.ci_ms else None,
+            "runner_up": self.runner_up,
+            "runner_up_slower": list(self.margin) if self.margin else None,
+            "decisive": self.decisive,
+            "excluded": list(self.excluded),
+            "unreliable": self.unreliable,
+        }
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Choices per load point, in load order, and the schedule string."""
+
+    choices: tuple[Choice, ...]
+
+    @property
+    def changes_with_load(self) -> bool:
+        """True when the best budget is not the same at every load point."""
+        return len({c.tree_budget for c in self.choices if c.tree_budget is not None}) > 1
+
+    def text(self) -> str:
+        """``C<=4: 128, C<=16: 64, C>16: 16`` (``rate<=2/s: ...`` for rates); one per mode."""
+        parts: list[str] = []
+        for mode in ("concurrency", "rate"):
+            picks = [c for c in self.choices if c.point.mode == mode and c.tree_budget is not None]
+            if not picks:
+                continue
+            name, unit = ("C", "") if mode == "concurrency" else ("rate", "/s")
+            groups: list[tuple[float, int | None]] = []  # (highest value, budget)
+            for c in picks:
+                if groups and groups[-1][1] == c.tree_budget:
+                    groups[-1] = (c.point.value, c.tree_budget)
+                else:
+                    groups.append((c.point.value, c.tree_budget))
+            if len(groups) == 1:
+                parts.append(f"all {name}: {groups[0][1]}")
+                continue
+            for i, (top, budget) in enumerate(groups):
+                if i < len(groups) - 1:
+                    parts.append(f"{name}<={top:g}{unit}: {budget}")
+                else:
+                    parts.append(f"{name}>{groups[i - 1][0]:g}{unit}: {budget}")
+        return ", ".join(parts) if parts else "no valid budget"
+
+    def best(self, point: LoadPoint) -> int | None:
+        """The chosen budget at ``point`` (None when no budget was valid there)."""
+        for c in self.choices:
+            if c.point == point:
+                return c.tree_budget
+        raise KeyError(point.label)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON."""
+        return {
+            "schedule": self.text(),
+            "changes_with_load": self.changes_with_load,
+            "points": [c.to_json() for c in self.choices],
+        }
+
+
+def _eligible(s: PointStats) -> bool:
+    return s.invalid == 0 and s.tpot is not None and len(s.tpot_values) >= 1
+
+
+def recommend(stats: Sequence[PointStats], *, seed: int = 0) -> Schedule:
+    """The best budget at each load point (see the module docstring)."""
+    by_point: dict[LoadPoint, list[PointStats]] = {}
+    for s in stats:
+        by_point.setdefault(s.point, []).append(s)
+    choices: list[Choice] = []
+    for point in sorted(by_point, key=lambda p: (p.mode, p.value, p.burstiness)):
+        group = by_point[point]
+        ok = [s for s in group if _eligible(s)]
+        excluded = tuple(s.tree_budget for s in group if not _eligible(s))
+        unreliable = any(s.unreliable for s in group)
+        if not ok:
+            choices.append(
+                Choice(point, None, None, None, excluded=excluded, unreliable=unreliable)
+            )
+            continue
+        ranked = sorted(ok, key=lambda s: (statistics.median(s.tpot_values), -(s.tree_budget or 0)))
+        best = ranked[0]
+        med = statistics.median(best.tpot_values)
+        ci = bootstrap_median_ci(best.tpot_values, seed=seed, salt=("load", point.label))
+        runner = ranked[1] if len(ranked) > 1 else None
+        margin = None
+        if runner is not None:
+            margin = bootstrap_median_difference(
+                best.tpot_values,
+                runner.tpot_values,
+                seed=seed,
+                relative=True,
+                salt=("load-diff", point.label),
+            )
+        choices.append(
+            Choice(
+                point,
+                best.tree_budget,
+                med * 1000,
+                (ci[0] * 1000, ci[1] * 1000) if ci else None,
+                runner.tree_budget if runner is not None else None,
+                margin,
+                excluded,
+                unreliable,
+            )
+        )
+    return Schedule(tuple(choices))

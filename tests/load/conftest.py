@@ -1,0 +1,31 @@
+"""Fixtures of the load tests: reference servers in their own processes, on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pytest_ddtree.reference import spawn_reference_server
+
+
+@pytest.fixture(scope="module")
+def fast_server() -> Iterator[Any]:
+    """A healthy reference server without simulated latency, in a subprocess."""
+    with spawn_reference_server(simulated_latency=False) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def timed_server() -> Iterator[Any]:
+    """A healthy reference server with simulated (batched) accelerator time."""
+    with spawn_reference_server() as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inner pytest runs must not inherit this process's xdist worker identity."""
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)

@@ -1,0 +1,232 @@
+"""Percentiles, goodput, concurrency, SLOs and schedules on synthetic samples."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import statistics
+
+import pytest
+
+from pytest_ddtree.load import (
+    SLO,
+    ClientHealth,
+    LoadPoint,
+    LoadSample,
+    analyse,
+    arrival_offsets,
+    parse_concurrencies,
+    parse_rates,
+    parse_slo,
+    percentiles,
+    summarize_point,
+)
+from pytest_ddtree.load.metrics import CPU_LIMIT, LAG_LIMIT
+
+C4 = LoadPoint("concurrency", 4)
+
+
+def sample(start: float, e2e: float, ttft: float, tokens: int, **kw: object) -> LoadSample:
+    args: dict[str, object] = {
+        "point": C4,
+        "tree_budget": 64,
+        "start": start,
+        "e2e": e2e,
+        "ttft": ttft,
+        "gaps": (0.01, 0.02),
+        "output_tokens": tokens,
+        "valid": True,
+    }
+    args.update(kw)
+    return LoadSample(**args)  # type: ignore[arg-type]
+
+
+def test_percentiles_match_statistics() -> None:
+    rng = random.Random(3)
+    xs = [rng.lognormvariate(0, 1) for _ in range(501)]
+    p = percentiles(xs)
+    assert p is not None
+    cuts = statistics.quantiles(xs, n=100, method="inclusive")
+    assert p.p50 == pytest.approx(cuts[49])
+    assert p.p90 == pytest.approx(cuts[89])
+    assert p.p99 == pytest.approx(cuts[98])
+    assert p.max == max(xs)
+    assert p.mean == pytest.approx(statistics.fmean(xs))
+    assert percentiles([]) is None
+
+
+def test_point_statistics() -> None:
+    samples = [
+        sample(100.0, 2.0, 0.1, 20),
+        sample(100.0, 1.0, 0.3, 10),
+        sample(101.0, 1.0, 0.2, 11, gaps=(0.5,)),
+        sample(100.5, 1.5, 0.9, 5, valid=False, codes=("early-stop",), evidence="[early-stop] x"),
+    ]
+    slo = parse_slo("ttft=250ms,tpot=150ms", "test")
+    s = summarize_point(samples, slo=slo)
+    assert (s.requests, s.valid, s.invalid) == (4, 3, 1)
+    assert s.codes == {"early-stop": 1}
+    assert s.first_evidence == "[early-stop] x"
+    # the invalid request is not in the percentiles
+    assert s.ttft is not None and s.ttft.n == 3 and s.ttft.max == pytest.approx(0.3)
+    assert s.ttft.p50 == pytest.approx(0.2)
+    tpots = [(2.0 - 0.1) / 19, (1.0 - 0.3) / 9, (1.0 - 0.2) / 10]
+    assert s.tpot is not None and s.tpot.p50 == pytest.approx(statistics.median(tpots))
+    assert s.itl is not None and s.itl.n == 5 and s.itl.max == pytest.approx(0.5)
+    # window 100.0 .. 102.0; time in flight 2 + 1 + 1 + 1.5 = 5.5 s
+    assert s.duration == pytest.approx(2.0)
+    assert s.achieved_concurrency == pytest.approx(5.5 / 2.0)
+    assert s.output_tokens_per_second == pytest.approx(41 / 2.0)
+    assert s.requests_per_second == pytest.approx(3 / 2.0)
+    # good: valid and within both limits -> the first and third (the second's TTFT is 0.3)
+    assert s.good == 2
+    assert s.goodput_share == pytest.approx(0.5)
+    assert s.goodput_rate == pytest.approx(1.0)
+    assert s.slo_met is False
+    assert summarize_point(samples).slo_met is None
+
+
+def test_mixed_points_refused() -> None:
+    with pytest.raises(ValueError, match="mixed points"):
+        summarize_point([sample(0, 1, 0.1, 5), sample(0, 1, 0.1, 5, tree_budget=16)])
+
+
+def test_slo_parsing() -> None:
+    slo = parse_slo("ttft=500ms, tpot=50ms,e2e=2s,itl=800us,goodput=95%", "option --ddtree-slo")
+    assert slo == SLO(ttft=0.5, tpot=0.05, e2e=2.0, itl=slo.itl, goodput=0.95)
+    assert slo.itl == pytest.approx(0.0008)
+    assert parse_slo("ttft=250", "x").ttft == pytest.approx(0.25)
+    assert SLO(ttft=0.5).misses({"ttft": 0.6}) == ["ttft"]
+    assert SLO(ttft=0.5).misses({"ttft": None}) == ["ttft"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        ("", "expected e.g."),
+        ("ttft", "is not KEY=VALUE"),
+        ("ttfb=1s", "unknown key 'ttfb'"),
+        ("ttft=fast", "'fast' is not a duration"),
+        ("ttft=-1ms", "is not a duration"),
+        ("ttft=1s,ttft=2s", "ttft is given twice"),
+        ("goodput=120%", "not a percentage"),
+        ("goodput=90%", "set at least one limit"),
+    ],
+)
+def test_bad_slo_one_line(raw: str, why: str) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_slo(raw, "option --ddtree-slo")
+    msg = str(info.value)
+    assert "\n" not in msg and why in msg
+    assert msg.startswith(f"invalid slo {raw!r} (from option --ddtree-slo)")
+
+
+@pytest.mark.parametrize("raw", ["0", "4,x", "2,2", "-1", "1.5", ""])
+def test_bad_concurrency(raw: str) -> None:
+    with pytest.raises(ValueError, match=r"^invalid load-concurrency .* \(from ini key k\)"):
+        parse_concurrencies(raw, "ini key k")
+
+
+@pytest.mark.parametrize("raw", ["0", "inf", "nan", "fast", "1,1", ""])
+def test_bad_rate(raw: str) -> None:
+    with pytest.raises(ValueError, match=r"^invalid load-rate .* \(from environment"):
+        parse_rates(raw, "environment variable X")
+
+
+def test_good_lists() -> None:
+    assert parse_concurrencies("1, 4,16", "x") == (1, 4, 16)
+    assert parse_rates("0.5,2", "x") == (0.5, 2.0)
+
+
+def test_arrivals_poisson_and_gamma() -> None:
+    n = 20000
+    poisson = arrival_offsets(4.0, n, seed=1)
+    assert poisson == arrival_offsets(4.0, n, seed=1)
+    assert poisson != arrival_offsets(4.0, n, seed=2)
+    assert poisson[0] == 0.0
+    gaps = [b - a for a, b in itertools.pairwise(poisson)]
+    assert statistics.fmean(gaps) == pytest.approx(0.25, rel=0.03)
+    # exponential gaps: coefficient of variation 1; gamma(shape b): 1/sqrt(b)
+    assert statistics.stdev(gaps) / statistics.fmean(gaps) == pytest.approx(1.0, rel=0.05)
+    bursty = arrival_offsets(4.0, n, burstiness=0.25, seed=1)
+    bgaps = [b - a for a, b in itertools.pairwise(bursty)]
+    assert statistics.fmean(bgaps) == pytest.approx(0.25, rel=0.06)
+    assert statistics.stdev(bgaps) / statistics.fmean(bgaps) == pytest.approx(2.0, rel=0.08)
+    with pytest.raises(ValueError, match="rate must be"):
+        arrival_offsets(0.0, 3)
+
+
+def test_split_adds_up() -> None:
+    for c in (1, 5, 64):
+        parts = [LoadPoint("concurrency", c).split(i, 3) for i in range(3)]
+        assert sum(p.value for p in parts if p is not None) == c
+    rate = [LoadPoint("rate", 6.0).split(i, 4) for i in range(4)]
+    assert sum(p.value for p in rate if p is not None) == pytest.approx(6.0)
+
+
+def test_client_saturation_flag() -> None:
+    calm = ClientHealth(0.2, 1.0, 10, 1000, lag_p99=0.001, lag_max=0.002, lag_samples=100)
+    assert not calm.saturated and calm.reason() == ""
+    assert calm.cpu_per_token == pytest.approx(0.0002)
+    lagging = ClientHealth(0.2, 1.0, 10, 1000, LAG_LIMIT * 2, 0.05, 100)
+    assert lagging.saturated and "event-loop lag" in lagging.reason()
+    busy = ClientHealth(CPU_LIMIT + 0.05, 1.0, 10, 1000, 0.001, 0.002, 100)
+    assert busy.saturated and "client CPU" in busy.reason()
+
+
+def _tpot_samples(point: LoadPoint, budget: int, tpot: float, n: int = 12) -> list[LoadSample]:
+    rng = random.Random(f"{point.label}{budget}")
+    out = []
+    for i in range(n):
+        t = tpot * (1 + rng.uniform(-0.02, 0.02))
+        out.append(LoadSample(point, budget, float(i), 0.05 + 99 * t, 0.05, (t,), 100, True))
+    return out
+
+
+def test_schedule_follows_the_fastest_valid_budget() -> None:
+    c1, c8, c32 = (LoadPoint("concurrency", c) for c in (1, 8, 32))
+    samples = (
+        _tpot_samples(c1, 16, 0.010)
+        + _tpot_samples(c1, 128, 0.006)
+        + _tpot_samples(c8, 16, 0.012)
+        + _tpot_samples(c8, 128, 0.011)
+        + _tpot_samples(c32, 16, 0.020)
+        + _tpot_samples(c32, 128, 0.040)
+    )
+    # a faster budget with one invalid request is excluded
+    bad = _tpot_samples(c32, 64, 0.001)
+    bad[0] = LoadSample(c32, 64, 0.0, 0.1, 0.05, (), 100, False, ("role-leak",))
+    stats, schedule = analyse(samples + bad)
+    assert [c.tree_budget for c in schedule.choices] == [128, 128, 16]
+    assert schedule.choices[2].excluded == (64,)
+    assert schedule.text() == "C<=8: 128, C>8: 16"
+    assert schedule.changes_with_load
+    best = schedule.choices[0]
+    assert best.decisive and best.ci_ms is not None
+    assert best.ci_ms[0] <= best.tpot_ms <= best.ci_ms[1]  # type: ignore[operator]
+    assert len(stats) == 7
+
+
+def test_merge_of_split_samples_equals_one_run() -> None:
+    point = LoadPoint("concurrency", 4)
+    rng = random.Random(5)
+    whole = [
+        LoadSample(
+            point,
+            32,
+            rng.uniform(0, 5),
+            rng.uniform(0.5, 2),
+            rng.uniform(0.01, 0.2),
+            tuple(rng.uniform(0.001, 0.05) for _ in range(5)),
+            rng.randint(2, 90),
+            True,
+            worker=f"gw{i % 2}",
+        )
+        for i in range(40)
+    ]
+    a = [s for s in whole if s.worker == "gw0"]
+    b = [s for s in whole if s.worker == "gw1"]
+    merged = [LoadSample.from_json(s.to_json()) for s in b + a]
+    one, _ = analyse(whole)
+    two, _ = analyse(merged)
+    assert one[0].to_json() == two[0].to_json()

@@ -1,0 +1,222 @@
+"""ddtree_load in real pytest runs: options, failures, the report, and xdist merging."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from typing import Any
+
+import pytest
+
+from pytest_ddtree.reference import tokenizer_path
+from pytest_ddtree.report import read_sweep_json
+
+TEST_FILE = textwrap.dedent(
+    """
+    PROMPTS = [
+        "Write a long essay about rivers and the valleys they shape.",
+        "Write a detailed article about bees and their hives.",
+    ]
+
+    def test_load(ddtree_load):
+        result = ddtree_load(PROMPTS)
+        assert result.samples
+    """
+)
+
+
+def _args(server: Any, *extra: str) -> list[str]:
+    return [
+        f"--ddtree-endpoint={server.base_url}",
+        f"--ddtree-tokenizer={tokenizer_path()}",
+        "--ddtree-budgets=16,128",
+        "--ddtree-max-tokens=48",
+        "-p",
+        "no:cacheprovider",
+        *extra,
+    ]
+
+
+def test_results_reach_terminal_json_and_html(pytester: pytest.Pytester, fast_server: Any) -> None:
+    pytester.makepyfile(test_load=TEST_FILE)
+    report = pytester.path / "report"
+    result = pytester.runpytest(
+        *_args(
+            fast_server,
+            "--ddtree-load-concurrency=1,4",
+            "--ddtree-load-requests=8",
+            "--ddtree-slo=e2e=60s",
+            f"--ddtree-report={report}",
+        )
+    )
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert "ddtree load: total concurrency 1,4 (one process)" in out
+    assert "pytest-ddtree load" in out and "schedule: " in out
+    assert "best at C=1: " in out and "best at C=4: " in out
+    doc = json.loads((report / "sweep.json").read_text())
+    (test,) = doc["load"]["tests"]
+    assert test["processes"] == 1
+    assert len(test["samples"]) == 2 * 2 * 8  # budgets x points x requests
+    points = {(p["label"], p["tree_budget"]) for p in test["points"]}
+    assert points == {("C=1", 16), ("C=1", 128), ("C=4", 16), ("C=4", 128)}
+    assert all(p["goodput_share"] == 1.0 and p["slo_met"] for p in test["points"])
+    assert test["schedule"]["schedule"]
+    assert read_sweep_json(report / "sweep.json").samples == []  # still a valid sweep.json
+    html = (report / "sweep.html").read_text()
+    assert "Load: test_load.py::test_load" in html and "TPOT vs load" in html
+    assert html.count("<svg") >= 2 and "Schedule: " in html
+
+
+def test_invalid_request_under_load_fails_with_its_code(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_load=TEST_FILE)
+    result = pytester.runpytest(
+        f"--ddtree-tokenizer={tokenizer_path()}",
+        "--ddtree-budgets=16",
+        "--ddtree-reference-latency=off",
+        "--ddtree-reference-fault=early-eos",
+        "--ddtree-load-concurrency=2",
+        "--ddtree-load-requests=4",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*4 of 4 requests under load broke output-quality invariants (early-stop x4)*"]
+    )
+    result.stdout.fnmatch_lines(["*first evidence:*", "*[early-stop]*"])
+
+
+def test_slo_breach_fails_the_test(pytester: pytest.Pytester, fast_server: Any) -> None:
+    pytester.makepyfile(test_load=TEST_FILE)
+    result = pytester.runpytest(
+        *_args(
+            fast_server,
+            "--ddtree-load-concurrency=1",
+            "--ddtree-load-requests=4",
+            "--ddtree-slo=ttft=1us,goodput=50%",
+        )
+    )
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert ("SLO missed at" in out) or ("SLO verdict withheld" in out)
+    assert "goodput 0.0% < 50% required by ttft=0.001ms,goodput=50%" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["--ddtree-slo=ttft=fast"], "invalid slo 'ttft=fast' (from option --ddtree-slo): "),
+        (["--ddtree-slo=speed=1s"], "invalid slo 'speed=1s' (from option --ddtree-slo): unknown"),
+        (
+            ["--ddtree-load-concurrency=4,0"],
+            "invalid load-concurrency '4,0' (from option --ddtree-load-concurrency): "
+            "'0' is not an integer >= 1",
+        ),
+        (
+            ["--ddtree-load-rate=fast"],
+            "invalid load-rate 'fast' (from option --ddtree-load-rate): 'fast' is not a rate",
+        ),
+        (
+            ["--ddtree-load-burstiness=0"],
+            "invalid load-burstiness '0' (from option --ddtree-load-burstiness): ",
+        ),
+        (["--ddtree-load-requests=0"], "invalid load-requests '0' (from option "),
+    ],
+)
+def test_bad_values_get_one_line(pytester: pytest.Pytester, args: list[str], line: str) -> None:
+    pytester.makepyfile(test_load=TEST_FILE)
+    result = pytester.runpytest(*args, "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert f"ERROR: {line}" in err, err
+    assert "Traceback" not in err and len([x for x in err.splitlines() if x.strip()]) == 1
+
+
+def test_bad_ini_and_env_values_name_their_source(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_load=TEST_FILE)
+    pytester.makeini("[pytest]\nddtree_slo = e2e=2 seconds\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert "invalid slo 'e2e=2 seconds' (from ini key ddtree_slo)" in result.stderr.str()
+    pytester.makeini("[pytest]\n")
+    monkeypatch.setenv("DDTREE_LOAD_RATE", "2,2")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert (
+        "invalid load-rate '2,2' (from environment variable DDTREE_LOAD_RATE): 2 is listed twice"
+        in result.stderr.str()
+    )
+
+
+@pytest.mark.parametrize("spread", [["-n", "2"], ["--tx", "2*popen"]], ids=["n2", "tx-popen"])
+def test_xdist_workers_send_raw_samples_merged_once(
+    pytester: pytest.Pytester, fast_server: Any, spread: list[str]
+) -> None:
+    pytester.makepyfile(test_load=TEST_FILE)
+    report = pytester.path / "report"
+    result = pytester.runpytest(
+        *_args(
+            fast_server,
+            *spread,
+            "--dist",
+            "each",
+            "--ddtree-load-concurrency=4",
+            "--ddtree-load-requests=10",
+            f"--ddtree-report={report}",
+        )
+    )
+    result.assert_outcomes(passed=2)  # the test runs on each worker, with its share
+    out = result.stdout.str()
+    assert "ddtree load: total concurrency 4 (split over 2 xdist workers" in out
+    assert "merged from 2 processes (gw0, gw1)" in out
+    doc = json.loads((report / "sweep.json").read_text())
+    (test,) = doc["load"]["tests"]
+    assert test["processes"] == 2 and test["workers"] == ["gw0", "gw1"]
+    # the total load: 10 requests per budget, 5 from each worker, at 2 + 2 concurrency
+    by_point = {(p["label"], p["tree_budget"]): p for p in test["points"]}
+    assert set(by_point) == {("C=4", 16), ("C=4", 128)}
+    for p in by_point.values():
+        assert p["requests"] == 10 and p["valid"] == 10
+        assert p["workers"] == ["gw0", "gw1"]
+        assert p["client"]["workers"] == 2
+    workers = [s["worker"] for s in test["samples"]]
+    assert workers.count("gw0") == workers.count("gw1") == 10
+
+
+def test_xdist_merge_equals_one_process_on_the_same_samples(
+    pytester: pytest.Pytester, fast_server: Any
+) -> None:
+    """The controller recomputes percentiles from the workers' raw samples."""
+    from pytest_ddtree.load import LoadSample, analyse
+
+    pytester.makepyfile(test_load=TEST_FILE)
+    report = pytester.path / "report"
+    pytester.runpytest(
+        *_args(
+            fast_server,
+            "-n",
+            "2",
+            "--dist",
+            "each",
+            "--ddtree-load-concurrency=2",
+            "--ddtree-load-requests=8",
+            f"--ddtree-report={report}",
+        )
+    ).assert_outcomes(passed=2)
+    (test,) = json.loads((report / "sweep.json").read_text())["load"]["tests"]
+    samples = [LoadSample.from_json(s) for s in test["samples"]]
+    stats, schedule = analyse(samples)
+    again_schedule = schedule.to_json()
+    assert again_schedule["schedule"] == test["schedule"]["schedule"]
+    for mine_choice, theirs in zip(
+        again_schedule["points"], test["schedule"]["points"], strict=True
+    ):
+        # "unreliable" comes from the workers' client health, not from the samples
+        theirs = {k: v for k, v in theirs.items() if k != "unreliable"}
+        assert {k: v for k, v in mine_choice.items() if k != "unreliable"} == theirs
+    mine = {(s.point.label, s.tree_budget): s.to_json() for s in stats}
+    for p in test["points"]:
+        again = mine[(p["label"], p["tree_budget"])]
+        for key in ("ttft", "itl", "tpot", "e2e", "achieved_concurrency", "requests"):
+            assert again[key] == p[key], key

@@ -1,0 +1,117 @@
+"""The load runner against real reference servers: concurrency, validation, client health."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from pytest_ddtree.invariants import check
+from pytest_ddtree.load import Endpoint, LoadError, LoadPoint, LoadTester, parse_slo
+from pytest_ddtree.load.runner import run_point
+from pytest_ddtree.reference import spawn_reference_server, tokenizer_path
+from pytest_ddtree.reference.cost import DEFAULT_PROMPTS, optimal_schedule
+from pytest_ddtree.tokens import load_counter
+
+PROMPTS = list(DEFAULT_PROMPTS)
+
+
+def _tester(server: Any, **kw: Any) -> LoadTester:
+    counter = load_counter(str(tokenizer_path()))
+    return LoadTester(
+        Endpoint(server.base_url),
+        judge=lambda c, **e: check(c, counter=counter, **e),
+        counter=counter,
+        **kw,
+    )
+
+
+def test_64_concurrent_streams(timed_server: Any) -> None:
+    result = _tester(timed_server, tree_budgets=[32], concurrencies=[64], requests=128)(PROMPTS)
+    (s,) = result.stats
+    assert (s.requests, s.valid, s.invalid) == (128, 128, 0)
+    assert s.codes == {}
+    # 64 streams really overlapped (the benchmark quotes the exact figure)
+    assert s.achieved_concurrency > 32
+    assert s.ttft is not None and s.tpot is not None and s.itl is not None
+    # the batching server reports its own TTFT for every streamed request
+    assert all(x.server_ttft is not None and x.server_ttft > 0 for x in result.samples)
+    assert s.mean_acceptance is not None and s.mean_acceptance > 1
+
+
+def test_rate_mode_sends_on_schedule(fast_server: Any) -> None:
+    result = _tester(fast_server, tree_budgets=[16], concurrencies=(), rates=[50.0])(
+        PROMPTS, requests=20
+    )
+    (s,) = result.stats
+    assert s.point == LoadPoint("rate", 50.0) and s.valid == 20
+    starts = sorted(x.start for x in result.samples)
+    # arrivals follow the seeded schedule: 20 requests at 50/s span far more than 0 s
+    assert starts[-1] - starts[0] > 0.05
+
+
+def test_invalid_requests_fail_with_their_code() -> None:
+    with spawn_reference_server(simulated_latency=False, faults=("role-leak",)) as server:
+        tester = _tester(server, tree_budgets=[16, 64], concurrencies=[4])
+        with pytest.raises(LoadError) as info:
+            tester(PROMPTS, requests=8)
+    msg = str(info.value)
+    assert msg.startswith("16 of 16 requests under load broke output-quality invariants")
+    assert "role-leak x16" in msg and "first evidence:" in msg and "[role-leak]" in msg
+
+
+def test_slo_breach_fails(fast_server: Any) -> None:
+    tester = _tester(fast_server, tree_budgets=[16], concurrencies=[1])
+    ok = tester(PROMPTS, requests=4, slo=parse_slo("e2e=60s", "test"))
+    assert ok.stats[0].slo_met is True and ok.stats[0].goodput_share == 1.0
+    with pytest.raises(LoadError) as info:
+        tester(PROMPTS, requests=4, slo=parse_slo("ttft=1us", "test"))
+    msg = str(info.value)
+    # a miss is never blamed on the server when the client itself was saturated
+    assert msg.startswith(("SLO missed at 1 load point", "SLO verdict withheld"))
+    assert "goodput 0.0% < 100% required by ttft=0.001ms" in msg
+
+
+def test_a_saturated_client_is_flagged(fast_server: Any) -> None:
+    ep = Endpoint(fast_server.base_url)
+    specs = [ep.spec(p, tree_budget=16, max_tokens=64) for p in PROMPTS * 2]
+
+    async def busy_client() -> Any:
+        async def hog() -> None:  # other work blocking the client's event loop
+            for _ in range(40):
+                time.sleep(0.03)
+                await asyncio.sleep(0)
+
+        hogging = asyncio.create_task(hog())
+        out = await run_point(ep, specs, LoadPoint("concurrency", 4))
+        hogging.cancel()
+        return out
+
+    *_, health = asyncio.run(busy_client())
+    assert health.saturated and "event-loop lag" in health.reason()
+    assert health.lag_max >= 0.02
+
+
+def test_transport_failures_are_reported_not_dropped() -> None:
+    # nothing listens on this port: every request fails and is counted as invalid
+    ep = Endpoint("http://127.0.0.1:9/v1")
+    tester = LoadTester(ep, judge=None, concurrencies=[2])
+    with pytest.raises(LoadError) as info:
+        tester(["hello"], requests=3)
+    assert "3 of 3 requests under load" in str(info.value)
+    assert "transport x3" in str(info.value)
+
+
+@pytest.mark.serial
+def test_schedule_matches_the_batching_servers_optimum(timed_server: Any) -> None:
+    # budgets whose predicted rates differ by more than 20% at each concurrency, so the
+    # comparison does not hinge on the cost model's ties
+    budgets, cs = [16, 64, 256], [1, 8]
+    expected = optimal_schedule(budgets, cs, prompts=PROMPTS, max_tokens=64)
+    assert expected == {1: 64, 8: 16}
+    result = _tester(timed_server, tree_budgets=budgets, concurrencies=cs, max_tokens=64)(PROMPTS)
+    measured = {c.point.concurrency: c.tree_budget for c in result.schedule.choices}
+    assert measured == expected, result.table()
+    assert result.schedule.text() == "C<=1: 64, C>1: 16"
