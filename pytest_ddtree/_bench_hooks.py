@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from pytest_ddtree import _guard
 from pytest_ddtree.bench import (
     discard_timings,
     group_name,
@@ -703,7 +704,8 @@ class BenchHooks:
         """Hand samples to the controller (worker) or check and report the sweep."""
         config = session.config
         self.pending.clear()
-        if session.exitstatus == pytest.ExitCode.INTERRUPTED:
+        # a signal counts even when a second one muddled pytest's exit status
+        if session.exitstatus == pytest.ExitCode.INTERRUPTED or _guard.interrupted():
             self.interrupted = True
             self.metadata["interrupted"] = True
             notes = list(self.metadata.get("notes", []))
@@ -715,6 +717,8 @@ class BenchHooks:
         runtime = self._runtime()
         if runtime is not None and self.metadata:
             self.metadata["dialect"] = runtime.dialect
+        if runtime is not None:  # retries, 429s and counter failures: never hidden
+            _guard.transport_metadata(self.metadata, runtime)
         if runtime is not None:
             self.diagnoses.extend(
                 dict(d) for d in getattr(runtime, "diagnoses", []) if isinstance(d, Mapping)

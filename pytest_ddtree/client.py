@@ -31,7 +31,7 @@ from pytest_ddtree.completion import (
     Timings,
     Usage,
 )
-from pytest_ddtree.settings import Timeout
+from pytest_ddtree.settings import DEFAULT_MAX_RESPONSE_BYTES, Timeout
 
 Messages = str | Sequence[Mapping[str, Any]]
 
@@ -45,9 +45,6 @@ class Counter(Protocol):
     def count(self, text: str) -> int:
         """Number of tokens in ``text`` (no special tokens added)."""
         ...
-
-
-DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 
 
 class EndpointError(RuntimeError):

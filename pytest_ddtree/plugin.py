@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_ddtree import _guard
 from pytest_ddtree.client import DDTreeClient, EndpointError
 from pytest_ddtree.completion import Completion
 from pytest_ddtree.runtime import Runtime, expectation_kwargs, start_runtime
@@ -86,6 +87,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.report_dir and not hasattr(config, "workerinput"):
         _check_report_dir(settings)
     config.stash[SETTINGS_KEY] = settings
+    _guard.install()  # SIGTERM like Ctrl-C: the partial artefacts are still written
     from pytest_ddtree._bench_hooks import register as register_bench_hooks
 
     register_bench_hooks(config)
@@ -118,6 +120,7 @@ def _check_codes(codes: tuple[str, ...], source: str) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    _guard.restore()
     runtime = config.stash.get(RUNTIME_KEY, None)
     if runtime is not None:
         runtime.close()
@@ -263,6 +266,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             "run; try --ddtree-dialect auto",
             yellow=True,
         )
+    for line in _guard.transport_lines(runtime):  # retries, 429s, counter failures
+        terminalreporter.write_line(line, yellow=True)
 
 
 # ---------------------------------------------------------------- fixtures
@@ -391,7 +396,7 @@ def ddtree_lossless(
         **extra: Any,
     ) -> LosslessResult:
         __tracebackhide__ = True
-        from pytest_ddtree.diagnose import SPECULATION_ADVICE, run_lossless
+        from pytest_ddtree.diagnose import lossless_advice, run_lossless
 
         settings = ddtree_settings
         if settings.lossless.mode == "off":
@@ -428,7 +433,7 @@ def ddtree_lossless(
                         "verdict": "speculation",
                         "title": "speculative decoding",
                         "reason": f"the output differs from the {result.reference_label}",
-                        "advice": SPECULATION_ADVICE,
+                        "advice": lossless_advice(ddtree_runtime.baseline is not None),
                     }
                 )
             request.node.user_properties.append(("ddtree_diagnosis", "speculation"))
@@ -436,7 +441,8 @@ def ddtree_lossless(
                 violations,
                 header=f"not lossless: {len(result.divergences)} of {len(result.outputs)} "
                 f"budget(s) change the temperature-0 output (reference: {result.reference_label})",
-                footer="diagnosis: speculative decoding - " + SPECULATION_ADVICE,
+                footer="diagnosis: speculative decoding - "
+                + lossless_advice(ddtree_runtime.baseline is not None),
             )
         return result
 

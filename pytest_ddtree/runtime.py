@@ -104,6 +104,8 @@ def _make_client(
         max_tokens=settings.max_tokens,
         enable_thinking=settings.enable_thinking,
         api=settings.api,
+        max_response_bytes=settings.max_response_bytes,
+        retry_429=settings.retry_429,
     )
 
 
