@@ -85,19 +85,36 @@ def _clamp(timeout: float | None, write: bool = False) -> float | None:
     return left
 
 
+def _note_deadline(timeout: float | None, left: float | None) -> None:
+    """A timeout that the deadline shortened is the deadline's."""
+    sc = current()
+    if sc is not None and left is not None and (timeout is None or left < timeout):
+        sc.deadline_hit = True
+
+
 class _Stream(httpcore.NetworkStream):
     def __init__(self, inner: httpcore.NetworkStream) -> None:
         self._inner = inner
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        data = self._inner.read(max_bytes, _clamp(timeout))
+        left = _clamp(timeout)
+        try:
+            data = self._inner.read(max_bytes, left)
+        except httpcore.ReadTimeout:
+            _note_deadline(timeout, left)
+            raise
         sc = current()
         if sc is not None:
             sc.bytes_in += len(data)
         return data
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, _clamp(timeout, write=True))
+        left = _clamp(timeout, write=True)
+        try:
+            self._inner.write(buffer, left)
+        except httpcore.WriteTimeout:
+            _note_deadline(timeout, left)
+            raise
 
     def close(self) -> None:
         self._inner.close()
@@ -131,9 +148,14 @@ class DeadlineBackend(httpcore.NetworkBackend):
         sc = current()
         if sc is not None:
             sc.connects += 1
-        stream = self._inner.connect_tcp(
-            host, port, _clamp(timeout), local_address=local_address, socket_options=socket_options
-        )
+        left = _clamp(timeout)
+        try:
+            stream = self._inner.connect_tcp(
+                host, port, left, local_address=local_address, socket_options=socket_options
+            )
+        except httpcore.ConnectTimeout:
+            _note_deadline(timeout, left)
+            raise
         return _Stream(stream)
 
     def connect_unix_socket(
