@@ -100,8 +100,8 @@ REJECTED_ADVICE = (
 )
 NO_BASELINE_LOSSY_ADVICE = (
     "the output changes with the tree budget, which lossless speculation never does: look at "
-    "the speculative-decoding layer; no baseline is configured, so nothing is known about the "
-    "target model alone (give --ddtree-baseline-endpoint to compare with it)"
+    "the speculative-decoding layer; no baseline is configured, so target-only decoding was "
+    "not compared (give --ddtree-baseline-endpoint to compare with it)"
 )
 CLIENT_SIDE_ADVICE = (
     "this is the client's side of the exchange (its connection, deadline or size limit), not "

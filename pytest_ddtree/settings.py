@@ -132,6 +132,8 @@ class Settings:
 
 
 def _fail(name: str, raw: object, source: str, why: str) -> SettingsError:
+    if isinstance(raw, str) and len(raw) > 80:  # the value named, not a screenful of it
+        raw = f"{raw[:40]}…{raw[-20:]} ({len(raw)} characters)"
     return SettingsError(f"invalid {name} {raw!r} (from {source}): {why}")
 
 
