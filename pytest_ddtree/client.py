@@ -834,24 +834,25 @@ class _StreamReader:
 
     def feed(self, chunk: bytes) -> None:
         """Take the next bytes of the body."""
-        before = self.received
+        self._text(self._decode(chunk, False))
         self.received += len(chunk)
+
+    def _decode(self, chunk: bytes, final: bool) -> str:
         try:
-            text = self._decoder.decode(chunk)
+            return self._decoder.decode(chunk, final)
         except UnicodeDecodeError as exc:
             pending = len(exc.object) - len(chunk)
-            offset = before - pending + exc.start
+            offset = self.received - pending + exc.start
             self.bad_utf8 = (
                 f"invalid UTF-8 at byte {offset} of the stream: "
-                f"{bytes(exc.object[exc.start : exc.start + 4])!r}"
+                f"{bytes(exc.object[exc.start : exc.end])!r}"
             )
             self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
-            text = self._decoder.decode(bytes(exc.object))
-        self._text(text)
+            return self._decoder.decode(bytes(exc.object), final)
 
     def close(self) -> None:
         """The body ended: flush what is left."""
-        self._text(self._decoder.decode(b"", True))
+        self._text(self._decode(b"", True))
         if self._cr:
             self._cr = False
             self._line("".join(self._partial))
@@ -1001,7 +1002,7 @@ def _decode(content: bytes, where: str) -> tuple[str, str | None]:
     try:
         return content.decode("utf-8"), None
     except UnicodeDecodeError as exc:
-        bad = content[exc.start : exc.start + 4]
+        bad = content[exc.start : exc.end]
         return (
             content.decode("utf-8", "replace"),
             f"invalid UTF-8 at byte {exc.start} of {where}: {bad!r}",
