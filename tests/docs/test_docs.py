@@ -135,7 +135,7 @@ def test_every_page_renders() -> None:
 def test_mentioned_options_exist() -> None:
     known = {opt.cli for opt in OPTIONS}
     for path in PROSE:
-        for flag in re.findall(r"--ddtree-[a-z-]*[a-z]", path.read_text(encoding="utf-8")):
+        for flag in re.findall(r"--ddtree-[a-z0-9-]*[a-z0-9]", path.read_text(encoding="utf-8")):
             assert flag in known, f"{path.name} mentions {flag}, which is not an option"
 
 
