@@ -47,6 +47,36 @@ class Counter(Protocol):
         ...
 
 
+class WatchedCounter:
+    """A token counter whose calls are bounded by the client's total deadline and whose
+    failures the client counts; everything else is the wrapped counter's."""
+
+    def __init__(self, inner: Any, client: DDTreeClient) -> None:
+        self._inner = inner
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def _call(self, method: str, text: str) -> Any:
+        try:
+            with _net.scope(self._client.timeout.total):
+                return getattr(self._inner, method)(text)
+        except Exception as exc:
+            self._client.note_counter_failure(f"{type(exc).__name__}: {_one_line(str(exc), 160)}")
+            raise
+
+    def count(self, text: str) -> int:
+        """Tokens in ``text``."""
+        result: int = self._call("count", text)
+        return result
+
+    def encode(self, text: str) -> list[int] | None:
+        """Token ids of ``text`` (None when the counter only counts)."""
+        result: list[int] | None = self._call("encode", text)
+        return result
+
+
 class EndpointError(RuntimeError):
     """The endpoint cannot be used at all; the message is one line saying what to try."""
 
@@ -434,6 +464,19 @@ class DDTreeClient:
             transport = self._transport
         return httpx.Client(headers=self._headers, timeout=self._timeouts, transport=transport)
 
+    def note_counter_failure(self, error: str) -> None:
+        """Count one failure of the token counter (named once in the summary)."""
+        self.counter_failures += 1
+        if self.counter_error is None:
+            self.counter_error = error
+
+    def watch_counter(self, counter: Any) -> Any:
+        """``counter`` with every call bounded by the request deadline and every failure
+        counted here, whoever calls it (the client or the checks); None stays None."""
+        if counter is None or isinstance(counter, WatchedCounter):
+            return counter
+        return WatchedCounter(counter, self)
+
     def transport_notes(self) -> list[str]:
         """One line per kind of retry, rate limit or counter failure seen (empty when none)."""
         notes: list[str] = []
@@ -449,8 +492,9 @@ class DDTreeClient:
             )
         if self.counter_failures:
             notes.append(
-                f"the token counter failed on {self.counter_failures} request(s) (first: "
-                f"{self.counter_error}); their usage checks against a local count did not run"
+                f"the token counter failed {self.counter_failures} time(s) (first: "
+                f"{self.counter_error}); the usage and length checks that needed those counts "
+                "did not run"
             )
         return notes
 
@@ -657,9 +701,8 @@ class DDTreeClient:
             except Exception as exc:  # a failing /tokenize is the counter's problem, named
                 local = None
                 count_error = f"{type(exc).__name__}: {_one_line(str(exc), 160)}"
-                self.counter_failures += 1
-                if self.counter_error is None:
-                    self.counter_error = count_error
+                if not isinstance(self.counter, WatchedCounter):  # it counted already
+                    self.note_counter_failure(count_error)
         local_source = self.counter.source if self.counter is not None else "none"
         if usage is not None and usage.completion_tokens is not None:
             source = "usage"

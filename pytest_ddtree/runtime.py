@@ -134,6 +134,15 @@ def start_embedded(settings: Settings) -> tuple[Any, Any]:
     return servers[0], servers[1]
 
 
+def _probe_tokenize(client: DDTreeClient, probe: Callable[[str, Any], bool]) -> bool:
+    """Whether the endpoint has a usable /tokenize, asked within the start-up probe bound."""
+    from pytest_ddtree import _net
+
+    t = client.timeout
+    with _net.scope(min(t.total, t.connect + t.read)):
+        return probe(client.root_url, client.http)
+
+
 def _load_counter(settings: Settings, base_url: str, client: DDTreeClient) -> Any:
     from pytest_ddtree import tokens
 
@@ -143,7 +152,7 @@ def _load_counter(settings: Settings, base_url: str, client: DDTreeClient) -> An
             from pytest_ddtree.reference import tokenizer_path
 
             spec = str(tokenizer_path())
-        elif tokens.server_supports_tokenize(root_url(base_url), client.http):
+        elif _probe_tokenize(client, tokens.server_supports_tokenize):
             spec = "server"
         else:
             spec = "none"
@@ -208,7 +217,7 @@ def start_runtime(settings: Settings) -> Runtime:
         client = _make_client(settings, settings.endpoint, model, None)
         try:
             # the counter may query the server's /tokenize: give it the long-lived pool
-            counter = _load_counter(settings, settings.endpoint, client)
+            counter = client.watch_counter(_load_counter(settings, settings.endpoint, client))
         except BaseException:
             client.close()
             raise
