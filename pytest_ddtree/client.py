@@ -916,22 +916,27 @@ class _StreamReader:
             text = text[:-1]
             if not text:
                 return
-        if "\n" not in text and "\r" not in text:
+        has_cr = "\r" in text
+        if not has_cr and "\n" not in text:
             self._partial.append(text)
             return
-        lines = _NEWLINES.split(text)
+        lines = _NEWLINES.split(text) if has_cr else text.split("\n")
         rest = lines.pop()
         if self._partial:
             lines[0] = "".join(self._partial) + lines[0]
             self._partial = []
         if rest:
             self._partial.append(rest)
+        line_of = self._line
         for line in lines:
-            self._line(line)
+            line_of(line)
 
     # -- lines -> events
 
     def _line(self, line: str) -> None:
+        if line[:6] == "data: ":  # the common case first
+            self._data.append(line[6:])
+            return
         if not line:
             if self._data:
                 data = "\n".join(self._data)
