@@ -10,6 +10,7 @@ child's peak RSS (``wait4`` rusage) and wall time, with the healthy mode as the 
 * ``trickle``   - one byte every 2 s, with ``--ddtree-timeout`` total=30.
 
     python benchmarks/bench_hostile.py [--modes healthy,endless,huge,trickle] [--json out.json]
+        [--max-response-bytes 1MiB]
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ TIMEOUTS = {
 }
 
 
-def run(mode: str) -> dict[str, object]:
+def run(mode: str, extra: list[str]) -> dict[str, object]:
     env = {
         k: v
         for k, v in os.environ.items()
@@ -56,6 +57,7 @@ def run(mode: str) -> dict[str, object]:
                 f"--ddtree-timeout={TIMEOUTS[mode]}",
                 "--junitxml",
                 f"/tmp/bench_hostile_{mode}.xml",
+                *extra,
             ],
             cwd=ROOT,
             env=env,
@@ -69,6 +71,7 @@ def run(mode: str) -> dict[str, object]:
     tail = [line for line in out.splitlines() if line.strip()][-1:]
     return {
         "mode": mode,
+        "extra": " ".join(extra),
         "timeout": TIMEOUTS[mode],
         "exit_code": os.waitstatus_to_exitcode(status),
         "wall_s": round(wall, 1),
@@ -83,10 +86,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--modes", default="healthy,endless,huge,trickle")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument(
+        "--max-response-bytes", help="pass --ddtree-max-response-bytes to the suite"
+    )
     args = parser.parse_args()
     results = []
     for mode in args.modes.split(","):
-        result = run(mode.strip())
+        extra = (
+            [f"--ddtree-max-response-bytes={args.max_response_bytes}"]
+            if args.max_response_bytes
+            else []
+        )
+        result = run(mode.strip(), extra)
         results.append(result)
         print(json.dumps(result), flush=True)
     if args.json:

@@ -57,8 +57,9 @@ class Timeout:
     """Per-request time limits in seconds.
 
     ``total`` is a deadline for the whole request, which httpx does not have
-    on its own: the client enforces it between stream events, and a server
-    that stalls is bounded by ``read``.
+    on its own: the client bounds every socket read by the time left (see
+    ``_net``), so it holds however the bytes arrive; a server that sends
+    nothing at all is also bounded by ``read``.
     """
 
     connect: float = 10.0
