@@ -545,7 +545,7 @@ class DDTreeClient:
                         error, kind = problem, "protocol"
             except httpx.HTTPError as exc:
                 done = time.perf_counter()
-                error, kind = _transport_error(exc, self.timeout, sc)
+                error, kind = _transport_failure(exc, self.timeout, sc)
         text, reasoning, finish = _plain_choice(raw, spec.api)
         objects = [raw] if isinstance(raw, Mapping) else []
         c = self._finish(
@@ -614,7 +614,7 @@ class DDTreeClient:
                         else:
                             reader.close()
             except httpx.HTTPError as exc:
-                error, kind = _transport_error(exc, self.timeout, sc)
+                error, kind = _transport_failure(exc, self.timeout, sc)
         done = time.perf_counter()
         info = reader.info(content_type)
         timings = Timings(
@@ -797,7 +797,12 @@ def _http_error(status: int, payload: Any, content: bytes) -> str:
     return f"HTTP {status}: {message}".strip()
 
 
-def _transport_error(
+def _transport_error(exc: httpx.HTTPError, timeout: Timeout, sc: _net.Scope | None = None) -> str:
+    """A one-line message for a transport exception (see ``_transport_failure``)."""
+    return _transport_failure(exc, timeout, sc)[0]
+
+
+def _transport_failure(
     exc: httpx.HTTPError, timeout: Timeout, sc: _net.Scope | None = None
 ) -> tuple[str, str]:
     """A one-line message and the ``Completion.error_kind`` of a transport exception."""

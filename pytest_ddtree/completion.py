@@ -19,9 +19,11 @@ Api = Literal["chat", "completions"]
 MAX_CHARS_PER_TOKEN = 256
 
 # ``Completion.error_kind`` values that describe the client's own side of the exchange
-# (its connection, its deadline, its size limit, its own failure): never a verdict about
+# (its connection, its timeouts, its size limit, its own failure): never a verdict about
 # the server, its speculation or its template.
-CLIENT_SIDE_KINDS = frozenset({"transport", "deadline", "too-large", "client", "not-sent"})
+CLIENT_SIDE_KINDS = frozenset(
+    {"transport", "deadline", "read-timeout", "too-large", "client", "not-sent"}
+)
 
 
 @dataclass(frozen=True)
