@@ -13,6 +13,18 @@ from typing import Any, Literal
 
 Api = Literal["chat", "completions"]
 
+# No tokenizer decodes one token into more characters than this (the longest tokens of
+# common vocabularies are runs of spaces or punctuation well under 256 characters), so
+# more than ``max_tokens * MAX_CHARS_PER_TOKEN`` characters is an overrun, counted or not.
+MAX_CHARS_PER_TOKEN = 256
+
+# ``Completion.error_kind`` values that describe the client's own side of the exchange
+# (its connection, its timeouts, its size limit, its own failure): never a verdict about
+# the server, its speculation or its template.
+CLIENT_SIDE_KINDS = frozenset(
+    {"transport", "deadline", "read-timeout", "too-large", "client", "not-sent"}
+)
+
 
 @dataclass(frozen=True)
 class RequestSpec:
@@ -141,6 +153,8 @@ class StreamInfo:
     parse_errors: tuple[str, ...] = ()
     error_events: tuple[Mapping[str, Any], ...] = ()
     usage_seen: bool = False
+    content_type: str | None = None
+    chunks_dropped: int = 0
 
 
 @dataclass(frozen=True)
@@ -158,6 +172,15 @@ class Completion:
     (a tokenizer.json, the server's /tokenize, an approximation, or none).
     ``local_completion_tokens`` is the client-side count of ``text`` plus
     ``reasoning_text`` (None when no tokenizer was available).
+    ``error_kind`` classifies ``error``: ``http`` (non-2xx), ``transport`` (no
+    response: connect failure, connection closed before any byte), ``broken``
+    (the connection broke mid-response), ``read-timeout``, ``deadline``,
+    ``too-large`` (past ``--ddtree-max-response-bytes``), ``protocol`` (a
+    stream that is not an event stream), ``client`` (the client's own
+    failure) or ``not-sent`` (stall guard).
+    ``encoding_error`` names invalid UTF-8 in the body (with its byte offset);
+    ``retries`` says why the request was sent again (a stale keep-alive
+    connection, HTTP 429); ``count_error`` why the local token count failed.
     """
 
     request: RequestSpec
@@ -177,6 +200,15 @@ class Completion:
     chunk_texts: tuple[str, ...] = ()
     model: str | None = None
     response_id: str | None = None
+    error_kind: str | None = None
+    encoding_error: str | None = None
+    retries: tuple[str, ...] = ()
+    count_error: str | None = None
+
+    @property
+    def client_side_failure(self) -> bool:
+        """True when the request failed on the client's side (see ``CLIENT_SIDE_KINDS``)."""
+        return self.error_kind in CLIENT_SIDE_KINDS
 
     @property
     def ok(self) -> bool:

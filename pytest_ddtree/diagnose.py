@@ -91,6 +91,23 @@ REJECTED_ADVICE = (
     "the server refused the request as sent: check the options that shape it (for example a "
     "tree budget outside the server's range, the model id or max_tokens)"
 )
+NO_BASELINE_LOSSY_ADVICE = (
+    "the output changes with the tree budget, which lossless speculation never does: look at "
+    "the speculative-decoding layer; no baseline is configured, so target-only decoding was "
+    "not compared (give --ddtree-baseline-endpoint to compare with it)"
+)
+CLIENT_SIDE_ADVICE = (
+    "this is the client's side of the exchange (its connection, deadline or size limit), not "
+    "evidence about speculation or the template: check the network, --ddtree-timeout and "
+    "--ddtree-max-response-bytes, then run again"
+)
+
+
+def lossless_advice(has_baseline: bool) -> str:
+    """What to do about a not-lossless result; no claim about the target alone without one."""
+    return SPECULATION_ADVICE if has_baseline else NO_BASELINE_LOSSY_ADVICE
+
+
 NO_BASELINE_ADVICE = (
     "give a target-only server for the same model with --ddtree-baseline-endpoint to get a verdict"
 )
@@ -133,7 +150,22 @@ class Diagnoser:
     ) -> Diagnosis:
         """The verdict for ``completion``, which broke ``violations``."""
         codes = sorted({v.code for v in violations})
+        if getattr(completion, "client_side_failure", False):
+            # a stale connection, the client's deadline or size cap: replaying it on the
+            # baseline would only turn the client's own trouble into a verdict
+            return Diagnosis(
+                "undetermined",
+                f"the request failed on the client's side ({completion.error_kind}: "
+                f"{summarize_text(str(completion.error), 160)})",
+                CLIENT_SIDE_ADVICE,
+            )
         if codes and set(codes) <= SPECULATION_ONLY:
+            if self.baseline is None:
+                return Diagnosis(
+                    "speculation",
+                    "the output changes between tree budgets (no baseline configured)",
+                    NO_BASELINE_LOSSY_ADVICE,
+                )
             return Diagnosis(
                 "speculation",
                 "the output changes with speculation (target-only decoding differs)",
@@ -186,6 +218,12 @@ class Diagnoser:
                 "undetermined",
                 f"the baseline replay failed: {type(exc).__name__}: {exc}",
                 "check --ddtree-baseline-endpoint",
+            )
+        if getattr(replay, "client_side_failure", False) and replay.status_code != 0:
+            return Diagnosis(
+                "undetermined",
+                f"the baseline replay failed on the client's side ({replay.error})",
+                CLIENT_SIDE_ADVICE,
             )
         if not replay.ok and replay.status_code == 0:
             return Diagnosis(
@@ -430,13 +468,20 @@ def run_lossless(
         lowest = min((b for b in budgets if b is not None), default=None)
         reference = outputs[lowest]
         label = f"lowest budget ({lowest}; no baseline configured)"
-    failed = [c for c in (*outputs.values(), reference) if not c.ok]
+    failed = [c for c in (*outputs.values(), reference) if not c.ok or c.encoding_error]
     if failed:
         return None, [
             Violation(
-                "http-error",
-                f"request failed, nothing to compare: {c.error}",
+                "encoding",
+                f"{c.encoding_error}; nothing to compare",
                 {},
+                c.request.describe(),
+            )
+            if c.ok
+            else Violation(
+                "too-large" if c.error_kind == "too-large" else "http-error",
+                f"request failed, nothing to compare: {c.error}",
+                {"kind": c.error_kind} if c.error_kind else {},
                 c.request.describe(),
             )
             for c in failed

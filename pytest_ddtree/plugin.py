@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 import pytest
 
+from pytest_ddtree import _guard
 from pytest_ddtree.client import DDTreeClient, EndpointError
 from pytest_ddtree.runtime import Runtime
 from pytest_ddtree.session import (
@@ -67,6 +68,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.report and not hasattr(config, "workerinput"):
         _check_report_dir(settings)
     config.stash[SETTINGS_KEY] = settings
+    _guard.install()  # SIGTERM like Ctrl-C: the partial artefacts are still written
     session = config.stash[SESSION_KEY] = DDTreeSession(config, settings)
     from pytest_ddtree.integrations import register
 
@@ -89,6 +91,7 @@ def _check_report_dir(settings: Settings) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    _guard.restore()
     runtime = config.stash.get(RUNTIME_KEY, None)
     if runtime is not None:
         runtime.close()

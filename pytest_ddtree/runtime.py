@@ -102,6 +102,8 @@ def _make_client(
         max_tokens=settings.max_tokens,
         enable_thinking=settings.enable_thinking,
         api=settings.api,
+        max_response_bytes=settings.max_response_bytes,
+        retry_429=settings.retry_429,
     )
 
 
@@ -130,6 +132,15 @@ def start_embedded(settings: Settings) -> tuple[Any, Any]:
     return servers[0], servers[1]
 
 
+def _probe_tokenize(client: DDTreeClient, probe: Callable[[str, Any], bool]) -> bool:
+    """Whether the endpoint has a usable /tokenize, asked within the start-up probe bound."""
+    from pytest_ddtree import _net
+
+    t = client.timeout
+    with _net.scope(min(t.total, t.connect + t.read)):
+        return probe(client.root_url, client.http)
+
+
 def _load_counter(
     settings: Settings, base_url: str, client: DDTreeClient, *, embedded: bool
 ) -> TokenCounter:
@@ -141,7 +152,7 @@ def _load_counter(
             from pytest_ddtree.reference import tokenizer_path
 
             spec = str(tokenizer_path())
-        elif tokens.server_supports_tokenize(root_url(base_url), client.http):
+        elif _probe_tokenize(client, tokens.server_supports_tokenize):
             spec = "server"
         else:
             spec = "none"
@@ -201,7 +212,9 @@ def start_runtime(settings: Settings) -> Runtime:
         client = _make_client(settings, endpoint, model, None)
         try:
             # the counter may query the server's /tokenize: give it the long-lived pool
-            counter = _load_counter(settings, endpoint, client, embedded=bool(servers))
+            counter = client.watch_counter(
+                _load_counter(settings, endpoint, client, embedded=bool(servers))
+            )
         except BaseException:
             client.close()
             raise

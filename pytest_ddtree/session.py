@@ -230,10 +230,11 @@ class DDTreeSession:
 
     def finish(self, session: pytest.Session) -> None:
         """Hand the records to the controller (xdist worker), or check and report the sweep."""
-        from pytest_ddtree import analysis
+        from pytest_ddtree import _guard, analysis
 
         self.pending.clear()
-        if session.exitstatus == pytest.ExitCode.INTERRUPTED:
+        # a signal counts even when a second one muddled pytest's exit status
+        if session.exitstatus == pytest.ExitCode.INTERRUPTED or _guard.interrupted():
             from pytest_ddtree.sweep import RunMetadata
 
             self.interrupted = True
@@ -243,6 +244,8 @@ class DDTreeSession:
         runtime = self.runtime
         if runtime is not None and self.metadata is not None:
             self.metadata.dialect = runtime.dialect
+            # retries, 429s and counter failures: never hidden
+            _guard.transport_metadata(self.metadata, runtime)
         if self.is_worker:
             from pytest_ddtree.integrations import WorkerPayload
 

@@ -18,6 +18,24 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 DEFAULT_BUDGETS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024)
+# Sane bounds: past them a value is a typo, not a setting. No speculative tree verifies a
+# million nodes a round, and no served model writes a million tokens in one answer.
+MAX_BUDGET = 1_048_576
+MAX_MAX_TOKENS = 1_048_576
+MAX_RETRY_429 = 10
+DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+_SIZE_UNITS = {
+    "": 1,
+    "k": 1024,
+    "kb": 1024,
+    "kib": 1024,
+    "m": 1024**2,
+    "mb": 1024**2,
+    "mib": 1024**2,
+    "g": 1024**3,
+    "gb": 1024**3,
+    "gib": 1024**3,
+}
 DIALECTS = ("auto", "ddtree", "vllm", "sglang", "omlx", "custom", "none")
 SPEC_FIELDS = (
     "tree_budget",
@@ -39,8 +57,9 @@ class Timeout:
     """Per-request time limits in seconds.
 
     ``total`` is a deadline for the whole request, which httpx does not have
-    on its own: the client enforces it between stream events, and a server
-    that stalls is bounded by ``read``.
+    on its own: the client bounds every socket read by the time left (see
+    ``_net``), so it holds however the bytes arrive; a server that sends
+    nothing at all is also bounded by ``read``.
     """
 
     connect: float = 10.0
@@ -102,6 +121,8 @@ class Settings:
     load_rate: tuple[float, ...] = ()
     load_burstiness: float = 1.0
     load_requests: int | None = None
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    retry_429: int = 0
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def source_of(self, name: str) -> str:
@@ -118,14 +139,22 @@ class Settings:
 
 
 def _fail(name: str, raw: object, source: str, why: str) -> SettingsError:
+    if isinstance(raw, str) and len(raw) > 80:  # the value named, not a screenful of it
+        raw = f"{raw[:40]}…{raw[-20:]} ({len(raw)} characters)"
     return SettingsError(f"invalid {name} {raw!r} (from {source}): {why}")
 
 
 def parse_url(raw: str, source: str, name: str = "endpoint") -> str:
     """An http(s) URL, trailing slash removed."""
     value = raw.strip().rstrip("/")
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    try:
+        parts = urlsplit(value)
+        port = parts.port  # range-checked by urllib
+        host = parts.hostname
+    except ValueError as exc:
+        shown = "<redacted URL>" if "@" in value else raw
+        raise _fail(name, shown, source, f"not a valid URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.netloc or not host:
         raise _fail(
             name, raw, source, "expected an http:// or https:// URL, e.g. http://host:8000/v1"
         )
@@ -133,6 +162,8 @@ def parse_url(raw: str, source: str, name: str = "endpoint") -> str:
         raise _fail(
             name, "<redacted URL>", source, "put credentials in --ddtree-api-key, not the URL"
         )
+    if port == 0:
+        raise _fail(name, raw, source, "port 0 is not a port a server listens on (1-65535)")
     if parts.query or parts.fragment:
         shown = f"{parts.scheme}://{parts.netloc}{parts.path}?<redacted>"
         raise _fail(
@@ -154,18 +185,41 @@ def parse_budgets(raw: str, source: str) -> tuple[int, ...]:
     for item in items:
         if not re.fullmatch(r"\d+", item) or int(item) < 1:
             raise _fail("budgets", raw, source, f"{item!r} is not a positive integer")
+        if int(item) > MAX_BUDGET:
+            raise _fail(
+                "budgets",
+                raw,
+                source,
+                f"{item} is beyond any sane tree budget (at most {MAX_BUDGET})",
+            )
         if int(item) in out:
             raise _fail("budgets", raw, source, f"{item} is listed twice")
         out.append(int(item))
     return tuple(out)
 
 
-def parse_positive_int(raw: str, source: str, name: str, minimum: int = 1) -> int:
-    """An integer >= ``minimum``."""
+def parse_positive_int(
+    raw: str, source: str, name: str, minimum: int = 1, maximum: int | None = None
+) -> int:
+    """An integer >= ``minimum`` (and <= ``maximum`` when given)."""
     text = str(raw).strip()
-    if not re.fullmatch(r"-?\d+", text) or int(text) < minimum:
+    if not re.fullmatch(r"-?\d{1,30}", text) or int(text) < minimum:
         raise _fail(name, raw, source, f"expected an integer >= {minimum}")
+    if maximum is not None and int(text) > maximum:
+        raise _fail(name, raw, source, f"expected an integer between {minimum} and {maximum}")
     return int(text)
+
+
+def parse_size(raw: str, source: str, name: str) -> int:
+    """A byte count: ``8388608``, ``512KiB``, ``8MiB``, ``1G`` (at least 1 KiB, at most 16 GiB)."""
+    text = str(raw).strip().lower().replace(" ", "")
+    m = re.fullmatch(r"(\d{1,15})([a-z]*)", text)
+    if not m or m.group(2) not in _SIZE_UNITS:
+        raise _fail(name, raw, source, "expected a byte count such as 8388608, 512KiB or 8MiB")
+    size = int(m.group(1)) * _SIZE_UNITS[m.group(2)]
+    if not 1024 <= size <= 16 * 1024**3:
+        raise _fail(name, raw, source, "expected between 1KiB and 16GiB")
+    return size
 
 
 def parse_choice(raw: str, source: str, name: str, choices: Sequence[str]) -> str:
@@ -227,6 +281,8 @@ def parse_budget_endpoints(raw: Sequence[str], source: str) -> dict[int, str]:
                 "budget-endpoint", item, source, "expected BUDGET=URL, e.g. 64=http://h:30064/v1"
             )
         b = int(budget)
+        if b > MAX_BUDGET:
+            raise _fail("budget-endpoint", item, source, f"budget {b} is beyond {MAX_BUDGET}")
         if b in out:
             raise _fail("budget-endpoint", item, source, f"budget {b} given twice")
         out[b] = parse_url(url, source, name="budget-endpoint")
@@ -465,18 +521,36 @@ OPTIONS: tuple[OptionDef, ...] = (
         parse=parse_timeout,
     ),
     OptionDef(
+        "max-response-bytes",
+        "Largest response the client reads, streamed or not (bytes, or with KiB/MiB/GiB); "
+        "past it the request fails as too-large and the rest is not read.",
+        metavar="SIZE",
+        default="8MiB",
+        env=("DDTREE_MAX_RESPONSE_BYTES",),
+        parse=lambda raw, src: parse_size(raw, src, "max-response-bytes"),
+    ),
+    OptionDef(
+        "retry-429",
+        "Send a request answered HTTP 429 again up to N times, after its Retry-After (at most "
+        f"60 s a wait; N at most {MAX_RETRY_429}). Every 429 and retry is counted in the summary "
+        "and the report.",
+        metavar="N",
+        default="0",
+        parse=lambda raw, src: parse_positive_int(raw, src, "retry-429", 0, MAX_RETRY_429),
+    ),
+    OptionDef(
         "max-tokens",
         "Default max_tokens of a request.",
         metavar="N",
         default="128",
-        parse=lambda raw, src: parse_positive_int(raw, src, "max-tokens"),
+        parse=lambda raw, src: parse_positive_int(raw, src, "max-tokens", 1, MAX_MAX_TOKENS),
     ),
     OptionDef(
         "min-tokens",
         "Default minimum completion length; shorter answers that stop are an early-stop "
         "violation. Default: the invariants' own threshold.",
         metavar="N",
-        parse=lambda raw, src: parse_positive_int(raw, src, "min-tokens", 0),
+        parse=lambda raw, src: parse_positive_int(raw, src, "min-tokens", 0, MAX_MAX_TOKENS),
     ),
     OptionDef(
         "api",
@@ -802,6 +876,8 @@ def apply_marker(settings: Settings, kwargs: Mapping[str, Any], where: str) -> S
         elif key in ("max_tokens", "rounds"):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise _fail(key, value, src, "expected an integer >= 1")
+            if key == "max_tokens" and value > MAX_MAX_TOKENS:
+                raise _fail(key, value, src, f"expected an integer between 1 and {MAX_MAX_TOKENS}")
             changes[key] = value
         elif key in ("min_tokens", "warmup_rounds"):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -70,6 +70,10 @@ def write_summary(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
             "run; try --ddtree-dialect auto",
             yellow=True,
         )
+    from pytest_ddtree import _guard
+
+    for line in _guard.transport_lines(runtime):  # retries, 429s, counter failures
+        tr.write_line(line, yellow=True)
 
 
 def _write_sweep(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from pytest_ddtree.completion import MAX_CHARS_PER_TOKEN
 from pytest_ddtree.invariants._context import Context, as_int, clip, excerpt
 from pytest_ddtree.violation import Violation
 
@@ -56,8 +57,22 @@ def check_finish(ctx: Context) -> Iterator[Violation]:
             f"finish_reason {finish!r} is not one of {sorted(e.allowed_finish_reasons)}",
             finish_reason=finish,
         )
-    n, slack = ctx.tokens_for_limits()
     limit = ctx.max_tokens
+    chars = len(ctx.text) + len(ctx.reasoning)
+    if limit is not None and chars > limit * MAX_CHARS_PER_TOKEN:
+        # no tokenizer decodes that much from max_tokens tokens, whatever usage says
+        yield ctx.violation(
+            "overrun",
+            f"{chars:,} characters of text: more than max_tokens={limit} tokens can decode to "
+            f"(at most {MAX_CHARS_PER_TOKEN} characters a token, "
+            f"{limit * MAX_CHARS_PER_TOKEN:,})",
+            characters=chars,
+            max_tokens=limit,
+            completion_tokens=ctx.reported,
+            tail=clip(ctx.text[-80:]),
+        )
+        return
+    n, slack = ctx.tokens_for_limits()
     counted = "usage.completion_tokens" if ctx.reported is not None else ctx.count_source
     if n is not None and limit is not None:
         if finish == "length" and n < limit - slack:

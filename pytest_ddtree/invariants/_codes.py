@@ -40,6 +40,8 @@ CODES: dict[str, str] = {
         "broken event stream: no [DONE], not exactly one finish chunk, unparseable chunk"
     ),
     "stream-error": "an in-band error event inside a 200 stream",
+    "encoding": "the response body or stream is not valid UTF-8 (the byte offset is given)",
+    "too-large": "the response passed --ddtree-max-response-bytes; the rest was not read",
     "nondeterministic": "the same temperature-0 request gave different output",
     "state-leak": ("a temperature-0 request gave different output right after a different request"),
     "not-lossless": (
@@ -81,6 +83,8 @@ CODE_LAYERS: dict[str, str | None] = {
     "stats-inflated": "speculation",
     "stream-integrity": "server",
     "stream-error": "server",
+    "encoding": "server",
+    "too-large": "server",
     "nondeterministic": None,
     "state-leak": None,
     "not-lossless": "speculation",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pytest_ddtree.completion import Completion
+from pytest_ddtree.completion import MAX_CHARS_PER_TOKEN, Completion
 from pytest_ddtree.invariants._expectation import DEFAULT_MIN_TOKENS, Expectation
 from pytest_ddtree.tokens import ApproxCounter, TokenCounter
 from pytest_ddtree.violation import Violation
@@ -110,6 +110,8 @@ class Context:
             return None
         if not text:
             return 0
+        if self.max_tokens is not None and len(text) > self.max_tokens * MAX_CHARS_PER_TOKEN:
+            return None  # an overrun by length alone; not worth megabytes to a /tokenize
         try:
             n = self.counter.count(text)
         except Exception:  # an unreachable /tokenize must not turn into a test error

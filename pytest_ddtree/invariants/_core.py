@@ -23,7 +23,7 @@ from pytest_ddtree.invariants._text import (
     check_role_leak,
     check_special_tokens,
 )
-from pytest_ddtree.invariants._transport import check_http, check_stream
+from pytest_ddtree.invariants._transport import check_encoding, check_http, check_stream
 from pytest_ddtree.tokens import TokenCounter
 from pytest_ddtree.violation import InvariantError, Violation
 
@@ -45,6 +45,7 @@ _CONTENT_CODES = frozenset(
         "stats-inconsistent",
         "stats-inflated",
         "schema",
+        "encoding",
     }
 )
 
@@ -83,21 +84,38 @@ def check(
     # Partial content of an aborted exchange would only produce follow-on noise.
     aborted = not completion.ok or bool(completion.stream and completion.stream.error_events)
     if not aborted and not skip.issuperset(_CONTENT_CODES):
-        if "schema" not in skip:
-            found.extend(check_schema(ctx))
-        found.extend(check_empty(ctx))
-        found.extend(check_reasoning(ctx))
-        found.extend(check_early_stop(ctx))
-        found.extend(check_finish(ctx))
-        found.extend(check_usage(ctx))
-        found.extend(check_role_leak(ctx))
-        found.extend(check_special_tokens(ctx, exclude_eos=overrun_after_eos(ctx)))
-        found.extend(check_degenerate(ctx))
-        found.extend(check_non_printable(ctx))
-        found.extend(check_stats(ctx))
+        content: list[Violation] = []
+        try:
+            _content_checks(ctx, skip, content)
+        except RecursionError:
+            content.append(
+                ctx.violation(
+                    "schema",
+                    "the response is nested too deep to check (recursion limit reached)",
+                )
+            )
+        found.extend(content)
     if skip:
         found = [v for v in found if v.code not in skip]
     return found
+
+
+def _content_checks(ctx: Context, skip: frozenset[str], found: list[Violation]) -> None:
+    found.extend(check_encoding(ctx))
+    if "schema" not in skip:
+        found.extend(check_schema(ctx))
+    found.extend(check_empty(ctx))
+    found.extend(check_reasoning(ctx))
+    found.extend(check_early_stop(ctx))
+    found.extend(check_finish(ctx))
+    # decoded with replacement characters, the text is not what the server counted
+    if not getattr(ctx.completion, "encoding_error", None):
+        found.extend(check_usage(ctx))
+    found.extend(check_role_leak(ctx))
+    found.extend(check_special_tokens(ctx, exclude_eos=overrun_after_eos(ctx)))
+    found.extend(check_degenerate(ctx))
+    found.extend(check_non_printable(ctx))
+    found.extend(check_stats(ctx))
 
 
 def assert_valid(

@@ -28,6 +28,9 @@ def check_stream(ctx: Context) -> Iterator[Violation]:
     # a non-2xx never started a stream: http-error says all there is to say
     if info is None or status is None or not 200 <= status < 300:
         return
+    # cut short by the client's size cap: too-large says why, not a missing [DONE]
+    if getattr(ctx.completion, "error_kind", None) == "too-large":
+        return
     errors = tuple(info.error_events or ())
     if errors:
         yield ctx.violation(
@@ -45,7 +48,14 @@ def check_stream(ctx: Context) -> Iterator[Violation]:
         )
     events = as_int(info.events)
     if events == 0:
-        yield ctx.violation("stream-integrity", "the stream carried no events")
+        # the transport error the client already has is the news, when there is one
+        error = ctx.completion.error
+        yield ctx.violation(
+            "stream-integrity",
+            "the stream carried no events" + (f" ({clip(str(error), 200)})" if error else ""),
+            error=error,
+            content_type=getattr(info, "content_type", None),
+        )
         return
     if not info.done_seen:
         yield ctx.violation(
@@ -67,9 +77,29 @@ def check_stream(ctx: Context) -> Iterator[Violation]:
         )
 
 
+def check_encoding(ctx: Context) -> Iterator[Violation]:
+    """encoding: invalid UTF-8 in the body or the stream, with the byte offset."""
+    bad = getattr(ctx.completion, "encoding_error", None)
+    if bad:
+        yield ctx.violation(
+            "encoding",
+            str(bad),
+            note="the text was decoded with U+FFFD replacements; the usage check did not run",
+        )
+
+
 def check_http(ctx: Context, stream_explained: bool) -> Iterator[Violation]:
-    """http-error: non-2xx, or a failure the stream checks did not already explain."""
+    """http-error (too-large past the size cap): non-2xx, or a failure the stream checks
+    did not already explain."""
     c = ctx.completion
+    if getattr(c, "error_kind", None) == "too-large":
+        yield ctx.violation(
+            "too-large",
+            clip(str(c.error), 200),
+            status=as_int(c.status_code),
+            received=clip(ctx.text, 80) if ctx.text else None,
+        )
+        return
     status = as_int(c.status_code)
     body = c.raw
     detail = _error_message(body) if isinstance(body, Mapping) and "error" in body else None

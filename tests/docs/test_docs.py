@@ -136,7 +136,7 @@ def test_every_page_renders() -> None:
 def test_mentioned_options_exist() -> None:
     known = {opt.cli for opt in OPTIONS}
     for path in PROSE:
-        for flag in re.findall(r"--ddtree-[a-z-]*[a-z]", path.read_text(encoding="utf-8")):
+        for flag in re.findall(r"--ddtree-[a-z0-9-]*[a-z0-9]", path.read_text(encoding="utf-8")):
             assert flag in known, f"{path.name} mentions {flag}, which is not an option"
 
 
@@ -226,6 +226,8 @@ def test_every_code_and_fault_has_one_layer_vocabulary() -> None:
         "usage-mismatch",
         "finish-lie",
         "schema",
+        "encoding",
+        "too-large",
     } == TRANSPORT_CODES
     faults = _rendered("reference-server.md")
     for name, layer in FAULT_LAYERS.items():
