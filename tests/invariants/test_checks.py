@@ -527,3 +527,18 @@ def test_expectation_from_mapping_names_its_source():
         Expectation.from_mapping({"min_tokens": "8"}, source="p")
     with pytest.raises(ValueError, match="expected a mapping"):
         Expectation.from_mapping([1], source="p")  # type: ignore[arg-type]
+
+
+def test_llamacpp_timings_of_the_wrong_type_name_the_field():
+    raw = {"predicted_n": 84, "predicted_per_second": "fast", "draft_n": 30, "draft_n_accepted": 9}
+    bad = SpecStats(dialect="llamacpp", num_draft_tokens=30, num_accepted_draft_tokens=9, raw=raw)
+    found = [v for v in check(completion(stats=bad)) if v.code == "stats-inconsistent"]
+    assert [v.evidence["field"] for v in found] == ["timings.predicted_per_second"]
+    assert "'fast'" in found[0].message
+    healthy = SpecStats(
+        dialect="llamacpp",
+        num_draft_tokens=30,
+        num_accepted_draft_tokens=9,
+        raw={**raw, "predicted_per_second": 41.5},
+    )
+    assert check(completion(stats=healthy)) == []
