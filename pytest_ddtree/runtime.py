@@ -132,21 +132,30 @@ def start_embedded(settings: Settings) -> tuple[Any, Any]:
     return servers[0], servers[1]
 
 
-def _load_counter(settings: Settings, base_url: str, client: DDTreeClient) -> Any:
+def _load_counter(
+    settings: Settings, base_url: str, client: DDTreeClient, model: str | None, notes: list[str]
+) -> Any:
     from pytest_ddtree import tokens
 
     spec = settings.tokenizer
-    if spec == "auto":
-        if settings.embedded:
-            from pytest_ddtree.reference import tokenizer_path
-
-            spec = str(tokenizer_path())
-        elif tokens.server_supports_tokenize(root_url(base_url), client.http):
-            spec = "server"
-        else:
+    shape = "reference"
+    if spec in ("auto", "server") and not (spec == "auto" and settings.embedded):
+        probe = tokens.detect_tokenize_shape(root_url(base_url), client.http, model=model)
+        if probe.warning:
+            notes.append(f"warning: {probe.warning}")
+        if probe.shape is not None:
+            shape, spec = probe.shape, "server"
+        elif spec == "auto":
             spec = "none"
+            notes.append("no usable /tokenize (shapes tried: " + ", ".join(probe.tried) + ")")
+    elif spec == "auto":
+        from pytest_ddtree.reference import tokenizer_path
+
+        spec = str(tokenizer_path())
     try:
-        return tokens.load_counter(spec, root_url=root_url(base_url), client=client.http)
+        return tokens.load_counter(
+            spec, root_url=root_url(base_url), client=client.http, shape=shape, model=model
+        )
     except ValueError as exc:
         raise EndpointError(f"{exc} (from {settings.source_of('tokenizer')})") from None
 
@@ -204,9 +213,10 @@ def start_runtime(settings: Settings) -> Runtime:
         finally:
             probe.close()
         client = _make_client(settings, settings.endpoint, model, None)
+        notes: list[str] = []
         try:
             # the counter may query the server's /tokenize: give it the long-lived pool
-            counter = _load_counter(settings, settings.endpoint, client)
+            counter = _load_counter(settings, settings.endpoint, client, model, notes)
         except BaseException:
             client.close()
             raise
@@ -223,6 +233,7 @@ def start_runtime(settings: Settings) -> Runtime:
             counter=counter,
             baseline=baseline,
             servers=servers,
+            notes=notes,
         )
         if not getattr(counter, "exact", False):
             runtime.notes.append(
