@@ -100,7 +100,7 @@ def start_llamacpp(
     is on unless ``metrics`` is False. Raises ``RuntimeError`` (one line)
     when the engine does not start.
     """
-    import xllamacpp
+    xllamacpp: Any = importlib.import_module("xllamacpp")
 
     if speculation not in SPECULATION_KINDS:
         raise ValueError(
