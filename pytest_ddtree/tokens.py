@@ -181,9 +181,23 @@ class ServerCounter:
         self._client = client if client is not None else httpx.Client(timeout=10.0)
         self._cache = _LRU()
         self._counts: OrderedDict[str, int] = OrderedDict()
+        self.retries = 0  # requests sent again after a stale keep-alive connection
 
     def _ask(self, text: str) -> tuple[int, list[int] | None]:
-        response = self._client.post(self.url, json=self.shape.body(text, self.model))
+        body = self.shape.body(text, self.model)
+        try:
+            response = self._client.post(self.url, json=body)
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+            # a pooled keep-alive connection the server had just closed (llama.cpp and
+            # uvicorn close idle ones after 5 s): counting is idempotent and untimed, so
+            # one retry (the dead connection has left the pool) is safe; it is counted
+            self.retries += 1
+            try:
+                response = self._client.post(self.url, json=body)
+            except httpx.HTTPError as exc:
+                raise RuntimeError(f"{self.url} failed: {type(exc).__name__}: {exc}") from None
+        except httpx.HTTPError as exc:
+            raise RuntimeError(f"{self.url} failed: {type(exc).__name__}: {exc}") from None
         if response.status_code != 200:
             raise RuntimeError(f"{self.url} answered HTTP {response.status_code}")
         try:

@@ -210,3 +210,24 @@ def test_garbage_answers_fall_back_with_a_warning_naming_the_endpoint(answer):
 
 def test_pieces_are_read_as_ids():
     assert parse_tokenize_answer({"tokens": [{"id": 7, "piece": "a"}]}, "u") == (1, [7])
+
+
+def test_a_stale_connection_is_retried_once_and_counted():
+    state = {"n": 0}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        state["n"] += 1
+        if state["n"] == 1:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return httpx.Response(200, json={"tokens": [1, 2]})
+
+    counter = ServerCounter("http://srv", httpx.Client(transport=httpx.MockTransport(handler)))
+    assert counter.count("a b") == 2 and counter.retries == 1
+
+    def always(request: httpx.Request) -> httpx.Response:
+        raise httpx.RemoteProtocolError("gone")
+
+    dead = ServerCounter("http://srv", httpx.Client(transport=httpx.MockTransport(always)))
+    with pytest.raises(RuntimeError, match=r"http://srv/tokenize failed: RemoteProtocolError"):
+        dead.count("a b")
+    assert dead.retries == 1
