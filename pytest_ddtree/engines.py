@@ -90,6 +90,7 @@ def start_llamacpp(
     threads: int = 1,
     port: int = 0,
     metrics: bool = True,
+    http_threads: int | None = None,
 ) -> LlamaCppServer:
     """Start llama.cpp's server on ``127.0.0.1:port`` (0: a free port).
 
@@ -120,6 +121,8 @@ def start_llamacpp(
     params.port = port
     params.warmup = False
     params.endpoint_metrics = metrics
+    if http_threads is not None:
+        params.n_threads_http = http_threads
     if chat_template is not None:
         params.use_jinja = True
         params.chat_template = chat_template

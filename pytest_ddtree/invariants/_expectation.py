@@ -166,6 +166,9 @@ class Expectation:
     degenerate_min_chars: int = 400
     """Shorter outputs are never judged degenerate (too little text to tell)."""
 
+    degenerate_min_words: int = 40
+    """Fewer words than this in the tail are never judged by the 4-gram share."""
+
     degenerate_ngram_share: float = 0.6
     """Flag when this share of word 4-grams are repeats of earlier ones."""
 
@@ -206,6 +209,7 @@ class Expectation:
             "tps_min_seconds",
             "tps_min_chunks",
             "degenerate_min_chars",
+            "degenerate_min_words",
         ):
             value = getattr(self, name)
             if (
