@@ -110,13 +110,15 @@ def measure(source: str, base_url: str, model: str, counter: Any, limits: list[i
 
 
 def report(rows: list[Any]) -> None:
-    print(f"{'source':9} {'prompt':14} {'max':>4} {'fin':6} {'use':>4} {'loc':>4} "
-          f"{'drift':>5} {'chars':>5} {'words':>5} {'4gram':>6} {'zlib':>5}  text")
+    print(
+        f"{'source':9} {'prompt':14} {'max':>4} {'fin':6} {'use':>4} {'loc':>4} "
+        f"{'drift':>5} {'chars':>5} {'words':>5} {'4gram':>6} {'zlib':>5}  text"
+    )
     for r in sorted(rows, key=lambda r: (r["source"], -r["share"])):
         flat = r["text"].replace("\n", "\\n")
         print(
-            f"{r['source']:9} {r['prompt']:14} {r['max_tokens']:>4} {str(r['finish']):6} "
-            f"{str(r['usage']):>4} {r['local']:>4} {str(r['drift']):>5} {r['chars']:>5} "
+            f"{r['source']:9} {r['prompt']:14} {r['max_tokens']:>4} {r['finish']!s:6} "
+            f"{r['usage']!s:>4} {r['local']:>4} {r['drift']!s:>5} {r['chars']:>5} "
             f"{r['words']:>5} {r['share']:>6.2f} {r['ratio']:>5.2f}  {flat[:70]}"
         )
     for source in sorted({r["source"] for r in rows}):
@@ -124,12 +126,19 @@ def report(rows: list[Any]) -> None:
         drift = [r["drift"] for r in mine if r["drift"] is not None]
         by_finish = Counter((r["finish"], r["drift"]) for r in mine)
         print(f"\n{source}: {len(mine)} answers")
-        print(f"  drift usage-local: min {min(drift)} max {max(drift)} "
-              f"mean {statistics.fmean(drift):.2f}; by (finish, drift): {dict(by_finish)}")
-        print(f"  chars: min {min(r['chars'] for r in mine)} "
-              f"median {statistics.median(r['chars'] for r in mine):.0f}")
+        print(
+            f"  drift usage-local: min {min(drift)} max {max(drift)} "
+            f"mean {statistics.fmean(drift):.2f}; by (finish, drift): {dict(by_finish)}"
+        )
+        print(
+            f"  chars: min {min(r['chars'] for r in mine)} "
+            f"median {statistics.median(r['chars'] for r in mine):.0f}"
+        )
         ranked = sorted(mine, key=lambda r: -r["share"])
-        print("  highest 4-gram shares:", [(r["prompt"], r["max_tokens"], r["share"]) for r in ranked[:8]])
+        print(
+            "  highest 4-gram shares:",
+            [(r["prompt"], r["max_tokens"], r["share"]) for r in ranked[:8]],
+        )
 
 
 def main() -> int:
@@ -146,7 +155,9 @@ def main() -> int:
     try:
         root = ref.base_url.removesuffix("/v1")
         model = httpx.get(f"{ref.base_url}/models").json()["data"][0]["id"]
-        rows += measure("reference", ref.base_url, model, TokenizerCounter(tokenizer_path()), limits)
+        rows += measure(
+            "reference", ref.base_url, model, TokenizerCounter(tokenizer_path()), limits
+        )
         del root
     finally:
         ref.stop()

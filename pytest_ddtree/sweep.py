@@ -72,6 +72,7 @@ class SweepSample:
     echoed_tree_budget: int | None = None
     worker: str | None = None
     concurrent: bool = False
+    acceptance_rate: float | None = None
 
     @classmethod
     def from_completion(
@@ -110,6 +111,7 @@ class SweepSample:
             echoed_tree_budget=None if stats is None else _int(stats.tree_budget),
             worker=worker,
             concurrent=concurrent,
+            acceptance_rate=None if stats is None else _finite(stats.acceptance_rate),
         )
 
     @property
@@ -139,6 +141,7 @@ class SweepSample:
             "echoed_tree_budget": self.echoed_tree_budget,
             "worker": self.worker,
             "concurrent": self.concurrent,
+            "acceptance_rate": self.acceptance_rate,
         }
 
     @classmethod
@@ -163,6 +166,7 @@ class SweepSample:
             echoed_tree_budget=_opt_int(data, "echoed_tree_budget", source),
             worker=_opt_str(data, "worker", source),
             concurrent=bool(data.get("concurrent", False)),
+            acceptance_rate=_opt_float(data, "acceptance_rate", source),
         )
 
 
@@ -540,6 +544,8 @@ class BudgetStats:
     echoed_mismatch: int
     concurrent: bool
     verdict: str = ""
+    # accepted / drafted tokens: shown only where the length is unknown (llama.cpp)
+    mean_acceptance_rate: float | None = None
 
     @property
     def all_valid(self) -> bool:
@@ -579,6 +585,7 @@ class BudgetStats:
             "echoed_mismatch": self.echoed_mismatch,
             "concurrent": self.concurrent,
             "verdict": self.verdict,
+            "mean_acceptance_rate": self.mean_acceptance_rate,
         }
 
 
@@ -635,6 +642,7 @@ def budget_stats(
             and s.echoed_tree_budget != s.tree_budget
         ),
         concurrent=any(s.concurrent for s in samples),
+        mean_acceptance_rate=_mean(s.acceptance_rate for s in valid),
     )
 
 

@@ -69,6 +69,7 @@ SWEEP_JSON_SCHEMA: dict[str, Any] = {
                     "decode_tokens_per_second": _NUM_OR_NULL,
                     "end_to_end": _NUM_OR_NULL,
                     "mean_acceptance_length": _NUM_OR_NULL,
+                    "acceptance_rate": _NUM_OR_NULL,
                     "decode_rounds": _INT_OR_NULL,
                     "server_tokens_per_second": _NUM_OR_NULL,
                     "echoed_tree_budget": _INT_OR_NULL,
