@@ -249,8 +249,12 @@ def test_reasoning_tokens_above_completion_tokens():
 
 def test_usage_against_local_count_with_tolerance():
     n = 84  # fake count of HEALTHY_TEXT
+    # tolerance 2 + 2% (measured drift: the end-of-turn token, nothing else)
     assert "usage-mismatch" not in codes(
-        completion(usage=Usage(20, n + 6, n + 26), tokens=n + 6), counter=FakeCounter()
+        completion(usage=Usage(20, n + 3, n + 23), tokens=n + 3), counter=FakeCounter()
+    )
+    assert "usage-mismatch" in codes(
+        completion(usage=Usage(20, n + 5, n + 25), tokens=n + 5), counter=FakeCounter()
     )
     c = completion(usage=Usage(20, 2 * n, 20 + 2 * n), tokens=2 * n)
     v = next(v for v in check(c, counter=FakeCounter()) if v.code == "usage-mismatch")
@@ -542,3 +546,18 @@ def test_llamacpp_timings_of_the_wrong_type_name_the_field():
         raw={**raw, "predicted_per_second": 41.5},
     )
     assert check(completion(stats=healthy)) == []
+
+
+def test_hidden_overrun_with_an_exact_tokenizer():
+    """A server whose usage hides a 7-token draft block past max_tokens=96 still fails."""
+    text = " ".join(f"w{i}" for i in range(77))  # 103 tokens for the fake exact counter
+    assert FakeCounter().count(text) == 103
+    hidden = completion(text, tokens=96, max_tokens=96, finish="length", local="auto")
+    found = {v.code: v for v in check(hidden, counter=FakeCounter())}
+    assert "overrun" in found and "usage-mismatch" in found
+    assert found["overrun"].evidence["reported_completion_tokens"] == 96
+    assert found["overrun"].evidence["completion_tokens"] == 103
+    # the end-of-turn token a server counts but does not return is not an overrun
+    honest = " ".join(f"w{i}" for i in range(72))  # 96 tokens
+    ok = completion(honest, tokens=97, max_tokens=100, finish="stop")
+    assert check(ok, counter=FakeCounter()) == []
