@@ -27,6 +27,8 @@ LOOP_PROMPT = "What is the capital of France?"  # SmolLM2-135M loops on it
 SHORT_PROMPT = "How many legs does a spider have?"
 PROSE_PROMPT = "Describe how bread is baked in a small kitchen."
 
+pytestmark = pytest.mark.real_engine
+
 
 def _fresh() -> httpx.HTTPTransport:
     return httpx.HTTPTransport(limits=httpx.Limits(max_keepalive_connections=0))
