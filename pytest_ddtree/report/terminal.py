@@ -11,7 +11,7 @@ HEADERS = (
     "valid",
     "decode tok/s median [95% CI]",
     "TTFT p50/p90 ms",
-    "accept len|rate",
+    "accept len/rate",
     "rounds",
     "srv/cli",
     "verdict",
@@ -64,7 +64,7 @@ def _row(st: BudgetStats) -> tuple[str, ...]:
 def table_lines(summary: SweepSummary, *, notes: Sequence[str] = ()) -> list[str]:
     """The sweep table plus the recommendation line, ready for ``write_line``.
 
-    ``accept len|rate`` is the mean acceptance length (tokens committed per decode
+    ``accept len/rate`` is the mean acceptance length (tokens committed per decode
     round, bonus token included), or where the server does not report its rounds
     the acceptance rate (accepted / drafted tokens, shown as ``rate 0.85``),
     ``rounds`` the mean number of decode rounds per request, ``srv/cli`` the
