@@ -68,3 +68,9 @@ def broken_ngram() -> Iterator[engines.LlamaCppServer]:
 def broken_target() -> Iterator[engines.LlamaCppServer]:
     """Target only, behind the same broken chat template."""
     yield from _serve(speculation="none", chat_template=BROKEN_TEMPLATE)
+
+
+@pytest.fixture(scope="session")
+def draft8() -> Iterator[engines.LlamaCppServer]:
+    """A draft model proposing up to 8 tokens per round (the default server drafts up to 3)."""
+    yield from _serve(speculation="draft", draft_max=8)

@@ -238,3 +238,41 @@ def test_example_suite_verdicts_per_prompt(
         client.close()
         baseline.close()
     assert got == EXAMPLE_SUITE_VERDICTS
+
+
+def test_endpoints_mode_sweeps_draft_lengths_and_shows_the_rate(
+    draft: engines.LlamaCppServer, draft8: engines.LlamaCppServer, http: httpx.Client
+) -> None:
+    """One server per draft length (this build ignores a per-request speculative.n_max)."""
+    from pytest_ddtree.report.terminal import table_lines
+    from pytest_ddtree.sweep import SweepSample, summarize
+
+    client = DDTreeClient(
+        draft.base_url,
+        model=draft.model,
+        budget_mode="endpoints",
+        budget_endpoints={3: draft.base_url, 8: draft8.base_url},
+        counter=ServerCounter(draft.root_url, http, shape="llamacpp"),
+        transport=_fresh(),
+    )
+    samples = []
+    try:
+        for budget in (3, 8):
+            for i, prompt in enumerate((PROSE_PROMPT, "Explain what a hash table is.")):
+                c = client.chat(prompt, max_tokens=48, tree_budget=budget)
+                assert c.request.url.startswith((draft if budget == 3 else draft8).base_url), (
+                    c.request.url
+                )
+                found = check(c, counter=client.counter)
+                assert found == [], [v.message for v in found]
+                samples.append(SweepSample.from_completion(c, found, round=i, prompt_id=f"p{i}"))
+    finally:
+        client.close()
+    summary = summarize(samples)
+    assert [st.tree_budget for st in summary.budgets] == [3, 8]
+    for st in summary.budgets:
+        assert st.mean_acceptance_length is None and st.mean_acceptance_rate is not None
+    lines = table_lines(summary)
+    import re
+
+    assert sum(bool(re.search(r"rate \d\.\d\d", line)) for line in lines) == 2, lines
