@@ -153,12 +153,10 @@ def main() -> int:
 
     ref = start_reference_server(simulated_latency=False)
     try:
-        root = ref.base_url.removesuffix("/v1")
         model = httpx.get(f"{ref.base_url}/models").json()["data"][0]["id"]
         rows += measure(
             "reference", ref.base_url, model, TokenizerCounter(tokenizer_path()), limits
         )
-        del root
     finally:
         ref.stop()
 
