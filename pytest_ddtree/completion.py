@@ -83,6 +83,18 @@ class SpecStats:
     num_accepted_draft_tokens: int | None = None
     raw: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted over drafted tokens (0..1), or None when nothing was drafted or
+        either count is unknown. Unlike the mean acceptance length it falls as
+        the draft grows, so it is shown only where the length is unknown."""
+        drafted, accepted = self.num_draft_tokens, self.num_accepted_draft_tokens
+        if drafted is None or accepted is None or isinstance(drafted, bool) or drafted <= 0:
+            return None
+        if isinstance(accepted, bool) or not isinstance(accepted, int) or accepted < 0:
+            return None
+        return accepted / drafted
+
 
 @dataclass(frozen=True)
 class Timings:

@@ -108,6 +108,13 @@ def lossless_advice(has_baseline: bool) -> str:
     return SPECULATION_ADVICE if has_baseline else NO_BASELINE_LOSSY_ADVICE
 
 
+PROMPT_MISMATCH_ADVICE = (
+    "serve the baseline with the same chat template and tokenizer as the server (same model "
+    "files, same --chat-template); until both see the same prompt, a difference in output says "
+    "nothing about speculative decoding"
+)
+
+
 NO_BASELINE_ADVICE = (
     "give a target-only server for the same model with --ddtree-baseline-endpoint to get a verdict"
 )
@@ -233,6 +240,9 @@ class Diagnoser:
             )
         found = [v for v in check(replay) if v.code not in STATS_CODES]
         base_codes = tuple(sorted({v.code for v in found}))
+        mismatch = prompt_mismatch(completion, replay)
+        if mismatch is not None:
+            return Diagnosis("template", mismatch, PROMPT_MISMATCH_ADVICE, base_codes)
         output_codes = [c for c in codes if c not in STATS_CODES]
         shared = sorted(set(output_codes) & set(base_codes))
         if shared and set(shared) & TRANSPORT_CODES and set(shared) <= TRANSPORT_CODES | _FOLLOWERS:
@@ -263,6 +273,24 @@ class Diagnoser:
             "look at both outputs; the server and the baseline may differ in more than speculation",
             base_codes,
         )
+
+
+def prompt_mismatch(completion: Completion, baseline: Completion) -> str | None:
+    """Why the server and its baseline did not see the same prompt, or None.
+
+    Both answered the same request; when their ``usage.prompt_tokens`` differ
+    they rendered or tokenised it differently (another chat template, system
+    prompt or tokenizer), so comparing their outputs cannot blame speculation.
+    Unknown counts (no usage) compare as equal: nothing to go on.
+    """
+    ours = completion.usage.prompt_tokens if completion.usage is not None else None
+    theirs = baseline.usage.prompt_tokens if baseline.usage is not None else None
+    if ours is None or theirs is None or ours == theirs:
+        return None
+    return (
+        f"the server and its baseline do not see the same prompt: usage.prompt_tokens "
+        f"{ours} vs {theirs} for the same request (different chat template or tokenizer)"
+    )
 
 
 # ------------------------------------------------------------ losslessness

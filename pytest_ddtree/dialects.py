@@ -15,15 +15,46 @@ from typing import Any
 
 from pytest_ddtree.completion import SpecStats, Usage
 
-DIALECT_NAMES = ("ddtree", "vllm", "sglang", "omlx", "custom", "none")
+DIALECT_NAMES = ("ddtree", "vllm", "sglang", "omlx", "llamacpp", "custom", "none")
 OMLX_PREFIX = "dflash_ddtree_"
+# llama.cpp's per-response ``timings`` fields: every one a number >= 0 when present
+LLAMACPP_TIMING_FIELDS = (
+    "cache_n",
+    "prompt_n",
+    "prompt_ms",
+    "prompt_per_token_ms",
+    "prompt_per_second",
+    "predicted_n",
+    "predicted_ms",
+    "predicted_per_token_ms",
+    "predicted_per_second",
+    "draft_n",
+    "draft_n_accepted",
+)
+
+
+def budget_path(path: str) -> list[str]:
+    """The object keys a ``--ddtree-budget-field`` value names, outermost first.
+
+    Two syntaxes, told apart by the first character:
+
+    * a JSON Pointer (RFC 6901) starts with ``/``: ``/speculative.n_max`` is
+      the top-level key ``speculative.n_max`` (dots are literal),
+      ``/extra/ddtree/budget`` nests; ``~1`` stands for ``/`` and ``~0`` for ``~``;
+    * anything else is a dotted path: ``extra.ddtree.budget`` nests and
+      ``tree_budget`` is a top-level key.
+    """
+    if path.startswith("/"):
+        return [t.replace("~1", "/").replace("~0", "~") for t in path[1:].split("/")]
+    return path.split(".")
 
 
 def put_budget(body: dict[str, Any], path: str, budget: int) -> dict[str, Any]:
-    """A copy of ``body`` with ``budget`` at the dotted ``path`` (objects created as needed)."""
+    """A copy of ``body`` with ``budget`` at ``path`` (see ``budget_path``; objects
+    created as needed)."""
     out = copy.deepcopy(body)
     node = out
-    parts = path.split(".")
+    parts = budget_path(path)
     for part in parts[:-1]:
         child = node.get(part)
         if not isinstance(child, dict):
@@ -35,10 +66,10 @@ def put_budget(body: dict[str, Any], path: str, budget: int) -> dict[str, Any]:
 
 
 def drop_path(body: dict[str, Any], path: str) -> dict[str, Any]:
-    """A copy of ``body`` without the value at the dotted ``path`` (if present)."""
+    """A copy of ``body`` without the value at ``path`` (see ``budget_path``), if present."""
     out = copy.deepcopy(body)
     node: Any = out
-    parts = path.split(".")
+    parts = budget_path(path)
     for part in parts[:-1]:
         node = node.get(part) if isinstance(node, dict) else None
     if isinstance(node, dict):
@@ -86,11 +117,23 @@ def _omlx_carrier(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
+def _llamacpp_carrier(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    # llama.cpp puts a top-level ``timings`` object in the response, or in the
+    # final (usage) chunk of a stream; ``predicted_n`` is always in it
+    timings = obj.get("timings")
+    if isinstance(timings, Mapping) and "predicted_n" in timings:
+        return timings
+    return None
+
+
+# detection order: the explicit statistics blocks first, llama.cpp's generic
+# ``timings`` last (a server could add timings beside its own block)
 _CARRIERS = {
     "ddtree": _ddtree_carrier,
     "vllm": _vllm_carrier,
     "sglang": _sglang_carrier,
     "omlx": _omlx_carrier,
+    "llamacpp": _llamacpp_carrier,
 }
 
 
@@ -184,6 +227,8 @@ def _normalise(dialect: str, raw: Mapping[str, Any]) -> SpecStats:
             mean_acceptance_length=_num(raw.get("spec_accept_length")),
             raw=dict(raw),
         )
+    if dialect == "llamacpp":
+        return _llamacpp(raw)
     # omlx
     return SpecStats(
         dialect="omlx",
@@ -193,6 +238,43 @@ def _normalise(dialect: str, raw: Mapping[str, Any]) -> SpecStats:
         server_tokens_per_second=_num(raw.get(OMLX_PREFIX + "tokens_per_second")),
         raw={k: v for k, v in raw.items() if str(k).startswith(OMLX_PREFIX)},
     )
+
+
+def _llamacpp(raw: Mapping[str, Any]) -> SpecStats:
+    """llama.cpp's ``timings``: drafted and accepted tokens and the decode rate.
+
+    The server adds ``draft_n`` and ``draft_n_accepted`` only when a draft was
+    made, so their absence means no draft token (0 of 0, rate unknown). The
+    number of verification rounds is not reported per response, so the mean
+    acceptance length is unknown (never derived from a guess); the acceptance
+    *rate* is ``accepted / drafted``. A field of the wrong type is left out here
+    and reported by the stats check, naming it.
+    """
+    predicted = _int(raw.get("predicted_n"))
+    if "draft_n" in raw:
+        drafted = _int(raw.get("draft_n"))
+        accepted = _int(raw.get("draft_n_accepted"))
+    else:
+        drafted, accepted = (0, 0) if predicted is not None else (None, None)
+    rate = _num(raw.get("predicted_per_second"))
+    return SpecStats(
+        dialect="llamacpp",
+        num_draft_tokens=drafted,
+        num_accepted_draft_tokens=accepted,
+        server_tokens_per_second=rate if rate is not None and rate >= 0 else None,
+        raw=dict(raw),
+    )
+
+
+def llamacpp_bad_fields(raw: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The ``timings`` fields present with a value that is not a finite number >= 0."""
+    bad: list[tuple[str, Any]] = []
+    for name in LLAMACPP_TIMING_FIELDS:
+        if name in raw:
+            value = _num(raw[name])
+            if value is None or value < 0:
+                bad.append((name, raw[name]))
+    return bad
 
 
 def _custom(objects: Sequence[Any], stats_map: Mapping[str, str]) -> SpecStats | None:

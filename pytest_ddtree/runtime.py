@@ -24,6 +24,7 @@ from pytest_ddtree.settings import Settings
 from pytest_ddtree.violation import Violation
 
 if TYPE_CHECKING:
+    from pytest_ddtree import _net
     from pytest_ddtree.completion import Completion
     from pytest_ddtree.diagnose import Diagnoser, Diagnosis
     from pytest_ddtree.tokens import TokenCounter
@@ -132,32 +133,45 @@ def start_embedded(settings: Settings) -> tuple[Any, Any]:
     return servers[0], servers[1]
 
 
-def _probe_tokenize(client: DDTreeClient, probe: Callable[[str, Any], bool]) -> bool:
-    """Whether the endpoint has a usable /tokenize, asked within the start-up probe bound."""
+def _probe_scope(client: DDTreeClient) -> contextlib.AbstractContextManager[_net.Scope]:
+    """The start-up probe bound: a /tokenize probe may not hang the run."""
     from pytest_ddtree import _net
 
     t = client.timeout
-    with _net.scope(min(t.total, t.connect + t.read)):
-        return probe(client.root_url, client.http)
+    return _net.scope(min(t.total, t.connect + t.read))
 
 
 def _load_counter(
-    settings: Settings, base_url: str, client: DDTreeClient, *, embedded: bool
+    settings: Settings,
+    base_url: str,
+    client: DDTreeClient,
+    model: str | None,
+    notes: list[str],
+    *,
+    embedded: bool,
 ) -> TokenCounter:
     from pytest_ddtree import tokens
 
     spec = settings.tokenizer
-    if spec == "auto":
-        if embedded:
-            from pytest_ddtree.reference import tokenizer_path
-
-            spec = str(tokenizer_path())
-        elif _probe_tokenize(client, tokens.server_supports_tokenize):
-            spec = "server"
-        else:
+    shape = "reference"
+    if spec in ("auto", "server") and not (spec == "auto" and embedded):
+        with _probe_scope(client):
+            probe = tokens.detect_tokenize_shape(root_url(base_url), client.http, model=model)
+        if probe.warning:
+            notes.append(f"warning: {probe.warning}")
+        if probe.shape is not None:
+            shape, spec = probe.shape, "server"
+        elif spec == "auto":
             spec = "none"
+            notes.append("no usable /tokenize (shapes tried: " + ", ".join(probe.tried) + ")")
+    elif spec == "auto":
+        from pytest_ddtree.reference import tokenizer_path
+
+        spec = str(tokenizer_path())
     try:
-        return tokens.load_counter(spec, root_url=root_url(base_url), client=client.http)
+        return tokens.load_counter(
+            spec, root_url=root_url(base_url), client=client.http, shape=shape, model=model
+        )
     except ValueError as exc:
         raise EndpointError(f"{exc} (from {settings.source_of('tokenizer')})") from None
 
@@ -210,10 +224,11 @@ def start_runtime(settings: Settings) -> Runtime:
         finally:
             probe.close()
         client = _make_client(settings, endpoint, model, None)
+        notes: list[str] = []
         try:
             # the counter may query the server's /tokenize: give it the long-lived pool
             counter = client.watch_counter(
-                _load_counter(settings, endpoint, client, embedded=bool(servers))
+                _load_counter(settings, endpoint, client, model, notes, embedded=bool(servers))
             )
         except BaseException:
             client.close()
@@ -234,6 +249,7 @@ def start_runtime(settings: Settings) -> Runtime:
             embedded=bool(servers),
             baseline=baseline,
             servers=servers,
+            notes=notes,
         )
         if not counter.exact:
             runtime.notes.append(

@@ -36,7 +36,7 @@ _SIZE_UNITS = {
     "gb": 1024**3,
     "gib": 1024**3,
 }
-DIALECTS = ("auto", "ddtree", "vllm", "sglang", "omlx", "custom", "none")
+DIALECTS = ("auto", "ddtree", "vllm", "sglang", "omlx", "llamacpp", "custom", "none")
 SPEC_FIELDS = (
     "tree_budget",
     "decode_rounds",
@@ -474,8 +474,9 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "budget-field",
-        "Request body field carrying the budget in field mode; dotted paths nest "
-        "(extra.ddtree.budget).",
+        "Request body field carrying the budget in field mode: a name (tree_budget), a "
+        "dotted path that nests (extra.ddtree.budget), or a JSON Pointer whose dots are "
+        "literal (/speculative.n_max for llama.cpp).",
         metavar="NAME",
         default="tree_budget",
         parse=lambda raw, src: _parse_field_path(raw, src),
@@ -709,10 +710,32 @@ def _parse_markers(raw: Sequence[str], source: str, name: str) -> tuple[str, ...
     return tuple(out)
 
 
+_FIELD_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
 def _parse_field_path(raw: Any, source: str) -> str:
     text = str(raw).strip()
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", text):
-        raise _fail("budget-field", raw, source, "expected a field name or dotted path")
+    if text.startswith("/"):
+        # JSON Pointer: each /token is one key, dots literal (/speculative.n_max)
+        tokens = text[1:].split("/")
+        for token in tokens:
+            if not token.strip() or re.search(r"~(?![01])", token) or token != token.strip():
+                raise _fail(
+                    "budget-field",
+                    raw,
+                    source,
+                    "expected a JSON Pointer of non-empty keys (/speculative.n_max, "
+                    "/extra/ddtree/budget; ~1 for '/', ~0 for '~')",
+                )
+        return text
+    if not re.fullmatch(rf"{_FIELD_NAME}(\.{_FIELD_NAME})*", text):
+        raise _fail(
+            "budget-field",
+            raw,
+            source,
+            "expected a field name, a dotted path (extra.ddtree.budget) or a JSON Pointer "
+            "for keys with dots (/speculative.n_max)",
+        )
     return text
 
 

@@ -12,6 +12,8 @@ import math
 import os
 import re
 from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -110,10 +112,50 @@ def _special_tokens_of(tokenizer: Any) -> tuple[str, ...]:
     return tuple(found)
 
 
-class ServerCounter:
-    """Exact counts from the endpoint's ``POST {root}/tokenize``, cached per text.
+@dataclass(frozen=True)
+class TokenizeShape:
+    """One server family's ``/tokenize`` request: where it goes and what it sends.
 
-    The request body is ``{"prompt": text, "add_special_tokens": false}``; the
+    Every known answer carries ``tokens`` (a list of ids, or of
+    ``{"id": ..., "piece": ...}`` objects) and/or ``count``.
+    """
+
+    name: str
+    path: str
+    text_key: str
+    extra: tuple[tuple[str, Any], ...]
+    with_model: bool = False
+
+    def body(self, text: str, model: str | None) -> dict[str, Any]:
+        """The JSON body asking for the tokens of ``text`` (no special tokens added)."""
+        out: dict[str, Any] = {self.text_key: text, **dict(self.extra)}
+        if self.with_model and model:
+            out["model"] = model
+        return out
+
+
+# tried in this order by ``detect_tokenize_shape``: the first whose answer holds a
+# plausible count for the probe wins
+TOKENIZE_SHAPES: tuple[TokenizeShape, ...] = (
+    # the embedded reference server: prompt -> count + tokens
+    TokenizeShape("reference", "/tokenize", "prompt", (("add_special_tokens", False),)),
+    # vLLM: model + prompt -> count, max_model_len, tokens
+    TokenizeShape("vllm", "/tokenize", "prompt", (("add_special_tokens", False),), with_model=True),
+    # SGLang: the same request on /v1/tokenize (also served at /tokenize)
+    TokenizeShape(
+        "sglang", "/v1/tokenize", "prompt", (("add_special_tokens", False),), with_model=True
+    ),
+    # llama.cpp: content -> tokens (no count); add_special=false leaves BOS out
+    TokenizeShape("llamacpp", "/tokenize", "content", (("add_special", False),)),
+)
+SHAPES_BY_NAME = {shape.name: shape for shape in TOKENIZE_SHAPES}
+PROBE_TEXT = "Hello, world."
+
+
+class ServerCounter:
+    """Exact counts from the endpoint's ``/tokenize``, cached per text.
+
+    ``shape`` names the request and answer layout (``TOKENIZE_SHAPES``); the
     answer must carry ``count`` (an integer) or ``tokens`` (a list of ids).
     """
 
@@ -121,31 +163,48 @@ class ServerCounter:
     remote = True  # each count may cost an HTTP request: callers count sparingly
     special_tokens: tuple[str, ...] = ()
 
-    def __init__(self, root_url: str, client: httpx.Client | None = None) -> None:
+    def __init__(
+        self,
+        root_url: str,
+        client: httpx.Client | None = None,
+        *,
+        shape: str = "reference",
+        model: str | None = None,
+    ) -> None:
         self.root_url = root_url.rstrip("/")
-        self.url = f"{self.root_url}/tokenize"
+        self.shape = SHAPES_BY_NAME[shape]
+        self.model = model
+        self.url = f"{self.root_url}{self.shape.path}"
         self.source = f"server {self.url}"
+        if shape != "reference":
+            self.source += f" ({shape} shape)"
         self._client = client if client is not None else httpx.Client(timeout=10.0)
         self._cache = _LRU()
         self._counts: OrderedDict[str, int] = OrderedDict()
+        self.retries = 0  # requests sent again after a stale keep-alive connection
 
     def _ask(self, text: str) -> tuple[int, list[int] | None]:
-        response = self._client.post(self.url, json={"prompt": text, "add_special_tokens": False})
+        body = self.shape.body(text, self.model)
+        try:
+            response = self._client.post(self.url, json=body)
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+            # a pooled keep-alive connection the server had just closed (llama.cpp and
+            # uvicorn close idle ones after 5 s): counting is idempotent and untimed, so
+            # one retry (the dead connection has left the pool) is safe; it is counted
+            self.retries += 1
+            try:
+                response = self._client.post(self.url, json=body)
+            except httpx.HTTPError as exc:
+                raise RuntimeError(f"{self.url} failed: {type(exc).__name__}: {exc}") from None
+        except httpx.HTTPError as exc:
+            raise RuntimeError(f"{self.url} failed: {type(exc).__name__}: {exc}") from None
         if response.status_code != 200:
             raise RuntimeError(f"{self.url} answered HTTP {response.status_code}")
-        data = response.json()
-        tokens = data.get("tokens") if isinstance(data, dict) else None
-        ids = (
-            [int(t) for t in tokens]
-            if isinstance(tokens, list) and all(isinstance(t, int) for t in tokens)
-            else None
-        )
-        count = data.get("count") if isinstance(data, dict) else None
-        if isinstance(count, int) and not isinstance(count, bool):
-            return count, ids
-        if ids is not None:
-            return len(ids), ids
-        raise RuntimeError(f"{self.url} answered without 'count' or 'tokens'")
+        try:
+            data = response.json()
+        except ValueError:
+            raise RuntimeError(f"{self.url} answered with a body that is not JSON") from None
+        return parse_tokenize_answer(data, self.url)
 
     def encode(self, text: str) -> list[int] | None:
         """Token ids from the server, or None when it reports only a count."""
@@ -174,6 +233,81 @@ class ServerCounter:
         self._counts[text] = count
         if len(self._counts) > _CACHE_SIZE:
             self._counts.popitem(last=False)
+
+
+def _token_id(item: Any) -> int | None:
+    if isinstance(item, Mapping):  # llama.cpp with_pieces: {"id": 1, "piece": "a"}
+        item = item.get("id")
+    if isinstance(item, bool) or not isinstance(item, int) or item < 0:
+        return None
+    return item
+
+
+def parse_tokenize_answer(data: Any, url: str) -> tuple[int, list[int] | None]:
+    """``(count, ids or None)`` from a ``/tokenize`` answer; ``RuntimeError`` naming
+    ``url`` when it holds neither a count nor a list of ids, or they disagree."""
+    if not isinstance(data, Mapping):
+        raise RuntimeError(f"{url} answered {type(data).__name__}, not a JSON object")
+    tokens = data.get("tokens")
+    ids: list[int] | None = None
+    if isinstance(tokens, list):
+        parsed = [_token_id(t) for t in tokens]
+        if all(t is not None for t in parsed):
+            ids = [t for t in parsed if t is not None]
+    count = data.get("count")
+    if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+        if ids is not None and len(ids) != count:
+            raise RuntimeError(f"{url} answered count {count} with {len(ids)} tokens")
+        return count, ids
+    if ids is not None:
+        return len(ids), ids
+    raise RuntimeError(f"{url} answered without an integer 'count' or a list of token ids")
+
+
+@dataclass
+class TokenizeProbe:
+    """What ``detect_tokenize_shape`` found: the shape that works (or None), the
+    shapes tried, and a one-line warning when an endpoint answered garbage."""
+
+    shape: str | None
+    tried: list[str]
+    warning: str | None = None
+
+
+def detect_tokenize_shape(
+    root_url: str, client: httpx.Client, *, model: str | None = None
+) -> TokenizeProbe:
+    """Try every ``TOKENIZE_SHAPES`` entry on ``root_url`` with a probe text.
+
+    A shape fits when the answer parses and gives a plausible count for the
+    probe (at least 1, at most one token per character). A 200 answer that does
+    not fit is remembered for the warning, so a ``/tokenize`` that answers
+    garbage is named rather than silently ignored.
+    """
+    root = root_url.rstrip("/")
+    tried: list[str] = []
+    garbage: list[str] = []
+    for shape in TOKENIZE_SHAPES:
+        tried.append(shape.name)
+        url = f"{root}{shape.path}"
+        try:
+            response = client.post(url, json=shape.body(PROBE_TEXT, model))
+        except httpx.HTTPError:
+            continue
+        if response.status_code != 200:
+            continue
+        try:
+            count, _ids = parse_tokenize_answer(response.json(), url)
+        except (ValueError, RuntimeError) as exc:
+            garbage.append(str(exc) if isinstance(exc, RuntimeError) else f"{url}: not JSON")
+            continue
+        if 1 <= count <= len(PROBE_TEXT):
+            return TokenizeProbe(shape.name, tried)
+        garbage.append(f"{url} counted {count} tokens in {PROBE_TEXT!r}")
+    warning = None
+    if garbage:
+        warning = f"ignoring /tokenize: {garbage[0]}"
+    return TokenizeProbe(None, tried, warning)
 
 
 _WORD = re.compile(r"\S+")
@@ -205,7 +339,12 @@ class ApproxCounter:
 
 
 def load_counter(
-    spec: str, *, root_url: str | None = None, client: httpx.Client | None = None
+    spec: str,
+    *,
+    root_url: str | None = None,
+    client: httpx.Client | None = None,
+    shape: str = "reference",
+    model: str | None = None,
 ) -> TokenCounter:
     """Build a counter from a ``--ddtree-tokenizer`` value.
 
@@ -224,14 +363,13 @@ def load_counter(
     if value.lower() == "server":
         if not root_url:
             raise ValueError("tokenizer 'server' needs the endpoint's root URL")
-        return ServerCounter(root_url, client)
+        return ServerCounter(root_url, client, shape=shape, model=model)
     return TokenizerCounter(os.path.expanduser(value))
 
 
 def server_supports_tokenize(root_url: str, client: httpx.Client) -> bool:
-    """True when ``POST {root_url}/tokenize`` answers a probe with a usable count."""
+    """True when the server's ``/tokenize`` answers a probe in any known shape."""
     try:
-        counter = ServerCounter(root_url, client)
-        return counter.count("Hello, world.") > 0
+        return detect_tokenize_shape(root_url, client).shape is not None
     except Exception:  # any failure just means "no usable /tokenize"
         return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from itertools import pairwise
 
+from pytest_ddtree.dialects import llamacpp_bad_fields
 from pytest_ddtree.invariants._context import Context, as_float, as_int
 from pytest_ddtree.violation import Violation
 
@@ -14,6 +15,14 @@ def check_stats(ctx: Context) -> Iterator[Violation]:
     stats = ctx.completion.stats
     if stats is None:
         return
+    if stats.dialect == "llamacpp":
+        for name, value in llamacpp_bad_fields(stats.raw):
+            yield ctx.violation(
+                "stats-inconsistent",
+                f"timings.{name} is not a number >= 0: {value!r}",
+                field=f"timings.{name}",
+                value=repr(value)[:80],
+            )
     e = ctx.expect
     expected = e.expected_tree_budget
     if expected is None:

@@ -308,6 +308,23 @@ def check_reasoning(ctx: Context) -> Iterator[Violation]:
 _TAIL_CHARS = 2400
 
 
+def repetition(text: str, min_words: int) -> tuple[float, float, list[tuple[str, ...]]]:
+    """``(repeated 4-gram share of the tail, zlib ratio, the tail's 4-grams)``.
+
+    The share is 0 (and no 4-grams) below ``min_words`` words in the tail:
+    too few to tell a loop from a short list.
+    """
+    raw = text.encode("utf-8", "surrogatepass")
+    ratio = len(zlib.compress(raw, 1)) / len(raw) if raw else 1.0
+    words = text[-_TAIL_CHARS:].split()
+    share = 0.0
+    grams: list[tuple[str, ...]] = []
+    if len(words) >= max(min_words, 5):
+        grams = list(zip(words, words[1:], words[2:], words[3:], strict=False))
+        share = 1.0 - len(set(grams)) / len(grams)
+    return share, ratio, grams
+
+
 def check_degenerate(ctx: Context) -> Iterator[Violation]:
     """degenerate: a long output dominated by repetition.
 
@@ -323,14 +340,7 @@ def check_degenerate(ctx: Context) -> Iterator[Violation]:
     e = ctx.expect
     if len(text) < e.degenerate_min_chars:
         return
-    raw = text.encode("utf-8", "surrogatepass")
-    ratio = len(zlib.compress(raw, 1)) / len(raw)
-    words = text[-_TAIL_CHARS:].split()
-    share = 0.0
-    grams: list[tuple[str, ...]] = []
-    if len(words) >= 40:
-        grams = list(zip(words, words[1:], words[2:], words[3:], strict=False))
-        share = 1.0 - len(set(grams)) / len(grams)
+    share, ratio, grams = repetition(text, e.degenerate_min_words)
     if share < e.degenerate_ngram_share and ratio >= e.degenerate_compression:
         return
     evidence: dict[str, object] = {

@@ -1045,9 +1045,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._sse(chunk({}, finish))
             usage = self._usage(req, res, faults)
             extra = self._dialect_fields(req, res, faults, usage)
+            # as llama.cpp and vLLM do: the statistics ride in the final usage chunk, so a
+            # consumer reading usage from the last chunk before [DONE] finds it there
             if req.include_usage:
-                self._sse({**base, "choices": [], "usage": usage})
-            tail_obj = {**base, "choices": [], **extra} if extra else None
+                tail_obj: dict[str, Any] | None = {**base, "choices": [], "usage": usage, **extra}
+            else:
+                tail_obj = {**base, "choices": [], **extra} if extra else None
             if "stream-no-done" in faults:
                 data = json.dumps(tail_obj or {**base, "choices": [], "usage": usage}).encode()
                 self._chunk(b"data: " + data[: len(data) // 2])

@@ -26,6 +26,7 @@ from typing import Any
 
 from pytest_ddtree import __version__
 from pytest_ddtree.report._atomic import write_text_atomic
+from pytest_ddtree.report.terminal import acceptance_cell
 from pytest_ddtree.sweep import (
     BudgetStats,
     DiagnosisRecord,
@@ -501,7 +502,7 @@ def _stats_table(summary: SweepSummary) -> str:
         iqr = "" if st.decode_iqr is None else f"{st.decode_iqr:,.0f}"
         ttft = "-" if st.ttft_p50 is None else f"{st.ttft_p50 * 1000:,.0f}"
         ttft90 = "-" if st.ttft_p90 is None else f"{st.ttft_p90 * 1000:,.0f}"
-        acc = "-" if st.mean_acceptance_length is None else f"{st.mean_acceptance_length:.2f}"
+        acc = acceptance_cell(st)
         rounds = "-" if st.mean_decode_rounds is None else f"{st.mean_decode_rounds:.1f}"
         ratio = "-" if st.server_client_ratio is None else f"{st.server_client_ratio:.2f}"
         kind = st.verdict.split(" ")[0].lower().strip("()")
@@ -516,7 +517,8 @@ def _stats_table(summary: SweepSummary) -> str:
     return (
         '<table class="stats"><thead><tr><th>tree_budget</th><th>valid</th>'
         "<th>decode tok/s<br><small>median</small></th><th>95% CI</th><th>IQR</th>"
-        "<th>TTFT ms<br><small>p50 / p90</small></th><th>acceptance<br><small>length</small></th>"
+        "<th>TTFT ms<br><small>p50 / p90</small></th>"
+        "<th>acceptance<br><small>length (or rate)</small></th>"
         "<th>verify<br><small>steps</small></th><th>server/client<br><small>tok/s</small></th>"
         f"<th>verdict</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )

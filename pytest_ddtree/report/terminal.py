@@ -11,7 +11,7 @@ HEADERS = (
     "valid",
     "decode tok/s median [95% CI]",
     "TTFT p50/p90 ms",
-    "accept len",
+    "accept len/rate",
     "verify steps",
     "srv/cli",
     "verdict",
@@ -28,12 +28,25 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x * 1000:,.0f}"
 
 
+def acceptance_cell(st: BudgetStats) -> str:
+    """Mean acceptance length, else the acceptance rate (``rate 0.85``), else ``-``.
+
+    A server that reports drafted and accepted tokens but not its rounds
+    (llama.cpp) has no honest length; its rate is shown, marked as such.
+    """
+    if st.mean_acceptance_length is not None:
+        return f"{st.mean_acceptance_length:.2f}"
+    if st.mean_acceptance_rate is not None:
+        return f"rate {st.mean_acceptance_rate:.2f}"
+    return "-"
+
+
 def _row(st: BudgetStats) -> tuple[str, ...]:
     decode = _rate(st.decode_median)
     if st.decode_ci is not None:
         decode += f" [{_rate(st.decode_ci[0])}-{_rate(st.decode_ci[1])}]"
     ttft = "-" if st.ttft_p50 is None else f"{_ms(st.ttft_p50)} / {_ms(st.ttft_p90)}"
-    accept = "-" if st.mean_acceptance_length is None else f"{st.mean_acceptance_length:.2f}"
+    accept = acceptance_cell(st)
     rounds = "-" if st.mean_decode_rounds is None else f"{st.mean_decode_rounds:.1f}"
     ratio = "-" if st.server_client_ratio is None else f"{st.server_client_ratio:.2f}"
     return (
@@ -51,10 +64,12 @@ def _row(st: BudgetStats) -> tuple[str, ...]:
 def table_lines(summary: SweepSummary, *, notes: Sequence[str] = ()) -> list[str]:
     """The sweep table plus the recommendation line, ready for ``write_line``.
 
-    ``accept len`` is the mean acceptance length (tokens committed per decode
-    round, bonus token included), ``verify steps`` the mean number of decode rounds
-    (target verification passes) per request, ``srv/cli`` the server-reported decode rate over the
-    client-measured one (close to 1.0 when the server's figure is honest).
+    ``accept len/rate`` is the mean acceptance length (tokens committed per decode
+    round, bonus token included), or where the server does not report its rounds
+    the acceptance rate (accepted / drafted tokens, shown as ``rate 0.85``),
+    ``verify steps`` the mean number of decode rounds (target verification passes)
+    per request, ``srv/cli`` the server-reported decode rate over the client-measured
+    one (close to 1.0 when the server's figure is honest).
     """
     rows = [HEADERS, *(_row(st) for st in summary.budgets)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(HEADERS))]

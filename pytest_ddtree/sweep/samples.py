@@ -47,6 +47,7 @@ class SweepSample:
     echoed_tree_budget: int | None = None
     worker: str | None = None
     concurrent: bool = False
+    acceptance_rate: float | None = None
 
     @classmethod
     def from_completion(
@@ -85,6 +86,7 @@ class SweepSample:
             echoed_tree_budget=None if stats is None else _int(stats.tree_budget),
             worker=worker,
             concurrent=concurrent,
+            acceptance_rate=None if stats is None else _finite(stats.acceptance_rate),
         )
 
     @property

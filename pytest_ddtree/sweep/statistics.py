@@ -195,6 +195,8 @@ class BudgetStats:
     echoed_mismatch: int
     concurrent: bool
     verdict: str = ""
+    # accepted / drafted tokens: shown only where the length is unknown (llama.cpp)
+    mean_acceptance_rate: float | None = None
 
     @property
     def all_valid(self) -> bool:
@@ -234,6 +236,7 @@ class BudgetStats:
             "echoed_mismatch": self.echoed_mismatch,
             "concurrent": self.concurrent,
             "verdict": self.verdict,
+            "mean_acceptance_rate": self.mean_acceptance_rate,
         }
 
 
@@ -290,6 +293,7 @@ def budget_stats(
             and s.echoed_tree_budget != s.tree_budget
         ),
         concurrent=any(s.concurrent for s in samples),
+        mean_acceptance_rate=_mean(s.acceptance_rate for s in valid),
     )
 
 

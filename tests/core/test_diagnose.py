@@ -6,7 +6,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pytest_ddtree.diagnose import compare_lossless, first_divergence
+from pytest_ddtree.completion import Completion
+from pytest_ddtree.diagnose import compare_lossless, first_divergence, prompt_mismatch
 from pytest_ddtree.settings import Lossless
 
 FAST = ("--ddtree-reference-latency=off",)
@@ -228,3 +229,18 @@ def test_compare_lossless_modes(reference_server, reference_counter) -> None:
     assert not result.ok and 1024 in result.divergences
     off = compare_lossless(ref, {1024: lossy}, Lossless("off"), counter=reference_counter)
     assert off.ok and off.tolerated == (1024,)
+
+
+def _answer(prompt_tokens: int | None) -> Completion:
+    from pytest_ddtree.completion import RequestSpec, Timings, Usage
+
+    spec = RequestSpec("chat", "http://127.0.0.1:9/v1/chat/completions", {}, None, False, 8, 0.0)
+    usage = None if prompt_tokens is None else Usage(prompt_tokens, 8, prompt_tokens + 8)
+    return Completion(spec, 200, "text", "", "stop", usage, None, Timings(0, 0, 0, 1), {})
+
+
+def test_prompt_mismatch_names_both_counts() -> None:
+    reason = prompt_mismatch(_answer(12), _answer(37))
+    assert reason is not None and "12 vs 37" in reason and "chat template" in reason
+    assert prompt_mismatch(_answer(37), _answer(37)) is None
+    assert prompt_mismatch(_answer(None), _answer(37)) is None

@@ -166,3 +166,72 @@ def test_put_budget_dotted_path_does_not_mutate() -> None:
     assert out == {"model": "m", "extra": {"x": 1, "ddtree": {"budget": 64}}}
     assert body == {"model": "m", "extra": {"x": 1}}
     assert dialects.put_budget({}, "tree_budget", 16) == {"tree_budget": 16}
+
+
+# llama.cpp: the final usage chunk of a stream, as its server sends it
+LLAMACPP_CHUNK = {
+    "choices": [],
+    "object": "chat.completion.chunk",
+    "usage": {"completion_tokens": 64, "prompt_tokens": 37, "total_tokens": 101},
+    "timings": {
+        "cache_n": 36,
+        "prompt_n": 1,
+        "prompt_ms": 25.6,
+        "prompt_per_token_ms": 25.6,
+        "prompt_per_second": 39.0,
+        "predicted_n": 64,
+        "predicted_ms": 1756.5,
+        "predicted_per_token_ms": 27.9,
+        "predicted_per_second": 35.87,
+        "draft_n": 47,
+        "draft_n_accepted": 40,
+    },
+}
+
+
+def test_llamacpp_detected_from_the_final_chunk() -> None:
+    chunks = [{"choices": [{"delta": {"content": "a"}}]}, LLAMACPP_CHUNK]
+    assert dialects.detect(chunks) == "llamacpp"
+    s = dialects.extract_stats("auto", chunks)
+    assert s is not None and s.dialect == "llamacpp"
+    assert (s.num_draft_tokens, s.num_accepted_draft_tokens) == (47, 40)
+    assert s.acceptance_rate == pytest.approx(40 / 47)
+    assert s.server_tokens_per_second == 35.87
+    # rounds are not reported per response: the length stays unknown
+    assert s.mean_acceptance_length is None and s.decode_rounds is None
+
+
+def test_llamacpp_without_a_draft_is_zero_drafted_rate_unknown() -> None:
+    timings = {k: v for k, v in LLAMACPP_CHUNK["timings"].items() if not k.startswith("draft")}
+    s = dialects.extract_stats("llamacpp", [{"timings": timings}])
+    assert s is not None
+    assert (s.num_draft_tokens, s.num_accepted_draft_tokens) == (0, 0)
+    assert s.acceptance_rate is None
+
+
+def test_explicit_statistics_win_over_timings() -> None:
+    both = {**DDTREE_RESPONSE, "timings": LLAMACPP_CHUNK["timings"]}
+    assert dialects.detect([both]) == "ddtree"
+
+
+def test_llamacpp_bad_types_are_named() -> None:
+    timings = {**LLAMACPP_CHUNK["timings"], "draft_n": "47", "predicted_per_second": -1}
+    s = dialects.extract_stats("llamacpp", [{"timings": timings}])
+    assert s is not None and s.num_draft_tokens is None and s.server_tokens_per_second is None
+    assert dialects.llamacpp_bad_fields(s.raw) == [
+        ("predicted_per_second", -1),
+        ("draft_n", "47"),
+    ]
+
+
+def test_json_pointer_budget_keeps_dots_literal() -> None:
+    body = {"model": "m"}
+    out = dialects.put_budget(body, "/speculative.n_max", 8)
+    assert out == {"model": "m", "speculative.n_max": 8}
+    assert dialects.drop_path(out, "/speculative.n_max") == {"model": "m"}
+    nested = dialects.put_budget({}, "/extra/ddtree/budget", 4)
+    assert nested == {"extra": {"ddtree": {"budget": 4}}}
+    assert dialects.drop_path(nested, "/extra/ddtree/budget") == {"extra": {"ddtree": {}}}
+    assert dialects.put_budget({}, "/a~1b~0c", 2) == {"a/b~c": 2}
+    # the dotted form still nests
+    assert dialects.put_budget({}, "speculative.n_max", 8) == {"speculative": {"n_max": 8}}

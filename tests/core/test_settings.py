@@ -184,3 +184,19 @@ def test_option_table_is_consistent() -> None:
 def test_budget_ids() -> None:
     assert budget_id(64) == "tree_budget=64"
     assert budget_id(None) == "tree_budget=server-default"
+
+
+@pytest.mark.parametrize(
+    "value", ["tree_budget", "extra.ddtree.budget", "/speculative.n_max", "/extra/ddtree/budget"]
+)
+def test_budget_field_syntaxes(value: str) -> None:
+    assert run(ini={"ddtree_budget_field": value}).budget_field == value
+
+
+@pytest.mark.parametrize("value", ["speculative..n_max", "/", "/a//b", "/a~2", "1x", "a b"])
+def test_budget_field_rejected_in_one_line(value: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        run(ini={"ddtree_budget_field": value})
+    message = str(info.value)
+    assert "\n" not in message
+    assert repr(value) in message and "ini" in message

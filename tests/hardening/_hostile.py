@@ -176,6 +176,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/tokenize":
             self._tokenize(raw)
             return
+        if not self.path.endswith("/completions"):  # e.g. SGLang's /v1/tokenize
+            self._send(404, b'{"error": {"message": "not found"}}')
+            return
         try:
             body = json.loads(raw)
         except ValueError:

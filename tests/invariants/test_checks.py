@@ -249,8 +249,12 @@ def test_reasoning_tokens_above_completion_tokens():
 
 def test_usage_against_local_count_with_tolerance():
     n = 84  # fake count of HEALTHY_TEXT
+    # tolerance 2 + 2% (measured drift: the end-of-turn token, nothing else)
     assert "usage-mismatch" not in codes(
-        completion(usage=Usage(20, n + 6, n + 26), tokens=n + 6), counter=FakeCounter()
+        completion(usage=Usage(20, n + 3, n + 23), tokens=n + 3), counter=FakeCounter()
+    )
+    assert "usage-mismatch" in codes(
+        completion(usage=Usage(20, n + 5, n + 25), tokens=n + 5), counter=FakeCounter()
     )
     c = completion(usage=Usage(20, 2 * n, 20 + 2 * n), tokens=2 * n)
     v = next(v for v in check(c, counter=FakeCounter()) if v.code == "usage-mismatch")
@@ -527,3 +531,33 @@ def test_expectation_from_mapping_names_its_source():
         Expectation.from_mapping({"min_tokens": "8"}, source="p")
     with pytest.raises(ValueError, match="expected a mapping"):
         Expectation.from_mapping([1], source="p")  # type: ignore[arg-type]
+
+
+def test_llamacpp_timings_of_the_wrong_type_name_the_field():
+    raw = {"predicted_n": 84, "predicted_per_second": "fast", "draft_n": 30, "draft_n_accepted": 9}
+    bad = SpecStats(dialect="llamacpp", num_draft_tokens=30, num_accepted_draft_tokens=9, raw=raw)
+    found = [v for v in check(completion(stats=bad)) if v.code == "stats-inconsistent"]
+    assert [v.evidence["field"] for v in found] == ["timings.predicted_per_second"]
+    assert "'fast'" in found[0].message
+    healthy = SpecStats(
+        dialect="llamacpp",
+        num_draft_tokens=30,
+        num_accepted_draft_tokens=9,
+        raw={**raw, "predicted_per_second": 41.5},
+    )
+    assert check(completion(stats=healthy)) == []
+
+
+def test_hidden_overrun_with_an_exact_tokenizer():
+    """A server whose usage hides a 7-token draft block past max_tokens=96 still fails."""
+    text = " ".join(f"w{i}" for i in range(77))  # 103 tokens for the fake exact counter
+    assert FakeCounter().count(text) == 103
+    hidden = completion(text, tokens=96, max_tokens=96, finish="length", local="auto")
+    found = {v.code: v for v in check(hidden, counter=FakeCounter())}
+    assert "overrun" in found and "usage-mismatch" in found
+    assert found["overrun"].evidence["reported_completion_tokens"] == 96
+    assert found["overrun"].evidence["completion_tokens"] == 103
+    # the end-of-turn token a server counts but does not return is not an overrun
+    honest = " ".join(f"w{i}" for i in range(72))  # 96 tokens
+    ok = completion(honest, tokens=97, max_tokens=100, finish="stop")
+    assert check(ok, counter=FakeCounter()) == []

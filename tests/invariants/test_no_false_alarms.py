@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from pytest_ddtree.invariants import check
@@ -74,3 +77,26 @@ def test_structured_healthy_output_is_not_degenerate(text):
 def test_legitimate_short_answer_with_its_expectation():
     c = completion("Paris.", tokens=2)
     assert check(c, min_tokens=1) == []
+
+
+REAL = json.loads((Path(__file__).with_name("real_answers.json")).read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize(
+    "answer", REAL["answers"], ids=[f"{a['prompt']}-{a['max_tokens']}" for a in REAL["answers"]]
+)
+def test_real_model_answers(answer):
+    """A real small model's answers: its loops are degenerate (even at 64 tokens, under 200
+    characters), its healthy answers, templated lists included, are not."""
+    text = answer["text"]
+    c = completion(
+        text,
+        tokens=fake_count(text),
+        max_tokens=answer["max_tokens"],
+        finish=answer["finish_reason"],
+    )
+    found = [v.code for v in check(c, min_tokens=1)]
+    if answer["loop"]:
+        assert "degenerate" in found, text
+    else:
+        assert "degenerate" not in found, text

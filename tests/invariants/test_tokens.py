@@ -9,11 +9,14 @@ import httpx
 import pytest
 
 from pytest_ddtree.tokens import (
+    SHAPES_BY_NAME,
     ApproxCounter,
     ServerCounter,
     TokenCounter,
     TokenizerCounter,
+    detect_tokenize_shape,
     load_counter,
+    parse_tokenize_answer,
     server_supports_tokenize,
 )
 
@@ -151,3 +154,80 @@ def test_encode_returns_a_fresh_list(tok_path):
     ids.append(-1)
     assert c.encode("Hello world") != ids
     assert c.count("Hello world") == len(ids) - 1
+
+
+def llamacpp_app(calls, answer=None):
+    """llama.cpp's shape: ``content`` in, ``tokens`` out; a ``prompt`` body gets ``[]``."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        calls.append((request.url.path, body))
+        if request.url.path != "/tokenize":
+            return httpx.Response(404)
+        if answer is not None:
+            return httpx.Response(200, json=answer)
+        text = body.get("content", "")
+        return httpx.Response(200, json={"tokens": list(range(len(text.split())))})
+
+    return httpx.Client(transport=httpx.MockTransport(handler))
+
+
+def test_llamacpp_shape_is_detected_after_the_others():
+    calls: list = []
+    probe = detect_tokenize_shape("http://srv", llamacpp_app(calls), model="m")
+    # llama.cpp answers the prompt shape with no tokens: not a fit, and no
+    # warning either, because a later shape fits
+    assert probe.shape == "llamacpp" and probe.warning is None
+    assert probe.tried == ["reference", "vllm", "sglang", "llamacpp"]
+    counter = load_counter(
+        "server", root_url="http://srv", client=llamacpp_app(calls), shape="llamacpp"
+    )
+    assert counter.count("a b c") == 3
+    assert calls[-1] == ("/tokenize", {"content": "a b c", "add_special": False})
+    assert "llamacpp shape" in counter.source
+
+
+def test_vllm_and_sglang_shapes_send_the_model():
+    shape = SHAPES_BY_NAME["sglang"]
+    assert shape.path == "/v1/tokenize"
+    assert shape.body("hi", "m") == {"prompt": "hi", "add_special_tokens": False, "model": "m"}
+    assert SHAPES_BY_NAME["reference"].body("hi", "m") == {
+        "prompt": "hi",
+        "add_special_tokens": False,
+    }
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [{"tokens": ["a", "b"]}, {"count": "3"}, {"count": 2, "tokens": [1, 2, 3]}, [1, 2]],
+)
+def test_garbage_answers_fall_back_with_a_warning_naming_the_endpoint(answer):
+    probe = detect_tokenize_shape("http://srv", llamacpp_app([], answer))
+    assert probe.shape is None
+    assert probe.warning is not None and "http://srv/tokenize" in probe.warning
+    assert not server_supports_tokenize("http://srv", llamacpp_app([], answer))
+
+
+def test_pieces_are_read_as_ids():
+    assert parse_tokenize_answer({"tokens": [{"id": 7, "piece": "a"}]}, "u") == (1, [7])
+
+
+def test_a_stale_connection_is_retried_once_and_counted():
+    state = {"n": 0}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        state["n"] += 1
+        if state["n"] == 1:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return httpx.Response(200, json={"tokens": [1, 2]})
+
+    counter = ServerCounter("http://srv", httpx.Client(transport=httpx.MockTransport(handler)))
+    assert counter.count("a b") == 2 and counter.retries == 1
+
+    def always(request: httpx.Request) -> httpx.Response:
+        raise httpx.RemoteProtocolError("gone")
+
+    dead = ServerCounter("http://srv", httpx.Client(transport=httpx.MockTransport(always)))
+    with pytest.raises(RuntimeError, match=r"http://srv/tokenize failed: RemoteProtocolError"):
+        dead.count("a b")
+    assert dead.retries == 1

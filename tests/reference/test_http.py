@@ -65,10 +65,11 @@ def test_stream_shape(client: httpx.Client) -> None:
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
     finish = [i for i, c in enumerate(chunks) if c["choices"] and c["choices"][0]["finish_reason"]]
     assert len(finish) == 1 and chunks[finish[0]]["choices"][0]["finish_reason"] == "length"
-    usage_chunk, stats_chunk = chunks[finish[0] + 1], chunks[finish[0] + 2]
-    assert usage_chunk["choices"] == [] and usage_chunk["usage"]["completion_tokens"] == 64
-    assert stats_chunk["choices"] == [] and set(stats_chunk["ddtree_stats"]) >= STATS_KEYS
-    assert len(chunks) == finish[0] + 3
+    # usage and statistics share the final chunk before [DONE], as llama.cpp and vLLM send them
+    stats_chunk = chunks[finish[0] + 1]
+    assert len(chunks) == finish[0] + 2
+    assert stats_chunk["choices"] == [] and stats_chunk["usage"]["completion_tokens"] == 64
+    assert set(stats_chunk["ddtree_stats"]) >= STATS_KEYS
     content_chunks = [c for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]
     assert len(content_chunks) == stats_chunk["ddtree_stats"]["cycles"]  # one chunk per round
     assert s.content == post(client, LONG, max_tokens=64).json()["choices"][0]["message"]["content"]
@@ -77,6 +78,33 @@ def test_stream_shape(client: httpx.Client) -> None:
 def test_stream_without_usage(client: httpx.Client) -> None:
     s = stream(client, LONG, max_tokens=16)
     assert s.done and s.usage is None and s.stats is not None
+    # without include_usage the statistics come in a chunk of their own
+    assert "usage" not in s.chunks[-1] and "ddtree_stats" in s.chunks[-1]
+
+
+def test_openai_client_reads_usage_from_the_last_chunk(client: httpx.Client) -> None:
+    """What the OpenAI Python client does: usage is read from the last chunk before [DONE]."""
+    s = stream(client, LONG, max_tokens=16, stream_options={"include_usage": True})
+    last = s.chunks[-1]
+    assert last["usage"]["completion_tokens"] == 16 and "ddtree_stats" in last
+
+
+def test_plugin_reads_both_layouts() -> None:
+    from pytest_ddtree import dialects
+
+    stats = {"tree_budget": 8, "cycles": 4, "avg_acceptance": 4.0, "tok_per_sec": 9.0}
+    usage = {"prompt_tokens": 3, "completion_tokens": 16, "total_tokens": 19}
+    joined = [{"choices": []}, {"choices": [], "usage": usage, "ddtree_stats": stats}]
+    split = [
+        {"choices": []},
+        {"choices": [], "usage": usage},
+        {"choices": [], "ddtree_stats": stats},
+    ]
+    for chunks in (joined, split):
+        found = dialects.extract_stats("auto", chunks)
+        assert found is not None and found.decode_rounds == 4
+        u = dialects.extract_usage(chunks)
+        assert u is not None and u.completion_tokens == 16
 
 
 def test_completions_endpoint(client: httpx.Client) -> None:

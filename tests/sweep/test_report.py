@@ -212,3 +212,27 @@ def test_report_files_are_readable_as_the_umask_allows(tmp_path: Path) -> None:
         os.umask(old)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_acceptance_rate_is_shown_where_the_length_is_unknown() -> None:
+    from pytest_ddtree.report.terminal import acceptance_cell, table_lines
+    from pytest_ddtree.sweep import SweepSample, budget_stats, summarize
+
+    samples = [
+        SweepSample(
+            tree_budget=None,
+            prompt_id="p",
+            round=r,
+            valid=True,
+            completion_tokens=64,
+            decode_tokens_per_second=40.0 + r,
+            acceptance_rate=rate,
+        )
+        for r, rate in enumerate((0.8, 0.9))
+    ]
+    st = budget_stats(None, samples)
+    assert st.mean_acceptance_length is None and st.mean_acceptance_rate == pytest.approx(0.85)
+    assert acceptance_cell(st) == "rate 0.85"
+    assert any("rate 0.85" in line for line in table_lines(summarize(samples)))
+    again = SweepSample.from_json(samples[0].to_json())
+    assert again.acceptance_rate == 0.8

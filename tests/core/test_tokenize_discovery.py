@@ -1,0 +1,90 @@
+"""Start-up discovery of the server's /tokenize, against small real HTTP servers on loopback."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from pytest_ddtree.runtime import start_runtime
+from pytest_ddtree.settings import resolve
+
+
+def _server(tokenize: Any) -> Iterator[str]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _send(self, status: int, body: Any) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path == "/v1/models":
+                self._send(200, {"object": "list", "data": [{"id": "m", "object": "model"}]})
+            else:
+                self._send(404, {"error": {"message": "no route"}})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", 0))
+            body = json.loads(self.rfile.read(length) or b"{}")
+            answer = tokenize(self.path, body)
+            if answer is None:
+                self._send(404, {"error": {"message": "no route"}})
+            else:
+                self._send(200, answer)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.fixture
+def garbage_tokenize() -> Iterator[str]:
+    yield from _server(lambda path, body: {"tokens": "abc"} if path == "/tokenize" else None)
+
+
+@pytest.fixture
+def llamacpp_tokenize() -> Iterator[str]:
+    def answer(path: str, body: dict[str, Any]) -> Any:
+        if path != "/tokenize":
+            return None
+        text = body.get("content", "")  # a llama.cpp server answers [] to {"prompt": ...}
+        return {"tokens": list(range(len(str(text).split())))}
+
+    yield from _server(answer)
+
+
+def test_garbage_tokenize_falls_back_with_the_shapes_tried(garbage_tokenize: str) -> None:
+    runtime = start_runtime(resolve({"ddtree_endpoint": garbage_tokenize}, {}, {}))
+    try:
+        assert not runtime.counter.exact
+        notes = "\n".join(runtime.notes)
+        assert "warning: ignoring /tokenize: " in notes
+        assert garbage_tokenize.removesuffix("/v1") + "/tokenize" in notes
+        assert "no usable /tokenize (shapes tried: reference, vllm, sglang, llamacpp)" in notes
+    finally:
+        runtime.close()
+
+
+def test_llamacpp_shape_is_found_at_start_up(llamacpp_tokenize: str) -> None:
+    runtime = start_runtime(resolve({"ddtree_endpoint": llamacpp_tokenize}, {}, {}))
+    try:
+        assert runtime.counter.exact and runtime.counter.count("a b c") == 3
+        assert "(llamacpp shape)" in runtime.tokenizer_source
+        assert not [n for n in runtime.notes if "tokenize" in n]
+    finally:
+        runtime.close()

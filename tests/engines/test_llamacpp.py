@@ -1,0 +1,278 @@
+"""The plugin against llama.cpp's own server with a real model and real speculative decoding.
+
+Everything at temperature 0 with one thread per engine: the pinned engine build and model
+answer the same every run, so the verdicts below are facts about this model, not guesses.
+
+The clients here open a fresh connection per request. llama.cpp's server sometimes closes a
+keep-alive connection right after a streamed response, without saying so, and a request sent
+on it at once fails before any byte comes back; that race belongs to the client's transport
+and is handled there, not in these tests of the engine's output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from pytest_ddtree import engines
+from pytest_ddtree.client import DDTreeClient
+from pytest_ddtree.diagnose import Diagnoser, run_lossless
+from pytest_ddtree.invariants import check
+from pytest_ddtree.settings import Lossless
+from pytest_ddtree.tokens import ServerCounter, detect_tokenize_shape
+
+LOOP_PROMPT = "What is the capital of France?"  # SmolLM2-135M loops on it
+SHORT_PROMPT = "How many legs does a spider have?"
+PROSE_PROMPT = "Describe how bread is baked in a small kitchen."
+
+pytestmark = pytest.mark.real_engine
+
+
+def _fresh() -> httpx.HTTPTransport:
+    return httpx.HTTPTransport(limits=httpx.Limits(max_keepalive_connections=0))
+
+
+@pytest.fixture(scope="module")
+def http() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=60, transport=_fresh()) as client:
+        yield client
+
+
+def client_for(server: engines.LlamaCppServer, http: httpx.Client) -> DDTreeClient:
+    counter = ServerCounter(server.root_url, http, shape="llamacpp")
+    return DDTreeClient(
+        server.base_url,
+        model=server.model,
+        budget_mode="none",
+        counter=counter,
+        transport=_fresh(),
+    )
+
+
+def test_tokenize_shape_is_detected(target: engines.LlamaCppServer, http: httpx.Client) -> None:
+    probe = detect_tokenize_shape(target.root_url, http, model=target.model)
+    assert probe.shape == "llamacpp", probe
+    assert probe.warning is None
+
+
+@pytest.mark.parametrize("kind", ["draft", "ngram"])
+def test_speculation_is_lossless_at_temperature_0(
+    kind: str, request: pytest.FixtureRequest, target: engines.LlamaCppServer, http: httpx.Client
+) -> None:
+    spec = request.getfixturevalue(kind)
+    client, baseline = client_for(spec, http), client_for(target, http)
+    try:
+        for prompt in (PROSE_PROMPT, LOOP_PROMPT):
+            result, violations = run_lossless(
+                client,
+                baseline,
+                prompt,
+                [None],
+                Lossless("exact"),
+                max_tokens=64,
+                counter=client.counter,
+            )
+            # a divergence would be reported as not-lossless naming its token index
+            assert result is not None and not violations, [v.message for v in violations]
+            assert result.reference.text and result.outputs[None].text == result.reference.text
+    finally:
+        client.close()
+        baseline.close()
+
+
+def test_divergence_is_located_by_token(target: engines.LlamaCppServer, http: httpx.Client) -> None:
+    # the same engine at another temperature-0 prompt: outputs differ, and the report says
+    # at which token (counted by the engine's own /tokenize)
+    client = client_for(target, http)
+    try:
+        from pytest_ddtree.diagnose import compare_lossless
+
+        a = client.chat(PROSE_PROMPT, max_tokens=32)
+        b = client.chat(PROSE_PROMPT + " Be brief.", max_tokens=32)
+        result = compare_lossless(a, {None: b}, Lossless("exact"), counter=client.counter)
+        if a.text == b.text:
+            pytest.fail("the two prompts gave the same answer; pick prompts that differ")
+        div = result.divergences[None]
+        assert div.token_index is not None
+        ids_a = client.counter.encode(a.text)
+        ids_b = client.counter.encode(b.text)
+        assert ids_a[: div.token_index] == ids_b[: div.token_index]
+        assert (
+            ids_a[div.token_index : div.token_index + 1]
+            != ids_b[div.token_index : div.token_index + 1]
+        )
+    finally:
+        client.close()
+
+
+def test_speculation_statistics_are_read(
+    draft: engines.LlamaCppServer, target: engines.LlamaCppServer, http: httpx.Client
+) -> None:
+    for stream in (True, False):
+        client = client_for(draft, http)
+        try:
+            c = client.chat(PROSE_PROMPT, max_tokens=48, stream=stream)
+        finally:
+            client.close()
+        assert c.ok and client.detected_dialect == "llamacpp"
+        s = c.stats
+        assert s is not None and s.dialect == "llamacpp"
+        assert s.num_draft_tokens and s.num_draft_tokens > 0
+        assert s.num_accepted_draft_tokens is not None
+        assert 0 <= s.num_accepted_draft_tokens <= s.num_draft_tokens
+        assert s.acceptance_rate is not None and 0 <= s.acceptance_rate <= 1
+        assert s.server_tokens_per_second and s.server_tokens_per_second > 0
+        # llama.cpp does not report its verification rounds per response
+        assert s.mean_acceptance_length is None and s.decode_rounds is None
+        assert [v.code for v in check(c, counter=client.counter)] == []
+    # target only: timings without draft fields, so nothing was drafted and the rate is unknown
+    client = client_for(target, http)
+    try:
+        c = client.chat(SHORT_PROMPT, max_tokens=16)
+    finally:
+        client.close()
+    assert c.stats is not None and c.stats.num_draft_tokens == 0
+    assert c.stats.acceptance_rate is None
+
+
+def test_a_real_loop_is_degenerate(target: engines.LlamaCppServer, http: httpx.Client) -> None:
+    client = client_for(target, http)
+    try:
+        c = client.chat(LOOP_PROMPT, max_tokens=96)
+    finally:
+        client.close()
+    assert c.finish_reason == "length" and len(c.text) < 400  # shorter than the old floor
+    found = {v.code: v for v in check(c, counter=client.counter)}
+    assert "degenerate" in found, c.text
+    assert found["degenerate"].evidence["repeated_4gram_share"] > 0.6
+
+
+def test_healthy_real_answers_raise_no_alarm(
+    draft: engines.LlamaCppServer, http: httpx.Client
+) -> None:
+    client = client_for(draft, http)
+    try:
+        for prompt in (SHORT_PROMPT, PROSE_PROMPT, "Give three reasons to water a garden."):
+            c = client.chat(prompt, max_tokens=96)
+            assert [v.message for v in check(c, counter=client.counter)] == [], c.text
+    finally:
+        client.close()
+
+
+def test_broken_template_is_a_role_leak_blamed_on_the_template(
+    broken_ngram: engines.LlamaCppServer,
+    broken_target: engines.LlamaCppServer,
+    target: engines.LlamaCppServer,
+    http: httpx.Client,
+) -> None:
+    client = client_for(broken_ngram, http)
+    same = client_for(broken_target, http)
+    healthy = client_for(target, http)
+    try:
+        c = client.chat(SHORT_PROMPT, max_tokens=32)
+        violations = check(c, counter=client.counter)
+        assert [v.code for v in violations] == ["role-leak"], c.text
+        assert "stripped chat template" in violations[0].message
+
+        def judge(x: object) -> list:
+            return check(x, counter=client.counter)  # type: ignore[arg-type]
+
+        # the baseline behind the same template fails the same way: the template is at fault
+        verdict = Diagnoser(same).diagnose(c, violations, judge)
+        assert verdict.verdict == "template", verdict
+        assert "fails the same way (role-leak)" in verdict.reason
+        # a baseline behind the model's own template passes, but it does not see the same
+        # prompt: speculation is still not blamed
+        verdict = Diagnoser(healthy).diagnose(c, violations, judge)
+        assert verdict.verdict == "template", verdict
+        assert "do not see the same prompt" in verdict.reason
+    finally:
+        for x in (client, same, healthy):
+            x.close()
+
+
+# What SmolLM2-135M really does with each prompt of the example suite (max_tokens=96, the
+# suite's setting): the codes its expectations must produce. Each failure is a true problem
+# of this model, not of the serving stack: the target alone answers the same.
+EXAMPLE_SUITE_VERDICTS: dict[str, list[str]] = {
+    "essay-rivers": [],
+    "story-train": [],
+    "code-merge": [],
+    "login-users": [],
+    # asked for 12 steps, it gives one ("1. Choose a suitable location: ...") and stops
+    "list-garden": ["early-stop"],
+    "list-three": [],
+    "arithmetic": [],
+    "bread": [],
+    # "L'Étoile, la Marseillaise, la femme, la femme au martyre, ..." until max_tokens
+    "capital": ["degenerate", "finish-reason"],
+    "spider-legs": [],
+}
+
+
+def test_example_suite_verdicts_per_prompt(
+    draft: engines.LlamaCppServer, target: engines.LlamaCppServer, http: httpx.Client
+) -> None:
+    import json
+    from pathlib import Path
+
+    data = json.loads(
+        (Path(__file__).parents[2] / "example_suite" / "prompts.json").read_text(encoding="utf-8")
+    )
+    assert sorted(p["id"] for p in data["prompts"]) == sorted(EXAMPLE_SUITE_VERDICTS)
+    client = client_for(draft, http)
+    baseline = client_for(target, http)
+    got: dict[str, list[str]] = {}
+    try:
+        for p in data["prompts"]:
+            c = client.chat(p["prompt"], max_tokens=96, prompt_id=p["id"])
+            got[p["id"]] = sorted({v.code for v in check(c, counter=client.counter, **p["expect"])})
+            if got[p["id"]]:
+                # the target alone fails the same way: the model, not speculation
+                b = baseline.chat(p["prompt"], max_tokens=96, prompt_id=p["id"])
+                same = sorted({v.code for v in check(b, counter=client.counter, **p["expect"])})
+                assert same == got[p["id"]], (p["id"], same, b.text)
+    finally:
+        client.close()
+        baseline.close()
+    assert got == EXAMPLE_SUITE_VERDICTS
+
+
+def test_endpoints_mode_sweeps_draft_lengths_and_shows_the_rate(
+    draft: engines.LlamaCppServer, draft8: engines.LlamaCppServer, http: httpx.Client
+) -> None:
+    """One server per draft length (this build ignores a per-request speculative.n_max)."""
+    from pytest_ddtree.report.terminal import table_lines
+    from pytest_ddtree.sweep import SweepSample, summarize
+
+    client = DDTreeClient(
+        draft.base_url,
+        model=draft.model,
+        budget_mode="endpoints",
+        budget_endpoints={3: draft.base_url, 8: draft8.base_url},
+        counter=ServerCounter(draft.root_url, http, shape="llamacpp"),
+        transport=_fresh(),
+    )
+    samples = []
+    try:
+        for budget in (3, 8):
+            for i, prompt in enumerate((PROSE_PROMPT, "Explain what a hash table is.")):
+                c = client.chat(prompt, max_tokens=48, tree_budget=budget)
+                assert c.request.url.startswith((draft if budget == 3 else draft8).base_url), (
+                    c.request.url
+                )
+                found = check(c, counter=client.counter)
+                assert found == [], [v.message for v in found]
+                samples.append(SweepSample.from_completion(c, found, round=i, prompt_id=f"p{i}"))
+    finally:
+        client.close()
+    summary = summarize(samples)
+    assert [st.tree_budget for st in summary.budgets] == [3, 8]
+    for st in summary.budgets:
+        assert st.mean_acceptance_length is None and st.mean_acceptance_rate is not None
+    lines = table_lines(summary)
+    import re
+
+    assert sum(bool(re.search(r"rate \d\.\d\d", line)) for line in lines) == 2, lines
