@@ -18,11 +18,11 @@ import statistics
 import time
 from collections.abc import Callable
 
-from pytest_ddtree.client import DDTreeClient
-from pytest_ddtree.completion import Completion
 from pytest_ddtree.invariants import check
 from pytest_ddtree.reference import start_reference_server, tokenizer_path
-from pytest_ddtree.tokens import _LRU, TokenizerCounter
+from pytest_ddtree.wire.client import DDTreeClient
+from pytest_ddtree.wire.completion import Completion
+from pytest_ddtree.wire.tokens import _LRU, TokenizerCounter
 
 PROMPT = "Write a long essay about the history of bridges, with many details."
 

@@ -19,9 +19,9 @@ import time
 
 import httpx
 
-from pytest_ddtree.client import DDTreeClient
 from pytest_ddtree.reference import MODEL_ID, spawn_reference_server, tokenizer_path
-from pytest_ddtree.tokens import load_counter
+from pytest_ddtree.wire.client import DDTreeClient
+from pytest_ddtree.wire.tokens import load_counter
 
 PROMPT = "Write a detailed essay about rivers and the towns along them."
 

@@ -31,7 +31,7 @@ from pytest_ddtree.load import Endpoint, LoadPoint, LoadTester
 from pytest_ddtree.load.runner import run_point, validate
 from pytest_ddtree.reference import MODEL_ID, spawn_reference_server, tokenizer_path
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS, optimal_schedule
-from pytest_ddtree.tokens import load_counter
+from pytest_ddtree.wire.tokens import load_counter
 
 PROMPTS = list(DEFAULT_PROMPTS)
 

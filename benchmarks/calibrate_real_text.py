@@ -34,7 +34,7 @@ import httpx
 
 from pytest_ddtree.invariants import Expectation
 from pytest_ddtree.invariants._text import repetition
-from pytest_ddtree.tokens import ServerCounter, TokenizerCounter
+from pytest_ddtree.wire.tokens import ServerCounter, TokenizerCounter
 
 ROOT = Path(__file__).resolve().parents[1]
 

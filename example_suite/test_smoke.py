@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pytest_ddtree.client import DDTreeClient
+from pytest_ddtree import DDTreeClient
 from pytest_ddtree.settings import Settings
 
 if TYPE_CHECKING:

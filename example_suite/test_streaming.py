@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_ddtree.client import DDTreeClient
-from pytest_ddtree.completion import Completion
+from pytest_ddtree import Completion, DDTreeClient
 from pytest_ddtree.invariants import check_determinism
 from pytest_ddtree.settings import Settings
 from pytest_ddtree.violation import InvariantError

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pytest_ddtree.completion import Completion
+from pytest_ddtree import Completion
 from pytest_ddtree.settings import Settings
 
 if TYPE_CHECKING:

@@ -22,8 +22,6 @@ if "pytest" in sys.modules:  # under pytest: rich assertion messages in the help
     sys.modules["pytest"].register_assert_rewrite("pytest_ddtree.invariants")
 
 if TYPE_CHECKING:
-    from pytest_ddtree.client import DDTreeClient
-    from pytest_ddtree.completion import Completion, RequestSpec, SpecStats, Timings, Usage
     from pytest_ddtree.fixtures import (
         DDTreeBenchmark,
         DDTreeCheck,
@@ -33,16 +31,18 @@ if TYPE_CHECKING:
     )
     from pytest_ddtree.invariants import CODES, Expectation, assert_valid, check
     from pytest_ddtree.violation import InvariantError, Violation
+    from pytest_ddtree.wire.client import DDTreeClient
+    from pytest_ddtree.wire.completion import Completion, RequestSpec, SpecStats, Timings, Usage
 
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "DDTreeClient": "pytest_ddtree.client",
-    "Completion": "pytest_ddtree.completion",
-    "RequestSpec": "pytest_ddtree.completion",
-    "SpecStats": "pytest_ddtree.completion",
-    "Timings": "pytest_ddtree.completion",
-    "Usage": "pytest_ddtree.completion",
+    "DDTreeClient": "pytest_ddtree.wire.client",
+    "Completion": "pytest_ddtree.wire.completion",
+    "RequestSpec": "pytest_ddtree.wire.completion",
+    "SpecStats": "pytest_ddtree.wire.completion",
+    "Timings": "pytest_ddtree.wire.completion",
+    "Usage": "pytest_ddtree.wire.completion",
     "DDTreeBenchmark": "pytest_ddtree.fixtures",
     "DDTreeCheck": "pytest_ddtree.fixtures",
     "DDTreeDeterminism": "pytest_ddtree.fixtures",

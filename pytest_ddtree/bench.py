@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequenc
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_ddtree.completion import Completion
 from pytest_ddtree.sweep import SweepSample, budget_label, redact_endpoint
 from pytest_ddtree.violation import InvariantError, Violation
+from pytest_ddtree.wire.completion import Completion
 
 #: ``/models`` fields that change from one server start to the next; kept out
 #: of ``machine_info`` so ``--benchmark-compare`` warns only on real changes.

@@ -20,11 +20,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pytest_ddtree.client import DDTreeClient
-from pytest_ddtree.completion import Completion, RequestSpec, summarize_text
 from pytest_ddtree.invariants import CODE_LAYERS, LAYERS, check_determinism
 from pytest_ddtree.settings import Lossless
 from pytest_ddtree.violation import Violation
+from pytest_ddtree.wire.client import DDTreeClient
+from pytest_ddtree.wire.completion import Completion, RequestSpec, summarize_text
 
 Verdict = Literal["template", "server", "speculation", "undetermined"]
 

@@ -15,7 +15,6 @@ import pluggy
 import pytest
 
 from pytest_ddtree import _guard
-from pytest_ddtree.client import DDTreeClient, EndpointError
 from pytest_ddtree.runtime import Runtime
 from pytest_ddtree.session import (
     RUNTIME_KEY,
@@ -27,12 +26,13 @@ from pytest_ddtree.session import (
     needs_runtime,
 )
 from pytest_ddtree.settings import OPTIONS, Settings, SettingsError
+from pytest_ddtree.wire.client import DDTreeClient, EndpointError
 
 if TYPE_CHECKING:
     # the fixture objects pull in the sweep and the invariants: loaded when a test uses them
     from pytest_ddtree import fixtures
     from pytest_ddtree.load.tester import LoadTester
-    from pytest_ddtree.tokens import TokenCounter
+    from pytest_ddtree.wire.tokens import TokenCounter
 
 MARKER_HELP = (
     "ddtree(budgets=None, max_tokens=None, min_tokens=None, api=None, enable_thinking=None, "

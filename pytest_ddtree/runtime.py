@@ -19,15 +19,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_ddtree.client import DDTreeClient, EndpointError, root_url
 from pytest_ddtree.settings import Settings
 from pytest_ddtree.violation import Violation
+from pytest_ddtree.wire.client import DDTreeClient, EndpointError, root_url
 
 if TYPE_CHECKING:
-    from pytest_ddtree import _net
-    from pytest_ddtree.completion import Completion
     from pytest_ddtree.diagnose import Diagnoser, Diagnosis
-    from pytest_ddtree.tokens import TokenCounter
+    from pytest_ddtree.wire import _net
+    from pytest_ddtree.wire.completion import Completion
+    from pytest_ddtree.wire.tokens import TokenCounter
 
 
 @dataclass
@@ -135,7 +135,7 @@ def start_embedded(settings: Settings) -> tuple[Any, Any]:
 
 def _probe_scope(client: DDTreeClient) -> contextlib.AbstractContextManager[_net.Scope]:
     """The start-up probe bound: a /tokenize probe may not hang the run."""
-    from pytest_ddtree import _net
+    from pytest_ddtree.wire import _net
 
     t = client.timeout
     return _net.scope(min(t.total, t.connect + t.read))
@@ -150,7 +150,7 @@ def _load_counter(
     *,
     embedded: bool,
 ) -> TokenCounter:
-    from pytest_ddtree import tokens
+    from pytest_ddtree.wire import tokens
 
     spec = settings.tokenizer
     shape = "reference"

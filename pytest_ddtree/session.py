@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_ddtree.client import EndpointError
 from pytest_ddtree.runtime import Runtime, start_runtime
 from pytest_ddtree.settings import (
     OPTIONS,
@@ -27,6 +26,7 @@ from pytest_ddtree.settings import (
     check_reference_faults,
     resolve,
 )
+from pytest_ddtree.wire.client import EndpointError
 
 if TYPE_CHECKING:
     from pytest_ddtree.sweep import DiagnosisRecord, RunMetadata, SweepSample, SweepSummary

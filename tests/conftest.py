@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from pytest_ddtree.reference import ReferenceServer, start_reference_server, tokenizer_path
-from pytest_ddtree.tokens import TokenCounter, load_counter
+from pytest_ddtree.wire.tokens import TokenCounter, load_counter
 
 
 @pytest.fixture(scope="session")

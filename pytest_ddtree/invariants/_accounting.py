@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pytest_ddtree.completion import MAX_CHARS_PER_TOKEN
 from pytest_ddtree.invariants._context import Context, as_int, clip, excerpt
 from pytest_ddtree.violation import Violation
+from pytest_ddtree.wire.completion import MAX_CHARS_PER_TOKEN
 
 
 def check_empty(ctx: Context) -> Iterator[Violation]:

@@ -9,9 +9,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_ddtree.completion import Completion
 from pytest_ddtree.invariants._context import excerpt, flat
 from pytest_ddtree.violation import Violation
+from pytest_ddtree.wire.completion import Completion
 
 
 def _first_difference(a: str, b: str) -> int:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pytest_ddtree.completion import MAX_CHARS_PER_TOKEN, Completion
 from pytest_ddtree.invariants._expectation import DEFAULT_MIN_TOKENS, Expectation
-from pytest_ddtree.tokens import ApproxCounter, TokenCounter
 from pytest_ddtree.violation import Violation
+from pytest_ddtree.wire.completion import MAX_CHARS_PER_TOKEN, Completion
+from pytest_ddtree.wire.tokens import ApproxCounter, TokenCounter
 
 _UNSET: Any = object()
 

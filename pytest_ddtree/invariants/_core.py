@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_ddtree.completion import Completion
 from pytest_ddtree.invariants._accounting import (
     check_early_stop,
     check_empty,
@@ -24,8 +23,9 @@ from pytest_ddtree.invariants._text import (
     check_special_tokens,
 )
 from pytest_ddtree.invariants._transport import check_encoding, check_http, check_stream
-from pytest_ddtree.tokens import TokenCounter
 from pytest_ddtree.violation import InvariantError, Violation
+from pytest_ddtree.wire.completion import Completion
+from pytest_ddtree.wire.tokens import TokenCounter
 
 _CONTENT_CODES = frozenset(
     {

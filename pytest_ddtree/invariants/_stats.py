@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from itertools import pairwise
 
-from pytest_ddtree.dialects import llamacpp_bad_fields
 from pytest_ddtree.invariants._context import Context, as_float, as_int
 from pytest_ddtree.violation import Violation
+from pytest_ddtree.wire.dialects import llamacpp_bad_fields
 
 
 def check_stats(ctx: Context) -> Iterator[Violation]:

@@ -27,13 +27,13 @@ from typing import Any
 import httpx
 from httpx_sse import EventSource
 
-from pytest_ddtree import dialects
-from pytest_ddtree.client import _chunk_choice, _http_error, _transport_error
-from pytest_ddtree.completion import Api, Completion, RequestSpec, StreamInfo, Timings
 from pytest_ddtree.load.arrivals import LoadPoint, arrival_offsets
 from pytest_ddtree.load.metrics import ClientHealth, LoadSample
 from pytest_ddtree.settings import Timeout
 from pytest_ddtree.sweep import quantile
+from pytest_ddtree.wire import dialects
+from pytest_ddtree.wire.client import _chunk_choice, _http_error, _transport_error
+from pytest_ddtree.wire.completion import Api, Completion, RequestSpec, StreamInfo, Timings
 
 __all__ = ["DEFAULT_MAX_BYTES", "Endpoint", "RawRequest", "run_point", "validate"]
 

@@ -1,7 +1,7 @@
 """``sweep.json``: the sweep's raw samples, statistics and recommendation.
 
 The file carries ``"schema_version": 1``. Raw per-request samples are stored
-so that another tool (``python -m pytest_ddtree.compare``) can re-run the
+so that another tool (``python -m pytest_ddtree.report.compare``) can re-run the
 statistics, merge files or test differences; the statistics stored beside
 them are a convenience for readers and are recomputed on load.
 

@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from pytest_ddtree.completion import Completion
 from pytest_ddtree.sweep.samples import SweepSample
 from pytest_ddtree.violation import Violation
+from pytest_ddtree.wire.completion import Completion
 
 SweepOrder = Literal["shuffled", "fixed"]
 

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_ddtree.completion import Completion
 from pytest_ddtree.violation import Violation
+from pytest_ddtree.wire.completion import Completion
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from pytest_ddtree.client import DDTreeClient, EndpointError, root_url
 from pytest_ddtree.reference import MODEL_ID, start_reference_server
 from pytest_ddtree.settings import Timeout
+from pytest_ddtree.wire.client import DDTreeClient, EndpointError, root_url
 
 LONG = "Write a detailed essay about rivers and the towns along them."
 SHORT = "What is the capital of France?"

@@ -6,9 +6,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pytest_ddtree.completion import Completion
 from pytest_ddtree.diagnose import compare_lossless, first_divergence, prompt_mismatch
 from pytest_ddtree.settings import Lossless
+from pytest_ddtree.wire.completion import Completion
 
 FAST = ("--ddtree-reference-latency=off",)
 
@@ -213,7 +213,7 @@ def test_first_divergence_token_and_character() -> None:
 
 
 def test_compare_lossless_modes(reference_server, reference_counter) -> None:
-    from pytest_ddtree.client import DDTreeClient
+    from pytest_ddtree.wire.client import DDTreeClient
 
     with DDTreeClient(reference_server.base_url, counter=reference_counter) as c:
         ref = c.chat("Write a long essay about glass.", max_tokens=48, tree_budget=16)
@@ -232,7 +232,7 @@ def test_compare_lossless_modes(reference_server, reference_counter) -> None:
 
 
 def _answer(prompt_tokens: int | None) -> Completion:
-    from pytest_ddtree.completion import RequestSpec, Timings, Usage
+    from pytest_ddtree.wire.completion import RequestSpec, Timings, Usage
 
     spec = RequestSpec("chat", "http://127.0.0.1:9/v1/chat/completions", {}, None, False, 8, 0.0)
     usage = None if prompt_tokens is None else Usage(prompt_tokens, 8, prompt_tokens + 8)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_ddtree import dialects
+from pytest_ddtree.wire import dialects
 
 DDTREE_RESPONSE = {
     "id": "chatcmpl-1",

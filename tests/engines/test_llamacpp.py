@@ -17,11 +17,11 @@ import httpx
 import pytest
 
 from pytest_ddtree import engines
-from pytest_ddtree.client import DDTreeClient
 from pytest_ddtree.diagnose import Diagnoser, run_lossless
 from pytest_ddtree.invariants import check
 from pytest_ddtree.settings import Lossless
-from pytest_ddtree.tokens import ServerCounter, detect_tokenize_shape
+from pytest_ddtree.wire.client import DDTreeClient
+from pytest_ddtree.wire.tokens import ServerCounter, detect_tokenize_shape
 
 LOOP_PROMPT = "What is the capital of France?"  # SmolLM2-135M loops on it
 SHORT_PROMPT = "How many legs does a spider have?"

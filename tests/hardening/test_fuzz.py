@@ -13,8 +13,11 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_ddtree import dialects
-from pytest_ddtree.client import (
+from pytest_ddtree.invariants import check
+from pytest_ddtree.settings import DIALECTS
+from pytest_ddtree.violation import Violation
+from pytest_ddtree.wire import dialects
+from pytest_ddtree.wire.client import (
     DDTreeClient,
     _chunk_choice,
     _decode,
@@ -22,10 +25,7 @@ from pytest_ddtree.client import (
     _plain_choice,
     _StreamReader,
 )
-from pytest_ddtree.completion import Completion
-from pytest_ddtree.invariants import check
-from pytest_ddtree.settings import DIALECTS
-from pytest_ddtree.violation import Violation
+from pytest_ddtree.wire.completion import Completion
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

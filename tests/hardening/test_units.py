@@ -8,13 +8,14 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_ddtree import _guard, _net
-from pytest_ddtree.client import KEEP_ALL_CHUNKS, DDTreeClient, _StreamReader
-from pytest_ddtree.completion import RequestSpec
+from pytest_ddtree import _guard
 from pytest_ddtree.diagnose import Diagnoser
 from pytest_ddtree.invariants import check
 from pytest_ddtree.settings import MAX_BUDGET, MAX_MAX_TOKENS, SettingsError, Timeout, resolve
 from pytest_ddtree.violation import Violation
+from pytest_ddtree.wire import _net
+from pytest_ddtree.wire.client import KEEP_ALL_CHUNKS, DDTreeClient, _StreamReader
+from pytest_ddtree.wire.completion import RequestSpec
 
 from ._hostile import HostileServer
 
@@ -173,7 +174,7 @@ def test_the_clients_own_failure_is_never_a_verdict(hostile: Callable[..., Hosti
 
 
 def test_no_claim_about_the_target_alone_without_a_baseline() -> None:
-    from pytest_ddtree.completion import Completion, Timings
+    from pytest_ddtree.wire.completion import Completion, Timings
 
     c = Completion(_spec(), 200, "x", "", "stop", None, None, Timings(0, 0, 0, 1), None)
     v = Violation("not-lossless", "differs")

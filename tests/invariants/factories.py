@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from pytest_ddtree.completion import (
+from pytest_ddtree.wire.completion import (
     Completion,
     RequestSpec,
     SpecStats,

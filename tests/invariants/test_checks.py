@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_ddtree.completion import SpecStats, StreamInfo, Usage
 from pytest_ddtree.invariants import CODES, Expectation, assert_valid, check
 from pytest_ddtree.violation import InvariantError
+from pytest_ddtree.wire.completion import SpecStats, StreamInfo, Usage
 
 from .factories import HEALTHY_TEXT, FakeCounter, completion, replace
 

@@ -7,7 +7,6 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_ddtree.completion import Completion, SpecStats, StreamInfo, Timings, Usage
 from pytest_ddtree.invariants import (
     CODES,
     BudgetSample,
@@ -15,6 +14,7 @@ from pytest_ddtree.invariants import (
     check_budget_ignored,
     check_determinism,
 )
+from pytest_ddtree.wire.completion import Completion, SpecStats, StreamInfo, Timings, Usage
 
 from .factories import HEALTHY_TEXT, FakeCounter, chunks_for, completion, request, split
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from pytest_ddtree.client import DDTreeClient
-from pytest_ddtree.completion import Completion
 from pytest_ddtree.invariants import BudgetSample, check, check_budget_ignored, check_determinism
 from pytest_ddtree.settings import Timeout
-from pytest_ddtree.tokens import TokenizerCounter
+from pytest_ddtree.wire.client import DDTreeClient
+from pytest_ddtree.wire.completion import Completion
+from pytest_ddtree.wire.tokens import TokenizerCounter
 
 reference = pytest.importorskip("pytest_ddtree.reference")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pytest_ddtree.tokens import (
+from pytest_ddtree.wire.tokens import (
     SHAPES_BY_NAME,
     ApproxCounter,
     ServerCounter,

@@ -13,7 +13,7 @@ from pytest_ddtree.load import Endpoint, LoadError, LoadPoint, LoadTester, parse
 from pytest_ddtree.load.runner import run_point
 from pytest_ddtree.reference import spawn_reference_server, tokenizer_path
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS, optimal_schedule
-from pytest_ddtree.tokens import load_counter
+from pytest_ddtree.wire.tokens import load_counter
 
 PROMPTS = list(DEFAULT_PROMPTS)
 

@@ -90,7 +90,7 @@ def test_openai_client_reads_usage_from_the_last_chunk(client: httpx.Client) -> 
 
 
 def test_plugin_reads_both_layouts() -> None:
-    from pytest_ddtree import dialects
+    from pytest_ddtree.wire import dialects
 
     stats = {"tree_budget": 8, "cycles": 4, "avg_acceptance": 4.0, "tok_per_sec": 9.0}
     usage = {"prompt_tokens": 3, "completion_tokens": 16, "total_tokens": 19}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from pytest_ddtree.completion import Completion, RequestSpec, SpecStats, Timings, Usage
 from pytest_ddtree.sweep import SweepSample
+from pytest_ddtree.wire.completion import Completion, RequestSpec, SpecStats, Timings, Usage
 
 
 def make_completion(

@@ -14,9 +14,9 @@ from pytest_ddtree.bench import (
     machine_info_extra,
     run_gated,
 )
-from pytest_ddtree.completion import Completion
 from pytest_ddtree.sweep import SweepSample
 from pytest_ddtree.violation import InvariantError, Violation
+from pytest_ddtree.wire.completion import Completion
 
 from ._factory import make_completion
 

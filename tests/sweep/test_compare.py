@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ddtree.compare import compare_runs, main, parse_threshold
 from pytest_ddtree.report import write_sweep_json
+from pytest_ddtree.report.compare import compare_runs, main, parse_threshold
 from pytest_ddtree.sweep import SweepRun, SweepSample
 
 from ._factory import synthetic_sweep
@@ -113,7 +113,7 @@ def test_python_dash_m_entry_point(tmp_path: Path) -> None:
     a = write_sweep_json(_run(seed=1), tmp_path / "a.json")
     b = write_sweep_json(_run(0.7, seed=2), tmp_path / "b.json")
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest_ddtree.compare", str(a), str(b)],
+        [sys.executable, "-m", "pytest_ddtree.report.compare", str(a), str(b)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -166,7 +166,7 @@ def test_autosave_then_compare_fail_catches_a_slower_server(
 def test_compare_command_on_two_reports(
     pytester: pytest.Pytester, server_factory: Any, tmp_path: Path
 ) -> None:
-    from pytest_ddtree.compare import main
+    from pytest_ddtree.report.compare import main
 
     fast = server_factory(simulated_latency=True)
     slow = server_factory(simulated_latency=True, cost=CostModel(slowdown=2.0))
@@ -190,7 +190,7 @@ def test_compare_reads_the_setup_the_plugin_wrote(
     """Real sweep.json files: a new port is the same setup; latency and /models are not."""
     from dataclasses import replace
 
-    from pytest_ddtree.compare import compare_runs
+    from pytest_ddtree.report.compare import compare_runs
 
     pytester.makepyfile(
         test_sweep="""

@@ -7,8 +7,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_ddtree.compare import compare_runs
 from pytest_ddtree.report import render_html, table_lines
+from pytest_ddtree.report.compare import compare_runs
 from pytest_ddtree.report.jsonfile import sweep_from_json, sweep_to_json
 from pytest_ddtree.sweep import SweepRun, SweepSample, summarize
 

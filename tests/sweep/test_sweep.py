@@ -7,7 +7,6 @@ import statistics
 
 import pytest
 
-from pytest_ddtree.completion import Completion
 from pytest_ddtree.sweep import (
     SweepPlan,
     SweepSample,
@@ -23,6 +22,7 @@ from pytest_ddtree.sweep import (
     summarize,
 )
 from pytest_ddtree.violation import Violation
+from pytest_ddtree.wire.completion import Completion
 
 from ._factory import make_completion, synthetic_sweep
 

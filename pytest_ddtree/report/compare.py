@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m pytest_ddtree.compare BASELINE.json CANDIDATE.json [--threshold 10%]
+    python -m pytest_ddtree.report.compare BASELINE.json CANDIDATE.json [--threshold 10%]
                                     [--metric decode|ttft] [--seed N]
 
 For each budget present in both files the medians of the chosen metric are
@@ -274,7 +274,7 @@ def _parser() -> argparse.ArgumentParser:
         prog=(
             "ddtree-compare"
             if os.path.basename(sys.argv[0]) == "ddtree-compare"
-            else "python -m pytest_ddtree.compare"
+            else "python -m pytest_ddtree.report.compare"
         ),
         description="Compare two pytest-ddtree sweep.json files budget by budget.",
     )

@@ -21,8 +21,9 @@ from typing import Any, Protocol
 
 import httpx
 
-from pytest_ddtree import _net, dialects
-from pytest_ddtree.completion import (
+from pytest_ddtree.settings import DEFAULT_MAX_RESPONSE_BYTES, Timeout
+from pytest_ddtree.wire import _net, dialects
+from pytest_ddtree.wire.completion import (
     MAX_CHARS_PER_TOKEN,
     Api,
     Completion,
@@ -31,7 +32,6 @@ from pytest_ddtree.completion import (
     Timings,
     Usage,
 )
-from pytest_ddtree.settings import DEFAULT_MAX_RESPONSE_BYTES, Timeout
 
 Messages = str | Sequence[Mapping[str, Any]]
 

@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_ddtree.completion import SpecStats, Usage
+from pytest_ddtree.wire.completion import SpecStats, Usage
 
 DIALECT_NAMES = ("ddtree", "vllm", "sglang", "omlx", "llamacpp", "custom", "none")
 OMLX_PREFIX = "dflash_ddtree_"
