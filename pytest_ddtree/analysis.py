@@ -35,6 +35,19 @@ INTERRUPTED_NOTE = (
 )
 
 
+def mark_interrupted(metadata: RunMetadata | None) -> RunMetadata:
+    """The run's metadata, marked partial (created if nothing was described yet)."""
+    meta = metadata or RunMetadata()
+    meta.interrupted = True
+    meta.notes.append(INTERRUPTED_NOTE)
+    return meta
+
+
+def no_report_line(directory: str) -> str:
+    """Why no report was written although tests ran."""
+    return f"ddtree: no sweep report in {directory}: no timed request counted in this run"
+
+
 def describe(runtime: Runtime, *, workers: int | None) -> RunMetadata:
     """What describes the run, from the runtime (never a secret)."""
     s = runtime.settings

@@ -247,12 +247,8 @@ class DDTreeSession:
         self.pending.clear()
         # a signal counts even when a second one muddled pytest's exit status
         if session.exitstatus == pytest.ExitCode.INTERRUPTED or _guard.interrupted():
-            from pytest_ddtree.sweep import RunMetadata
-
             self.interrupted = True
-            self.metadata = self.metadata or RunMetadata()
-            self.metadata.interrupted = True
-            self.metadata.notes.append(analysis.INTERRUPTED_NOTE)
+            self.metadata = analysis.mark_interrupted(self.metadata)
         runtime = self.runtime
         if runtime is not None and self.metadata is not None:
             self.metadata.dialect = runtime.dialect
@@ -263,35 +259,27 @@ class DDTreeSession:
 
             WorkerPayload.of(self).store(self.config)
             return
+        seed, report = self.settings.sweep_seed, self.settings.report
         outcome = analysis.conclude(
             self.samples,
             self.lossy,
-            seed=self.settings.sweep_seed,
+            seed=seed,
             skip_checks=self.settings.skip_checks,
             interrupted=self.interrupted,
         )
-        self.samples = outcome.samples
-        self.load = analysis.conclude_load(self.load_records, seed=self.settings.sweep_seed)
-        if outcome.summary is None and not self.load:
-            if self.settings.report and self.outcomes.passed | self.outcomes.failed:
-                self.report_lines.append(
-                    f"ddtree: no sweep report in {self.settings.report}: no timed request "
-                    "counted in this run"
-                )
-            return
-        self.summary = outcome.summary
+        self.samples, self.summary = outcome.samples, outcome.summary
         self.budget_ignored = outcome.budget_ignored
+        # the load tests: merged from the raw samples of every process, analysed once
+        self.load = analysis.conclude_load(self.load_records, seed=seed)
         if self.budget_ignored:
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
             self._report_sweep_failure(self.budget_ignored)
-        if self.settings.report:
-            run = analysis.sweep_run(
-                self.samples, self.metadata, self.settings.sweep_seed, outcome, self.diagnoses
-            )
-            self.report_lines.append(
-                analysis.write(run, self.settings.report, outcome.summary, self.load)
-            )
+        if report and (self.summary is not None or self.load):
+            run = analysis.sweep_run(self.samples, self.metadata, seed, outcome, self.diagnoses)
+            self.report_lines.append(analysis.write(run, report, self.summary, self.load))
+        elif report and self.outcomes.passed | self.outcomes.failed:
+            self.report_lines.append(analysis.no_report_line(report))
 
     def _report_sweep_failure(self, violations: list[Violation]) -> None:
         """Log a failed pseudo-test ``ddtree::sweep``, so the failure reaches the final
