@@ -162,6 +162,7 @@ FIXTURE_CLASSES = (
     ("ddtree_sweep", "DDTreeSweep"),
     ("ddtree_lossless", "DDTreeLossless"),
     ("ddtree_determinism", "DDTreeDeterminism"),
+    ("ddtree_load", "LoadTester"),
 )
 
 

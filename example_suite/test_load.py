@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pytest_ddtree.load import LoadTester
+from pytest_ddtree import LoadTester
 from pytest_ddtree.settings import Settings
 
 if TYPE_CHECKING:

@@ -5,9 +5,11 @@ timing is recorded, so a run that measured garbage fails instead of
 producing a misleading number.
 
 Public API: ``check`` and ``assert_valid`` (the invariants), ``Expectation``,
-``Completion``, ``Violation``, ``InvariantError``, ``DDTreeClient``, and the
+``Completion``, ``Violation``, ``InvariantError``, ``DDTreeClient``, the
 fixture objects ``DDTreeCheck``, ``DDTreeBenchmark``, ``DDTreeSweep``,
-``DDTreeLossless`` and ``DDTreeDeterminism`` (for annotations). They
+``DDTreeLossless``, ``DDTreeDeterminism`` and ``LoadTester`` (for
+annotations), and what a load run hands back or raises: ``LoadResult``,
+``PointStats``, ``LoadPoint``, ``SLO`` and ``LoadError``. They
 are imported on first use, so ``python -m pytest_ddtree.reference`` starts
 without loading the plugin's dependencies.
 """
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
         DDTreeSweep,
     )
     from pytest_ddtree.invariants import CODES, Expectation, assert_valid, check
+    from pytest_ddtree.load import SLO, LoadError, LoadPoint, LoadResult, LoadTester, PointStats
     from pytest_ddtree.violation import InvariantError, Violation
     from pytest_ddtree.wire.client import DDTreeClient
     from pytest_ddtree.wire.completion import Completion, RequestSpec, SpecStats, Timings, Usage
@@ -48,6 +51,12 @@ _EXPORTS = {
     "DDTreeDeterminism": "pytest_ddtree.fixtures",
     "DDTreeLossless": "pytest_ddtree.fixtures",
     "DDTreeSweep": "pytest_ddtree.fixtures",
+    "LoadTester": "pytest_ddtree.load.tester",
+    "LoadResult": "pytest_ddtree.load.tester",
+    "LoadError": "pytest_ddtree.load.tester",
+    "PointStats": "pytest_ddtree.load.metrics",
+    "LoadPoint": "pytest_ddtree.load.arrivals",
+    "SLO": "pytest_ddtree.load.slo",
     "CODES": "pytest_ddtree.invariants",
     "Expectation": "pytest_ddtree.invariants",
     "assert_valid": "pytest_ddtree.invariants",
@@ -58,6 +67,7 @@ _EXPORTS = {
 
 __all__ = [
     "CODES",
+    "SLO",
     "Completion",
     "DDTreeBenchmark",
     "DDTreeCheck",
@@ -67,6 +77,11 @@ __all__ = [
     "DDTreeSweep",
     "Expectation",
     "InvariantError",
+    "LoadError",
+    "LoadPoint",
+    "LoadResult",
+    "LoadTester",
+    "PointStats",
     "RequestSpec",
     "SpecStats",
     "Timings",

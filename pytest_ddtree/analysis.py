@@ -2,7 +2,8 @@
 
 :func:`describe` builds the run's metadata; :func:`conclude` turns the
 session's samples and lossy budgets into the samples that count, the
-budget-ignored verdict and the summary; :func:`sweep_run` and :func:`write`
+budget-ignored verdict and the summary; :func:`conclude_load` merges the
+load records of every process per test; :func:`sweep_run` and :func:`write`
 make and write the report."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from pytest_ddtree.runtime import Runtime
 from pytest_ddtree.settings import budget_label
@@ -24,10 +26,26 @@ from pytest_ddtree.sweep import (
 )
 from pytest_ddtree.violation import Violation
 
+if TYPE_CHECKING:
+    from pytest_ddtree.load import LoadRecord, LoadTestResult
+
 INTERRUPTED_NOTE = (
     "interrupted: this is a partial run; tests that did not finish are left out "
     "and the recommendation is not final"
 )
+
+
+def mark_interrupted(metadata: RunMetadata | None) -> RunMetadata:
+    """The run's metadata, marked partial (created if nothing was described yet)."""
+    meta = metadata or RunMetadata()
+    meta.interrupted = True
+    meta.notes.append(INTERRUPTED_NOTE)
+    return meta
+
+
+def no_report_line(directory: str) -> str:
+    """Why no report was written although tests ran."""
+    return f"ddtree: no sweep report in {directory}: no timed request counted in this run"
 
 
 def describe(runtime: Runtime, *, workers: int | None) -> RunMetadata:
@@ -141,6 +159,15 @@ def conclude(
     return Conclusion(samples, summary, ignored)
 
 
+def conclude_load(records: Sequence[LoadRecord], *, seed: int) -> list[LoadTestResult]:
+    """Per load test, the statistics and schedule of the raw samples of every process."""
+    if not records:
+        return []  # the load package is loaded only when a load test ran
+    from pytest_ddtree.load.record import merge_records
+
+    return merge_records(records, seed=seed)
+
+
 def sweep_run(
     samples: Sequence[SweepSample],
     metadata: RunMetadata | None,
@@ -158,13 +185,19 @@ def sweep_run(
     return SweepRun(samples=list(samples), metadata=meta, seed=seed, diagnoses=list(diagnoses))
 
 
-def write(run: SweepRun, directory: str, summary: SweepSummary) -> str:
-    """Write ``sweep.json`` and ``sweep.html``; the line saying where (or why not)."""
+def write(
+    run: SweepRun,
+    directory: str,
+    summary: SweepSummary | None,
+    load: Sequence[LoadTestResult] = (),
+) -> str:
+    """Write ``sweep.json`` and ``sweep.html`` (with any load results); the line saying where."""
     # the report writers load jsonschema: only when a report is written
     from pytest_ddtree.report import write_report
 
     try:
-        paths = write_report(run, directory, summary)
+        paths = write_report(run, directory, summary, load=load)
     except (OSError, ValueError) as exc:
         return f"ddtree: could not write the report to {directory}: {exc}"
-    return f"ddtree: sweep report written: {paths.json}, {paths.html}"
+    with_load = " (with the load results)" if load else ""
+    return f"ddtree: sweep report written{with_load}: {paths.json}, {paths.html}"

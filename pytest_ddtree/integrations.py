@@ -5,8 +5,10 @@
   endpoint in ``machine_info`` and sorts budget groups numerically. Every read
   of pytest-benchmark's internals is here.
 - :class:`XdistIntegration` (pytest-xdist spreading the run): the controller
-  merges each worker's :class:`WorkerPayload`, the one typed record a worker
-  hands over (serialised and merged here only).
+  tells each worker its ``--dist`` mode (load tests are split under ``each``)
+  and merges each worker's :class:`WorkerPayload`, the one typed record a
+  worker hands over (sweep samples and load records alike; serialised and
+  merged here only).
 """
 
 from __future__ import annotations
@@ -14,14 +16,17 @@ from __future__ import annotations
 import json
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 import pytest
 
 from pytest_ddtree.bench import discard_timings, keep_passed, machine_info_extra, strip_budgets
-from pytest_ddtree.session import DDTreeSession
+from pytest_ddtree.session import DIST_KEY, DDTreeSession
 from pytest_ddtree.sweep import DiagnosisRecord, RunMetadata, SweepSample, merge_samples
+
+if TYPE_CHECKING:
+    from pytest_ddtree.load import LoadRecord
 
 
 def _group_sort_key(name: object) -> tuple[int, str]:
@@ -151,6 +156,8 @@ class WorkerPayload:
     failed: list[str] = field(default_factory=list)
     lossy: dict[int | None, str] = field(default_factory=dict)
     diagnoses: list[DiagnosisRecord] = field(default_factory=list)
+    #: raw samples of each ddtree_load call: the controller computes the percentiles once
+    load: list[LoadRecord] = field(default_factory=list)
 
     @classmethod
     def of(cls, session: DDTreeSession) -> WorkerPayload:
@@ -161,6 +168,7 @@ class WorkerPayload:
             failed=sorted(session.outcomes.failed),
             lossy=dict(session.lossy),
             diagnoses=list(session.diagnoses),
+            load=list(session.load_records),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -171,6 +179,7 @@ class WorkerPayload:
             "failed": self.failed,
             "lossy": [[b, n] for b, n in self.lossy.items()],
             "diagnoses": [d.to_json() for d in self.diagnoses],
+            "load": [r.to_json() for r in self.load],
         }
         return dict(json.loads(json.dumps(doc, default=str)))
 
@@ -178,12 +187,18 @@ class WorkerPayload:
     def from_json(cls, doc: Mapping[str, Any]) -> WorkerPayload:
         """Read :meth:`to_json` output (a bad sample raises a one-line ``ValueError``)."""
         meta = doc.get("metadata")
+        load: list[LoadRecord] = []
+        if doc.get("load"):  # the load package is loaded only when a load test ran
+            from pytest_ddtree.load.record import LoadRecord
+
+            load = [LoadRecord.from_json(r) for r in doc["load"]]
         return cls(
             samples=[SweepSample.from_json(s, source="xdist worker") for s in doc["samples"]],
             metadata=RunMetadata.from_json(meta) if isinstance(meta, Mapping) else None,
             failed=[str(n) for n in doc.get("failed", [])],
             lossy={b: str(n) for b, n in doc.get("lossy", [])},
             diagnoses=[DiagnosisRecord.from_json(d) for d in doc.get("diagnoses", [])],
+            load=load,
         )
 
     def store(self, config: pytest.Config) -> None:
@@ -199,6 +214,7 @@ class WorkerPayload:
         for budget, nodeid in self.lossy.items():
             session.mark_lossy(budget, nodeid)
         session.diagnoses.extend(self.diagnoses)
+        session.load_records.extend(self.load)
 
 
 class XdistIntegration:
@@ -215,6 +231,11 @@ class XdistIntegration:
                 "still validate every round, and their timings are reported as concurrent"
             ]
         return []
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """Controller side: tell each worker how tests are distributed (it runs with "no")."""
+        node.workerinput[DIST_KEY] = str(getattr(self.session.config.option, "dist", "no"))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:

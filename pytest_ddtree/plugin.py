@@ -73,9 +73,6 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_ddtree.integrations import register
 
     register(config, session)
-    from pytest_ddtree._load_hooks import register as register_load
-
-    register_load(config)
 
 
 def _check_report_dir(settings: Settings) -> None:
@@ -102,19 +99,20 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     from pytest_ddtree.summary import header_lines
 
     session = config.stash.get(SESSION_KEY, None)
-    return [] if session is None else header_lines(session.settings, session.xdist)
+    return [] if session is None else header_lines(session)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
     if config.option.collectonly or not needs_runtime(session.items):
         return
-    runtime = config.stash[SESSION_KEY].ensure_runtime()
+    ddtree = config.stash[SESSION_KEY]
+    runtime = ddtree.ensure_runtime()
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None and not hasattr(config, "workerinput"):
-        from pytest_ddtree.summary import serving_lines
+        from pytest_ddtree.summary import collection_lines
 
-        for line in serving_lines(runtime):
+        for line in collection_lines(ddtree, runtime, session.items):
             reporter.write_line(line)
 
 
@@ -260,10 +258,8 @@ def ddtree_sweep(_ddtree_gate: fixtures.Gate) -> fixtures.DDTreeSweep:
 
 
 @pytest.fixture
-def ddtree_load(
-    request: pytest.FixtureRequest, ddtree_settings: Settings, ddtree_runtime: Runtime
-) -> LoadTester:
-    """A :class:`~pytest_ddtree.load.LoadTester`: ``ddtree_load(prompts, concurrencies=...)``."""
-    from pytest_ddtree._load_hooks import make_tester
+def ddtree_load(_ddtree_gate: fixtures.Gate) -> LoadTester:
+    """A :class:`~pytest_ddtree.LoadTester`: ``ddtree_load(prompts, concurrencies=...)``."""
+    from pytest_ddtree.fixtures.load import load_tester
 
-    return make_tester(request, ddtree_settings, ddtree_runtime)
+    return load_tester(_ddtree_gate)

@@ -1,8 +1,8 @@
 """The pytest session of pytest-ddtree: stash keys, the runtime, and one object for the run.
 
 :class:`DDTreeSession` is created at configure time and stored in the config's
-stash. It owns everything the run records (sweep samples, test outcomes,
-diagnoses, lossy budgets, run metadata) and its :meth:`~DDTreeSession.finish`
+stash. It owns everything the run records (sweep samples, load records, test
+outcomes, diagnoses, lossy budgets, run metadata) and its :meth:`~DDTreeSession.finish`
 does the end-of-session analysis. The hooks in ``plugin`` delegate to it; the
 optional integrations (pytest-benchmark, pytest-xdist) in ``integrations``
 read and fill it. Nothing here imports ``plugin``.
@@ -29,12 +29,15 @@ from pytest_ddtree.settings import (
 from pytest_ddtree.wire.client import EndpointError
 
 if TYPE_CHECKING:
+    from pytest_ddtree.load import LoadRecord, LoadTestResult
     from pytest_ddtree.sweep import DiagnosisRecord, RunMetadata, SweepSample, SweepSummary
     from pytest_ddtree.violation import Violation
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
 RUNTIME_KEY = pytest.StashKey[Runtime]()
 MARKED_KEY = pytest.StashKey[Settings]()
+#: ``workerinput`` key of the controller's ``--dist`` mode (load tests split under ``each``)
+DIST_KEY = "ddtree_dist"
 
 #: Fixtures whose use means a test talks to the endpoint (so the runtime starts).
 ENDPOINT_FIXTURES = frozenset(
@@ -132,6 +135,9 @@ class DDTreeSession:
         self.summary: SweepSummary | None = None
         self.budget_ignored: list[Violation] = []
         self.report_lines: list[str] = []
+        # one record of raw samples per ddtree_load call (and process); merged in finish()
+        self.load_records: list[LoadRecord] = []
+        self.load: list[LoadTestResult] = []
 
     # ------------------------------------------------------------ environment
 
@@ -148,7 +154,9 @@ class DDTreeSession:
     @property
     def xdist(self) -> bool:
         """True when the run is spread over pytest-xdist workers (either side)."""
-        return bool(getattr(self.config.option, "numprocesses", None)) or self.is_worker
+        option = self.config.option
+        spread = bool(getattr(option, "tx", None)) and getattr(option, "dist", "no") != "no"
+        return bool(getattr(option, "numprocesses", None)) or spread or self.is_worker
 
     @property
     def worker_id(self) -> str | None:
@@ -202,6 +210,10 @@ class DDTreeSession:
         """Keep which layer was found at fault for a failing test."""
         self.diagnoses.append(record)
 
+    def record_load(self, record: LoadRecord) -> None:
+        """Keep the raw samples of one ``ddtree_load`` call (an interrupted one too)."""
+        self.load_records.append(record)
+
     def mark_lossy(self, budget: int | None, nodeid: str) -> None:
         """A budget changed the temperature-0 output in ``nodeid``: never time or recommend it."""
         self.lossy.setdefault(budget, nodeid)
@@ -235,12 +247,8 @@ class DDTreeSession:
         self.pending.clear()
         # a signal counts even when a second one muddled pytest's exit status
         if session.exitstatus == pytest.ExitCode.INTERRUPTED or _guard.interrupted():
-            from pytest_ddtree.sweep import RunMetadata
-
             self.interrupted = True
-            self.metadata = self.metadata or RunMetadata()
-            self.metadata.interrupted = True
-            self.metadata.notes.append(analysis.INTERRUPTED_NOTE)
+            self.metadata = analysis.mark_interrupted(self.metadata)
         runtime = self.runtime
         if runtime is not None and self.metadata is not None:
             self.metadata.dialect = runtime.dialect
@@ -251,32 +259,27 @@ class DDTreeSession:
 
             WorkerPayload.of(self).store(self.config)
             return
+        seed, report = self.settings.sweep_seed, self.settings.report
         outcome = analysis.conclude(
             self.samples,
             self.lossy,
-            seed=self.settings.sweep_seed,
+            seed=seed,
             skip_checks=self.settings.skip_checks,
             interrupted=self.interrupted,
         )
-        self.samples = outcome.samples
-        if outcome.summary is None:
-            if self.settings.report and self.outcomes.passed | self.outcomes.failed:
-                self.report_lines.append(
-                    f"ddtree: no sweep report in {self.settings.report}: no timed request "
-                    "counted in this run"
-                )
-            return
-        self.summary = outcome.summary
+        self.samples, self.summary = outcome.samples, outcome.summary
         self.budget_ignored = outcome.budget_ignored
+        # the load tests: merged from the raw samples of every process, analysed once
+        self.load = analysis.conclude_load(self.load_records, seed=seed)
         if self.budget_ignored:
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
             self._report_sweep_failure(self.budget_ignored)
-        if self.settings.report:
-            run = analysis.sweep_run(
-                self.samples, self.metadata, self.settings.sweep_seed, outcome, self.diagnoses
-            )
-            self.report_lines.append(analysis.write(run, self.settings.report, outcome.summary))
+        if report and (self.summary is not None or self.load):
+            run = analysis.sweep_run(self.samples, self.metadata, seed, outcome, self.diagnoses)
+            self.report_lines.append(analysis.write(run, report, self.summary, self.load))
+        elif report and self.outcomes.passed | self.outcomes.failed:
+            self.report_lines.append(analysis.no_report_line(report))
 
     def _report_sweep_failure(self, violations: list[Violation]) -> None:
         """Log a failed pseudo-test ``ddtree::sweep``, so the failure reaches the final

@@ -1,4 +1,9 @@
-"""What pytest-ddtree writes to the terminal: the header, the serving line, the end summary."""
+"""What pytest-ddtree writes to the terminal: the header, the serving line, the end summary.
+
+Also load mode's: the total load and how it is spread (in the header when
+load options were given or tests are split with ``--dist each``, else after
+collection when a test uses ``ddtree_load``), and the merged load table.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,15 @@ import pytest
 
 from pytest_ddtree.runtime import Runtime
 from pytest_ddtree.session import DDTreeSession
-from pytest_ddtree.settings import Settings, budget_label
+from pytest_ddtree.settings import budget_label
+
+#: options whose explicit value puts the load line in the header
+LOAD_OPTIONS = ("slo", "load_concurrency", "load_rate", "load_requests")
 
 
-def header_lines(settings: Settings, xdist: bool) -> list[str]:
+def header_lines(session: DDTreeSession) -> list[str]:
     """The report-header lines: where requests go, and a weakened run said plainly."""
+    settings, xdist = session.settings, session.xdist
     if settings.endpoint is None:
         where = "embedded reference server (started on first use"
         where += ", one per xdist worker)" if xdist else ")"
@@ -29,7 +38,53 @@ def header_lines(settings: Settings, xdist: bool) -> list[str]:
     ]
     if settings.skip_checks:
         lines.append(f"ddtree: WEAKENED run, checks skipped: {', '.join(settings.skip_checks)}")
+    if _load_in_header(session):
+        lines.append(load_line(session))
     return lines
+
+
+def _load_in_header(session: DDTreeSession) -> bool:
+    explicit = any(session.settings.source_of(a) != "default" for a in LOAD_OPTIONS)
+    return explicit or getattr(session.config.option, "dist", "no") == "each"
+
+
+def load_line(session: DDTreeSession) -> str:
+    """The total load, and whether it is split over xdist workers."""
+    settings, option = session.settings, session.config.option
+    n = getattr(option, "numprocesses", None)
+    tx = getattr(option, "tx", None) or []
+    workers = int(n) if isinstance(n, int) else sum(_tx_count(t) for t in tx)
+    total = ",".join(map(str, settings.load_concurrency)) or "-"
+    rates = ",".join(f"{r:g}" for r in settings.load_rate)
+    load = f"total concurrency {total}" + (f"; total rate {rates}/s" if rates else "")
+    if workers > 1 and getattr(option, "dist", "no") == "each":
+        where = f"split over {workers} xdist workers, merged from raw samples"
+        if settings.endpoint is None:
+            where += (
+                "; WARNING: each worker starts its own embedded server, so the merged "
+                "load is not on one server: give --ddtree-endpoint"
+            )
+    elif workers > 1:
+        where = "each load test runs whole on one worker (use --dist each to split it)"
+    else:
+        where = "one process"
+    return f"ddtree load: {load} ({where})"
+
+
+def _tx_count(spec: str) -> int:
+    head = spec.split("*", 1)
+    return int(head[0]) if len(head) == 2 and head[0].isdigit() else 1
+
+
+def collection_lines(
+    session: DDTreeSession, runtime: Runtime, items: list[pytest.Item]
+) -> list[str]:
+    """After collection: the load line (unless in the header) and the serving lines."""
+    lines = []
+    uses_load = any("ddtree_load" in getattr(i, "fixturenames", ()) for i in items)
+    if uses_load and not _load_in_header(session):
+        lines.append(load_line(session))
+    return [*lines, *serving_lines(runtime)]
 
 
 def serving_lines(runtime: Runtime) -> list[str]:
@@ -44,10 +99,13 @@ def serving_lines(runtime: Runtime) -> list[str]:
 
 
 def write_summary(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
-    """The sweep table and recommendation, then a weakened run and the dialect found."""
+    """The sweep and load tables, where the report went, a weakened run, the dialect found."""
     if session.is_worker:
         return
     _write_sweep(tr, session)
+    _write_load(tr, session)
+    for line in session.report_lines:  # where the report went (or why not)
+        tr.write_line(line)
     settings = session.settings
     if settings.skip_checks:
         tr.write_sep("-", "pytest-ddtree: weakened run", yellow=True)
@@ -78,8 +136,6 @@ def write_summary(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
 
 def _write_sweep(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     if session.summary is None:
-        for line in session.report_lines:
-            tr.write_line(line)
         return
     from pytest_ddtree.report import table_lines
 
@@ -93,5 +149,22 @@ def _write_sweep(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
         tr.write_line(line)
     for v in session.budget_ignored:
         tr.write_line(f"FAILED sweep: [{v.code}] {v.message}", red=True)
-    for line in session.report_lines:
-        tr.write_line(line)
+
+
+def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
+    if not session.load:
+        return
+    from pytest_ddtree.load.tester import render_table
+
+    tr.write_sep("-", "pytest-ddtree load")
+    for test in session.load:
+        cut = " (interrupted: partial results)" if test.partial else ""
+        tr.write_line(f"{test.nodeid}: merged from {test.where}; total load per point{cut}")
+        for line in render_table(test.stats, test.schedule).splitlines():
+            tr.write_line("  " + line)
+        if test.unreliable:
+            tr.write_line(
+                "  UNRELIABLE points: the client was saturated there; its own queueing "
+                "is in those latencies (spread the load with -n K --dist each)",
+                yellow=True,
+            )

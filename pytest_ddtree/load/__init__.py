@@ -2,7 +2,8 @@
 
 Pure (no pytest): arrival schedules (``arrivals``), the async httpx runner
 (``runner``), per-point statistics (``metrics``), SLOs and goodput (``slo``),
-the budget × load recommendation (``recommend``) and ``LoadTester``, the object
+the budget × load recommendation (``recommend``), the records a call leaves
+and their merge (``record``) and ``LoadTester``, the object
 behind the ``ddtree_load`` fixture (``tester``). Names are imported on first
 use, so parsing an option does not load the HTTP stack.
 """
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
         summarize_point,
     )
     from pytest_ddtree.load.recommend import Choice, Schedule, recommend
+    from pytest_ddtree.load.record import LoadRecord, LoadTestResult, merge_records
     from pytest_ddtree.load.runner import Endpoint
     from pytest_ddtree.load.slo import SLO, parse_slo
     from pytest_ddtree.load.tester import (
@@ -50,6 +52,9 @@ _EXPORTS = {
     "Choice": "recommend",
     "Schedule": "recommend",
     "recommend": "recommend",
+    "LoadRecord": "record",
+    "LoadTestResult": "record",
+    "merge_records": "record",
     "Endpoint": "runner",
     "SLO": "slo",
     "parse_slo": "slo",
@@ -67,13 +72,16 @@ __all__ = [
     "Endpoint",
     "LoadError",
     "LoadPoint",
+    "LoadRecord",
     "LoadResult",
     "LoadSample",
+    "LoadTestResult",
     "LoadTester",
     "PointStats",
     "Schedule",
     "analyse",
     "arrival_offsets",
+    "merge_records",
     "parse_concurrencies",
     "parse_rates",
     "parse_slo",

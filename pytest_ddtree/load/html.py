@@ -7,7 +7,7 @@ from html import escape
 from typing import Any
 
 from pytest_ddtree.load.metrics import PointStats
-from pytest_ddtree.load.recommend import Schedule
+from pytest_ddtree.load.record import LoadTestResult
 
 __all__ = ["latency_chart", "render_load_section"]
 
@@ -134,12 +134,11 @@ def _table(stats: Sequence[PointStats]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def render_load_section(
-    merged: Sequence[tuple[str, int, Sequence[PointStats], Schedule, Any]],
-) -> str:
+def render_load_section(tests: Sequence[LoadTestResult]) -> str:
     """One card per load test: the schedule, the charts and the table."""
     out = []
-    for nodeid, shares, stats, schedule, workers in merged:
+    for test in tests:
+        nodeid, stats, schedule = test.nodeid, test.stats, test.schedule
         choices = "".join(
             f"<li>{escape(c.point.label)}: "
             + (
@@ -153,7 +152,7 @@ def render_load_section(
             + "</li>"
             for c in schedule.choices
         )
-        where = f"{shares} processes ({', '.join(workers)})" if shares > 1 else "1 process"
+        where = test.where
         out.append(
             '<section class="card"><h2>Load: '
             f"{escape(nodeid)}</h2>"

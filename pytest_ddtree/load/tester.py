@@ -144,9 +144,9 @@ class LoadTester:
     project's invariants before it counts. The call raises ``LoadError`` when a
     request is invalid (counts, codes and the first evidence in the message) or
     when an SLO is missed; a miss measured while the client itself was saturated
-    is reported as that, never as server latency. Under pytest-xdist each
-    worker sends its share (``share`` of ``shares``) and the controller merges
-    the raw samples.
+    is reported as that, never as server latency. Under pytest-xdist with
+    ``--dist each`` each worker sends its share of every load point and the
+    controller merges the raw samples of all of them.
     """
 
     def __init__(

@@ -16,7 +16,8 @@ Version 1 layout::
       "samples": [SweepSample.to_json(), ...],
       "diagnoses": [{"nodeid", "tree_budget", "prompt_id", "codes", "verdict", ...}],
       "budgets": [BudgetStats.to_json(), ...],
-      "recommendation": Recommendation.to_json()
+      "recommendation": Recommendation.to_json(),
+      "load": {"tests": [LoadTestResult.to_json(), ...]}   (only when load tests ran)
     }
 """
 
@@ -24,16 +25,20 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 
 from pytest_ddtree import __version__
 from pytest_ddtree.report._atomic import write_text_atomic
 from pytest_ddtree.sweep import DiagnosisRecord, RunMetadata, SweepRun, SweepSample, SweepSummary
+
+if TYPE_CHECKING:
+    from pytest_ddtree.load import LoadTestResult
 
 SCHEMA_VERSION = 1
 
@@ -63,6 +68,11 @@ SWEEP_JSON_SCHEMA: dict[str, Any] = {
         },
         "budgets": {"type": "array", "items": {"type": "object"}},
         "recommendation": {"type": ["object", "null"]},
+        "load": {
+            "type": "object",
+            "required": ["tests"],
+            "properties": {"tests": {"type": "array", "items": {"type": "object"}}},
+        },
     },
 }
 
@@ -74,7 +84,12 @@ def _validator() -> Any:
     return cls(SWEEP_JSON_SCHEMA)
 
 
-def sweep_to_json(run: SweepRun, summary: SweepSummary | None = None) -> dict[str, Any]:
+def sweep_to_json(
+    run: SweepRun,
+    summary: SweepSummary | None = None,
+    *,
+    load: Sequence[LoadTestResult] = (),
+) -> dict[str, Any]:
     """The ``sweep.json`` document for ``run`` (``summary`` computed if not given)."""
     summary = summary or run.summary()
     doc: dict[str, Any] = {
@@ -87,14 +102,22 @@ def sweep_to_json(run: SweepRun, summary: SweepSummary | None = None) -> dict[st
         "diagnoses": [d.to_json() for d in run.diagnoses],
     }
     doc.update(summary.to_json())
+    if load:
+        from pytest_ddtree.load.record import load_json
+
+        doc["load"] = load_json(load)
     return doc
 
 
 def write_sweep_json(
-    run: SweepRun, path: str | os.PathLike[str], summary: SweepSummary | None = None
+    run: SweepRun,
+    path: str | os.PathLike[str],
+    summary: SweepSummary | None = None,
+    *,
+    load: Sequence[LoadTestResult] = (),
 ) -> Path:
     """Write ``sweep.json`` atomically (temporary file, then rename)."""
-    doc = sweep_to_json(run, summary)
+    doc = sweep_to_json(run, summary, load=load)
     text = json.dumps(doc, indent=2, sort_keys=False, allow_nan=False) + "\n"
     return write_text_atomic(path, text)
 

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pytest_ddtree.report.html import write_sweep_html
 from pytest_ddtree.report.jsonfile import write_sweep_json
 from pytest_ddtree.sweep import SweepRun, SweepSummary
+
+if TYPE_CHECKING:
+    from pytest_ddtree.load import LoadTestResult
 
 
 @dataclass(frozen=True)
@@ -20,16 +25,22 @@ class ReportPaths:
 
 
 def write_report(
-    run: SweepRun, directory: str | os.PathLike[str], summary: SweepSummary | None = None
+    run: SweepRun,
+    directory: str | os.PathLike[str],
+    summary: SweepSummary | None = None,
+    *,
+    load: Sequence[LoadTestResult] = (),
 ) -> ReportPaths:
     """Write ``sweep.json`` and ``sweep.html`` into ``directory`` (created if missing).
 
     The statistics are computed once (or taken from ``summary``) and shared,
-    so both files agree exactly.
+    so both files agree exactly. ``load``: the merged load tests, written into
+    both files in the same write (a run with load tests and no sweep still
+    writes a valid ``sweep.json``, with no samples).
     """
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     summary = summary or run.summary()
-    json_path = write_sweep_json(run, out / "sweep.json", summary)
-    html_path = write_sweep_html(run, out / "sweep.html", summary)
+    json_path = write_sweep_json(run, out / "sweep.json", summary, load=load)
+    html_path = write_sweep_html(run, out / "sweep.html", summary, load=load)
     return ReportPaths(json=json_path, html=html_path)

@@ -1,0 +1,135 @@
+"""What one ``ddtree_load`` call leaves behind, and the merged analysis of a test.
+
+A :class:`LoadRecord` holds the *raw* samples and client health of one call in
+one process (never percentiles): under pytest-xdist each worker records its
+share and the controller merges the records of a test with :func:`merge_records`,
+so the statistics are computed once from every raw sample. No pytest here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_ddtree.load.arrivals import LoadPoint
+from pytest_ddtree.load.metrics import ClientHealth, LoadSample, PointStats
+from pytest_ddtree.load.recommend import Schedule
+from pytest_ddtree.load.slo import SLO, parse_slo
+
+__all__ = ["LoadRecord", "LoadTestResult", "load_json", "merge_records"]
+
+#: client health of one process at one (load point, tree budget)
+HealthEntry = tuple[LoadPoint, "int | None", ClientHealth]
+
+
+@dataclass(frozen=True)
+class LoadRecord:
+    """The raw samples and client health of one ``ddtree_load`` call in one process."""
+
+    nodeid: str
+    samples: tuple[LoadSample, ...]
+    health: tuple[HealthEntry, ...] = ()
+    shares: int = 1
+    partial: bool = False
+    slo: SLO | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON (what execnet carries from a worker)."""
+        return {
+            "nodeid": self.nodeid,
+            "shares": self.shares,
+            "partial": self.partial,
+            "slo": str(self.slo) if self.slo is not None else None,
+            "samples": [s.to_json() for s in self.samples],
+            "health": [[p.to_json(), b, h.to_json()] for p, b, h in self.health],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> LoadRecord:
+        """Inverse of :meth:`to_json`."""
+        raw_slo = doc.get("slo")
+        return cls(
+            nodeid=str(doc["nodeid"]),
+            samples=tuple(LoadSample.from_json(s) for s in doc.get("samples", ())),
+            health=tuple(
+                (LoadPoint.from_json(p), b, ClientHealth.from_json(h))
+                for p, b, h in doc.get("health", ())
+            ),
+            shares=int(doc.get("shares", 1)),
+            partial=bool(doc.get("partial", False)),
+            slo=parse_slo(str(raw_slo), "load record") if raw_slo else None,
+        )
+
+
+@dataclass(frozen=True)
+class LoadTestResult:
+    """One load test, merged from the records of every process that ran it."""
+
+    nodeid: str
+    processes: int
+    workers: tuple[str, ...]
+    partial: bool
+    stats: tuple[PointStats, ...]
+    schedule: Schedule
+    samples: tuple[LoadSample, ...]
+
+    @property
+    def unreliable(self) -> bool:
+        """True when the client was saturated at some load point."""
+        return any(s.unreliable for s in self.stats)
+
+    @property
+    def where(self) -> str:
+        """``2 processes (gw0, gw1)`` or ``1 process``."""
+        if self.processes > 1:
+            return f"{self.processes} processes ({', '.join(self.workers)})"
+        return "1 process"
+
+    def to_json(self) -> dict[str, Any]:
+        """The test's entry in the ``load`` part of ``sweep.json``."""
+        return {
+            "nodeid": self.nodeid,
+            "processes": self.processes,
+            "workers": list(self.workers),
+            "partial": self.partial,
+            "points": [s.to_json() for s in self.stats],
+            "schedule": self.schedule.to_json(),
+            "samples": [s.to_json() for s in self.samples],
+        }
+
+
+def merge_records(records: Iterable[LoadRecord], *, seed: int) -> list[LoadTestResult]:
+    """One analysis per test, from the raw samples of every process that ran it."""
+    from pytest_ddtree.load.tester import analyse
+
+    by_test: dict[str, list[LoadRecord]] = {}
+    for record in records:
+        by_test.setdefault(record.nodeid, []).append(record)
+    out = []
+    for nodeid, group in by_test.items():
+        samples = tuple(s for r in group for s in r.samples)
+        if not samples:
+            continue
+        health: dict[tuple[LoadPoint, int | None], list[ClientHealth]] = {}
+        for record in group:
+            for point, budget, h in record.health:
+                health.setdefault((point, budget), []).append(h)
+        stats, schedule = analyse(samples, health, slo=group[0].slo, seed=seed)
+        out.append(
+            LoadTestResult(
+                nodeid=nodeid,
+                processes=max(r.shares for r in group),
+                workers=tuple(sorted({s.worker for s in samples})),
+                partial=any(r.partial for r in group),
+                stats=stats,
+                schedule=schedule,
+                samples=samples,
+            )
+        )
+    return out
+
+
+def load_json(tests: Sequence[LoadTestResult]) -> dict[str, Any]:
+    """The ``load`` part of ``sweep.json``: per test, the statistics, the schedule, raw samples."""
+    return {"tests": [t.to_json() for t in tests]}

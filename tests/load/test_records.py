@@ -1,0 +1,111 @@
+"""Load records: raw samples per call, carried from xdist workers, merged once on the controller."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+
+from pytest_ddtree.integrations import WorkerPayload
+from pytest_ddtree.load import (
+    SLO,
+    ClientHealth,
+    LoadPoint,
+    LoadRecord,
+    LoadSample,
+    analyse,
+    merge_records,
+)
+
+POINT = LoadPoint("concurrency", 4)
+
+
+def _samples(worker: str, n: int, seed: int) -> tuple[LoadSample, ...]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        ttft = rng.uniform(0.002, 0.01)
+        gaps = tuple(rng.uniform(0.001, 0.004) for _ in range(5))
+        out.append(
+            LoadSample(
+                point=POINT,
+                tree_budget=(16, 64)[i % 2],
+                start=1000.0 + i * 0.05,
+                e2e=ttft + sum(gaps),
+                ttft=ttft,
+                gaps=gaps,
+                output_tokens=18,
+                valid=i != 3,
+                codes=() if i != 3 else ("early-stop",),
+                evidence="" if i != 3 else "[early-stop] stopped at 2 tokens",
+                prompt_id=f"p{i % 2}",
+                worker=worker,
+            )
+        )
+    return tuple(out)
+
+
+def _health(requests: int) -> ClientHealth:
+    return ClientHealth(
+        cpu_seconds=0.05,
+        wall_seconds=1.0,
+        requests=requests,
+        tokens=18 * requests,
+        lag_p99=0.001,
+        lag_max=0.002,
+        lag_samples=100,
+    )
+
+
+def _record(worker: str, seed: int) -> LoadRecord:
+    return LoadRecord(
+        nodeid="test_load.py::test_load",
+        samples=_samples(worker, 10, seed),
+        health=((POINT, 16, _health(5)), (POINT, 64, _health(5))),
+        shares=2,
+        slo=SLO(e2e=0.5, goodput=0.9),
+    )
+
+
+def test_record_round_trips_through_the_worker_payload() -> None:
+    records = [_record("gw0", 1), _record("gw1", 2)]
+    payload = WorkerPayload(load=records)
+    again = WorkerPayload.from_json(payload.to_json())
+    assert again.load == records
+    assert WorkerPayload.from_json(WorkerPayload().to_json()).load == []
+
+
+def test_merge_equals_one_analysis_of_every_raw_sample() -> None:
+    records = [_record("gw0", 1), _record("gw1", 2)]
+    (merged,) = merge_records(records, seed=0)
+    samples = records[0].samples + records[1].samples
+    health = {
+        (POINT, 16): [_health(5), _health(5)],
+        (POINT, 64): [_health(5), _health(5)],
+    }
+    stats, schedule = analyse(samples, health, slo=SLO(e2e=0.5, goodput=0.9), seed=0)
+    assert [s.to_json() for s in merged.stats] == [s.to_json() for s in stats]
+    assert merged.schedule.to_json() == schedule.to_json()
+    assert merged.processes == 2 and merged.workers == ("gw0", "gw1")
+    assert merged.where == "2 processes (gw0, gw1)"
+    # the invalid requests are counted, not dropped
+    assert sum(s.invalid for s in merged.stats) == 2
+    doc = merged.to_json()
+    assert len(doc["samples"]) == 20 and doc["processes"] == 2
+    assert all(p["client"]["workers"] == 2 for p in doc["points"])
+
+
+def test_a_record_without_samples_leaves_no_test() -> None:
+    empty = LoadRecord(nodeid="t.py::t", samples=())
+    assert merge_records([empty], seed=0) == []
+
+
+def test_importing_the_plugin_does_not_load_the_load_package() -> None:
+    code = (
+        "import sys, pytest_ddtree.plugin; "
+        "print(sorted(m for m in sys.modules if m.startswith('pytest_ddtree.load')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
