@@ -65,7 +65,7 @@ def latency_chart(stats: Sequence[PointStats], metric: str, title: str) -> str:
                     f'<polyline fill="none" stroke="{color}" stroke-width="2"{dash} '
                     f'points="{" ".join(coords)}"/>'
                 )
-        label = "server" if b is None else str(b)
+        label = "server-default" if b is None else str(b)
         ly = top + 14 * j + 6
         parts.append(
             f'<line x1="{w - right + 10}" x2="{w - right + 28}" y1="{ly}" y2="{ly}" '
@@ -89,7 +89,7 @@ def _table(stats: Sequence[PointStats]) -> str:
             client = f"{cpt * 1e6:.0f} µs/token" if cpt else "ok"
             if s.client.saturated:
                 client = "SATURATED: " + s.client.reason()
-        budget = "server" if s.tree_budget is None else str(s.tree_budget)
+        budget = "server-default" if s.tree_budget is None else str(s.tree_budget)
         codes = ", ".join(f"{c} ×{k}" for c, k in s.codes.items())
         rows.append(
             "<tr>"

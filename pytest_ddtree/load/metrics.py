@@ -74,6 +74,8 @@ class LoadSample:
     server_ttft: float | None = None
     prompt_id: str | None = None
     worker: str = "main"
+    #: timing-based checks not judged because the client was saturated at this point
+    withheld: tuple[str, ...] = ()
 
     @property
     def end(self) -> float:
@@ -114,6 +116,7 @@ class LoadSample:
             "server_ttft": self.server_ttft,
             "prompt_id": self.prompt_id,
             "worker": self.worker,
+            "withheld": list(self.withheld),
         }
 
     @classmethod
@@ -135,6 +138,7 @@ class LoadSample:
             server_ttft=data.get("server_ttft"),
             prompt_id=data.get("prompt_id"),
             worker=str(data.get("worker", "main")),
+            withheld=tuple(str(c) for c in data.get("withheld", ())),
         )
 
 
@@ -294,6 +298,8 @@ class PointStats:
     workers: tuple[str, ...] = ()
     tpot_values: tuple[float, ...] = field(default=(), repr=False)
     ttft_offset: Percentiles | None = None
+    #: requests whose timing-based checks were withheld (the client was saturated)
+    withheld: int = 0
 
     @property
     def invalid(self) -> int:
@@ -342,6 +348,7 @@ class PointStats:
             "tpot": pct(self.tpot),
             "e2e": pct(self.e2e),
             "ttft_minus_server": pct(self.ttft_offset),
+            "timing_checks_withheld": self.withheld,
             "duration_s": self.duration,
             "output_tokens_per_second": self.output_tokens_per_second,
             "requests_per_second": self.requests_per_second,
@@ -420,4 +427,5 @@ def summarize_point(
         workers=tuple(sorted({s.worker for s in samples})),
         tpot_values=tuple(tpots),
         ttft_offset=percentiles(offsets),
+        withheld=sum(1 for s in samples if s.withheld),
     )

@@ -93,7 +93,7 @@ def render_table(stats: Sequence[PointStats], schedule: Schedule) -> str:
     )
     lines = [head]
     for s in stats:
-        budget = "server" if s.tree_budget is None else str(s.tree_budget)
+        budget = "server-default" if s.tree_budget is None else str(s.tree_budget)
         good = "-" if s.slo is None else f"{s.goodput_share:.0%}"
         acc = "-" if s.mean_acceptance is None else f"{s.mean_acceptance:.2f}"
         client = "-"
@@ -102,6 +102,8 @@ def render_table(stats: Sequence[PointStats], schedule: Schedule) -> str:
             client = f"{cpt * 1e6:.0f}us/tok" if cpt else "ok"
             if s.client.saturated:
                 client = "SATURATED: " + s.client.reason()
+                if s.withheld:
+                    client += f"; timing checks withheld on {s.withheld} request(s)"
         lines.append(
             f"{s.point.label:<12}{budget:>7}{f'{s.valid}/{s.requests}':>9}"
             f"{_ms(s.ttft, 'p50') + '/' + _ms(s.ttft, 'p99'):>15}"
@@ -351,6 +353,7 @@ class LoadTester:
                     stats_map=self.stats_map,
                     counter=self.counter,
                     worker=self.worker,
+                    client_saturated=h.saturated,
                 )
                 tokens = sum(s.output_tokens or 0 for s in got)
                 h = replace(h, tokens=tokens, validation_cpu_seconds=time.thread_time() - cpu0)

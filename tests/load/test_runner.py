@@ -115,3 +115,33 @@ def test_schedule_matches_the_batching_servers_optimum(timed_server: Any) -> Non
     measured = {c.point.concurrency: c.tree_budget for c in result.schedule.choices}
     assert measured == expected, result.table()
     assert result.schedule.text() == "C<=1: 64, C>1: 16"
+
+
+def test_a_saturated_client_withholds_only_its_timing_checks() -> None:
+    """The server's decode rate is compared with the client's own timings only when the
+    client kept up; the checks that need no client timing (acceptance) still judge."""
+    from pytest_ddtree.load.runner import completion_of, validate
+
+    counter = load_counter(str(tokenizer_path()))
+
+    def judge(c: Any, **e: Any) -> list[Any]:
+        return check(c, counter=counter, **e)
+
+    with spawn_reference_server(simulated_latency=True, faults=("stats-inflated",)) as server:
+        ep = Endpoint(server.base_url)
+        specs = [ep.spec(p, tree_budget=16, max_tokens=96) for p in PROMPTS[:4]]
+        raws, wall0, perf0, _health = asyncio.run(run_point(ep, specs, LoadPoint("concurrency", 1)))
+    point = LoadPoint("concurrency", 1)
+    rate_checked = [
+        any("client_decode_tokens_per_second" in v.evidence for v in judge(completion_of(r)))
+        for r in raws
+    ]
+    assert any(rate_checked)  # the inflated rate is caught when the client kept up
+    judged = validate(raws, point, wall0, perf0, judge=judge)
+    spared = validate(raws, point, wall0, perf0, judge=judge, client_saturated=True)
+    assert all(not s.withheld for s in judged)
+    # saturated: the rate comparison is withheld and said so ...
+    assert [bool(s.withheld) for s in spared] == rate_checked
+    assert all(s.withheld in ((), ("stats-inflated",)) for s in spared)
+    # ... and the checks that need no client timing (acceptance x rounds) still fail
+    assert all(not s.valid and "stats-inflated" in s.codes for s in spared)
