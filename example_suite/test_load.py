@@ -22,8 +22,10 @@ if TYPE_CHECKING:
 def test_load(prompts: list[Prompt], ddtree_load: LoadTester, ddtree_settings: Settings) -> None:
     chosen = [p for p in prompts if p.sweep] or prompts[:3]
     budgets = sorted(ddtree_settings.budgets)
-    # the smallest, a middle and the largest budget: enough to see the best one move
-    picked = sorted({budgets[0], budgets[len(budgets) // 2], budgets[-1]}) if budgets else None
+    # three budgets spread over the lower two thirds of the sweep (16, 64, 256 of the
+    # default 16..1024): enough to see the best one move with load, without the slowest
+    n = len(budgets)
+    picked = sorted({budgets[0], budgets[n // 3], budgets[2 * n // 3]}) if budgets else None
     result = ddtree_load(
         [p.text for p in chosen],
         tree_budgets=picked,

@@ -237,6 +237,7 @@ class LoadTester:
         keyword arguments of the invariants (``min_tokens=64``) for every prompt, or a
         list with one mapping per prompt.
         """
+        __tracebackhide__ = True  # a failure shows the test, not this method
         if isinstance(prompts, str) or not prompts:
             raise ValueError("ddtree_load: prompts must be a non-empty list of prompts")
         if expect is None:
