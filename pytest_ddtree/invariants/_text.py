@@ -354,7 +354,8 @@ def check_degenerate(ctx: Context) -> Iterator[Violation]:
     run of words repeated at least three times at its end (``loop_share``) catches
     a loop until ``max_tokens`` of any length, word for word: healthy answers end
     in none, templated lists and sentences said again included. The zlib
-    compression ratio of the whole text catches a loop of any period up to zlib's 32 KiB window, with or
+    compression ratio of the whole text catches a loop of any period up to
+    zlib's 32 KiB window, with or
     without spaces (one token over and over). The share of word 4-grams that
     repeat an earlier one, over the last ``_TAIL_CHARS`` characters (about 500
     tokens; a loop "until max_tokens" always owns the tail), catches a phrase

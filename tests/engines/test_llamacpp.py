@@ -3,10 +3,11 @@
 Everything at temperature 0 with one thread per engine: the pinned engine build and model
 answer the same every run, so the verdicts below are facts about this model, not guesses.
 
-The clients here open a fresh connection per request. llama.cpp's server sometimes closes a
-keep-alive connection right after a streamed response, without saying so, and a request sent
-on it at once fails before any byte comes back; that race belongs to the client's transport
-and is handled there, not in these tests of the engine's output.
+The library-level clients here open a fresh connection per request, to test the engine's
+output alone. llama.cpp's server sometimes closes a keep-alive connection right after a
+streamed response, without saying so; the plugin's own transport retries such a request once
+on a fresh connection, and ``test_example_suite_through_the_plugin`` runs the example suite
+through the plugin, pooled connections and all, with no ``http-error``.
 """
 
 from __future__ import annotations
@@ -210,9 +211,12 @@ EXAMPLE_SUITE_FAILURES: dict[str, list[str]] = {
     "test_stream_matches_plain[list-garden]": ["early-stop"],
     "test_stream_matches_plain[capital]": ["degenerate", "finish-reason"],
 }
-# test_load is left out: it sends 176 requests (minutes on one CPU thread), and its runner
-# does not yet retry a reused keep-alive connection that llama.cpp closed (see docs/llamacpp.md)
-SUITE_DESELECT = "example_suite/test_load.py::test_load"
+# A representative subset within the tier's CI budget: the per-prompt tests (smoke, every
+# invariant, streaming) and the timed sweep. Left out: the losslessness tests (shown above at
+# the library level) and test_load, which sends 176 requests (minutes on one CPU thread) and
+# whose runner does not yet retry a reused keep-alive connection that llama.cpp closed (see
+# docs/llamacpp.md).
+SUITE_SELECT = "not test_load and not test_lossless and not test_deterministic"
 
 
 def test_example_suite_through_the_plugin(
@@ -235,8 +239,8 @@ def test_example_suite_through_the_plugin(
         "-p",
         "no:xdist",
         "-q",
-        "--deselect",
-        str(root / SUITE_DESELECT),
+        "-k",
+        SUITE_SELECT,
         "--ddtree-endpoint",
         draft.base_url,
         "--ddtree-baseline-endpoint",
@@ -266,7 +270,7 @@ def test_example_suite_through_the_plugin(
         # the baseline fails the same way: the model is at fault, not speculation
         assert "speculative decoding is not the cause" in (bad.text or ""), bad.text
     assert failures == EXAMPLE_SUITE_FAILURES, output[-4000:]
-    assert passed >= 30, output[-2000:]  # everything else ran and passed
+    assert passed >= 25, output[-2000:]  # everything else ran and passed
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
