@@ -10,7 +10,8 @@ Two sources of real text, every prompt at temperature 0 and at each ``max_tokens
 * the embedded reference server, counted with its ``tokenizer.json``.
 
 For every answer it prints the repetition measures ``degenerate`` uses (the
-repeated word-4-gram share of the tail and the zlib ratio), its length in
+repeated word-4-gram share of the tail, the share of the tail in a final loop
+and the zlib ratio), its length in
 characters and words, and the re-tokenisation drift: the server's
 ``usage.completion_tokens`` minus the local count of the returned text. Drift
 is what the usage tolerance and the overrun slack must absorb on a healthy
@@ -33,7 +34,7 @@ from typing import Any
 import httpx
 
 from pytest_ddtree.invariants import Expectation
-from pytest_ddtree.invariants._text import repetition
+from pytest_ddtree.invariants._text import loop_share, repetition
 from pytest_ddtree.wire.tokens import ServerCounter, TokenizerCounter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,6 +103,7 @@ def measure(source: str, base_url: str, model: str, counter: Any, limits: list[i
                         "words": len(content.split()),
                         "share": round(share, 3),
                         "ratio": round(ratio, 3),
+                        "loop": round(loop_share(content)[0], 3),
                         "judged_at_default_words": len(content.split()) >= words_min,
                         "text": content,
                     }
@@ -112,14 +114,14 @@ def measure(source: str, base_url: str, model: str, counter: Any, limits: list[i
 def report(rows: list[Any]) -> None:
     print(
         f"{'source':9} {'prompt':14} {'max':>4} {'fin':6} {'use':>4} {'loc':>4} "
-        f"{'drift':>5} {'chars':>5} {'words':>5} {'4gram':>6} {'zlib':>5}  text"
+        f"{'drift':>5} {'chars':>5} {'words':>5} {'4gram':>6} {'loop':>5} {'zlib':>5}  text"
     )
     for r in sorted(rows, key=lambda r: (r["source"], -r["share"])):
         flat = r["text"].replace("\n", "\\n")
         print(
             f"{r['source']:9} {r['prompt']:14} {r['max_tokens']:>4} {r['finish']!s:6} "
             f"{r['usage']!s:>4} {r['local']:>4} {r['drift']!s:>5} {r['chars']:>5} "
-            f"{r['words']:>5} {r['share']:>6.2f} {r['ratio']:>5.2f}  {flat[:70]}"
+            f"{r['words']:>5} {r['share']:>6.2f} {r['loop']:>5.2f} {r['ratio']:>5.2f}  {flat[:70]}"
         )
     for source in sorted({r["source"] for r in rows}):
         mine = [r for r in rows if r["source"] == source]

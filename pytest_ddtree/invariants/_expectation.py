@@ -174,8 +174,14 @@ class Expectation:
     degenerate_min_words: int = 30
     """Fewer words than this in the tail are never judged by the 4-gram share."""
 
-    degenerate_ngram_share: float = 0.6
-    """Flag when this share of word 4-grams are repeats of earlier ones."""
+    degenerate_ngram_share: float = 0.8
+    """Flag when this share of word 4-grams are repeats of earlier ones.
+    Healthy SmolLM2 answers reach 0.57 (a sentence said three times, a templated list)."""
+
+    degenerate_loop_share: float = 0.5
+    """Flag when the tail ends in one run of words (up to 40) repeated at least three times
+    over and that run covers this share of the tail's words. SmolLM2's loops at 64-128
+    tokens: 0.84-0.90; its healthy answers and the reference server's: 0."""
 
     degenerate_compression: float = 0.12
     """Flag when zlib compresses the text below this fraction of its size."""
@@ -231,7 +237,12 @@ class Expectation:
                 or not (math.isfinite(value) and value >= 1)
             ):
                 raise ValueError(f"expectation {name}={value!r}: expected a number >= 1")
-        for name in ("degenerate_ngram_share", "degenerate_compression", "non_printable_share"):
+        for name in (
+            "degenerate_ngram_share",
+            "degenerate_loop_share",
+            "degenerate_compression",
+            "non_printable_share",
+        ):
             value = getattr(self, name)
             if (
                 isinstance(value, bool)

@@ -325,26 +325,60 @@ def repetition(text: str, min_words: int) -> tuple[float, float, list[tuple[str,
     return share, ratio, grams
 
 
+_LOOP_MAX_PERIOD = 40
+
+
+def loop_share(text: str, max_period: int = _LOOP_MAX_PERIOD) -> tuple[float, int]:
+    """``(share of the tail's words in a final loop, the loop's period in words)``.
+
+    A loop is a run of at most ``max_period`` words that the tail ends with, repeated at
+    least three times in a row, word for word. The last word is left out: ``max_tokens``
+    may cut it. ``(0.0, 0)`` when the tail does not end in a loop.
+    """
+    words = text[-_TAIL_CHARS:].split()[:-1]
+    n = len(words)
+    best = (0.0, 0)
+    for period in range(1, min(max_period, n // 3) + 1):
+        same = 0
+        while same < n - period and words[n - 1 - same] == words[n - 1 - same - period]:
+            same += 1
+        if same + period >= 3 * period:
+            best = max(best, ((same + period) / n, period))
+    return best
+
+
 def check_degenerate(ctx: Context) -> Iterator[Violation]:
     """degenerate: a long output dominated by repetition.
 
-    Two measures, either one suffices. The zlib compression ratio of the whole
-    text catches a loop of any period up to zlib's 32 KiB window, with or
+    Three measures, any one suffices. The share of the tail's words taken by one
+    run of words repeated at least three times at its end (``loop_share``) catches
+    a loop until ``max_tokens`` of any length, word for word: healthy answers end
+    in none, templated lists and sentences said again included. The zlib
+    compression ratio of the whole text catches a loop of any period up to
+    zlib's 32 KiB window, with or
     without spaces (one token over and over). The share of word 4-grams that
     repeat an earlier one, over the last ``_TAIL_CHARS`` characters (about 500
     tokens; a loop "until max_tokens" always owns the tail), catches a phrase
     loop with small variations. Healthy prose sits near 0-15 % repeated
-    4-grams and 0.25-0.5 compression; loops sit near 90 % and below 0.1.
+    4-grams (templated lists up to 57 %) and 0.25-0.5 compression; loops sit
+    near 90 % and below 0.1.
     """
     text = ctx.text
     e = ctx.expect
     if len(text) < e.degenerate_min_chars:
         return
     share, ratio, grams = repetition(text, e.degenerate_min_words)
-    if share < e.degenerate_ngram_share and ratio >= e.degenerate_compression:
+    looped, period = loop_share(text) if grams else (0.0, 0)
+    if (
+        share < e.degenerate_ngram_share
+        and looped < e.degenerate_loop_share
+        and ratio >= e.degenerate_compression
+    ):
         return
     evidence: dict[str, object] = {
         "repeated_4gram_share": round(share, 3),
+        "loop_share": round(looped, 3),
+        "loop_period_words": period,
         "compression_ratio": round(ratio, 3),
         "characters": len(text),
     }

@@ -100,3 +100,22 @@ def test_real_model_answers(answer):
         assert "degenerate" in found, text
     else:
         assert "degenerate" not in found, text
+
+
+def test_degenerate_has_a_clear_margin_on_real_answers():
+    """The real loops sit far above each threshold they trip; the healthy answers far below
+    every threshold, the sentence said three times (0.57) and the templated list included."""
+    from pytest_ddtree.invariants import Expectation
+    from pytest_ddtree.invariants._text import loop_share, repetition
+
+    e = Expectation()
+    for answer in REAL["answers"]:
+        text = answer["text"]
+        share, ratio, _ = repetition(text, e.degenerate_min_words)
+        looped, _ = loop_share(text)
+        if answer["loop"]:
+            assert looped >= e.degenerate_loop_share + 0.3, (looped, text)
+        else:
+            assert looped == 0.0, text
+            assert share <= e.degenerate_ngram_share - 0.2, (share, text)
+            assert ratio >= e.degenerate_compression + 0.1, (ratio, text)
