@@ -160,6 +160,8 @@ class ClientHealth:
     lag_samples: int
     workers: int = 1
     validation_cpu_seconds: float = 0.0
+    #: requests sent again on a fresh connection after a reused one failed before any byte
+    retries: int = 0
 
     @property
     def cpu_share(self) -> float:
@@ -202,6 +204,7 @@ class ClientHealth:
             "lag_samples": self.lag_samples,
             "workers": self.workers,
             "validation_cpu_seconds": self.validation_cpu_seconds,
+            "retries": self.retries,
             "cpu_share": self.cpu_share,
             "cpu_per_request": self.cpu_per_request,
             "cpu_per_token": self.cpu_per_token,
@@ -221,6 +224,7 @@ class ClientHealth:
             lag_samples=int(data["lag_samples"]),
             workers=int(data.get("workers", 1)),
             validation_cpu_seconds=float(data.get("validation_cpu_seconds", 0.0)),
+            retries=int(data.get("retries", 0)),
         )
 
 
@@ -238,6 +242,7 @@ def merge_health(parts: Sequence[ClientHealth]) -> ClientHealth | None:
         lag_samples=sum(p.lag_samples for p in parts),
         workers=sum(p.workers for p in parts),
         validation_cpu_seconds=sum(p.validation_cpu_seconds for p in parts),
+        retries=sum(p.retries for p in parts),
     )
 
 

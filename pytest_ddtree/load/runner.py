@@ -32,6 +32,7 @@ from pytest_ddtree.load.metrics import ClientHealth, LoadSample
 from pytest_ddtree.settings import Timeout
 from pytest_ddtree.sweep import quantile
 from pytest_ddtree.wire import dialects
+from pytest_ddtree.wire._net import KEEPALIVE_EXPIRY
 from pytest_ddtree.wire.client import _chunk_choice, _http_error, _transport_error
 from pytest_ddtree.wire.completion import Api, Completion, RequestSpec, StreamInfo, Timings
 
@@ -127,6 +128,16 @@ class RawRequest:
     data: list[str] = field(default_factory=list)
     stamps: list[float] = field(default_factory=list)
     body: bytes = b""
+    #: the connection failed before any byte of the response (a stale keep-alive, if reused)
+    nothing_received: bool = False
+    retried: bool = False
+
+    def reset(self) -> None:
+        """Forget a failed attempt, to send the request again."""
+        self.headers_at, self.status, self.error, self.body = None, 0, None, b""
+        self.data.clear()
+        self.stamps.clear()
+        self.nothing_received = False
 
 
 async def _send(http: httpx.AsyncClient, raw: RawRequest, endpoint: Endpoint) -> None:
@@ -180,6 +191,9 @@ async def _one(http: httpx.AsyncClient, raw: RawRequest, endpoint: Endpoint) -> 
         raw.error = f"deadline: request still running after the total deadline of {total:g}s"
     except httpx.HTTPError as exc:
         raw.error = _transport_error(exc, endpoint.timeout)
+        raw.nothing_received = raw.headers_at is None and isinstance(
+            exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+        )
     raw.done = time.perf_counter()
 
 
@@ -201,7 +215,10 @@ def _client(endpoint: Endpoint) -> httpx.AsyncClient:
         timeout=httpx.Timeout(
             connect=t.connect, read=min(t.read, t.total), write=t.connect, pool=t.total
         ),
-        limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+        # below the 5 s idle timeout of llama.cpp's server and of uvicorn (vLLM, SGLang)
+        limits=httpx.Limits(
+            max_connections=1, max_keepalive_connections=1, keepalive_expiry=KEEPALIVE_EXPIRY
+        ),
     )
 
 
@@ -218,6 +235,7 @@ class _Pool:
         self.limit = limit
         self.idle: list[httpx.AsyncClient] = []
         self.every: list[httpx.AsyncClient] = []
+        self.used: set[int] = set()  # ids of clients whose connection served a request
         self.freed = asyncio.Condition()
 
     async def warm(self, count: int) -> None:
@@ -227,6 +245,7 @@ class _Pool:
         async def ping(c: httpx.AsyncClient) -> None:
             with contextlib.suppress(httpx.HTTPError):  # warm-up only: failures show later
                 await c.get(url)
+                self.used.add(id(c))
 
         fresh = [self._new() for _ in range(min(count, self.limit) - len(self.every))]
         await asyncio.gather(*(ping(c) for c in fresh))
@@ -245,6 +264,14 @@ class _Pool:
         async with self.freed:
             await self.freed.wait_for(lambda: bool(self.idle))
             return self.idle.pop()
+
+    async def renew(self, c: httpx.AsyncClient) -> httpx.AsyncClient:
+        """A client on a fresh connection in place of ``c`` (whose connection went stale)."""
+        self.every.remove(c)
+        self.used.discard(id(c))
+        with contextlib.suppress(httpx.HTTPError, OSError):
+            await c.aclose()
+        return self._new()
 
     async def release(self, c: httpx.AsyncClient) -> None:
         self.idle.append(c)
@@ -286,7 +313,16 @@ async def run_point(
         async def send(raw: RawRequest) -> None:
             http = await pool.acquire()
             try:
+                reused = id(http) in pool.used
                 await _one(http, raw, endpoint)
+                if raw.error is not None and raw.nothing_received and reused:
+                    # the server had closed the idle keep-alive connection: exactly one
+                    # retry on a fresh one, counted (the client's race, not the server's fault)
+                    http = await pool.renew(http)
+                    raw.reset()
+                    raw.retried = True
+                    await _one(http, raw, endpoint)
+                pool.used.add(id(http))
             finally:
                 await pool.release(http)
 
@@ -324,6 +360,7 @@ async def run_point(
         lag_p99=quantile(lags, 0.99) if lags else 0.0,
         lag_max=max(lags) if lags else 0.0,
         lag_samples=len(lags),
+        retries=sum(1 for r in raws if r.retried),
     )
     return raws, wall0, perf0, health
 

@@ -104,6 +104,8 @@ def render_table(stats: Sequence[PointStats], schedule: Schedule) -> str:
                 client = "SATURATED: " + s.client.reason()
                 if s.withheld:
                     client += f"; timing checks withheld on {s.withheld} request(s)"
+            if s.client.retries:
+                client += f"; {s.client.retries} sent again on a fresh connection"
         lines.append(
             f"{s.point.label:<12}{budget:>7}{f'{s.valid}/{s.requests}':>9}"
             f"{_ms(s.ttft, 'p50') + '/' + _ms(s.ttft, 'p99'):>15}"

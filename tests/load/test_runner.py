@@ -145,3 +145,19 @@ def test_a_saturated_client_withholds_only_its_timing_checks() -> None:
     assert all(s.withheld in ((), ("stats-inflated",)) for s in spared)
     # ... and the checks that need no client timing (acceptance x rounds) still fail
     assert all(not s.valid and "stats-inflated" in s.codes for s in spared)
+
+
+def test_a_stale_keep_alive_connection_is_retried_once_on_a_fresh_one() -> None:
+    """A server that closes an idle keep-alive connection without a byte (llama.cpp does,
+    after a stream) costs one counted retry on a fresh connection, never an error."""
+    from hardening._hostile import HostileServer
+
+    with HostileServer("stale") as server:
+        ep = Endpoint(server.base_url)
+        specs = [ep.spec(p, tree_budget=16, max_tokens=32) for p in PROMPTS[:3]]
+        raws, *_, health = asyncio.run(run_point(ep, specs, LoadPoint("concurrency", 1)))
+    # each later request found its connection closed, and was sent once more, fresh
+    assert server.stale_closed == 2
+    assert [r.error for r in raws] == [None, None, None]
+    assert [r.retried for r in raws] == [False, True, True]
+    assert health.retries == 2 and health.to_json()["retries"] == 2
