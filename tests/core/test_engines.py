@@ -37,3 +37,26 @@ def test_missing_model_file_is_one_line(tmp_path: object) -> None:
         pytest.skip(engines.missing() or "")
     with pytest.raises(RuntimeError, match=r"model file not found: .*nope\.gguf"):
         engines.start_llamacpp(f"{tmp_path}/nope.gguf")
+
+
+def test_serve_command_names_a_bad_model_file_in_one_line(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if engines.missing() is not None:
+        pytest.skip(engines.missing() or "")
+    with pytest.raises(SystemExit) as info:
+        engines.main(["--model", f"{tmp_path}/nope.gguf", "--port", "0"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert err.count("\n") == 1 and "model file not found" in err and "nope.gguf" in err
+
+
+def test_serve_command_names_a_missing_template_file(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if engines.missing() is not None:
+        pytest.skip(engines.missing() or "")
+    with pytest.raises(SystemExit) as info:
+        engines.main(["--chat-template-file", f"{tmp_path}/none.jinja"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.count("\n") == 1 and "--chat-template-file" in err
