@@ -50,6 +50,14 @@ class _Relay(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path == "/tokenize" and self.server.tokenize_fails():
+            body = b'{"error": {"message": "tokenizer crashed"}}'
+            self.send_response(500)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         headers = {"Content-Type": "application/json"}
         fault = self.server.fault_for(raw, self.headers.get("X-Relay-Alternate"))
         if fault:
@@ -70,20 +78,28 @@ class _Relay(BaseHTTPRequestHandler):
 
 class Relay(ThreadingHTTPServer):
     """A relay on 127.0.0.1: ``cut`` maps a tree budget to the fault its requests get;
-    requests carrying ``X-Relay-Alternate: FAULT`` get FAULT every second time."""
+    requests carrying ``X-Relay-Alternate: FAULT`` get FAULT every second time;
+    ``flaky_tokenize`` makes ``/tokenize`` answer HTTP 500 after the first call."""
 
     daemon_threads = True
 
-    def __init__(self, upstream: str, cut: dict[int, str]) -> None:
+    def __init__(self, upstream: str, cut: dict[int, str], *, flaky_tokenize: bool = False) -> None:
         super().__init__(("127.0.0.1", 0), _Relay)
         self.upstream = upstream.rstrip("/").removesuffix("/v1")
         self.cut = cut
+        self.flaky_tokenize = flaky_tokenize
+        self._tokenized = itertools.count()
         self._alternate = itertools.count()
         self._lock = threading.Lock()
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    def tokenize_fails(self) -> bool:
+        """With ``flaky_tokenize``: the start-up probe is answered, every later call fails."""
+        with self._lock:
+            return self.flaky_tokenize and next(self._tokenized) > 0
 
     def fault_for(self, raw: bytes, alternate: str | None) -> str | None:
         if alternate:
@@ -205,6 +221,41 @@ def test_healthy_relay_passes(
         server.shutdown()
         server.server_close()
     result.assert_outcomes(passed=2)
+
+
+def test_a_failing_tokenizer_locates_a_real_divergence_by_characters(
+    pytester: pytest.Pytester, reference_server: ReferenceServer, baseline_server: ReferenceServer
+) -> None:
+    # budget 128 gets the reference server's lossy fault; /tokenize fails after the probe
+    server = Relay(reference_server.base_url, {128: "lossy"}, flaky_tokenize=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        pytester.makepyfile(CHECKS)
+        result = pytester.runpytest_subprocess(
+            f"--ddtree-endpoint={server.base_url}",
+            f"--ddtree-baseline-endpoint={baseline_server.base_url}",
+            "--ddtree-tokenizer=server",
+            "--ddtree-budgets=16,128",
+            "-k",
+            "lossless",
+            *FAST,
+            timeout=120,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    output = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in output, output
+    result.assert_outcomes(failed=1, deselected=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*[[]not-lossless[]] tree_budget 128 diverges from the target-only baseline at "
+            "character * (token position unknown: the token counter failed (RuntimeError: "
+            "*/tokenize answered HTTP 500))*",
+        ]
+    )
+    named = [line for line in output.splitlines() if line.startswith("ddtree: the token counter")]
+    assert len(named) == 1 and "did not run" in named[0], output
 
 
 # ------------------------------------------------------------ units
