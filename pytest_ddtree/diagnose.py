@@ -6,9 +6,13 @@ target-only baseline server for the same model:
 * which layer is at fault? ``Diagnoser`` replays a failing request on the
   baseline: if the baseline fails the same way the prompt, chat template or
   model is to blame; if it passes, the speculative-decoding layer is.
-* does speculation change the output? ``check_lossless`` compares the
+* does speculation change the output? ``run_lossless`` compares the
   temperature-0 output at every budget with the baseline's (token-exact when
   a tokenizer is available) and reports the first divergence.
+
+Both judge only answers that arrived whole and saw the same prompt
+(``comparable``); any other pair is ``not-comparable``: the test fails with
+the reason and no layer is blamed.
 
 No pytest here.
 """
@@ -34,22 +38,6 @@ from pytest_ddtree.violation import Violation
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion, RequestSpec, summarize_text
 from pytest_ddtree.wire.tokens import TokenCounter
-
-__all__ = [
-    "Diagnoser",
-    "Diagnosis",
-    "Divergence",
-    "LosslessResult",
-    "check_state",
-    "compare_lossless",
-    "first_divergence",
-    "lossless_advice",
-    "lossless_violations",
-    "not_comparable_violations",
-    "prompt_mismatch",
-    "run_lossless",
-    "run_state_check",
-]
 
 Verdict = Literal["template", "server", "speculation", "undetermined"]
 
