@@ -568,6 +568,40 @@ def not_comparable_diagnosis(unjudged: Sequence[Unjudged]) -> Diagnosis:
     )
 
 
+def lossless_header(result: LosslessResult) -> str:
+    """The first line of a failed losslessness test."""
+    budgets, reference = len(result.outputs), result.reference_label
+    unjudged = len(result.not_comparable)
+    if not result.divergences:
+        return (
+            f"not comparable: {unjudged} of {budgets} budget(s) could not be compared with the "
+            f"{reference}; no verdict on losslessness"
+        )
+    more = f"; {unjudged} more not comparable" if unjudged else ""
+    return (
+        f"not lossless: {len(result.divergences)} of {budgets} "
+        f"budget(s) change the temperature-0 output (reference: {reference}){more}"
+    )
+
+
+def lossless_footer(result: LosslessResult, *, has_baseline: bool) -> str:
+    """The diagnosis lines of a failed losslessness test."""
+    if result.divergences:
+        return "diagnosis: speculative decoding - " + lossless_advice(has_baseline)
+    named = [
+        Unjudged(f"tree_budget {_budget_label(b)}: {why.reason}", why.advice)
+        for b, why in result.not_comparable.items()
+    ]
+    return not_comparable_diagnosis(named).render()
+
+
+def state_footer(violations: Sequence[Violation]) -> str:
+    """The diagnosis lines of a determinism test whose answers could not be compared."""
+    return not_comparable_diagnosis(
+        [Unjudged(v.message, NOT_WHOLE_ADVICE) for v in violations]
+    ).render()
+
+
 def check_state(
     first: Completion,
     repeat: Completion,

@@ -369,3 +369,25 @@ def test_the_baseline_diagnosis_does_not_compare_a_cut_answer() -> None:
     assert diagnosis.verdict == "undetermined", diagnosis
     assert diagnosis.reason.startswith("not comparable: the server's answer did not arrive whole")
     assert "speculative decoding" not in diagnosis.render()
+
+
+def test_comparable_budgets_are_still_judged_beside_the_cut_ones() -> None:
+    from pytest_ddtree.diagnose import lossless_footer, lossless_header
+
+    reference = _answer("The harbour is busy today.", budget=None)
+    outputs = {
+        16: _answer("The harbour is busy today.", budget=16),
+        64: _answer("The harb", done=False, budget=64),
+        128: _answer("The harbour is quiet today.", budget=128),
+    }
+    result = judge_lossless(reference, outputs, Lossless("exact"))
+    assert set(result.divergences) == {128} and set(result.not_comparable) == {64}
+    assert lossless_header(result) == (
+        "not lossless: 1 of 3 budget(s) change the temperature-0 output "
+        "(reference: target-only baseline); 1 more not comparable"
+    )
+    assert lossless_footer(result, has_baseline=True).startswith("diagnosis: speculative decoding")
+    cut_only = judge_lossless(reference, {64: outputs[64]}, Lossless("exact"))
+    footer = lossless_footer(cut_only, has_baseline=True)
+    assert footer.startswith("diagnosis: undetermined - not comparable: tree_budget 64: ")
+    assert "speculative decoding" not in footer
