@@ -33,6 +33,7 @@ import re
 from typing import Any
 
 from pytest_ddtree.invariants import CODE_LAYERS, CODES, LAYERS
+from pytest_ddtree.invariants._codes import UNJUDGED_CODES
 from pytest_ddtree.settings import MARKER_KEYS, OPTIONS, OPTIONS_BY_ATTR, OptionDef
 
 PLACEHOLDER = re.compile(r"<!--\s*ddtree:([a-z-]+)(?:\s+([a-z0-9-]+))?\s*-->")
@@ -110,6 +111,8 @@ def codes_markdown() -> str:
     for code, meaning in CODES.items():
         layer = CODE_LAYERS[code]
         where = LAYERS[layer] if layer else "told by the baseline replay"
+        if code in UNJUDGED_CODES:
+            where = "none: nothing was compared"
         lines.append(f"| [`{code}`](invariants.md#{code}) | {_cell(meaning)} | {where} |")
     return "\n".join(lines) + "\n"
 

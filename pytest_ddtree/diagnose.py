@@ -6,9 +6,13 @@ target-only baseline server for the same model:
 * which layer is at fault? ``Diagnoser`` replays a failing request on the
   baseline: if the baseline fails the same way the prompt, chat template or
   model is to blame; if it passes, the speculative-decoding layer is.
-* does speculation change the output? ``check_lossless`` compares the
+* does speculation change the output? ``run_lossless`` compares the
   temperature-0 output at every budget with the baseline's (token-exact when
   a tokenizer is available) and reports the first divergence.
+
+Both judge only answers that arrived whole and saw the same prompt
+(``comparable``); any other pair is ``not-comparable``: the test fails with
+the reason and no layer is blamed.
 
 No pytest here.
 """
@@ -17,14 +21,23 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pytest_ddtree.comparable import (
+    NOT_COMPARABLE,
+    NOT_SENT_KIND,
+    kind_name,
+    prompt_mismatch,
+    prompt_tokens,
+    why_not_whole,
+)
 from pytest_ddtree.invariants import CODE_LAYERS, LAYERS, check_determinism
 from pytest_ddtree.settings import Lossless
 from pytest_ddtree.violation import Violation
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion, RequestSpec, summarize_text
+from pytest_ddtree.wire.tokens import TokenCounter
 
 Verdict = Literal["template", "server", "speculation", "undetermined"]
 
@@ -108,6 +121,13 @@ def lossless_advice(has_baseline: bool) -> str:
     return SPECULATION_ADVICE if has_baseline else NO_BASELINE_LOSSY_ADVICE
 
 
+NOT_WHOLE_ADVICE = (
+    "an answer that did not arrive whole (a broken or cut stream, an in-band error, a failed "
+    "request) cannot be compared: fix what cut it (the server's stream, a proxy in between, or "
+    "the client's --ddtree-timeout and --ddtree-max-response-bytes), then run again"
+)
+NOT_COMPARABLE_TITLE = "not comparable"
+
 PROMPT_MISMATCH_ADVICE = (
     "serve the baseline with the same chat template and tokenizer as the server (same model "
     "files, same --chat-template); until both see the same prompt, a difference in output says "
@@ -118,6 +138,21 @@ PROMPT_MISMATCH_ADVICE = (
 NO_BASELINE_ADVICE = (
     "give a target-only server for the same model with --ddtree-baseline-endpoint to get a verdict"
 )
+
+
+def _not_comparable(completion: Completion, replay: Completion) -> Diagnosis | None:
+    """No verdict when either answer did not arrive whole (their failures are not shared:
+    that case is judged before); None when both did."""
+    for who, answer in (("the server's", completion), ("the target-only baseline's", replay)):
+        why = why_not_whole(answer)
+        if why is not None:
+            return Diagnosis(
+                "undetermined",
+                f"{NOT_COMPARABLE_TITLE}: {who} answer did not arrive whole ({why}); "
+                "nothing about the layers can be told from it",
+                NOT_WHOLE_ADVICE,
+            )
+    return None
 
 
 def _replay_key(spec: RequestSpec, codes: Sequence[str]) -> str:
@@ -157,12 +192,12 @@ class Diagnoser:
     ) -> Diagnosis:
         """The verdict for ``completion``, which broke ``violations``."""
         codes = sorted({v.code for v in violations})
-        if getattr(completion, "client_side_failure", False):
+        if completion.client_side_failure:
             # a stale connection, the client's deadline or size cap: replaying it on the
             # baseline would only turn the client's own trouble into a verdict
             return Diagnosis(
                 "undetermined",
-                f"the request failed on the client's side ({completion.error_kind}: "
+                f"the request failed on the client's side ({kind_name(completion.error_kind)}: "
                 f"{summarize_text(str(completion.error), 160)})",
                 CLIENT_SIDE_ADVICE,
             )
@@ -178,7 +213,7 @@ class Diagnoser:
                 "the output changes with speculation (target-only decoding differs)",
                 SPECULATION_ADVICE,
             )
-        if (completion.error or "").startswith("not sent"):
+        if completion.error_kind == NOT_SENT_KIND:
             return Diagnosis(
                 "undetermined",
                 "the request was not sent: the endpoint stalled on the requests before it",
@@ -226,7 +261,7 @@ class Diagnoser:
                 f"the baseline replay failed: {type(exc).__name__}: {exc}",
                 "check --ddtree-baseline-endpoint",
             )
-        if getattr(replay, "client_side_failure", False) and replay.status_code != 0:
+        if replay.client_side_failure and replay.status_code != 0:
             return Diagnosis(
                 "undetermined",
                 f"the baseline replay failed on the client's side ({replay.error})",
@@ -252,6 +287,9 @@ class Diagnoser:
                 SERVER_ADVICE,
                 base_codes,
             )
+        unjudged = _not_comparable(completion, replay)
+        if unjudged is not None:
+            return unjudged
         if shared:
             return Diagnosis(
                 "template",
@@ -275,56 +313,66 @@ class Diagnoser:
         )
 
 
-def prompt_mismatch(completion: Completion, baseline: Completion) -> str | None:
-    """Why the server and its baseline did not see the same prompt, or None.
-
-    Both answered the same request; when their ``usage.prompt_tokens`` differ
-    they rendered or tokenised it differently (another chat template, system
-    prompt or tokenizer), so comparing their outputs cannot blame speculation.
-    Unknown counts (no usage) compare as equal: nothing to go on.
-    """
-    ours = completion.usage.prompt_tokens if completion.usage is not None else None
-    theirs = baseline.usage.prompt_tokens if baseline.usage is not None else None
-    if ours is None or theirs is None or ours == theirs:
-        return None
-    return (
-        f"the server and its baseline do not see the same prompt: usage.prompt_tokens "
-        f"{ours} vs {theirs} for the same request (different chat template or tokenizer)"
-    )
-
-
 # ------------------------------------------------------------ losslessness
 
 
 @dataclass(frozen=True)
 class Divergence:
-    """Where two temperature-0 outputs first differ."""
+    """Where two temperature-0 outputs first differ.
+
+    ``token_note`` says why the token position is unknown when a tokenizer was
+    asked for it and failed (the divergence is then located by characters).
+    """
 
     token_index: int | None
     char_offset: int
     reference_excerpt: str
     actual_excerpt: str
+    token_note: str | None = None
+
+    def where(self) -> str:
+        """``token 10 (character 46)``, or the character offset alone (and why)."""
+        if self.token_index is not None:
+            return f"token {self.token_index} (character {self.char_offset})"
+        note = f" ({self.token_note})" if self.token_note else ""
+        return f"character {self.char_offset}{note}"
 
 
-def first_divergence(reference: str, actual: str, counter: Any = None) -> Divergence | None:
+def _token_ids(
+    counter: TokenCounter | None, reference: str, actual: str
+) -> tuple[tuple[list[int], list[int]] | None, str | None]:
+    """Both texts' token ids (None without an exact counter), and why they are missing."""
+    if counter is None or not counter.exact:
+        return None, None
+    try:
+        ref_ids, act_ids = counter.encode(reference), counter.encode(actual)
+    except Exception as exc:  # a failing /tokenize is the counter's trouble, not a verdict
+        why = f"{type(exc).__name__}: {summarize_text(str(exc), 120)}"
+        return None, f"token position unknown: the token counter failed ({why})"
+    if ref_ids is None or act_ids is None:
+        return None, None
+    return (ref_ids, act_ids), None
+
+
+def first_divergence(
+    reference: str, actual: str, counter: TokenCounter | None = None
+) -> Divergence | None:
     """The first point where ``actual`` departs from ``reference`` (None if equal).
 
     With an exact tokenizer the comparison is token by token (``token_index``
-    is the first differing token); otherwise characters are compared and
-    ``token_index`` is None.
+    is the first differing token); otherwise, or when the tokenizer fails,
+    characters are compared and ``token_index`` is None.
     """
     token_index: int | None = None
-    encode = getattr(counter, "encode", None) if getattr(counter, "exact", False) else None
-    if encode is not None:
-        ref_ids = encode(reference)
-        act_ids = encode(actual)
-        if ref_ids is not None and act_ids is not None:
-            if ref_ids == act_ids:
-                return None
-            token_index = next(
-                (i for i, (a, b) in enumerate(zip(ref_ids, act_ids, strict=False)) if a != b),
-                min(len(ref_ids), len(act_ids)),
-            )
+    ids, note = _token_ids(counter, reference, actual)
+    if ids is not None:
+        ref_ids, act_ids = ids
+        if ref_ids == act_ids:
+            return None
+        token_index = next(
+            (i for i, (a, b) in enumerate(zip(ref_ids, act_ids, strict=False)) if a != b),
+            min(len(ref_ids), len(act_ids)),
+        )
     if token_index is None and reference == actual:
         return None
     offset = next(
@@ -338,12 +386,49 @@ def first_divergence(reference: str, actual: str, counter: Any = None) -> Diverg
         after = text[offset : offset + 50]
         return summarize_text(f"{'…' if start else ''}{before}»{after}«", 120)
 
-    return Divergence(token_index, offset, excerpt(reference), excerpt(actual))
+    return Divergence(token_index, offset, excerpt(reference), excerpt(actual), note)
+
+
+@dataclass(frozen=True)
+class Unjudged:
+    """Why one answer was not compared with its reference, and what to do about it."""
+
+    reason: str
+    advice: str
+
+
+def comparability(
+    reference: Completion, answer: Completion, reference_label: str
+) -> Unjudged | None:
+    """Why ``answer`` cannot be compared with ``reference`` (None when it can).
+
+    Both must have arrived whole, and both servers must have seen the same prompt
+    (equal ``usage.prompt_tokens`` where both report it).
+    """
+    why = why_not_whole(reference)
+    if why is not None:
+        reason = f"the {reference_label}'s answer did not arrive whole ({why})"
+        return Unjudged(reason, NOT_WHOLE_ADVICE)
+    why = why_not_whole(answer)
+    if why is not None:
+        return Unjudged(f"its answer did not arrive whole ({why})", NOT_WHOLE_ADVICE)
+    theirs, ours = prompt_tokens(reference), prompt_tokens(answer)
+    if theirs is not None and ours is not None and theirs != ours:
+        return Unjudged(
+            f"the {reference_label} sees {theirs} prompt tokens, the server {ours} "
+            "(usage.prompt_tokens): a different chat template or tokenizer",
+            PROMPT_MISMATCH_ADVICE,
+        )
+    return None
 
 
 @dataclass(frozen=True)
 class LosslessResult:
-    """Outcome of one losslessness comparison across budgets."""
+    """Outcome of one losslessness comparison across budgets.
+
+    ``not_comparable`` holds the budgets whose answer could not be compared with
+    the reference (not whole, or another prompt): no verdict about them.
+    """
 
     reference_label: str
     reference: Completion
@@ -351,11 +436,12 @@ class LosslessResult:
     divergences: Mapping[int | None, Divergence]
     mode: Lossless
     tolerated: tuple[int | None, ...] = ()
+    not_comparable: Mapping[int | None, Unjudged] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        """True when no budget diverges beyond the tolerance."""
-        return not self.divergences
+        """True when every budget was compared and none diverges beyond the tolerance."""
+        return not self.divergences and not self.not_comparable
 
 
 def compare_lossless(
@@ -363,10 +449,14 @@ def compare_lossless(
     outputs: Mapping[int | None, Completion],
     mode: Lossless,
     *,
-    counter: Any = None,
+    counter: TokenCounter | None = None,
     reference_label: str = "target-only baseline",
 ) -> LosslessResult:
-    """Compare every budget's output with ``reference`` under ``mode``."""
+    """Compare every budget's output with ``reference`` under ``mode``.
+
+    A pure text comparison: ``judge_lossless`` first sets aside the answers that
+    cannot be compared.
+    """
     divergences: dict[int | None, Divergence] = {}
     tolerated: list[int | None] = []
     for budget, comp in outputs.items():
@@ -393,23 +483,52 @@ def compare_lossless(
     )
 
 
+def judge_lossless(
+    reference: Completion,
+    outputs: Mapping[int | None, Completion],
+    mode: Lossless,
+    *,
+    counter: TokenCounter | None = None,
+    reference_label: str = "target-only baseline",
+) -> LosslessResult:
+    """``compare_lossless`` over the answers that can be compared; the others are kept
+    apart in ``not_comparable`` with the reason."""
+    unjudged = {
+        budget: why
+        for budget, comp in outputs.items()
+        if (why := comparability(reference, comp, reference_label)) is not None
+    }
+    compared = {b: c for b, c in outputs.items() if b not in unjudged}
+    result = compare_lossless(
+        reference, compared, mode, counter=counter, reference_label=reference_label
+    )
+    return LosslessResult(
+        reference_label=reference_label,
+        reference=reference,
+        outputs=dict(outputs),
+        divergences=result.divergences,
+        mode=mode,
+        tolerated=result.tolerated,
+        not_comparable=unjudged,
+    )
+
+
+def _budget_label(budget: int | None) -> str:
+    return "server-default" if budget is None else str(budget)
+
+
 def lossless_violations(result: LosslessResult) -> list[Violation]:
     """``not-lossless`` violations (one per diverging budget) with the divergence point."""
     out: list[Violation] = []
     diverging = [b for b in result.outputs if b in result.divergences]
     names = ", ".join("server" if b is None else str(b) for b in diverging)
     for budget, div in result.divergences.items():
-        where = (
-            f"token {div.token_index} (character {div.char_offset})"
-            if div.token_index is not None
-            else f"character {div.char_offset}"
-        )
-        label = "server-default" if budget is None else str(budget)
         out.append(
             Violation(
                 code="not-lossless",
                 message=(
-                    f"tree_budget {label} diverges from the {result.reference_label} at {where}"
+                    f"tree_budget {_budget_label(budget)} diverges from the "
+                    f"{result.reference_label} at {div.where()}"
                 ),
                 evidence={
                     "diverging budgets": names,
@@ -421,6 +540,66 @@ def lossless_violations(result: LosslessResult) -> list[Violation]:
             )
         )
     return out
+
+
+def not_comparable_violations(result: LosslessResult) -> list[Violation]:
+    """One ``not-comparable`` violation per budget set aside, with the reason."""
+    return [
+        Violation(
+            code=NOT_COMPARABLE,
+            message=(
+                f"tree_budget {_budget_label(budget)} not compared with the "
+                f"{result.reference_label}: {why.reason}"
+            ),
+            evidence={},
+            request=result.outputs[budget].request.describe(),
+        )
+        for budget, why in result.not_comparable.items()
+    ]
+
+
+def not_comparable_diagnosis(unjudged: Sequence[Unjudged]) -> Diagnosis:
+    """The footer of a test whose answers could not be compared: no layer is blamed."""
+    advice = "; ".join(dict.fromkeys(u.advice for u in unjudged))
+    first = unjudged[0].reason if unjudged else "no answer to compare"
+    more = f" (and {len(unjudged) - 1} more)" if len(unjudged) > 1 else ""
+    return Diagnosis(
+        "undetermined", f"{NOT_COMPARABLE_TITLE}: {first}{more}", advice or NOT_WHOLE_ADVICE
+    )
+
+
+def lossless_header(result: LosslessResult) -> str:
+    """The first line of a failed losslessness test."""
+    budgets, reference = len(result.outputs), result.reference_label
+    unjudged = len(result.not_comparable)
+    if not result.divergences:
+        return (
+            f"not comparable: {unjudged} of {budgets} budget(s) could not be compared with the "
+            f"{reference}; no verdict on losslessness"
+        )
+    more = f"; {unjudged} more not comparable" if unjudged else ""
+    return (
+        f"not lossless: {len(result.divergences)} of {budgets} "
+        f"budget(s) change the temperature-0 output (reference: {reference}){more}"
+    )
+
+
+def lossless_footer(result: LosslessResult, *, has_baseline: bool) -> str:
+    """The diagnosis lines of a failed losslessness test."""
+    if result.divergences:
+        return "diagnosis: speculative decoding - " + lossless_advice(has_baseline)
+    named = [
+        Unjudged(f"tree_budget {_budget_label(b)}: {why.reason}", why.advice)
+        for b, why in result.not_comparable.items()
+    ]
+    return not_comparable_diagnosis(named).render()
+
+
+def state_footer(violations: Sequence[Violation]) -> str:
+    """The diagnosis lines of a determinism test whose answers could not be compared."""
+    return not_comparable_diagnosis(
+        [Unjudged(v.message, NOT_WHOLE_ADVICE) for v in violations]
+    ).render()
 
 
 def check_state(
@@ -436,8 +615,12 @@ def check_state(
     ``nondeterministic``. When they agree but the same request right after a
     different one (``after_other``, and ``before``, which followed whatever
     the session sent earlier) comes out changed, state such as a drafter cache
-    is not reset between requests: ``state-leak``.
+    is not reset between requests: ``state-leak``. An answer that did not
+    arrive whole is compared with nothing: ``not-comparable``, no verdict.
     """
+    unjudged = state_unjudged(first, repeat, after_other, before)
+    if unjudged:
+        return unjudged
     found = check_determinism(first, repeat)
     if found:
         return found
@@ -445,7 +628,7 @@ def check_state(
         return []
     out: list[Violation] = []
     for label, other in (("after another request", after_other), ("first of a series", before)):
-        if other is None or not (first.ok and other.ok) or first.text == other.text:
+        if other is None or first.text == other.text:
             continue
         div = first_divergence(first.text, other.text)
         assert div is not None
@@ -465,6 +648,50 @@ def check_state(
     return out
 
 
+def state_unjudged(
+    first: Completion,
+    repeat: Completion,
+    after_other: Completion,
+    before: Completion | None = None,
+) -> list[Violation]:
+    """``not-comparable`` for each answer of a determinism check that did not arrive whole."""
+    runs = {
+        "first of a series": before,
+        "first run": first,
+        "repeat": repeat,
+        "run after another request": after_other,
+    }
+    out: list[Violation] = []
+    for label, comp in runs.items():
+        why = None if comp is None else why_not_whole(comp)
+        if comp is not None and why is not None:
+            out.append(
+                Violation(
+                    NOT_COMPARABLE,
+                    f"the {label} did not arrive whole ({why}): the identical requests were "
+                    "not compared",
+                    {},
+                    comp.request.describe(),
+                )
+            )
+    return out
+
+
+def _reference(
+    outputs: Mapping[int | None, Completion], baseline: Completion | None
+) -> tuple[Completion, str]:
+    """The baseline's answer, else the lowest budget whose answer arrived whole."""
+    if baseline is not None:
+        return baseline, "target-only baseline"
+    numbered = sorted(b for b in outputs if b is not None)
+    whole = [b for b in numbered if why_not_whole(outputs[b]) is None]
+    if whole and whole[0] != numbered[0]:
+        label = f"lowest budget that arrived whole ({whole[0]}; no baseline configured)"
+        return outputs[whole[0]], label
+    lowest = numbered[0] if numbered else None
+    return outputs[lowest], f"lowest budget ({lowest}; no baseline configured)"
+
+
 def run_lossless(
     client: DDTreeClient,
     baseline: DDTreeClient | None,
@@ -473,15 +700,16 @@ def run_lossless(
     mode: Lossless,
     *,
     max_tokens: int,
-    counter: Any = None,
+    counter: TokenCounter | None = None,
     prompt_id: str | None = None,
     **extra: Any,
-) -> tuple[LosslessResult | None, list[Violation]]:
+) -> tuple[LosslessResult, list[Violation]]:
     """Send ``prompt`` at temperature 0 at every budget (and to the baseline), then compare.
 
-    Returns the comparison and its violations: ``http-error`` when a request
-    failed (no comparison then), ``not-lossless`` per diverging budget.
-    Without a baseline the lowest budget's output is the reference.
+    Returns the comparison and its violations: ``not-comparable`` per budget
+    whose answer (or the reference's) did not arrive whole or saw another
+    prompt, ``not-lossless`` per diverging budget among the others. Without a
+    baseline the lowest budget that arrived whole is the reference.
     """
     kw: dict[str, Any] = {"max_tokens": max_tokens, "temperature": 0.0, "prompt_id": prompt_id}
     if budgets:
@@ -489,33 +717,10 @@ def run_lossless(
         # (check_state's business), not a difference between budgets
         client.request(prompt, tree_budget=budgets[0], **kw, **extra)
     outputs = {b: client.request(prompt, tree_budget=b, **kw, **extra) for b in budgets}
-    if baseline is not None:
-        reference = baseline.request(prompt, **kw, **extra)
-        label = "target-only baseline"
-    else:
-        lowest = min((b for b in budgets if b is not None), default=None)
-        reference = outputs[lowest]
-        label = f"lowest budget ({lowest}; no baseline configured)"
-    failed = [c for c in (*outputs.values(), reference) if not c.ok or c.encoding_error]
-    if failed:
-        return None, [
-            Violation(
-                "encoding",
-                f"{c.encoding_error}; nothing to compare",
-                {},
-                c.request.describe(),
-            )
-            if c.ok
-            else Violation(
-                "too-large" if c.error_kind == "too-large" else "http-error",
-                f"request failed, nothing to compare: {c.error}",
-                {"kind": c.error_kind} if c.error_kind else {},
-                c.request.describe(),
-            )
-            for c in failed
-        ]
-    result = compare_lossless(reference, outputs, mode, counter=counter, reference_label=label)
-    return result, lossless_violations(result)
+    answer = baseline.request(prompt, **kw, **extra) if baseline is not None else None
+    reference, label = _reference(outputs, answer)
+    result = judge_lossless(reference, outputs, mode, counter=counter, reference_label=label)
+    return result, not_comparable_violations(result) + lossless_violations(result)
 
 
 def run_state_check(

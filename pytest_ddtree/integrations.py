@@ -6,27 +6,20 @@
   of pytest-benchmark's internals is here.
 - :class:`XdistIntegration` (pytest-xdist spreading the run): the controller
   tells each worker its ``--dist`` mode (load tests are split under ``each``)
-  and merges each worker's :class:`WorkerPayload`, the one typed record a
-  worker hands over (sweep samples and load records alike; serialised and
-  merged here only).
+  and forwards each finished worker's output (plain JSON) to the session,
+  which owns the payload and the merge (``session.WorkerPayload``).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Generator, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pluggy
 import pytest
 
 from pytest_ddtree.bench import discard_timings, keep_passed, machine_info_extra, strip_budgets
-from pytest_ddtree.session import DIST_KEY, DDTreeSession
-from pytest_ddtree.sweep import DiagnosisRecord, RunMetadata, SweepSample, merge_samples
-
-if TYPE_CHECKING:
-    from pytest_ddtree.load import LoadRecord
+from pytest_ddtree.session import DIST_KEY, WORKER_OUTPUT_KEY, DDTreeSession
 
 
 def _group_sort_key(name: object) -> tuple[int, str]:
@@ -143,80 +136,6 @@ def _has_rounds(bench: Any) -> bool:
         return True  # not the shape we know: leave it to pytest-benchmark
 
 
-#: Key of the payload a pytest-xdist worker hands to the controller.
-WORKER_OUTPUT_KEY = "ddtree_sweep"
-
-
-@dataclass
-class WorkerPayload:
-    """What one xdist worker recorded, as the controller receives it."""
-
-    samples: list[SweepSample] = field(default_factory=list)
-    metadata: RunMetadata | None = None
-    failed: list[str] = field(default_factory=list)
-    lossy: dict[int | None, str] = field(default_factory=dict)
-    diagnoses: list[DiagnosisRecord] = field(default_factory=list)
-    #: raw samples of each ddtree_load call: the controller computes the percentiles once
-    load: list[LoadRecord] = field(default_factory=list)
-
-    @classmethod
-    def of(cls, session: DDTreeSession) -> WorkerPayload:
-        """The payload of this worker's session."""
-        return cls(
-            samples=list(session.samples),
-            metadata=session.metadata,
-            failed=sorted(session.outcomes.failed),
-            lossy=dict(session.lossy),
-            diagnoses=list(session.diagnoses),
-            load=list(session.load_records),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain JSON (what execnet can carry)."""
-        doc = {
-            "samples": [s.to_json() for s in self.samples],
-            "metadata": None if self.metadata is None else self.metadata.to_json(),
-            "failed": self.failed,
-            "lossy": [[b, n] for b, n in self.lossy.items()],
-            "diagnoses": [d.to_json() for d in self.diagnoses],
-            "load": [r.to_json() for r in self.load],
-        }
-        return dict(json.loads(json.dumps(doc, default=str)))
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> WorkerPayload:
-        """Read :meth:`to_json` output (a bad sample raises a one-line ``ValueError``)."""
-        meta = doc.get("metadata")
-        load: list[LoadRecord] = []
-        if doc.get("load"):  # the load package is loaded only when a load test ran
-            from pytest_ddtree.load.record import LoadRecord
-
-            load = [LoadRecord.from_json(r) for r in doc["load"]]
-        return cls(
-            samples=[SweepSample.from_json(s, source="xdist worker") for s in doc["samples"]],
-            metadata=RunMetadata.from_json(meta) if isinstance(meta, Mapping) else None,
-            failed=[str(n) for n in doc.get("failed", [])],
-            lossy={b: str(n) for b, n in doc.get("lossy", [])},
-            diagnoses=[DiagnosisRecord.from_json(d) for d in doc.get("diagnoses", [])],
-            load=load,
-        )
-
-    def store(self, config: pytest.Config) -> None:
-        """Worker side: leave the payload for the controller."""
-        config.workeroutput[WORKER_OUTPUT_KEY] = self.to_json()  # type: ignore[attr-defined]
-
-    def merge_into(self, session: DDTreeSession) -> None:
-        """Controller side: add this worker's records to the session's."""
-        session.samples = merge_samples(session.samples, self.samples)
-        if session.metadata is None and self.metadata is not None:
-            session.metadata = self.metadata
-        session.outcomes.failed.update(self.failed)
-        for budget, nodeid in self.lossy.items():
-            session.mark_lossy(budget, nodeid)
-        session.diagnoses.extend(self.diagnoses)
-        session.load_records.extend(self.load)
-
-
 class XdistIntegration:
     """pytest-xdist interop (registered only when the run is spread over workers)."""
 
@@ -242,7 +161,7 @@ class XdistIntegration:
         """Controller side: take over a finished worker's records."""
         doc = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT_KEY)
         if isinstance(doc, Mapping):
-            WorkerPayload.from_json(doc).merge_into(self.session)
+            self.session.merge_worker(doc)
 
 
 def register(config: pytest.Config, session: DDTreeSession) -> None:

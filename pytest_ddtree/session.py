@@ -5,15 +5,19 @@ stash. It owns everything the run records (sweep samples, load records, test
 outcomes, diagnoses, lossy budgets, run metadata) and its :meth:`~DDTreeSession.finish`
 does the end-of-session analysis. The hooks in ``plugin`` delegate to it; the
 optional integrations (pytest-benchmark, pytest-xdist) in ``integrations``
-read and fill it. Nothing here imports ``plugin``.
+read it and forward to it. Under pytest-xdist a worker's session hands its
+records over as one :class:`WorkerPayload` (plain JSON) and the controller's
+session merges it: both sides live here. Nothing here imports ``plugin`` or
+``integrations``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -38,6 +42,8 @@ RUNTIME_KEY = pytest.StashKey[Runtime]()
 MARKED_KEY = pytest.StashKey[Settings]()
 #: ``workerinput`` key of the controller's ``--dist`` mode (load tests split under ``each``)
 DIST_KEY = "ddtree_dist"
+#: ``workeroutput`` key of the payload a pytest-xdist worker hands to the controller.
+WORKER_OUTPUT_KEY = "ddtree_sweep"
 
 #: Fixtures whose use means a test talks to the endpoint (so the runtime starts).
 ENDPOINT_FIXTURES = frozenset(
@@ -255,9 +261,8 @@ class DDTreeSession:
             # retries, 429s and counter failures: never hidden
             _guard.transport_metadata(self.metadata, runtime)
         if self.is_worker:
-            from pytest_ddtree.integrations import WorkerPayload
-
-            WorkerPayload.of(self).store(self.config)
+            output: dict[str, Any] = self.config.workeroutput  # type: ignore[attr-defined]
+            output[WORKER_OUTPUT_KEY] = WorkerPayload.of(self).to_json()
             return
         seed, report = self.settings.sweep_seed, self.settings.report
         outcome = analysis.conclude(
@@ -281,6 +286,10 @@ class DDTreeSession:
         elif report and self.outcomes.passed | self.outcomes.failed:
             self.report_lines.append(analysis.no_report_line(report))
 
+    def merge_worker(self, doc: Mapping[str, Any]) -> None:
+        """Controller side: add the records of one worker (its ``WorkerPayload`` JSON)."""
+        WorkerPayload.from_json(doc).merge_into(self)
+
     def _report_sweep_failure(self, violations: list[Violation]) -> None:
         """Log a failed pseudo-test ``ddtree::sweep``, so the failure reaches the final
         counts and JUnit XML (CI dashboards read those, not the exit code alone)."""
@@ -299,3 +308,73 @@ class DDTreeSession:
 
 
 SESSION_KEY = pytest.StashKey[DDTreeSession]()
+
+
+@dataclass
+class WorkerPayload:
+    """What one xdist worker recorded, as the controller receives it."""
+
+    samples: list[SweepSample] = field(default_factory=list)
+    metadata: RunMetadata | None = None
+    failed: list[str] = field(default_factory=list)
+    lossy: dict[int | None, str] = field(default_factory=dict)
+    diagnoses: list[DiagnosisRecord] = field(default_factory=list)
+    #: raw samples of each ddtree_load call: the controller computes the percentiles once
+    load: list[LoadRecord] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, session: DDTreeSession) -> WorkerPayload:
+        """The payload of this worker's session."""
+        return cls(
+            samples=list(session.samples),
+            metadata=session.metadata,
+            failed=sorted(session.outcomes.failed),
+            lossy=dict(session.lossy),
+            diagnoses=list(session.diagnoses),
+            load=list(session.load_records),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON (what execnet can carry)."""
+        doc = {
+            "samples": [s.to_json() for s in self.samples],
+            "metadata": None if self.metadata is None else self.metadata.to_json(),
+            "failed": self.failed,
+            "lossy": [[b, n] for b, n in self.lossy.items()],
+            "diagnoses": [d.to_json() for d in self.diagnoses],
+            "load": [r.to_json() for r in self.load],
+        }
+        return dict(json.loads(json.dumps(doc, default=str)))
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> WorkerPayload:
+        """Read :meth:`to_json` output (a bad sample raises a one-line ``ValueError``)."""
+        from pytest_ddtree.sweep import DiagnosisRecord, RunMetadata, SweepSample
+
+        meta = doc.get("metadata")
+        load: list[LoadRecord] = []
+        if doc.get("load"):  # the load package is loaded only when a load test ran
+            from pytest_ddtree.load.record import LoadRecord
+
+            load = [LoadRecord.from_json(r) for r in doc["load"]]
+        return cls(
+            samples=[SweepSample.from_json(s, source="xdist worker") for s in doc["samples"]],
+            metadata=RunMetadata.from_json(meta) if isinstance(meta, Mapping) else None,
+            failed=[str(n) for n in doc.get("failed", [])],
+            lossy={b: str(n) for b, n in doc.get("lossy", [])},
+            diagnoses=[DiagnosisRecord.from_json(d) for d in doc.get("diagnoses", [])],
+            load=load,
+        )
+
+    def merge_into(self, session: DDTreeSession) -> None:
+        """Controller side: add this worker's records to the session's."""
+        from pytest_ddtree.sweep import merge_samples
+
+        session.samples = merge_samples(session.samples, self.samples)
+        if session.metadata is None and self.metadata is not None:
+            session.metadata = self.metadata
+        session.outcomes.failed.update(self.failed)
+        for budget, nodeid in self.lossy.items():
+            session.mark_lossy(budget, nodeid)
+        session.diagnoses.extend(self.diagnoses)
+        session.load_records.extend(self.load)

@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pytest_ddtree.comparable import is_whole
 from pytest_ddtree.invariants._context import excerpt, flat
 from pytest_ddtree.violation import Violation
 from pytest_ddtree.wire.completion import Completion
@@ -32,13 +33,14 @@ def _describe(c: Completion) -> str:
 def check_determinism(first: Completion, second: Completion) -> list[Violation]:
     """nondeterministic: the same request twice must give the same output.
 
-    Only meaningful at temperature 0 (or with a fixed ``seed``): otherwise, or
-    when either request failed, nothing is reported. Content, reasoning and
+    Only meaningful at temperature 0 (or with a fixed ``seed``) between answers
+    that arrived whole (``comparable.why_not_whole``): otherwise, or when either
+    request failed or was cut short, nothing is reported. Content, reasoning and
     finish reason are compared; the evidence shows the first differing
     character of each run.
     """
     for c in (first, second):
-        if not c.ok:
+        if not is_whole(c):
             return []
         temp = c.request.temperature
         seeded = isinstance(c.request.body, dict) and c.request.body.get("seed") is not None

@@ -50,6 +50,10 @@ CODES: dict[str, str] = {
     "budget-ignored": (
         "no echoed budget and timing and acceptance indistinguishable across every budget"
     ),
+    "not-comparable": (
+        "answers that were to be compared did not arrive whole or saw different prompts: "
+        "no verdict drawn"
+    ),
 }
 """Every stable code mapped to a one-line meaning (documentation is generated from it)."""
 
@@ -89,4 +93,9 @@ CODE_LAYERS: dict[str, str | None] = {
     "state-leak": None,
     "not-lossless": "speculation",
     "budget-ignored": "speculation",
+    "not-comparable": None,
 }
+
+#: Codes that judge no layer at all: the answers could not be compared, so neither their
+#: own evidence nor a baseline replay tells which layer is at fault.
+UNJUDGED_CODES = frozenset({"not-comparable"})

@@ -6,7 +6,6 @@ import random
 import subprocess
 import sys
 
-from pytest_ddtree.integrations import WorkerPayload
 from pytest_ddtree.load import (
     SLO,
     ClientHealth,
@@ -16,6 +15,7 @@ from pytest_ddtree.load import (
     analyse,
     merge_records,
 )
+from pytest_ddtree.session import WorkerPayload
 
 POINT = LoadPoint("concurrency", 4)
 
