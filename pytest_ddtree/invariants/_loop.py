@@ -1,0 +1,256 @@
+"""Loops at the end of an answer: a unit the tail repeats verbatim up to the cut.
+
+A model that loops until ``max_tokens`` ends in the same unit said again and
+again: a phrase, a table row, a code line, one digit or one character of any
+script. The unit is found as a period of the answer's tail, on the model's own
+token ids when an exact tokenizer gave them, else on characters; numbered list
+items are compared with their ordinal masked, since "13. Grey", "14. Grey" is
+the same item said again.
+
+The search is suffix-based: the last few elements (the key) are looked up
+backwards with ``rfind`` (C speed); each earlier occurrence at distance ``q`` is
+a candidate period, and the run of the tail that has period ``q`` is measured by
+comparing slices (galloping, then bisecting). Healthy text offers a handful of
+candidates, a loop a few dozen, and multiples of a period already measured are
+skipped, so the cost stays in microseconds.
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+from dataclasses import dataclass
+
+TOKEN_TAIL = 768
+"""Token ids of the tail searched (about 3,000 characters of English)."""
+TOKEN_MAX_PERIOD = 256
+CHAR_TAIL = 2400
+CHAR_MAX_PERIOD = 800
+LINE_MAX_PERIOD = 8
+_TOKEN_KEY = 4
+_CHAR_KEY = 8
+_ID_WIDTH = 4  # token ids packed as unsigned 32-bit integers
+
+
+@dataclass(frozen=True)
+class TailLoop:
+    """A unit repeated verbatim at the end of a sequence, up to the cut.
+
+    ``period`` and ``span`` are counted in ``kind`` (tokens, characters or the
+    lines of a numbered list); ``repeats`` is how many whole units the span holds (a cut last unit
+    is not counted); ``start`` is the index of the span's first element and
+    ``total`` the number of elements in the answer, so the loop owns
+    ``span / total`` of it. ``unit`` is one unit as text, as the loop first
+    wrote it, and ``char_start`` the character where the loop starts (-1 when
+    the text of a token loop could not be placed).
+    """
+
+    kind: str
+    period: int
+    span: int
+    start: int
+    total: int
+    unit: str
+    char_start: int
+
+    @property
+    def repeats(self) -> int:
+        """Whole units in the span."""
+        return self.span // self.period
+
+    @property
+    def share(self) -> float:
+        """Share of the answer inside the loop."""
+        return self.span / self.total if self.total else 0.0
+
+
+def _has_period(s: str | bytes, n: int, q: int, length: int, w: int) -> bool:
+    """Whether the last ``length`` elements of ``s`` (``w`` units each) have period ``q``."""
+    return s[(n - length + q) * w :] == s[(n - length) * w : (n - q) * w]
+
+
+def _periodic_span(s: str | bytes, n: int, q: int, known: int, w: int) -> int:
+    """The longest suffix with period ``q``, given that the last ``known`` elements have it."""
+    lo, step = known, q
+    while lo < n:
+        hi = min(n, lo + step)
+        if not _has_period(s, n, q, hi, w):
+            break
+        lo, step = hi, step * 2
+    else:
+        return n
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _has_period(s, n, q, mid, w):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def tail_periods(s: str | bytes, max_period: int, key: int, w: int = 1) -> list[tuple[int, int]]:
+    """``(period, span)`` of every run the end of ``s`` repeats at least twice.
+
+    ``s`` holds elements of ``w`` code units each (``w=4``: packed token ids).
+    A period that is a multiple of one already measured and no longer than its
+    span is skipped: its span would be the same, its unit longer.
+    """
+    n = len(s) // w
+    k = min(key, n - 1)
+    if k < 1:
+        return []
+    needle = s[(n - k) * w :]
+    floor = max(0, n - k - max_period) * w
+    end = (n - 1) * w
+    found: list[tuple[int, int]] = []
+    while True:
+        pos = s.rfind(needle, floor, end)  # type: ignore[arg-type]
+        if pos < 0:
+            break
+        end = pos + k * w - 1
+        if pos % w:
+            continue  # straddles two packed ids
+        q = n - k - pos // w
+        if any(q % q0 == 0 and q <= span0 for q0, span0 in found):
+            continue
+        span = _periodic_span(s, n, q, q + k, w)
+        if span >= 2 * q:
+            found.append((q, span))
+    return found
+
+
+def pick(found: list[tuple[int, int]], repeats: int, min_span: int) -> tuple[int, int] | None:
+    """The run covering most of the tail among those with ``repeats`` whole units
+    over at least ``min_span`` elements (the shorter period on a tie), else None."""
+    fit = [(q, span) for q, span in found if span // q >= repeats and span >= min_span]
+    return max(fit, key=lambda t: (t[1], -t[0])) if fit else None
+
+
+def token_loop(ids: list[int], text: str, repeats: int = 2, min_span: int = 0) -> TailLoop | None:
+    """The loop at the end of ``ids``, the token ids of ``text``.
+
+    The last id is searched apart: re-tokenising a cut answer may split its last
+    token differently, so it joins a loop only when it continues it.
+    """
+    tail = ids[-TOKEN_TAIL - 1 : -1]
+    if len(tail) < 2:
+        return None
+    try:
+        packed = array("I", tail).tobytes()
+    except (OverflowError, TypeError):
+        return None  # not token ids
+    found = [
+        (q, span + (ids[-1] == ids[-1 - q]))
+        for q, span in tail_periods(packed, TOKEN_MAX_PERIOD, _TOKEN_KEY, _ID_WIDTH)
+    ]
+    best = pick(found, repeats, min_span)
+    if best is None:
+        return None
+    q, span = best
+    last = 0 if ids[-1] == ids[-1 - q] else 1  # the last id, outside the loop
+    unit, at = _unit_text(text, span / q)
+    return TailLoop("tokens", q, span, len(ids) - last - span, len(ids), unit, at)
+
+
+def _unit_text(text: str, token_repeats: float) -> tuple[str, int]:
+    """One token unit as text, and where the loop starts in ``text``.
+
+    Token ids do not say which characters they cover, so the unit is read off the
+    characters: the tail's longest character loop, whose unit repeats about as
+    often as the token unit (``m`` character units per token unit when the
+    characters repeat more often, as "ab" in a loop of the tokens "aba", "bab").
+    """
+    tail = text[-CHAR_TAIL:]
+    found = tail_periods(tail, CHAR_MAX_PERIOD, _CHAR_KEY)
+    if not found:
+        return "", -1
+    q, span = max(found, key=lambda t: (t[1], -t[0]))
+    m = max(1, round(span / q / token_repeats))
+    return readable_unit(text, len(text) - span, m * q)
+
+
+def readable_unit(text: str, at: int, size: int) -> tuple[str, int]:
+    """The unit of ``size`` characters of a loop starting at ``at``, turned to
+    start where a reader would: after a line break when the unit holds one, else
+    at a word when the loop does not already start at one. Returns the unit and
+    the character where its first whole copy starts."""
+    unit = text[at : at + size]
+    if at > 0 and text[at - 1] != "\n":
+        cut = unit.find("\n") + 1
+        if not cut and not (text[at - 1].isspace() or unit[:1].isspace()):
+            cut = unit.find(" ") + 1
+        if 0 < cut < size and at + cut + size <= len(text):
+            at += cut
+            unit = text[at : at + size]
+    return unit, at
+
+
+def char_loop(text: str, repeats: int = 2, min_bytes: int = 0) -> TailLoop | None:
+    """The loop at the end of ``text``, in characters, spanning ``min_bytes`` UTF-8
+    bytes (bytes, not characters, weigh a character of any script about as a
+    tokenizer does). A unit of ASCII punctuation and spaces alone is left out: a
+    rule of dashes or dots is what healthy tables and code draw, and a tokenizer
+    folds it into a few tokens."""
+    tail = text[-CHAR_TAIL:]
+    fit = [
+        (q, span)
+        for q, span in tail_periods(tail, CHAR_MAX_PERIOD, _CHAR_KEY)
+        if span // q >= repeats
+        and not _drawing(tail[-q:])
+        and len(tail[-span:].encode("utf-8", "surrogatepass")) >= min_bytes
+    ]
+    if not fit:
+        return None
+    q, span = max(fit, key=lambda t: (t[1], -t[0]))
+    unit, at = readable_unit(text, len(text) - span, q)
+    return TailLoop("characters", q, span, len(text) - span, len(text), unit, at)
+
+
+_DRAWING = frozenset(" \t\n\r!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+
+
+def _drawing(unit: str) -> bool:
+    return all(c in _DRAWING for c in unit)
+
+
+_ORDINAL = re.compile(r"^([ \t]*)\d{1,4}([.)])", re.MULTILINE)
+_HAS_ORDINAL = re.compile(r"\n[ \t]*\d{1,4}[.)]")
+_MASKED = re.compile(r"[ \t]*#[.)]")
+
+
+def list_loop(text: str, repeats: int = 2, min_bytes: int = 0) -> TailLoop | None:
+    """A numbered list whose items repeat with only the ordinal counting up.
+
+    Lines of the tail are compared with a leading ordinal masked (``13. Grey``
+    reads ``#. Grey``); only units holding a numbered line count, since verbatim
+    lines are the token or character loop's business.
+    """
+    tail = text[-CHAR_TAIL:]
+    if not _HAS_ORDINAL.search(tail):
+        return None
+    lines = tail.split("\n")
+    lines.pop()  # the cut line, or the empty string after a final newline
+    if len(lines) < 2:
+        return None
+    masked = [_ORDINAL.sub(r"\1#\2", line) for line in lines]
+    codes: dict[str, int] = {}
+    seq = "".join(chr(codes.setdefault(m, len(codes))) for m in masked)
+    fit = [
+        (q, span)
+        for q, span in tail_periods(seq, LINE_MAX_PERIOD, 1)
+        if span // q >= repeats
+        and any(_MASKED.match(m) for m in masked[len(masked) - q :])
+        and sum(len(line.encode("utf-8", "surrogatepass")) + 1 for line in lines[-span:])
+        >= min_bytes
+    ]
+    if not fit:
+        return None
+    q, span = max(fit, key=lambda t: (t[1], -t[0]))
+    first = len(lines) - span
+    # start the unit at its numbered line, as the list reads ("8. Tip", then a blank)
+    first += next(i for i in range(q) if _MASKED.match(masked[first + i]))
+    cut = len(text) - len(tail)
+    at = cut + sum(len(line) + 1 for line in lines[:first])
+    unit = "\n".join(lines[first : first + q]) + "\n"
+    before = text.count("\n", 0, cut)  # lines before the tail
+    return TailLoop("lines", q, span, before + first, before + len(lines), unit, at)
