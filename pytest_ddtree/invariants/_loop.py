@@ -28,7 +28,7 @@ CHAR_TAIL = 2400
 CHAR_MAX_PERIOD = 800
 LINE_MAX_PERIOD = 8
 _TOKEN_KEY = 4
-_CHAR_KEY = 8
+_CHAR_KEY = 4
 _ID_WIDTH = 4  # token ids packed as unsigned 32-bit integers
 
 
@@ -126,24 +126,29 @@ def pick(found: list[tuple[int, int]], repeats: int, min_span: int) -> tuple[int
     return max(fit, key=lambda t: (t[1], -t[0])) if fit else None
 
 
-def token_loop(ids: list[int], text: str, repeats: int = 2, min_span: int = 0) -> TailLoop | None:
-    """The loop at the end of ``ids``, the token ids of ``text``.
+def token_periods(ids: list[int]) -> list[tuple[int, int]]:
+    """``(period, span)`` of the runs the end of ``ids`` repeats, in tokens.
 
     The last id is searched apart: re-tokenising a cut answer may split its last
-    token differently, so it joins a loop only when it continues it.
+    token differently, so it joins a run only when it continues it.
     """
     tail = ids[-TOKEN_TAIL - 1 : -1]
     if len(tail) < 2:
-        return None
+        return []
     try:
         packed = array("I", tail).tobytes()
     except (OverflowError, TypeError):
-        return None  # not token ids
-    found = [
+        return []  # not token ids
+    return [
         (q, span + (ids[-1] == ids[-1 - q]))
         for q, span in tail_periods(packed, TOKEN_MAX_PERIOD, _TOKEN_KEY, _ID_WIDTH)
     ]
-    best = pick(found, repeats, min_span)
+
+
+def token_loop(ids: list[int], text: str, repeats: int = 2, min_span: int = 0) -> TailLoop | None:
+    """The loop at the end of ``ids``, the token ids of ``text``: ``repeats`` whole
+    units over at least ``min_span`` tokens (``token_periods``)."""
+    best = pick(token_periods(ids), repeats, min_span)
     if best is None:
         return None
     q, span = best
@@ -185,23 +190,28 @@ def readable_unit(text: str, at: int, size: int) -> tuple[str, int]:
     return unit, at
 
 
-def char_loop(text: str, repeats: int = 2, min_bytes: int = 0) -> TailLoop | None:
-    """The loop at the end of ``text``, in characters, spanning ``min_bytes`` UTF-8
-    bytes (bytes, not characters, weigh a character of any script about as a
-    tokenizer does). A unit of ASCII punctuation and spaces alone is left out: a
-    rule of dashes or dots is what healthy tables and code draw, and a tokenizer
-    folds it into a few tokens."""
+def char_periods(text: str) -> list[tuple[int, int, int]]:
+    """``(period, span, bytes)`` of the runs the end of ``text`` repeats, in
+    characters, leaving out units of ASCII punctuation and spaces alone: a rule
+    of dashes or dots is what healthy tables and code draw, and a tokenizer
+    folds it into a few tokens. ``bytes`` is the run's UTF-8 size, which weighs
+    a character of any script about as a tokenizer does."""
     tail = text[-CHAR_TAIL:]
-    fit = [
-        (q, span)
+    return [
+        (q, span, len(tail[-span:].encode("utf-8", "surrogatepass")))
         for q, span in tail_periods(tail, CHAR_MAX_PERIOD, _CHAR_KEY)
-        if span // q >= repeats
-        and not _drawing(tail[-q:])
-        and len(tail[-span:].encode("utf-8", "surrogatepass")) >= min_bytes
+        if not _drawing(tail[-q:])
     ]
-    if not fit:
+
+
+def char_loop(text: str, repeats: int = 2, min_bytes: int = 0) -> TailLoop | None:
+    """The loop at the end of ``text``: ``repeats`` whole units over at least
+    ``min_bytes`` UTF-8 bytes (``char_periods``)."""
+    fit = [(q, span) for q, span, size in char_periods(text) if size >= min_bytes]
+    best = pick(fit, repeats, 0)
+    if best is None:
         return None
-    q, span = max(fit, key=lambda t: (t[1], -t[0]))
+    q, span = best
     unit, at = readable_unit(text, len(text) - span, q)
     return TailLoop("characters", q, span, len(text) - span, len(text), unit, at)
 
