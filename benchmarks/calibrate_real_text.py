@@ -52,6 +52,7 @@ from pytest_ddtree.invariants import Expectation, check
 from pytest_ddtree.invariants._loop import char_periods, list_loop, token_periods
 from pytest_ddtree.invariants._text import loop_share, repetition
 from pytest_ddtree.wire.client import DDTreeClient
+from pytest_ddtree.wire.completion import Completion, RequestSpec, Timings, Usage
 from pytest_ddtree.wire.tokens import ServerCounter, TokenCounter, TokenizerCounter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -168,11 +169,11 @@ def loop_measures(ids: list[int] | None, text: str, e: Expectation) -> dict[str,
     out: dict[str, Any] = {}
     runs = token_periods(ids) if ids else []
     out["tok_repeats"] = max(
-        (s // q for q, s in runs if s >= e.degenerate_loop_min_tokens), default=0
+        ((s + k) // q for q, s, k in runs if s >= e.degenerate_loop_min_tokens), default=0
     )
-    out["tok_span"] = max((s for q, s in runs if s // q >= e.degenerate_loop_repeats), default=0)
-    best = max(runs, key=lambda t: (t[1], -t[0]), default=None)
-    out["tok_best"] = f"{best[0]}x{best[1] // best[0]}" if best else "-"
+    out["tok_span"] = max(
+        (s for q, s, k in runs if (s + k) // q >= e.degenerate_loop_repeats), default=0
+    )
     chars = char_periods(text)
     out["chr_repeats"] = max(
         (s // q for q, s, b in chars if b >= e.degenerate_loop_min_bytes), default=0
@@ -228,6 +229,44 @@ def measure(source: str, client: DDTreeClient, counter: TokenCounter, jobs: list
     return rows
 
 
+class _Recorded:
+    """The ids a run recorded, as an exact counter of that one text."""
+
+    source = "recorded ids"
+    exact = True
+    special_tokens: tuple[str, ...] = ()
+
+    def __init__(self, text: str, ids: list[int]) -> None:
+        self.text, self.ids = text, ids
+
+    def count(self, text: str) -> int:
+        return len(self.ids) if text == self.text else 0
+
+    def encode(self, text: str) -> list[int] | None:
+        return list(self.ids) if text == self.text else None
+
+
+def rejudge(r: Any) -> dict[str, Any]:
+    """The measures and verdicts of a recorded row, with the code as it is now."""
+    c = Completion(
+        request=RequestSpec("chat", "recorded", {}, None, False, r["max_tokens"], r["temperature"]),
+        status_code=200,
+        text=r["text"],
+        reasoning_text="",
+        finish_reason=r["finish"],
+        usage=Usage(None, r["usage"], None),
+        stats=None,
+        timings=Timings(0.0, 0.0, 0.0, 1.0),
+        raw=None,
+    )
+    counter = _Recorded(r["text"], r["ids"])
+    return {
+        **loop_measures(r["ids"], r["text"], Expectation()),
+        "flag_tokens": "degenerate" in [v.code for v in check(c, counter=counter, min_tokens=1)],
+        "flag_chars": "degenerate" in [v.code for v in check(c, min_tokens=1)],
+    }
+
+
 def labels(path: Path) -> dict[tuple[Any, ...], str]:
     """``(prompt, temperature, seed, max_tokens) -> label`` of the recorded answers."""
     if not path.is_file():
@@ -248,7 +287,7 @@ def report(rows: list[Any], known: dict[tuple[Any, ...], str]) -> None:
         f"{'lstR':>4} {'4gram':>5} {'loop':>4} {'zlib':>4} flag label       text"
     )
     for r in sorted(rows, key=lambda r: (r["source"], r["shape"], r["prompt"], r["max_tokens"])):
-        label = known.get(_key(r), "")
+        label = known.get(_key(r), "") if r["source"] == "llamacpp" else ""
         r["label"] = label
         flat = r["text"].replace("\n", "\\n")
         flag = ("T" if r["flag_tokens"] else "-") + ("C" if r["flag_chars"] else "-")
@@ -329,13 +368,18 @@ def main() -> int:
     parser.add_argument("--no-reference", action="store_true", help="llama.cpp only")
     parser.add_argument("--labels", type=Path, default=LABELS)
     parser.add_argument("--json", type=Path, help="write every row (text and ids) here")
-    parser.add_argument("--rows", type=Path, help="report on the rows of an earlier --json")
+    parser.add_argument(
+        "--rows", type=Path, help="judge the answers an earlier --json recorded, with no engine"
+    )
     args = parser.parse_args()
     limits = [int(x) for x in args.max_tokens.split(",")]
     shape_limits = [int(x) for x in args.shape_max_tokens.split(",")]
     seeds = [int(x) for x in args.seeds.split(",") if x]
     if args.rows:
-        report(json.loads(args.rows.read_text(encoding="utf-8")), labels(args.labels))
+        recorded = json.loads(args.rows.read_text(encoding="utf-8"))
+        for r in recorded:
+            r.update(rejudge(r))
+        report(recorded, labels(args.labels))
         return 0
     rows: list[Any] = []
 

@@ -52,11 +52,12 @@ class TailLoop:
     total: int
     unit: str
     char_start: int
+    slack: int = 0
 
     @property
     def repeats(self) -> int:
-        """Whole units in the span."""
-        return self.span // self.period
+        """Whole units in the span (``slack`` elements short of a whole unit count)."""
+        return (self.span + self.slack) // self.period
 
     @property
     def share(self) -> float:
@@ -126,11 +127,13 @@ def pick(found: list[tuple[int, int]], repeats: int, min_span: int) -> tuple[int
     return max(fit, key=lambda t: (t[1], -t[0])) if fit else None
 
 
-def token_periods(ids: list[int]) -> list[tuple[int, int]]:
-    """``(period, span)`` of the runs the end of ``ids`` repeats, in tokens.
+def token_periods(ids: list[int]) -> list[tuple[int, int, int]]:
+    """``(period, span, slack)`` of the runs the end of ``ids`` repeats, in tokens.
 
     The last id is searched apart: re-tokenising a cut answer may split its last
-    token differently, so it joins a run only when it continues it.
+    token differently, so it joins a run only when it continues it. When it does
+    not, a unit up to ``slack`` tokens short of whole still counts as whole
+    (``TOKEN_SLACK``, less than the period).
     """
     tail = ids[-TOKEN_TAIL - 1 : -1]
     if len(tail) < 2:
@@ -139,22 +142,38 @@ def token_periods(ids: list[int]) -> list[tuple[int, int]]:
         packed = array("I", tail).tobytes()
     except (OverflowError, TypeError):
         return []  # not token ids
-    return [
-        (q, span + (ids[-1] == ids[-1 - q]))
-        for q, span in tail_periods(packed, TOKEN_MAX_PERIOD, _TOKEN_KEY, _ID_WIDTH)
-    ]
+    out = []
+    for q, span in tail_periods(packed, TOKEN_MAX_PERIOD, _TOKEN_KEY, _ID_WIDTH):
+        if ids[-1] == ids[-1 - q]:
+            out.append((q, span + 1, 0))
+        else:
+            out.append((q, span, min(TOKEN_SLACK, q - 1)))
+    return out
+
+
+TOKEN_SLACK = 2
+"""A token unit up to two tokens short of whole counts as whole when the answer's last
+id breaks the loop: that id is left out of the search, and re-tokenising the cut answer
+may merge the model's last tokens. SmolLM2 wrote ".", "\\n", "\\n" inside its loop,
+and ``/tokenize`` of the cut answer ends in ".", "\\n\\n": without the slack the loop's
+third unit, complete in the text, counts as two."""
 
 
 def token_loop(ids: list[int], text: str, repeats: int = 2, min_span: int = 0) -> TailLoop | None:
     """The loop at the end of ``ids``, the token ids of ``text``: ``repeats`` whole
-    units over at least ``min_span`` tokens (``token_periods``)."""
-    best = pick(token_periods(ids), repeats, min_span)
-    if best is None:
+    units over at least ``min_span`` tokens (``token_periods``), the one covering
+    most of the tail (the shorter period on a tie)."""
+    fit = [
+        run
+        for run in token_periods(ids)
+        if (run[1] + run[2]) // run[0] >= repeats and run[1] >= min_span
+    ]
+    if not fit:
         return None
-    q, span = best
-    last = 0 if ids[-1] == ids[-1 - q] else 1  # the last id, outside the loop
-    unit, at = _unit_text(text, span / q)
-    return TailLoop("tokens", q, span, len(ids) - last - span, len(ids), unit, at)
+    q, span, slack = max(fit, key=lambda t: (t[1], -t[0]))
+    start = len(ids) - span - (ids[-1] != ids[-1 - q])  # the last id, outside the run
+    unit, at = _unit_text(text, (span + slack) / q)
+    return TailLoop("tokens", q, span, start, len(ids), unit, at, slack)
 
 
 def _unit_text(text: str, token_repeats: float) -> tuple[str, int]:

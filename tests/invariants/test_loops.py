@@ -16,28 +16,10 @@ from pytest_ddtree.invariants._loop import (
     token_loop,
 )
 
-from .factories import HEALTHY_TEXT, completion, fake_count
+from .factories import HEALTHY_TEXT, RecordedCounter, completion, fake_count
 
 
-class IdsCounter:
-    """An exact counter that answers with given token ids for one text (recorded from a
-    real tokenizer), and counts any other text with the fake count."""
-
-    source = "recorded ids"
-    exact = True
-    special_tokens: tuple[str, ...] = ()
-
-    def __init__(self, text: str, ids: list[int] | None) -> None:
-        self.text, self.ids = text, ids
-
-    def count(self, text: str) -> int:
-        return len(self.ids) if text == self.text and self.ids else fake_count(text)
-
-    def encode(self, text: str) -> list[int] | None:
-        return list(self.ids) if text == self.text and self.ids is not None else None
-
-
-class FailingCounter(IdsCounter):
+class FailingCounter(RecordedCounter):
     """A server counter whose /tokenize went away."""
 
     def encode(self, text: str) -> list[int] | None:
@@ -179,16 +161,16 @@ def test_the_repeat_count_is_an_expectation():
 def test_token_ids_are_used_when_the_counter_gives_them():
     text = "Intro: " + "ab" * 30
     ids = [9, 9] + [4, 5] * 30
-    v = degenerate(text, counter=IdsCounter(text, ids))
+    v = degenerate(text, counter=RecordedCounter(text, ids))
     assert v is not None
     assert v.evidence["loop_period_tokens"] == 2 and v.evidence["loop_repeats"] == 30
     assert v.evidence["loop_start_token"] == 2 and v.evidence["loop_unit"] == "»ab«"
     assert v.evidence["loop_start_character"] == 7
     # the same text whose tokens do not repeat (the tokenizer merged them differently)
-    assert degenerate(text, counter=IdsCounter(text, list(range(40)))) is None
+    assert degenerate(text, counter=RecordedCounter(text, list(range(40)))) is None
 
 
-@pytest.mark.parametrize("counter", [IdsCounter("other", [1]), FailingCounter("", None)])
+@pytest.mark.parametrize("counter", [RecordedCounter("other", [1]), FailingCounter("", None)])
 def test_without_ids_the_characters_decide_and_nothing_raises(counter):
     v = degenerate(DIGITS, counter=counter)
     assert v is not None and v.evidence["loop_period_characters"] == 1
