@@ -29,7 +29,6 @@ CHAR_MAX_PERIOD = 800
 LINE_MAX_PERIOD = 8
 _TOKEN_KEY = 4
 _CHAR_KEY = 4
-_ID_WIDTH = 4  # token ids packed as unsigned 32-bit integers
 
 
 @dataclass(frozen=True)
@@ -65,56 +64,57 @@ class TailLoop:
         return self.span / self.total if self.total else 0.0
 
 
-def _has_period(s: str | bytes, n: int, q: int, length: int, w: int) -> bool:
-    """Whether the last ``length`` elements of ``s`` (``w`` units each) have period ``q``."""
-    return s[(n - length + q) * w :] == s[(n - length) * w : (n - q) * w]
+def _has_period(s: str | list[int], n: int, q: int, length: int) -> bool:
+    """Whether the last ``length`` of the first ``n`` elements of ``s`` have period ``q``."""
+    return s[n - length + q : n] == s[n - length : n - q]
 
 
-def _periodic_span(s: str | bytes, n: int, q: int, known: int, w: int) -> int:
-    """The longest suffix with period ``q``, given that the last ``known`` elements have it."""
+def _periodic_span(s: str | list[int], n: int, q: int, known: int, cap: int = 0) -> int:
+    """The longest suffix of the first ``n`` elements with period ``q``, at most
+    ``cap`` long (0: all ``n``), given that the last ``known`` of them have it."""
+    top = min(n, cap) if cap else n
     lo, step = known, q
-    while lo < n:
-        hi = min(n, lo + step)
-        if not _has_period(s, n, q, hi, w):
+    while lo < top:
+        hi = min(top, lo + step)
+        if not _has_period(s, n, q, hi):
             break
         lo, step = hi, step * 2
     else:
-        return n
+        return top
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if _has_period(s, n, q, mid, w):
+        if _has_period(s, n, q, mid):
             lo = mid
         else:
             hi = mid
     return lo
 
 
-def tail_periods(s: str | bytes, max_period: int, key: int, w: int = 1) -> list[tuple[int, int]]:
+def tail_periods(s: str, max_period: int, key: int) -> list[tuple[int, int]]:
     """``(period, span)`` of every run the end of ``s`` repeats at least twice.
 
-    ``s`` holds elements of ``w`` code units each (``w=4``: packed token ids).
-    A period that is a multiple of one already measured and no longer than its
-    span is skipped: its span would be the same, its unit longer.
+    The last ``key`` characters are looked up backwards (``rfind``); each earlier
+    occurrence within ``max_period`` is a candidate period. A period that is a
+    multiple of one already measured and no longer than its span is skipped: its
+    span would be the same, its unit longer.
     """
-    n = len(s) // w
+    n = len(s)
     k = min(key, n - 1)
     if k < 1:
         return []
-    needle = s[(n - k) * w :]
-    floor = max(0, n - k - max_period) * w
-    end = (n - 1) * w
+    needle = s[n - k :]
+    floor = max(0, n - k - max_period)
+    end = n - 1
     found: list[tuple[int, int]] = []
     while True:
-        pos = s.rfind(needle, floor, end)  # type: ignore[arg-type]
+        pos = s.rfind(needle, floor, end)
         if pos < 0:
             break
-        end = pos + k * w - 1
-        if pos % w:
-            continue  # straddles two packed ids
-        q = n - k - pos // w
+        end = pos + k - 1
+        q = n - k - pos
         if any(q % q0 == 0 and q <= span0 for q0, span0 in found):
             continue
-        span = _periodic_span(s, n, q, q + k, w)
+        span = _periodic_span(s, n, q, q + k)
         if span >= 2 * q:
             found.append((q, span))
     return found
@@ -127,24 +127,54 @@ def pick(found: list[tuple[int, int]], repeats: int, min_span: int) -> tuple[int
     return max(fit, key=lambda t: (t[1], -t[0])) if fit else None
 
 
+def _id_periods(ids: list[int], n: int, key: int) -> list[tuple[int, int]]:
+    """``tail_periods`` for the first ``n`` of ``ids``: the ids a period can reach
+    back to are packed as 32-bit integers for ``rfind`` (C speed; a match that
+    straddles two ids is skipped), and runs are measured on the list itself, over
+    ``TOKEN_TAIL`` ids at most. Raises ``OverflowError`` or ``TypeError`` on what
+    is not token ids."""
+    k = min(key, n - 1)
+    if k < 1:
+        return []
+    lo = max(0, n - k - TOKEN_MAX_PERIOD)
+    window = array("I", ids[lo:n]).tobytes()
+    m = n - lo
+    needle = window[(m - k) * 4 :]
+    end = (m - 1) * 4
+    found: list[tuple[int, int]] = []
+    while True:
+        pos = window.rfind(needle, 0, end)
+        if pos < 0:
+            break
+        end = pos + k * 4 - 1
+        if pos % 4:
+            continue
+        q = m - k - pos // 4
+        if any(q % q0 == 0 and q <= span0 for q0, span0 in found):
+            continue
+        span = _periodic_span(ids, n, q, q + k, TOKEN_TAIL)
+        if span >= 2 * q:
+            found.append((q, span))
+    return found
+
+
 def token_periods(ids: list[int]) -> list[tuple[int, int, int]]:
     """``(period, span, slack)`` of the runs the end of ``ids`` repeats, in tokens.
 
     The last id is searched apart: re-tokenising a cut answer may split its last
     token differently, so it joins a run only when it continues it. When it does
     not, a unit up to ``slack`` tokens short of whole still counts as whole
-    (``TOKEN_SLACK``, less than the period).
+    (``TOKEN_SLACK``, less than the period). Runs are measured over the last
+    ``TOKEN_TAIL`` ids at most.
     """
-    tail = ids[-TOKEN_TAIL - 1 : -1]
-    if len(tail) < 2:
-        return []
+    n = len(ids) - 1
     try:
-        packed = array("I", tail).tobytes()
+        runs = _id_periods(ids, n, _TOKEN_KEY)
     except (OverflowError, TypeError):
         return []  # not token ids
     out = []
-    for q, span in tail_periods(packed, TOKEN_MAX_PERIOD, _TOKEN_KEY, _ID_WIDTH):
-        if ids[-1] == ids[-1 - q]:
+    for q, span in runs:
+        if ids[n] == ids[n - q]:
             out.append((q, span + 1, 0))
         else:
             out.append((q, span, min(TOKEN_SLACK, q - 1)))

@@ -367,22 +367,49 @@ def final_loop(ctx: Context) -> TailLoop | None:
 
 def loop_evidence(loop: TailLoop, text: str) -> dict[str, object]:
     """What a person needs to see the loop: the unit as text, its period, how many
-    times it repeats, and where it starts."""
+    times it repeats, and where it starts (counting from 1)."""
+    one = _KIND_ONE[loop.kind]
+    where = f"{one} {loop.start + 1} of {loop.total}"
+    if loop.kind != "characters" and loop.char_start >= 0:
+        where += f" (character {loop.char_start + 1})"
     evidence: dict[str, object] = {
         "loop_unit": f"»{clip(loop.unit, 100)}«",
         f"loop_period_{loop.kind}": loop.period,
         "loop_repeats": loop.repeats,
-        f"loop_start_{_KIND_ONE[loop.kind]}": loop.start,
-        f"loop_span_{loop.kind}": f"{loop.span} of {loop.total}",
+        "loop_starts_at": where,
     }
     if loop.char_start >= 0:
-        evidence["loop_start_character"] = loop.char_start
         end = loop.char_start + len(loop.unit)
         evidence["excerpt"] = excerpt(text, loop.char_start, end)
     return evidence
 
 
 _KIND_ONE = {"tokens": "token", "characters": "character", "lines": "line"}
+
+
+def _loop_message(loop: TailLoop) -> str:
+    one = _KIND_ONE[loop.kind]
+    kind = loop.kind if loop.period > 1 else one
+    if loop.kind == "lines":
+        kind += " of a numbered list"
+    return (
+        f"output loops until max_tokens: it ends in »{clip(loop.unit, 40)}« "
+        f"({loop.period} {kind}) repeated {loop.repeats} times, "
+        f"from {one} {loop.start + 1} of {loop.total}"
+    )
+
+
+def _phrase_evidence(text: str, grams: list[tuple[str, ...]]) -> dict[str, object]:
+    """The tail's most repeated word 4-gram and where it first occurs."""
+    if not grams:
+        return {"excerpt": clip(text[-120:])}
+    gram, n = Counter(grams).most_common(1)[0]
+    phrase = " ".join(gram)
+    at = text.find(phrase)
+    out: dict[str, object] = {"most_repeated": f"»{clip(phrase, 60)}« x{n} in the tail"}
+    if at >= 0:
+        out["excerpt"] = excerpt(text, at, at + len(phrase))
+    return out
 
 
 def check_degenerate(ctx: Context) -> Iterator[Violation]:
@@ -416,38 +443,22 @@ def check_degenerate(ctx: Context) -> Iterator[Violation]:
         and ratio >= e.degenerate_compression
     ):
         return
-    evidence: dict[str, object] = {
+    measures: dict[str, object] = {
         "repeated_4gram_share": round(share, 3),
         "loop_share": round(looped, 3),
         "loop_period_words": period,
         "compression_ratio": round(ratio, 3),
         "characters": len(text),
     }
-    if grams:
-        gram, n = Counter(grams).most_common(1)[0]
-        phrase = " ".join(gram)
-        at = text.find(phrase)
-        evidence["most_repeated"] = f"»{clip(phrase, 60)}« x{n} in the tail"
-        if at >= 0:
-            evidence["excerpt"] = excerpt(text, at, at + len(phrase))
-    else:
-        evidence["excerpt"] = clip(text[-120:])
     if loop is not None:
-        evidence.update(loop_evidence(loop, text))
-        one = _KIND_ONE[loop.kind]
-        kind = loop.kind if loop.period > 1 else one
-        if loop.kind == "lines":
-            kind += " of a numbered list"
-        message = (
-            f"output loops until max_tokens: it ends in »{clip(loop.unit, 40)}« "
-            f"({loop.period} {kind}) repeated {loop.repeats} times, "
-            f"from {one} {loop.start} of {loop.total}"
-        )
+        message = _loop_message(loop)
+        evidence = {**loop_evidence(loop, text), **measures}
     else:
         message = (
             f"output is repetitive: {share:.0%} of the tail's word 4-grams repeat, "
             f"the text compresses to {ratio:.0%} of its size"
         )
+        evidence = {**measures, **_phrase_evidence(text, grams)}
     yield ctx.violation("degenerate", message, **evidence)
 
 
