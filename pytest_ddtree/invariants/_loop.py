@@ -225,17 +225,19 @@ def _unit_text(text: str, token_repeats: float) -> tuple[str, int]:
 
 def readable_unit(text: str, at: int, size: int) -> tuple[str, int]:
     """The unit of ``size`` characters of a loop starting at ``at``, turned to
-    start where a reader would: after a line break when the unit holds one, else
-    at a word when the loop does not already start at one. Returns the unit and
-    the character where its first whole copy starts."""
+    start where a reader would: at a line that is not blank when the unit holds a
+    line break, else at a word when the loop does not already start at one.
+    Returns the unit and the character where its first whole copy starts."""
     unit = text[at : at + size]
+    cut = 0
     if at > 0 and text[at - 1] != "\n":
         cut = unit.find("\n") + 1
         if not cut and not (text[at - 1].isspace() or unit[:1].isspace()):
             cut = unit.find(" ") + 1
-        if 0 < cut < size and at + cut + size <= len(text):
-            at += cut
-            unit = text[at : at + size]
+    cut += len(unit[cut:]) - len(unit[cut:].lstrip("\n"))  # a blank line ends the unit
+    if 0 < cut < size and at + cut + size <= len(text):
+        at += cut
+        unit = text[at : at + size]
     return unit, at
 
 
