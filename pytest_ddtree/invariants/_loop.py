@@ -22,11 +22,14 @@ from array import array
 from dataclasses import dataclass
 
 TOKEN_TAIL = 768
-"""Token ids of the tail searched (about 3,000 characters of English)."""
+"""The longest run measured, in tokens (about 3,000 characters of English)."""
 TOKEN_MAX_PERIOD = 256
+"""The longest unit looked for, in tokens (a paragraph)."""
 CHAR_TAIL = 2400
+"""Characters of the tail searched without token ids (about 600 tokens)."""
 CHAR_MAX_PERIOD = 800
 LINE_MAX_PERIOD = 8
+"""The longest unit of a numbered list looked for, in lines (an item and its blank lines)."""
 _TOKEN_KEY = 4
 _CHAR_KEY = 4
 
@@ -36,12 +39,11 @@ class TailLoop:
     """A unit repeated verbatim at the end of a sequence, up to the cut.
 
     ``period`` and ``span`` are counted in ``kind`` (tokens, characters or the
-    lines of a numbered list); ``repeats`` is how many whole units the span holds (a cut last unit
-    is not counted); ``start`` is the index of the span's first element and
-    ``total`` the number of elements in the answer, so the loop owns
-    ``span / total`` of it. ``unit`` is one unit as text, as the loop first
-    wrote it, and ``char_start`` the character where the loop starts (-1 when
-    the text of a token loop could not be placed).
+    lines of a numbered list); ``repeats`` is how many whole units the span holds
+    (a cut last unit is not counted); ``start`` is the index of the span's first
+    element and ``total`` the number of elements in the answer. ``unit`` is one
+    unit as text, as the loop first wrote it, and ``char_start`` the character
+    where it starts (-1 when the text of a token loop could not be placed).
     """
 
     kind: str
@@ -57,11 +59,6 @@ class TailLoop:
     def repeats(self) -> int:
         """Whole units in the span (``slack`` elements short of a whole unit count)."""
         return (self.span + self.slack) // self.period
-
-    @property
-    def share(self) -> float:
-        """Share of the answer inside the loop."""
-        return self.span / self.total if self.total else 0.0
 
 
 def _has_period(s: str | list[int], n: int, q: int, length: int) -> bool:
