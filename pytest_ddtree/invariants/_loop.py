@@ -87,13 +87,16 @@ def _periodic_span(s: str | list[int], n: int, q: int, known: int, cap: int = 0)
     return lo
 
 
-def tail_periods(s: str, max_period: int, key: int) -> list[tuple[int, int]]:
+def tail_periods(s: str, max_period: int, key: int, need: int = 2) -> list[tuple[int, int]]:
     """``(period, span)`` of every run the end of ``s`` repeats at least twice.
 
     The last ``key`` characters are looked up backwards (``rfind``); each earlier
     occurrence within ``max_period`` is a candidate period. A period that is a
     multiple of one already measured and no longer than its span is skipped: its
-    span would be the same, its unit longer.
+    span would be the same, its unit longer. With ``need`` of 3 or more, a
+    candidate whose key is not found ``2 * q`` back too is dropped before it is
+    measured (healthy prose repeats its short keys at random distances): every run
+    of at least ``2 * q + key`` is kept.
     """
     n = len(s)
     k = min(key, n - 1)
@@ -109,6 +112,8 @@ def tail_periods(s: str, max_period: int, key: int) -> list[tuple[int, int]]:
             break
         end = pos + k - 1
         q = n - k - pos
+        if need > 2 and (pos < q or not s.startswith(needle, pos - q)):
+            continue
         if any(q % q0 == 0 and q <= span0 for q0, span0 in found):
             continue
         span = _periodic_span(s, n, q, q + k)
@@ -238,7 +243,7 @@ def readable_unit(text: str, at: int, size: int) -> tuple[str, int]:
     return unit, at
 
 
-def char_periods(text: str) -> list[tuple[int, int, int]]:
+def char_periods(text: str, need: int = 2) -> list[tuple[int, int, int]]:
     """``(period, span, bytes)`` of the runs the end of ``text`` repeats, in
     characters, leaving out units of ASCII punctuation and spaces alone: a rule
     of dashes or dots is what healthy tables and code draw, and a tokenizer
@@ -247,7 +252,7 @@ def char_periods(text: str) -> list[tuple[int, int, int]]:
     tail = text[-CHAR_TAIL:]
     return [
         (q, span, len(tail[-span:].encode("utf-8", "surrogatepass")))
-        for q, span in tail_periods(tail, CHAR_MAX_PERIOD, _CHAR_KEY)
+        for q, span in tail_periods(tail, CHAR_MAX_PERIOD, _CHAR_KEY, need)
         if not _drawing(tail[-q:])
     ]
 
@@ -255,7 +260,7 @@ def char_periods(text: str) -> list[tuple[int, int, int]]:
 def char_loop(text: str, repeats: int = 2, min_bytes: int = 0) -> TailLoop | None:
     """The loop at the end of ``text``: ``repeats`` whole units over at least
     ``min_bytes`` UTF-8 bytes (``char_periods``)."""
-    fit = [(q, span) for q, span, size in char_periods(text) if size >= min_bytes]
+    fit = [(q, span) for q, span, size in char_periods(text, repeats) if size >= min_bytes]
     best = pick(fit, repeats, 0)
     if best is None:
         return None
