@@ -5,8 +5,10 @@ Target: under 1 ms median for ``check(completion, counter=...)``.
     python benchmarks/bench_checks.py [--rounds 2000]
 
 Fetches real 1,024-token completions (streamed, about 300 chunks, and not) from
-the embedded reference server with simulated latency off, then times ``check``
-in-process. "warm" is what the plugin does: the client already counted the text
+the embedded reference server with simulated latency off, and one that loops until
+``max_tokens`` (its ``degenerate`` fault, the path where ``degenerate`` measures the
+loop and builds its evidence), then times ``check`` in-process. "warm" is what the
+plugin does: the client already counted the text
 with the same counter, whose cache then answers. "cold" empties the counter's
 cache before every call, so the tokenizer runs each time.
 """
@@ -54,14 +56,21 @@ def main() -> None:
     args = parser.parse_args()
     counter = TokenizerCounter(tokenizer_path())
     server = start_reference_server(simulated_latency=False)
+    looping = start_reference_server(simulated_latency=False, faults=("degenerate",))
     try:
         with DDTreeClient(server.base_url, counter=counter) as client:
             runs: dict[str, Completion] = {
                 "stream": client.chat(PROMPT, max_tokens=1024, tree_budget=64, stream=True),
                 "no-stream": client.chat(PROMPT, max_tokens=1024, tree_budget=64, stream=False),
             }
+        with DDTreeClient(looping.base_url, counter=counter) as client:
+            # a loop until max_tokens: the violation path, where the loop is measured
+            runs["loop, no-stream"] = client.chat(
+                PROMPT, max_tokens=1024, tree_budget=64, stream=False
+            )
     finally:
         server.stop()
+        looping.stop()
     for mode, c in runs.items():
         chunks = len(c.raw) if isinstance(c.raw, list) else 1
         print(

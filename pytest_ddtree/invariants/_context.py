@@ -77,6 +77,7 @@ class Context:
         self.reported: int | None = as_int(usage.completion_tokens) if usage is not None else None
         self._content_count: Any = _UNSET
         self._local_total: Any = _UNSET
+        self._content_ids: Any = _UNSET
 
     def violation(self, code: str, message: str, **evidence: Any) -> Violation:
         """A Violation of ``code`` carrying this call's request description
@@ -117,6 +118,27 @@ class Context:
         except Exception:  # an unreachable /tokenize must not turn into a test error
             return None
         return as_int(n)
+
+    def content_ids(self) -> list[int] | None:
+        """Token ids of the content from an exact counter, or None: no counter, one
+        that only counts, one that failed, or text too long to be worth encoding."""
+        if self._content_ids is _UNSET:
+            ids: list[int] | None = None
+            counter = self.counter
+            text = self.text
+            too_long = self.max_tokens is not None and len(text) > (
+                self.max_tokens * MAX_CHARS_PER_TOKEN
+            )
+            if counter is not None and counter.exact and text and not too_long:
+                try:
+                    got = counter.encode(text)
+                except Exception:  # an unreachable /tokenize: the checks fall back
+                    got = None
+                if isinstance(got, list) and got:  # token_loop rejects what is not ids
+                    ids = got
+            self._content_ids = ids
+        result: list[int] | None = self._content_ids
+        return result
 
     def local_total(self) -> int | None:
         """Local count of content plus reasoning text, or None when unavailable."""

@@ -186,6 +186,19 @@ class Expectation:
     degenerate_compression: float = 0.12
     """Flag when zlib compresses the text below this fraction of its size."""
 
+    degenerate_loop_repeats: int = 3
+    """An answer cut by ``max_tokens`` (finish reason ``length``) whose end repeats one
+    unit verbatim this many whole times is degenerate, at any length. Healthy SmolLM2
+    answers end in at most two (a sentence said again, two list items alternating)."""
+
+    degenerate_loop_min_tokens: int = 16
+    """With an exact tokenizer, the repeated run must also span this many tokens: a long
+    number or a rule of dashes at the cut repeats a token or two a few times."""
+
+    degenerate_loop_min_bytes: int = 20
+    """Without token ids (no exact tokenizer), the run of repeated characters, or of
+    repeated numbered list items, must span this many UTF-8 bytes."""
+
     non_printable_share: float = 0.2
     """Flag when this share of characters is control, unassigned or U+FFFD."""
 
@@ -221,6 +234,8 @@ class Expectation:
             "tps_min_chunks",
             "degenerate_min_chars",
             "degenerate_min_words",
+            "degenerate_loop_min_tokens",
+            "degenerate_loop_min_bytes",
         ):
             value = getattr(self, name)
             if (
@@ -229,6 +244,11 @@ class Expectation:
                 or not (math.isfinite(value) and value >= 0)
             ):
                 raise ValueError(f"expectation {name}={value!r}: expected a number >= 0")
+        repeats = self.degenerate_loop_repeats
+        if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 2:
+            raise ValueError(
+                f"expectation degenerate_loop_repeats={repeats!r}: expected an integer >= 2"
+            )
         for name in ("approx_usage_ratio", "tps_tolerance"):
             value = getattr(self, name)
             if (

@@ -11,6 +11,7 @@ from functools import lru_cache
 
 from pytest_ddtree.invariants._context import Context, clip, excerpt
 from pytest_ddtree.invariants._expectation import DEFAULT_SPECIAL_TOKENS
+from pytest_ddtree.invariants._loop import TailLoop, char_loop, list_loop, token_loop
 from pytest_ddtree.violation import Violation
 
 _ROLE_WORD = re.compile(r"^[A-Za-z]+:$")
@@ -347,56 +348,118 @@ def loop_share(text: str, max_period: int = _LOOP_MAX_PERIOD) -> tuple[float, in
     return best
 
 
-def check_degenerate(ctx: Context) -> Iterator[Violation]:
-    """degenerate: a long output dominated by repetition.
+def final_loop(ctx: Context) -> TailLoop | None:
+    """The loop an answer cut by ``max_tokens`` ends in, when it is long enough to be
+    one (``degenerate_loop_*``): on the model's token ids when an exact counter gives
+    them, else on characters; a numbered list repeating its item either way."""
+    e = ctx.expect
+    text = ctx.text
+    ids = ctx.content_ids()
+    loop: TailLoop | None = None
+    if ids is not None:
+        loop = token_loop(ids, text, e.degenerate_loop_repeats, e.degenerate_loop_min_tokens)
+    else:
+        loop = char_loop(text, e.degenerate_loop_repeats, e.degenerate_loop_min_bytes)
+    if loop is None:
+        loop = list_loop(text, e.degenerate_loop_repeats, e.degenerate_loop_min_bytes)
+    return loop
 
-    Three measures, any one suffices. The share of the tail's words taken by one
-    run of words repeated at least three times at its end (``loop_share``) catches
-    a loop until ``max_tokens`` of any length, word for word: healthy answers end
-    in none, templated lists and sentences said again included. The zlib
-    compression ratio of the whole text catches a loop of any period up to
-    zlib's 32 KiB window, with or
-    without spaces (one token over and over). The share of word 4-grams that
-    repeat an earlier one, over the last ``_TAIL_CHARS`` characters (about 500
-    tokens; a loop "until max_tokens" always owns the tail), catches a phrase
-    loop with small variations. Healthy prose sits near 0-15 % repeated
-    4-grams (templated lists up to 57 %) and 0.25-0.5 compression; loops sit
-    near 90 % and below 0.1.
+
+def loop_evidence(loop: TailLoop, text: str) -> dict[str, object]:
+    """What a person needs to see the loop: the unit as text, its period, how many
+    times it repeats, and where it starts (counting from 1)."""
+    one = _KIND_ONE[loop.kind]
+    where = f"{one} {loop.start + 1} of {loop.total}"
+    if loop.kind != "characters" and loop.char_start >= 0:
+        where += f" (character {loop.char_start + 1})"
+    evidence: dict[str, object] = {
+        "loop_unit": f"»{clip(loop.unit, 100)}«",
+        f"loop_period_{loop.kind}": loop.period,
+        "loop_repeats": loop.repeats,
+        "loop_starts_at": where,
+    }
+    if loop.char_start >= 0:
+        end = loop.char_start + len(loop.unit)
+        evidence["excerpt"] = excerpt(text, loop.char_start, end)
+    return evidence
+
+
+_KIND_ONE = {"tokens": "token", "characters": "character", "lines": "line"}
+
+
+def _loop_message(loop: TailLoop) -> str:
+    one = _KIND_ONE[loop.kind]
+    kind = loop.kind if loop.period > 1 else one
+    if loop.kind == "lines":
+        kind += " of a numbered list"
+    return (
+        f"output loops until max_tokens: it ends in »{clip(loop.unit, 40)}« "
+        f"({loop.period} {kind}) repeated {loop.repeats} times, "
+        f"from {one} {loop.start + 1} of {loop.total}"
+    )
+
+
+def _phrase_evidence(text: str, grams: list[tuple[str, ...]]) -> dict[str, object]:
+    """The tail's most repeated word 4-gram and where it first occurs."""
+    if not grams:
+        return {"excerpt": clip(text[-120:])}
+    gram, n = Counter(grams).most_common(1)[0]
+    phrase = " ".join(gram)
+    at = text.find(phrase)
+    out: dict[str, object] = {"most_repeated": f"»{clip(phrase, 60)}« x{n} in the tail"}
+    if at >= 0:
+        out["excerpt"] = excerpt(text, at, at + len(phrase))
+    return out
+
+
+def check_degenerate(ctx: Context) -> Iterator[Violation]:
+    """degenerate: an answer that loops until ``max_tokens``, or a long output
+    dominated by repetition.
+
+    An answer cut by ``max_tokens`` that ends in one unit repeated verbatim
+    ``degenerate_loop_repeats`` times (``final_loop``: on token ids, characters or
+    numbered list items) is degenerate at any length: the model was looping when
+    it was cut. Any answer, cut or not, of at least ``degenerate_min_chars`` is
+    also judged by three measures, any one suffices. The share of the tail's words
+    taken by one run of words repeated at least three times at its end
+    (``loop_share``). The zlib compression ratio of the whole text catches a loop
+    of any period up to zlib's 32 KiB window, with or without spaces. The share
+    of word 4-grams that repeat an earlier one, over the last ``_TAIL_CHARS``
+    characters, catches a phrase loop with small variations. Healthy prose sits
+    near 0-15 % repeated 4-grams (templated lists up to 57 %) and 0.25-0.5
+    compression; loops sit near 90 % and below 0.1.
     """
     text = ctx.text
     e = ctx.expect
-    if len(text) < e.degenerate_min_chars:
+    loop = final_loop(ctx) if text and ctx.finish == "length" else None
+    if loop is None and len(text) < e.degenerate_min_chars:
         return
     share, ratio, grams = repetition(text, e.degenerate_min_words)
     looped, period = loop_share(text) if grams else (0.0, 0)
     if (
-        share < e.degenerate_ngram_share
+        loop is None
+        and share < e.degenerate_ngram_share
         and looped < e.degenerate_loop_share
         and ratio >= e.degenerate_compression
     ):
         return
-    evidence: dict[str, object] = {
+    measures: dict[str, object] = {
         "repeated_4gram_share": round(share, 3),
         "loop_share": round(looped, 3),
         "loop_period_words": period,
         "compression_ratio": round(ratio, 3),
         "characters": len(text),
     }
-    if grams:
-        gram, n = Counter(grams).most_common(1)[0]
-        phrase = " ".join(gram)
-        at = text.find(phrase)
-        evidence["most_repeated"] = f"»{clip(phrase, 60)}« x{n} in the tail"
-        if at >= 0:
-            evidence["excerpt"] = excerpt(text, at, at + len(phrase))
+    if loop is not None:
+        message = _loop_message(loop)
+        evidence = {**loop_evidence(loop, text), **measures}
     else:
-        evidence["excerpt"] = clip(text[-120:])
-    yield ctx.violation(
-        "degenerate",
-        f"output is repetitive: {share:.0%} of the tail's word 4-grams repeat, "
-        f"the text compresses to {ratio:.0%} of its size",
-        **evidence,
-    )
+        message = (
+            f"output is repetitive: {share:.0%} of the tail's word 4-grams repeat, "
+            f"the text compresses to {ratio:.0%} of its size"
+        )
+        evidence = {**measures, **_phrase_evidence(text, grams)}
+    yield ctx.violation("degenerate", message, **evidence)
 
 
 def _visible(text: str) -> str:

@@ -238,6 +238,25 @@ class FakeCounter:
         return list(range(fake_count(text)))
 
 
+class RecordedCounter:
+    """An exact counter that answers with token ids recorded from a real tokenizer for one
+    text, so tests of real answers run without the engine; other text gets the fake count
+    and no ids."""
+
+    source = "recorded ids"
+    exact = True
+    special_tokens: tuple[str, ...] = ()
+
+    def __init__(self, text: str, ids: list[int] | None) -> None:
+        self.text, self.ids = text, ids
+
+    def count(self, text: str) -> int:
+        return len(self.ids) if text == self.text and self.ids else fake_count(text)
+
+    def encode(self, text: str) -> list[int] | None:
+        return list(self.ids) if text == self.text and self.ids is not None else None
+
+
 def replace(c: Completion, **changes: Any) -> Completion:
     """``dataclasses.replace`` for completions."""
     return dataclasses.replace(c, **changes)
