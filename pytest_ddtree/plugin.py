@@ -46,7 +46,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for opt in OPTIONS:
         env = f" [env: {', '.join(opt.env)}]" if opt.env else ""
         default = f" [default: {opt.default}]" if opt.default is not None and not opt.flag else ""
-        text = f"{opt.help}{default}{env}"
+        # argparse %-formats help strings: a literal % (goodput=95%) must be doubled
+        text = f"{opt.help}{default}{env}".replace("%", "%%")
         if opt.flag:
             group.addoption(opt.cli, action="store_const", const=True, dest=opt.dest, help=text)
         elif opt.repeatable:

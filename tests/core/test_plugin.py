@@ -289,3 +289,21 @@ def test_endpoint_without_v1_fails_at_start(pytester: pytest.Pytester, reference
     result = pytester.runpytest(f"--ddtree-endpoint={reference_server.root_url}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: ddtree: *: HTTP 404; is this an OpenAI-compatible*"])
+
+
+def _squeezed(text: str) -> str:
+    """``text`` without whitespace: argparse wraps help where it likes (even after a hyphen)."""
+    return "".join(text.split())
+
+
+def test_help_renders_every_option(pytester: pytest.Pytester) -> None:
+    from pytest_ddtree.settings import OPTIONS
+
+    result = pytester.runpytest("--help")
+    assert result.ret == 0, result.stderr.str()
+    out = _squeezed(result.stdout.str())
+    assert "goodput=95%" in out  # a literal percent sign, not an argparse placeholder
+    for opt in OPTIONS:
+        flag = opt.cli if opt.flag else f"{opt.cli}={opt.metavar}"
+        assert _squeezed(f"{flag} {opt.help}") in out, opt.cli
+        assert _squeezed(f"{opt.ini} ({'linelist' if opt.repeatable else 'string'}):") in out
