@@ -111,6 +111,8 @@ def test_slo_parsing() -> None:
         ("ttft=1s,ttft=2s", "ttft is given twice"),
         ("goodput=120%", "not a percentage"),
         ("goodput=90%", "set at least one limit"),
+        ("ttft=1s,goodput=0.95", "goodput '0.95' has no %: write the share as a percentage, 95%"),
+        ("ttft=1s,goodput=1", "write the share as a percentage, 100%"),
     ],
 )
 def test_bad_slo_one_line(raw: str, why: str) -> None:
