@@ -154,6 +154,7 @@ def _write_sweep(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
 def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     if not session.load:
         return
+    from pytest_ddtree.load.metrics import never_drafted_lines
     from pytest_ddtree.load.tester import render_table
 
     tr.write_sep("-", "pytest-ddtree load")
@@ -162,6 +163,8 @@ def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
         tr.write_line(f"{test.nodeid}: merged from {test.where}; total load per point{cut}")
         for line in render_table(test.stats, test.schedule).splitlines():
             tr.write_line("  " + line)
+        for line in never_drafted_lines(test.stats):
+            tr.write_line(f"  WARNING: {line}", yellow=True)
         if test.unreliable:
             tr.write_line(
                 "  UNRELIABLE points: the client was saturated there; its own queueing "
