@@ -146,6 +146,10 @@ def pytest_sessionfinish(session: pytest.Session) -> Generator[None, pluggy.Resu
     # before pytest-benchmark and JUnit finish: they report what this leaves
     session.config.stash[SESSION_KEY].finish(session)
     yield
+    # after the terminal summary: a tripped --benchmark-compare-fail gate fails the run
+    from pytest_ddtree.summary import gate_exit_status
+
+    session.exitstatus = gate_exit_status(session.config, session.exitstatus)
 
 
 def pytest_terminal_summary(
@@ -154,6 +158,18 @@ def pytest_terminal_summary(
     from pytest_ddtree.summary import write_summary
 
     write_summary(terminalreporter, config.stash[SESSION_KEY])
+
+
+@pytest.hookimpl(wrapper=True, specname="pytest_terminal_summary")
+def pytest_terminal_summary_gate(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> Generator[None, None, None]:
+    """A tripped ``--benchmark-compare-fail`` gate: one line per regression, no traceback."""
+    from pytest_ddtree.summary import take_regressions, write_regressions
+
+    regressions = take_regressions(config)
+    yield
+    write_regressions(terminalreporter, regressions)
 
 
 # ---------------------------------------------------------------- fixtures

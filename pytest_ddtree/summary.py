@@ -13,6 +13,9 @@ from pytest_ddtree.runtime import Runtime
 from pytest_ddtree.session import DDTreeSession
 from pytest_ddtree.settings import budget_label
 
+#: the regressions a ``--benchmark-compare-fail`` gate found (name, why), once taken
+REGRESSIONS_KEY = pytest.StashKey[list[tuple[str, str]]]()
+
 #: options whose explicit value puts the load line in the header
 LOAD_OPTIONS = ("slo", "load_concurrency", "load_rate", "load_requests")
 
@@ -171,3 +174,37 @@ def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
                 "is in those latencies (spread the load with -n K --dist each)",
                 yellow=True,
             )
+
+
+def take_regressions(config: pytest.Config) -> list[tuple[str, str]]:
+    """pytest-benchmark's ``--benchmark-compare-fail`` findings, taken before it raises on them.
+
+    pytest-benchmark raises ``PerformanceRegression`` from its terminal summary when a
+    comparison fails: the run then ends in a long traceback, and every summary after its
+    own (the sweep table, pytest's closing line) is lost. Taken here, the findings are
+    written as one line each and the exit status is set instead (``gate_exit_status``).
+    """
+    bench = getattr(config, "_benchmarksession", None)
+    found = getattr(bench, "performance_regressions", None)
+    if not isinstance(found, list) or not found:
+        return []
+    taken = [(str(name), str(why)) for name, why in found]
+    found.clear()
+    config.stash[REGRESSIONS_KEY] = taken
+    return taken
+
+
+def write_regressions(tr: pytest.TerminalReporter, regressions: list[tuple[str, str]]) -> None:
+    """One line per regression the gate found."""
+    if not regressions:
+        return
+    tr.write_sep("-", f"--benchmark-compare-fail: {len(regressions)} regression(s)", red=True)
+    for name, why in regressions:
+        tr.write_line(f"REGRESSION {name}: {why}", red=True)
+
+
+def gate_exit_status(config: pytest.Config, status: int) -> int:
+    """The run's exit status, a failure when the compare gate found a regression."""
+    if config.stash.get(REGRESSIONS_KEY, None) and status == pytest.ExitCode.OK:
+        return int(pytest.ExitCode.TESTS_FAILED)
+    return status
