@@ -138,7 +138,12 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pluggy.Result[Any], None]:
     outcome = yield
-    item.config.stash[SESSION_KEY].end_phase(item, outcome.get_result())
+    report = outcome.get_result()
+    item.config.stash[SESSION_KEY].end_phase(item, report)
+    if report.failed:
+        from pytest_ddtree.summary import short_crash_line
+
+        short_crash_line(report, call.excinfo)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

@@ -208,3 +208,20 @@ def gate_exit_status(config: pytest.Config, status: int) -> int:
     if config.stash.get(REGRESSIONS_KEY, None) and status == pytest.ExitCode.OK:
         return int(pytest.ExitCode.TESTS_FAILED)
     return status
+
+
+def short_crash_line(
+    report: pytest.TestReport, excinfo: pytest.ExceptionInfo[BaseException] | None
+) -> None:
+    """Put the violation codes where the short test summary shows them.
+
+    pytest shows the exception's qualified name first (``pytest_ddtree.violation.
+    InvariantError``) and cuts the line at the terminal's width, so at 80 columns
+    the codes were never seen; this line starts with them.
+    """
+    from pytest_ddtree.violation import InvariantError
+
+    exc = excinfo.value if excinfo is not None else None
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if isinstance(exc, InvariantError) and crash is not None and hasattr(crash, "message"):
+        crash.message = exc.summary_line

@@ -68,6 +68,19 @@ class InvariantError(AssertionError):
         return f"{text}\n{self.footer}" if self.footer else text
 
     @property
+    def summary_line(self) -> str:
+        """One short line, codes first: what pytest's short test summary shows.
+
+        The summary is cut at the terminal's width, so the codes come before the
+        count and the class is named without its module.
+        """
+        codes = ", ".join(self.codes)
+        first = (self.header.splitlines() or [""])[0]
+        for listed in (f": {codes}", f" ({codes})"):  # the codes once, not twice
+            first = first.removesuffix(listed)
+        return f"InvariantError [{codes}]: {first}"
+
+    @property
     def codes(self) -> list[str]:
         """The distinct codes, in order of first appearance."""
         seen: list[str] = []

@@ -307,3 +307,24 @@ def test_help_renders_every_option(pytester: pytest.Pytester) -> None:
         flag = opt.cli if opt.flag else f"{opt.cli}={opt.metavar}"
         assert _squeezed(f"{flag} {opt.help}") in out, opt.cli
         assert _squeezed(f"{opt.ini} ({'linelist' if opt.repeatable else 'string'}):") in out
+
+
+def test_short_summary_shows_the_codes_at_80_columns(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(
+        test_s="""
+        def test_short(ddtree_client, ddtree_check):
+            c = ddtree_client.chat("Write a detailed essay about rivers.", max_tokens=8)
+            ddtree_check(c, allowed_finish_reasons=["stop"])
+        """
+    )
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("BUILD_NUMBER", raising=False)
+    result = pytester.runpytest("-rf", "--ddtree-budgets=16", *FAST)
+    result.assert_outcomes(failed=1)
+    line = next(ln for ln in result.stdout.lines if ln.startswith("FAILED "))
+    assert len(line) <= 80, line
+    # the old line, cut at 80 columns: "... - pytest_ddtree.violation.InvariantError: 1 out..."
+    assert line.startswith("FAILED test_s.py::test_short - InvariantError [finish-reason]:"), line
