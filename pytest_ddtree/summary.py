@@ -109,6 +109,11 @@ def write_summary(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     _write_load(tr, session)
     for line in session.report_lines:  # where the report went (or why not)
         tr.write_line(line)
+    if session.settings.report is None and (session.summary is not None or session.load):
+        tr.write_line(
+            "ddtree: add --ddtree-report DIR for sweep.json and sweep.html "
+            "(every request, the charts, and the load section)"
+        )
     settings = session.settings
     if settings.skip_checks:
         tr.write_sep("-", "pytest-ddtree: weakened run", yellow=True)
