@@ -310,3 +310,25 @@ def test_acceptance_rate_and_never_drafted_are_shown() -> None:
     assert by_budget[16].to_json()["never_drafted"] is True
     back = LoadSample.from_json(drafted[0].to_json())
     assert (back.drafted, back.accepted) == (10, 4)
+
+
+def test_html_keeps_the_servers_budget_apart_and_marks_no_drafts() -> None:
+    from html import escape
+
+    from pytest_ddtree.load.html import render_load_section
+    from pytest_ddtree.load.metrics import never_drafted_lines
+    from pytest_ddtree.load.record import LoadTestResult
+
+    c1 = LoadPoint("concurrency", 1)
+    samples = [
+        LoadSample(c1, None, float(i), 1.0, 0.1, (0.01,), 50, True, drafted=0, accepted=0)
+        for i in range(4)
+    ]
+    stats, schedule = analyse(samples)
+    page = render_load_section(
+        [LoadTestResult("t.py::test_load", 1, ("main",), False, stats, schedule, tuple(samples))]
+    )
+    assert "<li>C=1: server-default (TPOT p50" in page
+    assert "no valid budget" not in page
+    assert "<td>server-default (never drafted)</td>" in page and "<td>no drafts</td>" in page
+    assert escape(never_drafted_lines(stats)[0]) in page
