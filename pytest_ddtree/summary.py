@@ -222,11 +222,17 @@ def short_crash_line(
 
     pytest shows the exception's qualified name first (``pytest_ddtree.violation.
     InvariantError``) and cuts the line at the terminal's width, so at 80 columns
-    the codes were never seen; this line starts with them.
+    the codes were never seen; this line starts with them, and the project's other
+    exceptions are named without their module.
     """
     from pytest_ddtree.violation import InvariantError
 
     exc = excinfo.value if excinfo is not None else None
     crash = getattr(report.longrepr, "reprcrash", None)
-    if isinstance(exc, InvariantError) and crash is not None and hasattr(crash, "message"):
+    if exc is None or crash is None or not hasattr(crash, "message"):
+        return
+    if isinstance(exc, InvariantError):
         crash.message = exc.summary_line
+    elif type(exc).__module__.startswith("pytest_ddtree."):  # LoadError: its counts and codes
+        first = (str(exc).splitlines() or [""])[0]
+        crash.message = f"{type(exc).__name__}: {first}"

@@ -328,3 +328,22 @@ def test_short_summary_shows_the_codes_at_80_columns(
     assert len(line) <= 80, line
     # the old line, cut at 80 columns: "... - pytest_ddtree.violation.InvariantError: 1 out..."
     assert line.startswith("FAILED test_s.py::test_short - InvariantError [finish-reason]:"), line
+
+
+def test_short_summary_names_a_load_failure_without_its_module(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(
+        test_l="""
+        def test_load(ddtree_load):
+            ddtree_load(["Write about rivers."], tree_budgets=[16], concurrencies=[1],
+                        requests=2, max_tokens=8)
+        """
+    )
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("BUILD_NUMBER", raising=False)
+    result = pytester.runpytest("-rf", "--ddtree-slo=ttft=1us", *FAST)
+    result.assert_outcomes(failed=1)
+    line = next(ln for ln in result.stdout.lines if ln.startswith("FAILED "))
+    assert line.startswith("FAILED test_l.py::test_load - LoadError: SLO missed at 1 load"), line
