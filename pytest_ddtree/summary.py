@@ -223,7 +223,7 @@ def short_crash_line(
     pytest shows the exception's qualified name first (``pytest_ddtree.violation.
     InvariantError``) and cuts the line at the terminal's width, so at 80 columns
     the codes were never seen; this line starts with them, and the project's other
-    exceptions are named without their module.
+    exceptions are named without their module. The full message stays in the report.
     """
     from pytest_ddtree.violation import InvariantError
 

@@ -71,14 +71,14 @@ class InvariantError(AssertionError):
     def summary_line(self) -> str:
         """One short line, codes first: what pytest's short test summary shows.
 
-        The summary is cut at the terminal's width, so the codes come before the
-        count and the class is named without its module.
+        The summary is cut at the terminal's width after the test's id, so the
+        codes come first, before the count and without the class name.
         """
         codes = ", ".join(self.codes)
         first = (self.header.splitlines() or [""])[0]
         for listed in (f": {codes}", f" ({codes})"):  # the codes once, not twice
             first = first.removesuffix(listed)
-        return f"InvariantError [{codes}]: {first}"
+        return f"[{codes}] {first}"
 
     @property
     def codes(self) -> list[str]:
