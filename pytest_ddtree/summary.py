@@ -223,7 +223,8 @@ def short_crash_line(
     pytest shows the exception's qualified name first (``pytest_ddtree.violation.
     InvariantError``) and cuts the line at the terminal's width, so at 80 columns
     the codes were never seen; this line starts with them, and the project's other
-    exceptions are named without their module. The full message stays in the report.
+    exceptions are named without their module. The message is otherwise whole, as
+    JUnit XML's failure message carries it.
     """
     from pytest_ddtree.violation import InvariantError
 
@@ -232,7 +233,6 @@ def short_crash_line(
     if exc is None or crash is None or not hasattr(crash, "message"):
         return
     if isinstance(exc, InvariantError):
-        crash.message = exc.summary_line
+        crash.message = exc.coded_message
     elif type(exc).__module__.startswith("pytest_ddtree."):  # LoadError: its counts and codes
-        first = (str(exc).splitlines() or [""])[0]
-        crash.message = f"{type(exc).__name__}: {first}"
+        crash.message = f"{type(exc).__name__}: {exc}"

@@ -68,17 +68,13 @@ class InvariantError(AssertionError):
         return f"{text}\n{self.footer}" if self.footer else text
 
     @property
-    def summary_line(self) -> str:
-        """One short line, codes first: what pytest's short test summary shows.
+    def coded_message(self) -> str:
+        """The message with the codes in front: what pytest's short test summary shows.
 
-        The summary is cut at the terminal's width after the test's id, so the
-        codes come first, before the count and without the class name.
+        The summary is cut at the terminal's width after the test's id, so the codes
+        come first, before the count, and the class is not named.
         """
-        codes = ", ".join(self.codes)
-        first = (self.header.splitlines() or [""])[0]
-        for listed in (f": {codes}", f" ({codes})"):  # the codes once, not twice
-            first = first.removesuffix(listed)
-        return f"[{codes}] {first}"
+        return f"[{', '.join(self.codes)}] {self.render()}"
 
     @property
     def codes(self) -> list[str]:

@@ -322,12 +322,19 @@ def test_short_summary_shows_the_codes_at_80_columns(
     monkeypatch.setenv("COLUMNS", "80")
     monkeypatch.delenv("CI", raising=False)
     monkeypatch.delenv("BUILD_NUMBER", raising=False)
-    result = pytester.runpytest("-rf", "--ddtree-budgets=16", *FAST)
+    result = pytester.runpytest("-rf", "--ddtree-budgets=16", "--junitxml=out.xml", *FAST)
     result.assert_outcomes(failed=1)
     line = next(ln for ln in result.stdout.lines if ln.startswith("FAILED "))
     assert len(line) <= 80, line
     # the old line, cut at 80 columns: "... - pytest_ddtree.violation.InvariantError: 1 out..."
     assert line.startswith("FAILED test_s.py::test_short - [finish-reason] 1 output-"), line
+    # JUnit XML's failure message keeps the whole message, evidence included
+    import xml.etree.ElementTree as ET
+
+    failure = next(ET.parse(pytester.path / "out.xml").getroot().iter("failure"))
+    message = failure.get("message", "")
+    assert message.startswith("[finish-reason] 1 output-quality invariant(s) broken"), message
+    assert "finish_reason 'length' is not one of ['stop']" in message
 
 
 def test_short_summary_names_a_load_failure_without_its_module(
