@@ -353,4 +353,5 @@ def test_short_summary_names_a_load_failure_without_its_module(
     result = pytester.runpytest("-rf", "--ddtree-slo=ttft=1us", *FAST)
     result.assert_outcomes(failed=1)
     line = next(ln for ln in result.stdout.lines if ln.startswith("FAILED "))
-    assert line.startswith("FAILED test_l.py::test_load - LoadError: SLO missed at 1 load"), line
+    # "SLO missed at ..." or, on a busy machine, "SLO verdict withheld: the client was ..."
+    assert line.startswith("FAILED test_l.py::test_load - LoadError: SLO "), line
