@@ -2,7 +2,9 @@
 
 Also load mode's: the total load and how it is spread (in the header when
 load options were given or tests are split with ``--dist each``, else after
-collection when a test uses ``ddtree_load``), and the merged load table.
+collection when a test uses ``ddtree_load``), and the merged load table; the
+regressions of a tripped ``--benchmark-compare-fail`` gate, one line each; and
+the line of a failure in pytest's short test summary, codes first.
 """
 
 from __future__ import annotations
