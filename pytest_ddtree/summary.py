@@ -9,6 +9,8 @@ the line of a failure in pytest's short test summary, codes first.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pytest_ddtree.runtime import Runtime
@@ -207,7 +209,25 @@ def write_regressions(tr: pytest.TerminalReporter, regressions: list[tuple[str, 
         return
     tr.write_sep("-", f"--benchmark-compare-fail: {len(regressions)} regression(s)", red=True)
     for name, why in regressions:
-        tr.write_line(f"REGRESSION {name}: {why}", red=True)
+        tr.write_line(f"REGRESSION {name}: {_regression_text(why)}", red=True)
+
+
+_CHECK = re.compile(
+    r"Field '(\w+)' has failed (Percentage|Difference)RegressionCheck: (\S+) > (\S+)"
+)
+
+
+def _regression_text(why: str) -> str:
+    """``median 47.1% slower than the baseline (limit 10%)`` from pytest-benchmark's
+    ``Field 'median' has failed PercentageRegressionCheck: 47.090628174 > 10.000000000``;
+    any other text as it is."""
+    m = _CHECK.fullmatch(why.strip())
+    if m is None:
+        return why
+    field, kind, value, limit = m.group(1), m.group(2), float(m.group(3)), float(m.group(4))
+    if kind == "Percentage":
+        return f"{field} {value:.1f}% slower than the baseline (limit {limit:g}%)"
+    return f"{field} {value:.6g} s slower than the baseline (limit {limit:g} s)"
 
 
 def gate_exit_status(config: pytest.Config, status: int) -> int:
