@@ -355,3 +355,13 @@ def test_short_summary_names_a_load_failure_without_its_module(
     line = next(ln for ln in result.stdout.lines if ln.startswith("FAILED "))
     # "SLO missed at ..." or, on a busy machine, "SLO verdict withheld: the client was ..."
     assert line.startswith("FAILED test_l.py::test_load - LoadError: SLO "), line
+
+
+def test_regression_lines_read_as_words() -> None:
+    from pytest_ddtree.summary import _regression_text
+
+    assert (
+        _regression_text("Field 'min' has failed DifferenceRegressionCheck: 0.250000000 > 0.1")
+        == "min 0.25 s slower than the baseline (limit 0.1 s)"
+    )
+    assert _regression_text("something else entirely") == "something else entirely"
