@@ -46,7 +46,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for opt in OPTIONS:
         env = f" [env: {', '.join(opt.env)}]" if opt.env else ""
         default = f" [default: {opt.default}]" if opt.default is not None and not opt.flag else ""
-        text = f"{opt.help}{default}{env}"
+        # argparse %-formats help strings: a literal % (goodput=95%) must be doubled
+        text = f"{opt.help}{default}{env}".replace("%", "%%")
         if opt.flag:
             group.addoption(opt.cli, action="store_const", const=True, dest=opt.dest, help=text)
         elif opt.repeatable:
@@ -137,7 +138,12 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pluggy.Result[Any], None]:
     outcome = yield
-    item.config.stash[SESSION_KEY].end_phase(item, outcome.get_result())
+    report = outcome.get_result()
+    item.config.stash[SESSION_KEY].end_phase(item, report)
+    if report.failed:
+        from pytest_ddtree.summary import short_crash_line
+
+        short_crash_line(report, call.excinfo)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
@@ -145,6 +151,10 @@ def pytest_sessionfinish(session: pytest.Session) -> Generator[None, pluggy.Resu
     # before pytest-benchmark and JUnit finish: they report what this leaves
     session.config.stash[SESSION_KEY].finish(session)
     yield
+    # after the terminal summary: a tripped --benchmark-compare-fail gate fails the run
+    from pytest_ddtree.summary import gate_exit_status
+
+    session.exitstatus = gate_exit_status(session.config, session.exitstatus)
 
 
 def pytest_terminal_summary(
@@ -153,6 +163,18 @@ def pytest_terminal_summary(
     from pytest_ddtree.summary import write_summary
 
     write_summary(terminalreporter, config.stash[SESSION_KEY])
+
+
+@pytest.hookimpl(wrapper=True, specname="pytest_terminal_summary")
+def pytest_terminal_summary_gate(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> Generator[None, None, None]:
+    """A tripped ``--benchmark-compare-fail`` gate: one line per regression, no traceback."""
+    from pytest_ddtree.summary import take_regressions, write_regressions
+
+    regressions = take_regressions(config)
+    yield
+    write_regressions(terminalreporter, regressions)
 
 
 # ---------------------------------------------------------------- fixtures

@@ -178,9 +178,12 @@ def parse_url(raw: str, source: str, name: str = "endpoint") -> str:
 
 def parse_budgets(raw: str, source: str) -> tuple[int, ...]:
     """Comma-separated positive integers, kept in the given order, no repeats."""
-    items = [p.strip() for p in raw.split(",") if p.strip()]
-    if not items:
+    items = [p.strip() for p in raw.split(",")]
+    if not any(items):
         raise _fail("budgets", raw, source, "expected a comma-separated list like 16,64,256")
+    if "" in items:  # 16,,64 or 16,64, is a typo, not a shorter list
+        where = items.index("") + 1
+        raise _fail("budgets", raw, source, f"item {where} is empty (expected e.g. 16,64,256)")
     out: list[int] = []
     for item in items:
         if not re.fullmatch(r"\d+", item) or int(item) < 1:

@@ -2,16 +2,23 @@
 
 Also load mode's: the total load and how it is spread (in the header when
 load options were given or tests are split with ``--dist each``, else after
-collection when a test uses ``ddtree_load``), and the merged load table.
+collection when a test uses ``ddtree_load``), and the merged load table; the
+regressions of a tripped ``--benchmark-compare-fail`` gate, one line each; and
+the line of a failure in pytest's short test summary, codes first.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
 from pytest_ddtree.runtime import Runtime
 from pytest_ddtree.session import DDTreeSession
 from pytest_ddtree.settings import budget_label
+
+#: the regressions a ``--benchmark-compare-fail`` gate found (name, why), once taken
+REGRESSIONS_KEY = pytest.StashKey[list[tuple[str, str]]]()
 
 #: options whose explicit value puts the load line in the header
 LOAD_OPTIONS = ("slo", "load_concurrency", "load_rate", "load_requests")
@@ -106,6 +113,11 @@ def write_summary(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     _write_load(tr, session)
     for line in session.report_lines:  # where the report went (or why not)
         tr.write_line(line)
+    if session.settings.report is None and (session.summary is not None or session.load):
+        tr.write_line(
+            "ddtree: add --ddtree-report DIR for sweep.json and sweep.html "
+            "(every request, the charts, and the load section)"
+        )
     settings = session.settings
     if settings.skip_checks:
         tr.write_sep("-", "pytest-ddtree: weakened run", yellow=True)
@@ -154,6 +166,7 @@ def _write_sweep(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
 def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     if not session.load:
         return
+    from pytest_ddtree.load.metrics import never_drafted_lines
     from pytest_ddtree.load.tester import render_table
 
     tr.write_sep("-", "pytest-ddtree load")
@@ -162,9 +175,86 @@ def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
         tr.write_line(f"{test.nodeid}: merged from {test.where}; total load per point{cut}")
         for line in render_table(test.stats, test.schedule).splitlines():
             tr.write_line("  " + line)
+        for line in never_drafted_lines(test.stats):
+            tr.write_line(f"  WARNING: {line}", yellow=True)
         if test.unreliable:
             tr.write_line(
                 "  UNRELIABLE points: the client was saturated there; its own queueing "
                 "is in those latencies (spread the load with -n K --dist each)",
                 yellow=True,
             )
+
+
+def take_regressions(config: pytest.Config) -> list[tuple[str, str]]:
+    """pytest-benchmark's ``--benchmark-compare-fail`` findings, taken before it raises on them.
+
+    pytest-benchmark raises ``PerformanceRegression`` from its terminal summary when a
+    comparison fails: the run then ends in a long traceback, and every summary after its
+    own (the sweep table, pytest's closing line) is lost. Taken here, the findings are
+    written as one line each and the exit status is set instead (``gate_exit_status``).
+    """
+    bench = getattr(config, "_benchmarksession", None)
+    found = getattr(bench, "performance_regressions", None)
+    if not isinstance(found, list) or not found:
+        return []
+    taken = [(str(name), str(why)) for name, why in found]
+    found.clear()
+    config.stash[REGRESSIONS_KEY] = taken
+    return taken
+
+
+def write_regressions(tr: pytest.TerminalReporter, regressions: list[tuple[str, str]]) -> None:
+    """One line per regression the gate found."""
+    if not regressions:
+        return
+    tr.write_sep("-", f"--benchmark-compare-fail: {len(regressions)} regression(s)", red=True)
+    for name, why in regressions:
+        tr.write_line(f"REGRESSION {name}: {_regression_text(why)}", red=True)
+
+
+_CHECK = re.compile(
+    r"Field '(\w+)' has failed (Percentage|Difference)RegressionCheck: (\S+) > (\S+)"
+)
+
+
+def _regression_text(why: str) -> str:
+    """``median 47.1% slower than the baseline (limit 10%)`` from pytest-benchmark's
+    ``Field 'median' has failed PercentageRegressionCheck: 47.090628174 > 10.000000000``;
+    any other text as it is."""
+    m = _CHECK.fullmatch(why.strip())
+    if m is None:
+        return why
+    field, kind, value, limit = m.group(1), m.group(2), float(m.group(3)), float(m.group(4))
+    if kind == "Percentage":
+        return f"{field} {value:.1f}% slower than the baseline (limit {limit:g}%)"
+    return f"{field} {value:.6g} s slower than the baseline (limit {limit:g} s)"
+
+
+def gate_exit_status(config: pytest.Config, status: int) -> int:
+    """The run's exit status, a failure when the compare gate found a regression."""
+    if config.stash.get(REGRESSIONS_KEY, None) and status == pytest.ExitCode.OK:
+        return int(pytest.ExitCode.TESTS_FAILED)
+    return status
+
+
+def short_crash_line(
+    report: pytest.TestReport, excinfo: pytest.ExceptionInfo[BaseException] | None
+) -> None:
+    """Put the violation codes where the short test summary shows them.
+
+    pytest shows the exception's qualified name first (``pytest_ddtree.violation.
+    InvariantError``) and cuts the line at the terminal's width, so at 80 columns
+    the codes were never seen; this line starts with them, and the project's other
+    exceptions are named without their module. The message is otherwise whole, as
+    JUnit XML's failure message carries it.
+    """
+    from pytest_ddtree.violation import InvariantError
+
+    exc = excinfo.value if excinfo is not None else None
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if exc is None or crash is None or not hasattr(crash, "message"):
+        return
+    if isinstance(exc, InvariantError):
+        crash.message = exc.coded_message
+    elif type(exc).__module__.startswith("pytest_ddtree."):  # LoadError: its counts and codes
+        crash.message = f"{type(exc).__name__}: {exc}"

@@ -68,6 +68,15 @@ class InvariantError(AssertionError):
         return f"{text}\n{self.footer}" if self.footer else text
 
     @property
+    def coded_message(self) -> str:
+        """The message with the codes in front: what pytest's short test summary shows.
+
+        The summary is cut at the terminal's width after the test's id, so the codes
+        come first, before the count, and the class is not named.
+        """
+        return f"[{', '.join(self.codes)}] {self.render()}"
+
+    @property
     def codes(self) -> list[str]:
         """The distinct codes, in order of first appearance."""
         seen: list[str] = []

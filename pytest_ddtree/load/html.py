@@ -6,8 +6,10 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
-from pytest_ddtree.load.metrics import PointStats
+from pytest_ddtree.load.metrics import PointStats, acceptance_cell, never_drafted_lines
+from pytest_ddtree.load.recommend import Choice
 from pytest_ddtree.load.record import LoadTestResult
+from pytest_ddtree.settings import budget_label
 
 __all__ = ["latency_chart", "render_load_section"]
 
@@ -65,7 +67,7 @@ def latency_chart(stats: Sequence[PointStats], metric: str, title: str) -> str:
                     f'<polyline fill="none" stroke="{color}" stroke-width="2"{dash} '
                     f'points="{" ".join(coords)}"/>'
                 )
-        label = "server-default" if b is None else str(b)
+        label = budget_label(b)
         ly = top + 14 * j + 6
         parts.append(
             f'<line x1="{w - right + 10}" x2="{w - right + 28}" y1="{ly}" y2="{ly}" '
@@ -89,7 +91,7 @@ def _table(stats: Sequence[PointStats]) -> str:
             client = f"{cpt * 1e6:.0f} µs/token" if cpt else "ok"
             if s.client.saturated:
                 client = "SATURATED: " + s.client.reason()
-        budget = "server-default" if s.tree_budget is None else str(s.tree_budget)
+        budget = budget_label(s.tree_budget) + (" (never drafted)" if s.never_drafted else "")
         codes = ", ".join(f"{c} ×{k}" for c, k in s.codes.items())
         rows.append(
             "<tr>"
@@ -107,7 +109,7 @@ def _table(stats: Sequence[PointStats]) -> str:
                     f"{s.requests_per_second:.2f}",
                     f"{s.achieved_concurrency:.2f}",
                     good,
-                    "-" if s.mean_acceptance is None else f"{s.mean_acceptance:.2f}",
+                    acceptance_cell(s),
                     client,
                 )
             )
@@ -134,24 +136,28 @@ def _table(stats: Sequence[PointStats]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
+def _choice_item(c: Choice) -> str:
+    if not c.chosen:
+        text = "no valid budget (no budget had every request valid)"
+    else:
+        text = f"{c.label} (TPOT p50 {c.tpot_ms or 0:.2f} ms"
+        text += f", 95% CI {c.ci_ms[0]:.2f}–{c.ci_ms[1]:.2f}" if c.ci_ms else ""
+        text += ")" if c.decisive else "; a tie with the runner-up at this noise)"
+    text += " — UNRELIABLE: client saturated" if c.unreliable else ""
+    return f"<li>{escape(c.point.label)}: {escape(text)}</li>"
+
+
+def _never_drafted(stats: Sequence[PointStats]) -> str:
+    lines = never_drafted_lines(stats)
+    return "".join(f'<div class="notice">{escape(line)}</div>' for line in lines)
+
+
 def render_load_section(tests: Sequence[LoadTestResult]) -> str:
     """One card per load test: the schedule, the charts and the table."""
     out = []
     for test in tests:
         nodeid, stats, schedule = test.nodeid, test.stats, test.schedule
-        choices = "".join(
-            f"<li>{escape(c.point.label)}: "
-            + (
-                "no valid budget"
-                if c.tree_budget is None
-                else f"{c.tree_budget} (TPOT p50 {c.tpot_ms:.2f} ms"
-                + (f", 95% CI {c.ci_ms[0]:.2f}–{c.ci_ms[1]:.2f}" if c.ci_ms else "")
-                + (")" if c.decisive else "; a tie with the runner-up at this noise)")
-            )
-            + (" — UNRELIABLE: client saturated" if c.unreliable else "")
-            + "</li>"
-            for c in schedule.choices
-        )
+        choices = "".join(_choice_item(c) for c in schedule.choices)
         where = test.where
         out.append(
             '<section class="card"><h2>Load: '
@@ -160,7 +166,7 @@ def render_load_section(tests: Sequence[LoadTestResult]) -> str:
             f"samples of {escape(where)}; loads are totals.</p>"
             f"<p><strong>Schedule: {escape(schedule.text())}</strong>"
             f"{' (the best budget changes with load)' if schedule.changes_with_load else ''}"
-            f"</p><ul>{choices}</ul>"
+            f"</p><ul>{choices}</ul>{_never_drafted(stats)}"
             f"{latency_chart(stats, 'tpot', 'TPOT vs load')}"
             f"{latency_chart(stats, 'ttft', 'TTFT vs load')}"
             f"{_table(stats)}</section>"

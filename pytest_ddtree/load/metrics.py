@@ -32,6 +32,7 @@ from typing import Any
 
 from pytest_ddtree.load.arrivals import LoadPoint
 from pytest_ddtree.load.slo import SLO
+from pytest_ddtree.settings import budget_label
 from pytest_ddtree.sweep import quantile
 
 __all__ = [
@@ -40,7 +41,9 @@ __all__ = [
     "LoadSample",
     "Percentiles",
     "PointStats",
+    "acceptance_cell",
     "merge_health",
+    "never_drafted_lines",
     "percentiles",
     "summarize_point",
 ]
@@ -76,6 +79,16 @@ class LoadSample:
     worker: str = "main"
     #: timing-based checks not judged because the client was saturated at this point
     withheld: tuple[str, ...] = ()
+    #: draft tokens the server reported making and accepting (None: not reported)
+    drafted: int | None = None
+    accepted: int | None = None
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted over drafted tokens; None when nothing was drafted or a count is unknown."""
+        if self.drafted is None or self.accepted is None or self.drafted <= 0:
+            return None
+        return self.accepted / self.drafted
 
     @property
     def end(self) -> float:
@@ -117,6 +130,8 @@ class LoadSample:
             "prompt_id": self.prompt_id,
             "worker": self.worker,
             "withheld": list(self.withheld),
+            "drafted": self.drafted,
+            "accepted": self.accepted,
         }
 
     @classmethod
@@ -139,7 +154,13 @@ class LoadSample:
             prompt_id=data.get("prompt_id"),
             worker=str(data.get("worker", "main")),
             withheld=tuple(str(c) for c in data.get("withheld", ())),
+            drafted=_count(data.get("drafted")),
+            accepted=_count(data.get("accepted")),
         )
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 @dataclass(frozen=True)
@@ -305,6 +326,16 @@ class PointStats:
     ttft_offset: Percentiles | None = None
     #: requests whose timing-based checks were withheld (the client was saturated)
     withheld: int = 0
+    #: mean accepted / drafted tokens, for a server that reports counts but no length
+    mean_acceptance_rate: float | None = None
+    #: draft tokens summed over the requests that reported a count, and how many did
+    drafted: int = 0
+    draft_reports: int = 0
+
+    @property
+    def never_drafted(self) -> bool:
+        """Requests reported their draft counts and not one drafted a token: no speculation."""
+        return self.draft_reports > 0 and self.drafted == 0
 
     @property
     def invalid(self) -> int:
@@ -364,6 +395,10 @@ class PointStats:
             "goodput_rate": self.goodput_rate,
             "slo_met": self.slo_met,
             "mean_acceptance_length": self.mean_acceptance,
+            "mean_acceptance_rate": self.mean_acceptance_rate,
+            "drafted_tokens": self.drafted,
+            "draft_reports": self.draft_reports,
+            "never_drafted": self.never_drafted,
             "client": self.client.to_json() if self.client is not None else None,
             "unreliable": self.unreliable,
             "workers": list(self.workers),
@@ -410,6 +445,8 @@ def summarize_point(
         s.ttft - s.server_ttft for s in valid if s.ttft is not None and s.server_ttft is not None
     ]
     accept = [s.acceptance for s in valid if s.acceptance is not None]
+    rates = [r for s in valid if (r := s.acceptance_rate) is not None]
+    counted = [s.drafted for s in samples if s.drafted is not None]
     return PointStats(
         point=point,
         tree_budget=budget,
@@ -433,4 +470,35 @@ def summarize_point(
         tpot_values=tuple(tpots),
         ttft_offset=percentiles(offsets),
         withheld=sum(1 for s in samples if s.withheld),
+        mean_acceptance_rate=statistics.fmean(rates) if rates else None,
+        drafted=sum(counted),
+        draft_reports=len(counted),
     )
+
+
+def acceptance_cell(s: PointStats) -> str:
+    """Mean acceptance length, else the acceptance rate (``rate 0.42``), ``no drafts``, or ``-``.
+
+    A server that reports drafted and accepted tokens but not its rounds
+    (llama.cpp) has no honest length; its rate is shown, marked as such.
+    """
+    if s.mean_acceptance is not None:
+        return f"{s.mean_acceptance:.2f}"
+    if s.mean_acceptance_rate is not None:
+        return f"rate {s.mean_acceptance_rate:.2f}"
+    return "no drafts" if s.never_drafted else "-"
+
+
+def never_drafted_lines(stats: Sequence[PointStats]) -> list[str]:
+    """One warning per budget whose load points drafted no token at all, with the counts."""
+    by_budget: dict[int | None, list[PointStats]] = {}
+    for s in stats:
+        if s.never_drafted:
+            by_budget.setdefault(s.tree_budget, []).append(s)
+    return [
+        f"speculation never drafted at budget {budget_label(budget)}: 0 draft tokens in "
+        f"{sum(s.draft_reports for s in points)} request(s) that reported their drafts, at "
+        f"{', '.join(s.point.label for s in points)}; these timings are the target model's "
+        "alone, not speculative decoding"
+        for budget, points in by_budget.items()
+    ]

@@ -18,6 +18,7 @@ from typing import Any
 
 from pytest_ddtree.load.arrivals import LoadPoint
 from pytest_ddtree.load.metrics import PointStats
+from pytest_ddtree.settings import budget_label
 from pytest_ddtree.sweep import bootstrap_median_ci, bootstrap_median_difference
 
 __all__ = ["Choice", "Schedule", "recommend"]
@@ -25,7 +26,12 @@ __all__ = ["Choice", "Schedule", "recommend"]
 
 @dataclass(frozen=True)
 class Choice:
-    """The recommendation at one load point."""
+    """The recommendation at one load point.
+
+    ``tree_budget`` None is the server's own budget (``--ddtree-budget-mode none``)
+    when ``chosen``; ``chosen`` False means no budget had every request valid
+    there. The runner-up is told apart the same way by ``has_runner_up``.
+    """
 
     point: LoadPoint
     tree_budget: int | None
@@ -35,12 +41,24 @@ class Choice:
     margin: tuple[float, float, float] | None = None
     excluded: tuple[int | None, ...] = ()
     unreliable: bool = False
+    chosen: bool = True
+    has_runner_up: bool = False
+
+    @property
+    def label(self) -> str | None:
+        """The chosen budget as tables name it (``64``, ``server-default``); None if none."""
+        return budget_label(self.tree_budget) if self.chosen else None
+
+    @property
+    def runner_up_label(self) -> str | None:
+        """The runner-up as tables name it; None when there is none."""
+        return budget_label(self.runner_up) if self.has_runner_up else None
 
     @property
     def decisive(self) -> bool:
         """True when the runner-up is slower beyond the confidence interval (or absent)."""
-        if self.runner_up is None:
-            return self.tree_budget is not None
+        if not self.has_runner_up:
+            return self.chosen
         return self.margin is not None and self.margin[1] > 0
 
     def to_json(self) -> dict[str, Any]:
@@ -48,10 +66,13 @@ class Choice:
         return {
             "point": self.point.to_json(),
             "label": self.point.label,
+            "chosen": self.chosen,
             "tree_budget": self.tree_budget,
+            "budget_label": self.label,
             "tpot_ms": self.tpot_ms,
             "ci_ms": list(self.ci_ms) if self.ci_ms else None,
             "runner_up": self.runner_up,
+            "runner_up_label": self.runner_up_label,
             "runner_up_slower": list(self.margin) if self.margin else None,
             "decisive": self.decisive,
             "excluded": list(self.excluded),
@@ -68,22 +89,22 @@ class Schedule:
     @property
     def changes_with_load(self) -> bool:
         """True when the best budget is not the same at every load point."""
-        return len({c.tree_budget for c in self.choices if c.tree_budget is not None}) > 1
+        return len({c.label for c in self.choices if c.chosen}) > 1
 
     def text(self) -> str:
         """``C<=4: 128, C<=16: 64, C>16: 16`` (``rate<=2/s: ...`` for rates); one per mode."""
         parts: list[str] = []
         for mode in ("concurrency", "rate"):
-            picks = [c for c in self.choices if c.point.mode == mode and c.tree_budget is not None]
+            picks = [c for c in self.choices if c.point.mode == mode and c.chosen]
             if not picks:
                 continue
             name, unit = ("C", "") if mode == "concurrency" else ("rate", "/s")
-            groups: list[tuple[float, int | None]] = []  # (highest value, budget)
+            groups: list[tuple[float, str | None]] = []  # (highest value, budget label)
             for c in picks:
-                if groups and groups[-1][1] == c.tree_budget:
-                    groups[-1] = (c.point.value, c.tree_budget)
+                if groups and groups[-1][1] == c.label:
+                    groups[-1] = (c.point.value, c.label)
                 else:
-                    groups.append((c.point.value, c.tree_budget))
+                    groups.append((c.point.value, c.label))
             if len(groups) == 1:
                 parts.append(f"all {name}: {groups[0][1]}")
                 continue
@@ -94,12 +115,17 @@ class Schedule:
                     parts.append(f"{name}>{groups[i - 1][0]:g}{unit}: {budget}")
         return ", ".join(parts) if parts else "no valid budget"
 
-    def best(self, point: LoadPoint) -> int | None:
-        """The chosen budget at ``point`` (None when no budget was valid there)."""
+    def choice(self, point: LoadPoint) -> Choice:
+        """The choice at ``point``."""
         for c in self.choices:
             if c.point == point:
-                return c.tree_budget
+                return c
         raise KeyError(point.label)
+
+    def best(self, point: LoadPoint) -> int | None:
+        """The chosen budget at ``point``: None for the server's own budget, and also when
+        no budget was valid there (``choice(point).chosen`` tells the two apart)."""
+        return self.choice(point).tree_budget
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON."""
@@ -127,7 +153,9 @@ def recommend(stats: Sequence[PointStats], *, seed: int = 0) -> Schedule:
         unreliable = any(s.unreliable for s in group)
         if not ok:
             choices.append(
-                Choice(point, None, None, None, excluded=excluded, unreliable=unreliable)
+                Choice(
+                    point, None, None, None, excluded=excluded, unreliable=unreliable, chosen=False
+                )
             )
             continue
         ranked = sorted(ok, key=lambda s: (statistics.median(s.tpot_values), -(s.tree_budget or 0)))
@@ -154,6 +182,7 @@ def recommend(stats: Sequence[PointStats], *, seed: int = 0) -> Schedule:
                 margin,
                 excluded,
                 unreliable,
+                has_runner_up=runner is not None,
             )
         )
     return Schedule(tuple(choices))

@@ -3,8 +3,9 @@
 ``ttft=500ms,tpot=50ms,e2e=2s`` sets per-request limits (``itl`` too, judged on
 the request's worst gap); a request is *good* when it is valid and within every
 limit. ``goodput=95%`` (optional, default 100%) is the share of requests that
-must be good for the SLO to hold. Units: ``us``, ``ms``, ``s`` (bare numbers are
-milliseconds).
+must be good for the SLO to hold; a bare number is a percentage too, but one of
+1 or less (``0.95``) is refused as an ambiguous fraction. Units: ``us``, ``ms``,
+``s`` (bare numbers are milliseconds).
 """
 
 from __future__ import annotations
@@ -73,7 +74,11 @@ def parse_slo(raw: str, source: str) -> SLO:
         if key in values:
             raise bad(f"{key} is given twice")
         if key == "goodput":
-            m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*%?", value)
+            m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(%?)", value)
+            if m and not m.group(2) and float(m.group(1)) <= 1:
+                # 0.95 is a fraction, read as 0.95% it would almost never fail
+                shown = f"{float(m.group(1)) * 100:g}%"
+                raise bad(f"goodput {value!r} has no %: write the share as a percentage, {shown}")
             share = float(m.group(1)) / 100 if m else math.nan
             if not (0 < share <= 1):
                 raise bad(f"goodput {value!r} is not a percentage in (0, 100], e.g. 95%")

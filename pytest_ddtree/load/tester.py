@@ -14,12 +14,14 @@ from pytest_ddtree.load.metrics import (
     ClientHealth,
     LoadSample,
     PointStats,
+    acceptance_cell,
     merge_health,
     summarize_point,
 )
-from pytest_ddtree.load.recommend import Schedule, recommend
+from pytest_ddtree.load.recommend import Choice, Schedule, recommend
 from pytest_ddtree.load.runner import Endpoint, Prompt, run_point, validate
 from pytest_ddtree.load.slo import SLO
+from pytest_ddtree.settings import budget_label
 
 __all__ = ["LoadError", "LoadResult", "LoadTester", "analyse", "render_table"]
 
@@ -80,59 +82,104 @@ def _ms(p: Any, attr: str) -> str:
     return "-" if p is None else f"{getattr(p, attr) * 1000:.1f}"
 
 
+_HEAD = (
+    "load",
+    "budget",
+    "ok/n",
+    "TTFT p50/p99",
+    "ITL p50/p99",
+    "TPOT p50/p99",
+    "e2e p50/p99",
+    "tok/s",
+    "req/s",
+    "C seen",
+    "goodput",
+    "accept",
+    "vs srv",
+    "client",
+)
+#: every column right-aligned (numbers) but the first and the last (prose)
+_LEFT = {0, len(_HEAD) - 1}
+#: what the columns mean, printed under the table; docs/load.md has the long form
+LEGEND = (
+    "ms; ok/n valid/sent; C seen achieved concurrency; accept mean acceptance length "
+    "(rate: accepted/drafted, 'no drafts': speculation never drafted); vs srv client TTFT "
+    "minus the server's (ms); client load generator CPU per token (docs: load.md#columns)"
+)
+
+
+def _client_cell(s: PointStats) -> str:
+    if s.client is None:
+        return "-"
+    cpt = s.client.cpu_per_token
+    client = f"{cpt * 1e6:.0f}us/tok" if cpt else "ok"
+    if s.client.saturated:
+        client = "SATURATED: " + s.client.reason()
+        if s.withheld:
+            client += f"; timing checks withheld on {s.withheld} request(s)"
+    if s.client.retries:
+        client += f"; {s.client.retries} sent again on a fresh connection"
+    return client
+
+
+def _cells(s: PointStats) -> tuple[str, ...]:
+    def pair(p: Any) -> str:
+        return f"{_ms(p, 'p50')}/{_ms(p, 'p99')}"
+
+    return (
+        s.point.label,
+        budget_label(s.tree_budget),
+        f"{s.valid}/{s.requests}",
+        pair(s.ttft),
+        pair(s.itl),
+        pair(s.tpot),
+        pair(s.e2e),
+        f"{s.output_tokens_per_second:.0f}",
+        f"{s.requests_per_second:.1f}",
+        f"{s.achieved_concurrency:.1f}",
+        "-" if s.slo is None else f"{s.goodput_share:.0%}",
+        acceptance_cell(s),
+        _ms(s.ttft_offset, "p50"),
+        _client_cell(s),
+    )
+
+
+def _choice_line(c: Choice) -> str:
+    if not c.chosen:
+        return f"best at {c.point.label}: none (no budget had every request valid)"
+    ci = f" [{c.ci_ms[0]:.2f}, {c.ci_ms[1]:.2f}]" if c.ci_ms else ""
+    tpot = f"TPOT p50 {c.tpot_ms:.2f} ms{ci}" if c.tpot_ms is not None else "no TPOT"
+    vs = ""
+    if c.has_runner_up and c.margin is not None:
+        vs = (
+            f"; runner-up {c.runner_up_label} is {c.margin[0]:+.1%} slower "
+            f"[{c.margin[1]:+.1%}, {c.margin[2]:+.1%}]"
+        )
+        vs += "" if c.decisive else " (a tie at this noise)"
+    elif not c.has_runner_up:
+        vs = "; the only valid budget"
+    warn = " (UNRELIABLE: client saturated)" if c.unreliable else ""
+    return f"best at {c.point.label}: {c.label} ({tpot}){vs}{warn}"
+
+
 def render_table(stats: Sequence[PointStats], schedule: Schedule) -> str:
     """Per budget × load point: latencies (ms, p50/p99), rates, concurrency, goodput.
 
-    ``vs srv`` is the median of the client's TTFT minus the server's own (ms), where the
-    server reports one.
+    Columns are as wide as their widest cell, so no budget label or figure runs
+    into its neighbour. ``vs srv`` is the median of the client's TTFT minus the
+    server's own (ms), where the server reports one.
     """
-    head = (
-        f"{'load':<12}{'budget':>7}{'ok/n':>9}{'TTFT p50/p99':>15}{'ITL p50/p99':>14}"
-        f"{'TPOT p50/p99':>14}{'e2e p50/p99':>15}{'tok/s':>9}{'req/s':>8}{'C seen':>8}"
-        f"{'goodput':>9}{'accept':>7}{'vs srv':>8}  client"
-    )
-    lines = [head]
-    for s in stats:
-        budget = "server-default" if s.tree_budget is None else str(s.tree_budget)
-        good = "-" if s.slo is None else f"{s.goodput_share:.0%}"
-        acc = "-" if s.mean_acceptance is None else f"{s.mean_acceptance:.2f}"
-        client = "-"
-        if s.client is not None:
-            cpt = s.client.cpu_per_token
-            client = f"{cpt * 1e6:.0f}us/tok" if cpt else "ok"
-            if s.client.saturated:
-                client = "SATURATED: " + s.client.reason()
-                if s.withheld:
-                    client += f"; timing checks withheld on {s.withheld} request(s)"
-            if s.client.retries:
-                client += f"; {s.client.retries} sent again on a fresh connection"
-        lines.append(
-            f"{s.point.label:<12}{budget:>7}{f'{s.valid}/{s.requests}':>9}"
-            f"{_ms(s.ttft, 'p50') + '/' + _ms(s.ttft, 'p99'):>15}"
-            f"{_ms(s.itl, 'p50') + '/' + _ms(s.itl, 'p99'):>14}"
-            f"{_ms(s.tpot, 'p50') + '/' + _ms(s.tpot, 'p99'):>14}"
-            f"{_ms(s.e2e, 'p50') + '/' + _ms(s.e2e, 'p99'):>15}"
-            f"{s.output_tokens_per_second:>9.0f}{s.requests_per_second:>8.1f}"
-            f"{s.achieved_concurrency:>8.1f}{good:>9}{acc:>7}{_ms(s.ttft_offset, 'p50'):>8}"
-            f"  {client}"
-        )
-    for c in schedule.choices:
-        if c.tree_budget is None:
-            lines.append(f"best at {c.point.label}: none (no budget had every request valid)")
-            continue
-        ci = f" [{c.ci_ms[0]:.2f}, {c.ci_ms[1]:.2f}]" if c.ci_ms else ""
-        if c.runner_up is not None and c.margin is not None:
-            vs = (
-                f"; runner-up {c.runner_up} is {c.margin[0]:+.1%} slower "
-                f"[{c.margin[1]:+.1%}, {c.margin[2]:+.1%}]"
-            )
-            vs += "" if c.decisive else " (a tie at this noise)"
-        else:
-            vs = ""
-        warn = " (UNRELIABLE: client saturated)" if c.unreliable else ""
-        lines.append(
-            f"best at {c.point.label}: {c.tree_budget} (TPOT p50 {c.tpot_ms:.2f} ms{ci}){vs}{warn}"
-        )
+    rows = [_HEAD, *(_cells(s) for s in stats)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(_HEAD))]
+    lines = []
+    for row in rows:
+        cells = [
+            cell.ljust(w) if i in _LEFT else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+    lines.append(f"({LEGEND})")
+    lines.extend(_choice_line(c) for c in schedule.choices)
     changes = "changes with load" if schedule.changes_with_load else "same at every load point"
     lines.append(f"schedule: {schedule.text()} ({changes})")
     return "\n".join(lines)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from html import escape
@@ -35,6 +35,7 @@ from pytest_ddtree.sweep import (
     SweepSummary,
     budget_label,
 )
+from pytest_ddtree.sweep.statistics import never_drafted_lines
 
 if TYPE_CHECKING:
     from pytest_ddtree.load import LoadTestResult
@@ -586,15 +587,35 @@ def _meta_value(v: Any) -> str:
     return str(v)
 
 
+def _counts_table(counts: Mapping[str, Any]) -> str:
+    """``{client: {counter: n}}`` (the transport counts) as a table, one row per client."""
+    columns = list(dict.fromkeys(k for row in counts.values() for k in row))
+    head = "".join(f"<th>{escape(c.replace('_', ' '))}</th>" for c in columns)
+    rows = "".join(
+        f"<tr><td>{escape(str(name))}</td>"
+        + "".join(f"<td>{escape(str(row.get(c, '-')))}</td>" for c in columns)
+        + "</tr>"
+        for name, row in counts.items()
+    )
+    return (
+        f'<table class="stats"><thead><tr><th>client</th>{head}</tr></thead>'
+        f"<tbody>{rows}</tbody></table>"
+    )
+
+
 def _metadata(run: SweepRun, summary: SweepSummary) -> str:
     meta = run.metadata.to_json()
     meta.setdefault("seed", run.seed)
     meta["requests"] = f"{len(run.samples)} ({sum(s.valid for s in run.samples)} valid)"
-    rows = [
-        f"<dt>{escape(str(k))}</dt><dd>{escape(_meta_value(v))}</dd>"
-        for k, v in meta.items()
-        if v not in (None, "", [], {}) and k != "notes"
-    ]
+    rows = []
+    for k, v in meta.items():
+        if v in (None, "", [], {}) or k == "notes":
+            continue
+        if isinstance(v, Mapping) and v and all(isinstance(x, Mapping) for x in v.values()):
+            value = _counts_table(v)  # a table per client, not a Python dict
+        else:
+            value = escape(_meta_value(v))
+        rows.append(f"<dt>{escape(str(k))}</dt><dd>{value}</dd>")
     del summary
     return f'<dl class="meta">{"".join(rows)}</dl>'
 
@@ -772,6 +793,7 @@ def render_html(
             "at once). Compare budgets within this run only; for absolute figures run serially."
         )
     notices.extend(meta.notes)
+    notices.extend(never_drafted_lines(summary.budgets))
     charts = _charts(run, summary, colors)
     if load_cards and not run.samples:  # load tests only: no empty sweep sections
         return _page(

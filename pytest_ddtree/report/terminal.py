@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pytest_ddtree.sweep import BudgetStats, SweepSummary, budget_label
+from pytest_ddtree.sweep.statistics import never_drafted_lines
 
 HEADERS = (
     "tree_budget",
@@ -18,6 +19,12 @@ HEADERS = (
 )
 # Numbers read best right-aligned; the verdict is prose.
 _RIGHT = (True, True, True, True, True, True, True, False)
+#: what the columns mean, printed under the table; docs/sweep.md has the long form
+LEGEND = (
+    "accept len: tokens committed per decode round (rate: accepted/drafted; 'no drafts': "
+    "speculation never drafted); verify steps: decode rounds per request; srv/cli: server's "
+    "decode rate over the client's, near 1.00 when honest (docs: sweep.md#columns)"
+)
 
 
 def _rate(x: float | None) -> str:
@@ -29,7 +36,7 @@ def _ms(x: float | None) -> str:
 
 
 def acceptance_cell(st: BudgetStats) -> str:
-    """Mean acceptance length, else the acceptance rate (``rate 0.85``), else ``-``.
+    """Mean acceptance length, else the acceptance rate (``rate 0.85``), ``no drafts``, or ``-``.
 
     A server that reports drafted and accepted tokens but not its rounds
     (llama.cpp) has no honest length; its rate is shown, marked as such.
@@ -38,7 +45,7 @@ def acceptance_cell(st: BudgetStats) -> str:
         return f"{st.mean_acceptance_length:.2f}"
     if st.mean_acceptance_rate is not None:
         return f"rate {st.mean_acceptance_rate:.2f}"
-    return "-"
+    return "no drafts" if st.never_drafted else "-"
 
 
 def _row(st: BudgetStats) -> tuple[str, ...]:
@@ -82,11 +89,13 @@ def table_lines(summary: SweepSummary, *, notes: Sequence[str] = ()) -> list[str
         lines.append("  ".join(cells).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
+    lines.append(f"({LEGEND})")
     if any(st.concurrent for st in summary.budgets):
         lines.append(
             "note: timings were taken concurrently (pytest-xdist workers); "
             "compare budgets within this run only."
         )
     lines.extend(f"note: {n}" for n in notes)
+    lines.extend(f"WARNING: {w}" for w in never_drafted_lines(summary.budgets))
     lines.append(summary.recommendation.message)
     return lines

@@ -48,6 +48,8 @@ class SweepSample:
     worker: str | None = None
     concurrent: bool = False
     acceptance_rate: float | None = None
+    #: draft tokens the server reported making (None: not reported)
+    drafted_tokens: int | None = None
 
     @classmethod
     def from_completion(
@@ -87,6 +89,7 @@ class SweepSample:
             worker=worker,
             concurrent=concurrent,
             acceptance_rate=None if stats is None else _finite(stats.acceptance_rate),
+            drafted_tokens=None if stats is None else _int(stats.num_draft_tokens),
         )
 
     @property

@@ -197,6 +197,14 @@ class BudgetStats:
     verdict: str = ""
     # accepted / drafted tokens: shown only where the length is unknown (llama.cpp)
     mean_acceptance_rate: float | None = None
+    #: draft tokens summed over the requests that reported a count, and how many did
+    drafted_tokens: int = 0
+    draft_reports: int = 0
+
+    @property
+    def never_drafted(self) -> bool:
+        """Requests reported their draft counts and not one drafted a token: no speculation."""
+        return self.draft_reports > 0 and self.drafted_tokens == 0
 
     @property
     def all_valid(self) -> bool:
@@ -237,6 +245,9 @@ class BudgetStats:
             "concurrent": self.concurrent,
             "verdict": self.verdict,
             "mean_acceptance_rate": self.mean_acceptance_rate,
+            "drafted_tokens": self.drafted_tokens,
+            "draft_reports": self.draft_reports,
+            "never_drafted": self.never_drafted,
         }
 
 
@@ -262,6 +273,7 @@ def budget_stats(
     codes: Counter[str] = Counter()
     for s in samples:
         codes.update(s.codes)
+    counted = [s.drafted_tokens for s in samples if s.drafted_tokens is not None]
     return BudgetStats(
         tree_budget=tree_budget,
         total=len(samples),
@@ -294,6 +306,8 @@ def budget_stats(
         ),
         concurrent=any(s.concurrent for s in samples),
         mean_acceptance_rate=_mean(s.acceptance_rate for s in valid),
+        drafted_tokens=sum(counted),
+        draft_reports=len(counted),
     )
 
 
@@ -415,6 +429,21 @@ def recommend(stats: Sequence[BudgetStats], *, seed: int = 0) -> Recommendation:
     return Recommendation(
         best.tree_budget, best.decode_median, best.decode_ci, tuple(tied), excluded, message
     )
+
+
+def never_drafted_lines(stats: Sequence[BudgetStats]) -> list[str]:
+    """One warning for the budgets whose requests drafted no token at all, with the counts."""
+    idle = [s for s in stats if s.never_drafted]
+    if not idle:
+        return []
+    which = "every budget" if len(idle) == len(stats) else "budget"
+    names = ", ".join(budget_label(s.tree_budget) for s in idle)
+    n = sum(s.draft_reports for s in idle)
+    return [
+        f"speculation never drafted at {which} {names}: 0 draft tokens in {n} request(s) that "
+        "reported their drafts; these timings are the target model's alone, not speculative "
+        "decoding"
+    ]
 
 
 @dataclass(frozen=True)

@@ -289,3 +289,79 @@ def test_endpoint_without_v1_fails_at_start(pytester: pytest.Pytester, reference
     result = pytester.runpytest(f"--ddtree-endpoint={reference_server.root_url}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: ddtree: *: HTTP 404; is this an OpenAI-compatible*"])
+
+
+def _squeezed(text: str) -> str:
+    """``text`` without whitespace: argparse wraps help where it likes (even after a hyphen)."""
+    return "".join(text.split())
+
+
+def test_help_renders_every_option(pytester: pytest.Pytester) -> None:
+    from pytest_ddtree.settings import OPTIONS
+
+    result = pytester.runpytest("--help")
+    assert result.ret == 0, result.stderr.str()
+    out = _squeezed(result.stdout.str())
+    assert "goodput=95%" in out  # a literal percent sign, not an argparse placeholder
+    for opt in OPTIONS:
+        flag = opt.cli if opt.flag else f"{opt.cli}={opt.metavar}"
+        assert _squeezed(f"{flag} {opt.help}") in out, opt.cli
+        assert _squeezed(f"{opt.ini} ({'linelist' if opt.repeatable else 'string'}):") in out
+
+
+def test_short_summary_shows_the_codes_at_80_columns(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(
+        test_s="""
+        def test_short(ddtree_client, ddtree_check):
+            c = ddtree_client.chat("Write a detailed essay about rivers.", max_tokens=8)
+            ddtree_check(c, allowed_finish_reasons=["stop"])
+        """
+    )
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("BUILD_NUMBER", raising=False)
+    result = pytester.runpytest("-rf", "--ddtree-budgets=16", "--junitxml=out.xml", *FAST)
+    result.assert_outcomes(failed=1)
+    line = next(ln for ln in result.stdout.lines if ln.startswith("FAILED "))
+    assert len(line) <= 80, line
+    # the old line, cut at 80 columns: "... - pytest_ddtree.violation.InvariantError: 1 out..."
+    assert line.startswith("FAILED test_s.py::test_short - [finish-reason] 1 output-"), line
+    # JUnit XML's failure message keeps the whole message, evidence included
+    import xml.etree.ElementTree as ET
+
+    failure = next(ET.parse(pytester.path / "out.xml").getroot().iter("failure"))
+    message = failure.get("message", "")
+    assert message.startswith("[finish-reason] 1 output-quality invariant(s) broken"), message
+    assert "finish_reason 'length' is not one of ['stop']" in message
+
+
+def test_short_summary_names_a_load_failure_without_its_module(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(
+        test_l="""
+        def test_load(ddtree_load):
+            ddtree_load(["Write about rivers."], tree_budgets=[16], concurrencies=[1],
+                        requests=2, max_tokens=8)
+        """
+    )
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("BUILD_NUMBER", raising=False)
+    result = pytester.runpytest("-rf", "--ddtree-slo=ttft=1us", *FAST)
+    result.assert_outcomes(failed=1)
+    line = next(ln for ln in result.stdout.lines if ln.startswith("FAILED "))
+    # "SLO missed at ..." or, on a busy machine, "SLO verdict withheld: the client was ..."
+    assert line.startswith("FAILED test_l.py::test_load - LoadError: SLO "), line
+
+
+def test_regression_lines_read_as_words() -> None:
+    from pytest_ddtree.summary import _regression_text
+
+    assert (
+        _regression_text("Field 'min' has failed DifferenceRegressionCheck: 0.250000000 > 0.1")
+        == "min 0.25 s slower than the baseline (limit 0.1 s)"
+    )
+    assert _regression_text("something else entirely") == "something else entirely"

@@ -70,6 +70,13 @@ def test_env_fallback_order_for_api_key_and_no_repr_leak() -> None:
         ),
         ({}, {"ddtree_budgets": "0"}, {}, "invalid budgets '0' (from ini key ddtree_budgets)"),
         (
+            {"ddtree_budgets": "16,,64"},
+            {},
+            {},
+            "invalid budgets '16,,64' (from option --ddtree-budgets): item 2 is empty",
+        ),
+        ({}, {}, {"DDTREE_BUDGETS": "16,64,"}, "(from environment variable DDTREE_BUDGETS): item"),
+        (
             {},
             {},
             {"DDTREE_BUDGETS": "8,8"},

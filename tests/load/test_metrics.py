@@ -111,6 +111,8 @@ def test_slo_parsing() -> None:
         ("ttft=1s,ttft=2s", "ttft is given twice"),
         ("goodput=120%", "not a percentage"),
         ("goodput=90%", "set at least one limit"),
+        ("ttft=1s,goodput=0.95", "goodput '0.95' has no %: write the share as a percentage, 95%"),
+        ("ttft=1s,goodput=1", "write the share as a percentage, 100%"),
     ],
 )
 def test_bad_slo_one_line(raw: str, why: str) -> None:
@@ -230,3 +232,103 @@ def test_merge_of_split_samples_equals_one_run() -> None:
     one, _ = analyse(whole)
     two, _ = analyse(merged)
     assert one[0].to_json() == two[0].to_json()
+
+
+def _cells(line: str) -> list[str]:
+    """The cells of a table line: columns are at least two spaces apart."""
+    return [c.strip() for c in line.strip().split("  ") if c.strip()]
+
+
+def test_table_columns_stay_apart_for_every_budget_label() -> None:
+    from pytest_ddtree.load import render_table
+
+    c1, c16 = LoadPoint("concurrency", 1), LoadPoint("concurrency", 16)
+    samples = [
+        LoadSample(p, None, float(i), 24.0 + i, 0.128, (0.0229,), 128, True)
+        for p in (c1, c16)
+        for i in range(4)
+    ]
+    stats, schedule = analyse(samples)
+    lines = render_table(stats, schedule).splitlines()
+    head, rows = _cells(lines[0]), [_cells(line) for line in lines[1:3]]
+    assert all(len(r) == len(head) for r in rows), lines
+    assert [r[1] for r in rows] == ["server-default", "server-default"]
+    assert rows[0][6] == "25500.0/26970.0"  # e2e p50/p99, not run into the TPOT column
+    # every column starts at the same place on every line
+    starts = [lines[0].index(h) for h in ("ok/n", "tok/s", "client")]
+    for line in lines[1:3]:
+        assert [line[s - 1] for s in starts] == [" ", " ", " "], line
+
+
+def test_the_servers_own_budget_is_a_choice_not_no_budget() -> None:
+    c1, c4 = LoadPoint("concurrency", 1), LoadPoint("concurrency", 4)
+    stats, schedule = analyse(_tpot_samples(c1, None, 0.01) + _tpot_samples(c4, None, 0.02))
+    assert all(c.chosen and c.label == "server-default" for c in schedule.choices)
+    assert schedule.text() == "all C: server-default"
+    assert schedule.to_json()["points"][0]["budget_label"] == "server-default"
+    assert schedule.to_json()["points"][0]["chosen"] is True
+    from pytest_ddtree.load import render_table
+
+    text = render_table(stats, schedule)
+    assert "best at C=1: server-default (TPOT p50" in text and "no budget" not in text
+    # an invalid point is "none", never the server's budget
+    bad = [LoadSample(c1, None, 0.0, 1.0, 0.1, (), 10, False, ("role-leak",))]
+    _, schedule = analyse(bad)
+    assert not schedule.choices[0].chosen and schedule.choices[0].label is None
+    assert schedule.text() == "no valid budget"
+    assert schedule.to_json()["points"][0]["budget_label"] is None
+
+
+def test_acceptance_rate_and_never_drafted_are_shown() -> None:
+    from pytest_ddtree.load import render_table
+    from pytest_ddtree.load.metrics import never_drafted_lines
+
+    c1 = LoadPoint("concurrency", 1)
+    drafted = [
+        LoadSample(c1, 8, float(i), 1.0, 0.1, (0.01,), 50, True, drafted=10, accepted=k)
+        for i, k in enumerate((4, 6))
+    ]
+    idle = [
+        LoadSample(c1, 16, float(i), 1.0, 0.1, (0.01,), 50, True, drafted=0, accepted=0)
+        for i in range(3)
+    ]
+    unknown = [LoadSample(c1, 32, 0.0, 1.0, 0.1, (0.01,), 50, True)]
+    stats, schedule = analyse(drafted + idle + unknown)
+    by_budget = {s.tree_budget: s for s in stats}
+    assert by_budget[8].mean_acceptance_rate == pytest.approx(0.5)
+    assert not by_budget[8].never_drafted
+    assert by_budget[16].never_drafted and by_budget[16].draft_reports == 3
+    assert not by_budget[32].never_drafted  # no count reported: nothing is claimed
+    lines = render_table(stats, schedule).splitlines()
+    rows = {r[1]: r for r in (_cells(x) for x in lines[1:4])}
+    assert (rows["8"][11], rows["16"][11], rows["32"][11]) == ("rate 0.50", "no drafts", "-")
+    assert never_drafted_lines(stats) == [
+        "speculation never drafted at budget 16: 0 draft tokens in 3 request(s) that reported "
+        "their drafts, at C=1; these timings are the target model's alone, not speculative "
+        "decoding"
+    ]
+    assert by_budget[16].to_json()["never_drafted"] is True
+    back = LoadSample.from_json(drafted[0].to_json())
+    assert (back.drafted, back.accepted) == (10, 4)
+
+
+def test_html_keeps_the_servers_budget_apart_and_marks_no_drafts() -> None:
+    from html import escape
+
+    from pytest_ddtree.load.html import render_load_section
+    from pytest_ddtree.load.metrics import never_drafted_lines
+    from pytest_ddtree.load.record import LoadTestResult
+
+    c1 = LoadPoint("concurrency", 1)
+    samples = [
+        LoadSample(c1, None, float(i), 1.0, 0.1, (0.01,), 50, True, drafted=0, accepted=0)
+        for i in range(4)
+    ]
+    stats, schedule = analyse(samples)
+    page = render_load_section(
+        [LoadTestResult("t.py::test_load", 1, ("main",), False, stats, schedule, tuple(samples))]
+    )
+    assert "<li>C=1: server-default (TPOT p50" in page
+    assert "no valid budget" not in page
+    assert "<td>server-default (never drafted)</td>" in page and "<td>no drafts</td>" in page
+    assert escape(never_drafted_lines(stats)[0]) in page

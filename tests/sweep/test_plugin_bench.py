@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -254,3 +255,36 @@ def test_plain(ddtree_client, ddtree_check):
     )
     result = pytester.runpytest(*_args(healthy_server, "-p", "no:benchmark"))
     result.assert_outcomes(passed=1)
+
+
+def test_a_tripped_compare_gate_ends_in_one_line_per_regression(
+    pytester: pytest.Pytester, reference_server: Any
+) -> None:
+    pytester.makepyfile(BENCH_TEST)
+    args = _args(reference_server, "--ddtree-budgets=16,64", "--benchmark-storage=file://store")
+    first = pytester.runpytest(*args, "--benchmark-save=base")
+    first.assert_outcomes(passed=2)
+    saved = next((pytester.path / "store").rglob("*base.json"))
+    data = json.loads(saved.read_text())
+    for bench in data["benchmarks"]:  # a baseline a thousand times faster: a sure regression
+        for key in ("min", "max", "mean", "median"):
+            bench["stats"][key] /= 1000
+    saved.write_text(json.dumps(data))
+    result = pytester.runpytest(
+        *args, "--benchmark-compare=0001", "--benchmark-compare-fail=median:5%"
+    )
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, out
+    assert "Traceback" not in out and "INTERNALERROR" not in out, out
+    regressions = [ln for ln in out.splitlines() if ln.startswith("REGRESSION ")]
+    assert len(regressions) == 2, out
+    for line in regressions:  # e.g. "... (0001_base): median 99733.5% slower than ..."
+        assert re.fullmatch(
+            r"REGRESSION test_gen\[tree_budget=(16|64)\] \(0001_base\): median [\d.]+% slower "
+            r"than the baseline \(limit 5%\)",
+            line,
+        ), line
+    # the ddtree summary and pytest's closing line are still there
+    result.stdout.fnmatch_lines(["*pytest-ddtree budget sweep*", "Recommended tree_budget=*"])
+    result.stdout.fnmatch_lines(["ddtree: add --ddtree-report DIR for sweep.json and sweep.html*"])
+    result.stdout.fnmatch_lines(["*2 passed*"])

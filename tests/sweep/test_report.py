@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+from html import escape
 from pathlib import Path
 
 import pytest
@@ -236,3 +237,54 @@ def test_acceptance_rate_is_shown_where_the_length_is_unknown() -> None:
     assert any("rate 0.85" in line for line in table_lines(summarize(samples)))
     again = SweepSample.from_json(samples[0].to_json())
     assert again.acceptance_rate == 0.8
+
+
+def test_a_sweep_that_never_drafted_says_so() -> None:
+    from pytest_ddtree.sweep import summarize
+
+    samples = [
+        SweepSample(
+            budget,
+            "p",
+            r,
+            True,
+            completion_tokens=64,
+            decode_tokens_per_second=40.0 + r,
+            drafted_tokens=drafted,
+        )
+        for budget, drafted in ((16, 0), (64, 5))
+        for r in range(3)
+    ]
+    summary = summarize(samples)
+    lines = table_lines(summary)
+    rows = {ln.split()[0]: ln for ln in lines[2:4]}
+    assert "no drafts" in rows["16"] and "no drafts" not in rows["64"]
+    warning = (
+        "WARNING: speculation never drafted at budget 16: 0 draft tokens in 3 request(s) that "
+        "reported their drafts; these timings are the target model's alone, not speculative "
+        "decoding"
+    )
+    assert warning in lines
+    assert summary.budgets[0].to_json()["never_drafted"] is True
+    assert escape(warning.removeprefix("WARNING: ")) in render_html(SweepRun(samples=samples))
+    only_idle = summarize([s for s in samples if s.tree_budget == 16])
+    assert any("at every budget 16" in ln for ln in table_lines(only_idle))
+    assert SweepSample.from_json(samples[3].to_json()).drafted_tokens == 5
+
+
+def test_terminal_table_has_a_legend() -> None:
+    lines = table_lines(_run().summary())
+    legend = next(ln for ln in lines if ln.startswith("(accept len"))
+    assert "verify steps" in legend and "srv/cli" in legend and "sweep.md#columns" in legend
+
+
+def test_html_shows_transport_counts_as_a_table() -> None:
+    run = _run(False)
+    run.metadata.extra["transport"] = {
+        "endpoint": {"requests": 12, "reuse_retries": 1},
+        "baseline": {"requests": 3, "reuse_retries": 0},
+    }
+    page = render_html(run)
+    assert "{'requests'" not in page and "requests=" not in page
+    assert "<th>client</th><th>requests</th><th>reuse retries</th>" in page
+    assert "<tr><td>endpoint</td><td>12</td><td>1</td></tr>" in page
