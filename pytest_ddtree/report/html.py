@@ -78,6 +78,9 @@ def _nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
         pad = abs(lo) * 0.1 or 1.0
         lo, hi = lo - pad, hi + pad
     raw = (hi - lo) / count
+    if not (math.isfinite(raw) and raw > 0.0):
+        # a span that overflows or underflows a float: no round steps to find
+        return [lo, hi]
     mag = 10 ** math.floor(math.log10(raw))
     step = mag
     for m in (1.0, 2.0, 2.5, 5.0, 10.0):
