@@ -98,7 +98,9 @@ class SweepSample:
         s, c = self.server_tokens_per_second, self.decode_tokens_per_second
         if s is None or c is None or c <= 0:
             return None
-        return s / c
+        ratio = s / c
+        # a rate so close to zero that the ratio overflows says nothing (and JSON has no inf)
+        return ratio if math.isfinite(ratio) else None
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form (for ``sweep.json`` and xdist transport)."""
