@@ -18,8 +18,16 @@ from pytest_ddtree.load.metrics import (
     summarize_point,
 )
 from pytest_ddtree.load.recommend import Schedule, recommend
-from pytest_ddtree.load.runner import Endpoint, Prompt, run_point, validate
+from pytest_ddtree.load.runner import (
+    CLIENT_TIMEOUT,
+    NOT_SENT,
+    Endpoint,
+    Prompt,
+    run_point,
+    validate,
+)
 from pytest_ddtree.load.slo import SLO
+from pytest_ddtree.wire.protocol import StallGuard
 
 __all__ = ["LoadError", "LoadResult", "LoadTester", "analyse", "render_table"]
 
@@ -169,6 +177,7 @@ class LoadTester:
         dialect: str = "auto",
         stats_map: Mapping[str, str] | None = None,
         counter: Any = None,
+        guard: StallGuard | None = None,
         share: int = 0,
         shares: int = 1,
         worker: str = "main",
@@ -187,6 +196,7 @@ class LoadTester:
         self.dialect = dialect
         self.stats_map = dict(stats_map or {})
         self.counter = counter
+        self.guard = guard
         self.share = share
         self.shares = max(1, shares)
         self.worker = worker
@@ -296,7 +306,7 @@ class LoadTester:
         )
         if self.sink is not None:
             self.sink(result)
-        problem = failure_message(result.stats)
+        problem = failure_message(result.stats, self.endpoint)
         if problem:
             raise LoadError(problem)
         return result
@@ -343,6 +353,7 @@ class LoadTester:
                         point,
                         seed=self.seed + self.share,
                         expect=[per_prompt[k] for k in which],
+                        guard=self.guard,
                     )
                 )
                 cpu0 = time.thread_time()
@@ -364,25 +375,72 @@ class LoadTester:
                 health.setdefault((whole, budget), []).append(h)
 
 
-def failure_message(stats: Sequence[PointStats]) -> str:
-    """Why a load run fails (invalid requests first, then SLO misses); empty when it passes."""
-    total = sum(s.requests for s in stats)
-    bad = sum(s.invalid for s in stats)
-    if bad:
-        codes: dict[str, int] = {}
-        evidence = ""
-        where = []
-        for s in stats:
-            for code, k in s.codes.items():
-                codes[code] = codes.get(code, 0) + k
-            if s.invalid:
-                where.append(f"{s.point.label} tree_budget={s.tree_budget}: {s.invalid}")
-                evidence = evidence or s.first_evidence
-        listed = ", ".join(f"{c} x{k}" for c, k in sorted(codes.items(), key=lambda i: -i[1]))
-        return (
-            f"{bad} of {total} requests under load broke output-quality invariants ({listed}); "
-            f"not counted in the latencies; at {'; '.join(where)}\nfirst evidence:\n{evidence}"
+#: codes of requests that hit the client's own limits: no verdict on the outputs
+CLIENT_LIMIT_CODES = frozenset({CLIENT_TIMEOUT, NOT_SENT})
+
+
+def _client_limit_message(
+    limited: Mapping[str, int],
+    total: int,
+    where: Sequence[str],
+    endpoint: Endpoint | None,
+    evidence: Mapping[str, str],
+) -> str:
+    """The client's own limits, said as such: no verdict on the server's outputs."""
+    timed_out, unsent = limited.get(CLIENT_TIMEOUT, 0), limited.get(NOT_SENT, 0)
+    t = endpoint.timeout if endpoint is not None else None
+    limits = f" (connect={t.connect:g},read={t.read:g},total={t.total:g})" if t else ""
+    lines = []
+    if timed_out:
+        lines.append(
+            f"{timed_out} of {total} requests under load got no complete answer within the "
+            f"client's time limits{limits}: the server queued them at this load. This is the "
+            "client's limit, not a verdict on the outputs; raise --ddtree-timeout or lower "
+            "the concurrency (--ddtree-load-concurrency)"
         )
+    if unsent:
+        lines.append(
+            f"{unsent} request(s) not sent: the stall guard stopped the load point after the "
+            "endpoint stalled or sent runaway answers twice in a row"
+        )
+    at = f"; at {'; '.join(where)}" if where else ""
+    first = evidence.get("limit") or ""
+    return "\n".join(lines) + at + (f"\nfirst:\n{first}" if first else "")
+
+
+def failure_message(stats: Sequence[PointStats], endpoint: Endpoint | None = None) -> str:
+    """Why a load run fails (invalid requests first, then SLO misses); empty when it passes.
+
+    Requests that timed out on the client's limits while the server queued them, or
+    that the stall guard kept from being sent, are reported as that, apart from the
+    requests whose outputs broke invariants.
+    """
+    total = sum(s.requests for s in stats)
+    codes: dict[str, int] = {}
+    where: dict[str, list[str]] = {"limit": [], "bad": []}
+    evidence = {"limit": "", "bad": ""}
+    for s in stats:
+        for code, k in s.codes.items():
+            codes[code] = codes.get(code, 0) + k
+        if s.invalid:
+            side = "limit" if set(s.codes) <= CLIENT_LIMIT_CODES else "bad"
+            where[side].append(f"{s.point.label} tree_budget={s.tree_budget}: {s.invalid}")
+            evidence[side] = evidence[side] or s.first_evidence
+    parts = []
+    broken = {c: k for c, k in codes.items() if c not in CLIENT_LIMIT_CODES}
+    if broken:
+        bad = sum(s.invalid for s in stats if not set(s.codes) <= CLIENT_LIMIT_CODES)
+        listed = ", ".join(f"{c} x{k}" for c, k in sorted(broken.items(), key=lambda i: -i[1]))
+        parts.append(
+            f"{bad} of {total} requests under load broke output-quality invariants ({listed}); "
+            f"not counted in the latencies; at {'; '.join(where['bad'] or where['limit'])}"
+            f"\nfirst evidence:\n{evidence['bad'] or evidence['limit']}"
+        )
+    limited = {c: k for c, k in codes.items() if c in CLIENT_LIMIT_CODES}
+    if limited:
+        parts.append(_client_limit_message(limited, total, where["limit"], endpoint, evidence))
+    if parts:
+        return "\n".join(parts)
     misses, withheld = [], []
     for s in stats:
         if s.slo_met is False:
