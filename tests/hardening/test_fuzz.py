@@ -18,6 +18,7 @@ from pytest_ddtree.settings import DIALECTS
 from pytest_ddtree.violation import Violation
 from pytest_ddtree.wire import dialects
 from pytest_ddtree.wire.client import DDTreeClient
+from pytest_ddtree.wire.completion import Completion
 from pytest_ddtree.wire.protocol import (
     StreamDecoder,
     chunk_choice,
@@ -25,7 +26,6 @@ from pytest_ddtree.wire.protocol import (
     parse_json,
     plain_choice,
 )
-from pytest_ddtree.wire.completion import Completion
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

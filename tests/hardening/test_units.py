@@ -15,8 +15,8 @@ from pytest_ddtree.settings import MAX_BUDGET, MAX_MAX_TOKENS, SettingsError, Ti
 from pytest_ddtree.violation import Violation
 from pytest_ddtree.wire import _net
 from pytest_ddtree.wire.client import DDTreeClient
-from pytest_ddtree.wire.protocol import KEEP_ALL_CHUNKS, StreamDecoder
 from pytest_ddtree.wire.completion import RequestSpec
+from pytest_ddtree.wire.protocol import KEEP_ALL_CHUNKS, StreamDecoder
 
 from ._hostile import HostileServer
 
