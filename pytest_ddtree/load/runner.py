@@ -236,7 +236,7 @@ async def run_point(
     sent runaway answers, twice in a row), the point sends nothing more and its
     remaining requests come back ``not-sent``. Nothing is sent when the session's
     ``guard`` has tripped already, and the session's guard trips in turn when the
-    point found a dead endpoint (no answer at all) or a runaway one; a server that
+    point found a dead endpoint (no answer completed in time) or a runaway one; a server that
     answered some requests while others timed out in its queue is only slow for
     this load, and the requests after the point still go.
     """
@@ -291,7 +291,9 @@ async def run_point(
                 await send(raw)
 
             await asyncio.gather(*(at(o, r) for o, r in zip(offsets, raws, strict=True)))
-        cpu = time.thread_time() - cpu0
+        # a point that sent nothing generated no load: its CPU says nothing about the client
+        sent = any(r.kind != ErrorKind.NOT_SENT for r in raws)
+        cpu = time.thread_time() - cpu0 if sent else 0.0
         wall = time.perf_counter() - perf0
         stop.set()
         await monitor
@@ -347,7 +349,8 @@ def _report_to_session(
     """Trip the session's guard when the point found a runaway or a dead endpoint."""
     if session is None or session.tripped or local.reason is None:
         return
-    answered = any(r.status for r in raws)
+    # a queued server completes some answers while others time out; a dead one none
+    answered = any(r.status and r.kind not in STALL_KINDS for r in raws)
     if local.runaway or not answered:
         session.trip(local.reason)
 

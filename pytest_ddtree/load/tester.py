@@ -306,7 +306,7 @@ class LoadTester:
         )
         if self.sink is not None:
             self.sink(result)
-        problem = failure_message(result.stats, self.endpoint)
+        problem = failure_message(result.stats, self.endpoint, result.samples)
         if problem:
             raise LoadError(problem)
         return result
@@ -380,65 +380,74 @@ CLIENT_LIMIT_CODES = frozenset({CLIENT_TIMEOUT, NOT_SENT})
 
 
 def _client_limit_message(
-    limited: Mapping[str, int],
-    total: int,
-    where: Sequence[str],
-    endpoint: Endpoint | None,
-    evidence: Mapping[str, str],
+    samples: Sequence[LoadSample], total: int, endpoint: Endpoint | None
 ) -> str:
     """The client's own limits, said as such: no verdict on the server's outputs."""
-    timed_out, unsent = limited.get(CLIENT_TIMEOUT, 0), limited.get(NOT_SENT, 0)
+    timed_out = [s for s in samples if CLIENT_TIMEOUT in s.codes]
+    unsent = [s for s in samples if NOT_SENT in s.codes]
     t = endpoint.timeout if endpoint is not None else None
     limits = f" (connect={t.connect:g},read={t.read:g},total={t.total:g})" if t else ""
     lines = []
     if timed_out:
+        where = ", ".join(dict.fromkeys(_where(s) for s in timed_out))
         lines.append(
-            f"{timed_out} of {total} requests under load got no complete answer within the "
-            f"client's time limits{limits}: the server queued them at this load. This is the "
-            "client's limit, not a verdict on the outputs; raise --ddtree-timeout or lower "
-            "the concurrency (--ddtree-load-concurrency)"
+            f"{len(timed_out)} of {total} requests under load got no complete answer within "
+            f"the client's time limits{limits}, at {where}: the client's limit, no verdict on "
+            "the outputs. If the server is only slow at this load (its queue), raise "
+            "--ddtree-timeout or lower the concurrency (--ddtree-load-concurrency)"
         )
     if unsent:
+        where = ", ".join(dict.fromkeys(_where(s) for s in unsent))
         lines.append(
-            f"{unsent} request(s) not sent: the stall guard stopped the load point after the "
-            "endpoint stalled or sent runaway answers twice in a row"
+            f"{len(unsent)} request(s) not sent, at {where}: the stall guard stopped sending "
+            "after the endpoint stalled, or sent answers past the byte cap, twice in a row"
         )
-    at = f"; at {'; '.join(where)}" if where else ""
-    first = evidence.get("limit") or ""
-    return "\n".join(lines) + at + (f"\nfirst:\n{first}" if first else "")
+    first = (timed_out or unsent)[0].evidence
+    return "\n".join(lines) + (f"\nfirst:\n{first}" if first else "")
 
 
-def failure_message(stats: Sequence[PointStats], endpoint: Endpoint | None = None) -> str:
+def _where(sample: LoadSample) -> str:
+    return f"{sample.point.label} tree_budget={sample.tree_budget}"
+
+
+def failure_message(
+    stats: Sequence[PointStats],
+    endpoint: Endpoint | None = None,
+    samples: Sequence[LoadSample] = (),
+) -> str:
     """Why a load run fails (invalid requests first, then SLO misses); empty when it passes.
 
-    Requests that timed out on the client's limits while the server queued them, or
-    that the stall guard kept from being sent, are reported as that, apart from the
-    requests whose outputs broke invariants.
+    Requests that got no answer within the client's time limits, or that the stall
+    guard kept from being sent (``samples`` says which), are reported as that, apart
+    from the requests whose outputs broke invariants.
     """
     total = sum(s.requests for s in stats)
-    codes: dict[str, int] = {}
-    where: dict[str, list[str]] = {"limit": [], "bad": []}
-    evidence = {"limit": "", "bad": ""}
-    for s in stats:
-        for code, k in s.codes.items():
-            codes[code] = codes.get(code, 0) + k
-        if s.invalid:
-            side = "limit" if set(s.codes) <= CLIENT_LIMIT_CODES else "bad"
-            where[side].append(f"{s.point.label} tree_budget={s.tree_budget}: {s.invalid}")
-            evidence[side] = evidence[side] or s.first_evidence
+    limited = [s for s in samples if set(s.codes) & CLIENT_LIMIT_CODES]
+    broken = [s for s in samples if set(s.codes) - CLIENT_LIMIT_CODES]
+    bad = len(broken) if samples else sum(s.invalid for s in stats)
     parts = []
-    broken = {c: k for c, k in codes.items() if c not in CLIENT_LIMIT_CODES}
-    if broken:
-        bad = sum(s.invalid for s in stats if not set(s.codes) <= CLIENT_LIMIT_CODES)
-        listed = ", ".join(f"{c} x{k}" for c, k in sorted(broken.items(), key=lambda i: -i[1]))
+    if bad:
+        codes: dict[str, int] = {}
+        evidence = ""
+        where = []
+        for s in stats:
+            for code, k in s.codes.items():
+                if code not in CLIENT_LIMIT_CODES or not samples:
+                    codes[code] = codes.get(code, 0) + k
+            if s.invalid:
+                where.append(f"{s.point.label} tree_budget={s.tree_budget}: {s.invalid}")
+        evidence = (
+            broken[0].evidence
+            if broken
+            else next((s.first_evidence for s in stats if s.invalid), "")
+        )
+        listed = ", ".join(f"{c} x{k}" for c, k in sorted(codes.items(), key=lambda i: -i[1]))
         parts.append(
             f"{bad} of {total} requests under load broke output-quality invariants ({listed}); "
-            f"not counted in the latencies; at {'; '.join(where['bad'] or where['limit'])}"
-            f"\nfirst evidence:\n{evidence['bad'] or evidence['limit']}"
+            f"not counted in the latencies; at {'; '.join(where)}\nfirst evidence:\n{evidence}"
         )
-    limited = {c: k for c, k in codes.items() if c in CLIENT_LIMIT_CODES}
     if limited:
-        parts.append(_client_limit_message(limited, total, where["limit"], endpoint, evidence))
+        parts.append(_client_limit_message(limited, total, endpoint))
     if parts:
         return "\n".join(parts)
     misses, withheld = [], []

@@ -355,6 +355,7 @@ STATS_KEYS = ("usage", "timings", "ddtree_stats", "metrics", "meta_info", "error
 MAX_NOTES = 16
 
 _NEWLINES = re.compile(r"\r\n|\r|\n")
+_json_decode = json.JSONDecoder().decode
 
 
 class StreamDecoder:
@@ -431,6 +432,16 @@ class StreamDecoder:
     def _text(self, text: str) -> None:
         if not text:
             return
+        # the common read: exactly one whole ``data: ...`` event, LF-terminated
+        if (
+            text[:6] == "data: "
+            and text[-2:] == "\n\n"
+            and not (self._partial or self._data or self._cr)
+            and text.count("\n") == 2
+            and "\r" not in text
+        ):
+            self._event(text[6:-2])
+            return
         if self._cr:
             text = "\r" + text
             self._cr = False
@@ -479,11 +490,11 @@ class StreamDecoder:
         if self.done_seen:
             self._note(f"event after [DONE]: {data[:120]!r}")
             return
-        if data.strip() == "[DONE]":
+        if data[:1] != "{" and data.strip() == "[DONE]":
             self.done_seen = True
             return
         try:
-            obj = json.loads(data)
+            obj = _json_decode(data)
         except RecursionError:
             self._note(f"nested too deep to parse: {data[:120]}")
             return
@@ -493,7 +504,11 @@ class StreamDecoder:
         if not isinstance(obj, dict):
             self._note(data[:200])
             return
-        self._keep(obj)
+        if self._seen_chunks < KEEP_ALL_CHUNKS:  # inline: once per event
+            self._chunks.append((self._seen_chunks, obj))
+            self._seen_chunks += 1
+        else:
+            self._keep(obj)
         if "error" in obj:
             err = obj["error"]
             if len(self.error_events) < MAX_NOTES:
