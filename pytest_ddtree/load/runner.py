@@ -367,8 +367,7 @@ def completion_of(
     decoder: StreamDecoder | None = None
     if raw.spec.stream:
         decoder = StreamDecoder(raw.spec.api)
-        for chunk, stamp in zip(raw.chunks, raw.stamps, strict=True):
-            decoder.feed(chunk, stamp)
+        decoder.feed_many(raw.chunks, raw.stamps)
         if raw.complete:
             decoder.close()
     completion, _ = assemble(raw, decoder, dialect=dialect, stats_map=stats_map, counter=counter)

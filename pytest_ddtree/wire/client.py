@@ -33,6 +33,8 @@ from pytest_ddtree.wire.protocol import (
 )
 
 Messages = str | Sequence[Mapping[str, Any]]
+#: the keywords of ``chat``/``complete`` that shape the request (any other is a body field)
+REQUEST_KEYWORDS = ("max_tokens", "temperature", "tree_budget", "stream", "prompt_id", "headers")
 
 
 class Counter(Protocol):
@@ -267,31 +269,10 @@ class DDTreeClient:
         """
         return self._send(self.config.replay(spec))
 
-    def _request(
-        self,
-        prompt: Messages,
-        api: Api,
-        *,
-        max_tokens: int | None = None,
-        temperature: float = 0.0,
-        tree_budget: int | None = None,
-        stream: bool = True,
-        prompt_id: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        **extra: Any,
-    ) -> Completion:
-        spec = self.config.request(
-            prompt,
-            api=api,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            tree_budget=tree_budget,
-            stream=stream,
-            prompt_id=prompt_id,
-            headers=headers,
-            extra=extra,
-        )
-        return self._send(spec)
+    def _request(self, prompt: Messages, api: Api, **kwargs: Any) -> Completion:
+        # the request's own keywords go to ``EndpointConfig.request``; the rest is body
+        known = {k: kwargs.pop(k) for k in REQUEST_KEYWORDS if k in kwargs}
+        return self._send(self.config.request(prompt, api=api, extra=kwargs, **known))
 
     def _send(self, spec: RequestSpec) -> Completion:
         blocked = self.guard.blocked()
