@@ -407,7 +407,7 @@ class StreamDecoder:
     def feed_many(self, chunks: Sequence[bytes], stamps: Sequence[float]) -> None:
         """``feed`` each of ``chunks`` with its stamp (the same result, fewer calls: the
         load runner decodes a whole point's recorded bytes after it ran)."""
-        decode, event = self._decoder.decode, self._event
+        decode = self._decoder.decode
         for i, chunk in enumerate(chunks):
             self._now = stamps[i]
             try:
@@ -417,16 +417,7 @@ class StreamDecoder:
                 # byte and goes on replacing
                 text = self._decode(chunk, False)
                 decode = self._decoder.decode
-            if (
-                text[:6] == "data: "
-                and text[-2:] == "\n\n"
-                and not (self._partial or self._data or self._cr)
-                and text.count("\n") == 2
-                and "\r" not in text
-            ):
-                event(text[6:-2])
-            else:
-                self._text(text)
+            self._text(text)
             self.received += len(chunk)
 
     def _decode(self, chunk: bytes, final: bool) -> str:
@@ -457,16 +448,20 @@ class StreamDecoder:
     def _text(self, text: str) -> None:
         if not text:
             return
-        # the common read: exactly one whole ``data: ...`` event, LF-terminated
-        if (
-            text[:6] == "data: "
-            and text[-2:] == "\n\n"
-            and not (self._partial or self._data or self._cr)
-            and text.count("\n") == 2
-            and "\r" not in text
-        ):
-            self._event(text[6:-2])
-            return
+        # the common read: whole ``data: ...`` events, LF-terminated, nothing pending
+        if text[-2:] == "\n\n" and not (self._partial or self._data or self._cr):
+            body = text[:-2]
+            blocks = body.split("\n\n")
+            # no other newline, so each block is one line; every one a ``data: `` line
+            if (
+                text.count("\n") == 2 * len(blocks)
+                and "\r" not in text
+                and ("\n\n" + body).count("\n\ndata: ") == len(blocks)
+            ):
+                event = self._event
+                for block in blocks:
+                    event(block[6:])
+                return
         if self._cr:
             text = "\r" + text
             self._cr = False

@@ -6,6 +6,8 @@ answers like a correct server; the others each break one thing a broken deployme
 
 ========================  ==================================================================
 ``silent``                reads the request and never answers (until ``trickle_for``)
+``one-slot``              healthy, one request at a time, each taking ``interval`` seconds
+                          (a one-slot server: the others wait in its queue)
 ``trickle``               stream: headers, then one byte every ``interval`` seconds, forever
 ``trickle-headers``       the status line and headers themselves, one byte at a time
 ``trickle-body``          plain answer: headers, then the body one byte at a time
@@ -214,6 +216,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._write(_chunk(finish="stop"))
         self._write(b"data: [DONE]\n\n")
 
+    def _mode_one_slot(self, body: dict[str, Any]) -> None:
+        with self.server.slot:
+            time.sleep(self.server.interval)
+            self._mode_healthy(body)
+
     def _mode_silent(self, body: dict[str, Any]) -> None:
         self.close_connection = True
         stop = time.monotonic() + self.server.trickle_for
@@ -348,6 +355,7 @@ class HostileServer(ThreadingHTTPServer):
         self.limited: set[str] = set()
         self.models_body: bytes | None = None
         self.stopping = False
+        self.slot = threading.Lock()
         self._thread: threading.Thread | None = None
 
     @property

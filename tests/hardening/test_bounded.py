@@ -181,3 +181,26 @@ def test_load_against_hostile_answers_ends_cleanly_in_bounded_memory(
     # 10 MB answers and endless streams cost at most the byte cap, twice, then nothing
     peak_mib = json.loads((pytester.path / "peak.json").read_text())["peak_kib"] / 1024
     assert peak_mib < 150, peak_mib
+
+
+def test_timeouts_under_load_are_the_clients_limit_not_broken_outputs(
+    hostile: Callable[..., HostileServer],
+) -> None:
+    """A one-slot server queues a load of 4: the requests that wait past the read timeout
+    are reported as the client's limit (with the option to raise), never as invariants the
+    outputs broke, and the session's later requests still go (the server is only slow)."""
+    server = hostile("one-slot", interval=0.4)
+    config = EndpointConfig(server.base_url, timeout=Timeout(connect=2, read=1, total=10))
+    guard = StallGuard()
+    tester = LoadTester(
+        config, judge=lambda c, **e: check(c, **e), concurrencies=[4], requests=8, guard=guard
+    )
+    with pytest.raises(LoadError) as info:
+        tester(["Tell me about rivers."])
+    message = str(info.value)
+    assert "client's time limits (connect=2,read=1,total=10), at C=4" in message, message
+    assert "raise --ddtree-timeout" in message, message
+    assert "broke output-quality invariants" not in message, message
+    codes = {code for s in _samples_of(tester, "one-slot") for code in s.codes}
+    assert "client-timeout" in codes and codes <= {"client-timeout", "not-sent"}, codes
+    assert not guard.tripped  # some answers came: later requests of the session still go
