@@ -124,6 +124,7 @@ class DDTreeClient:
         self.count_chunks = count_chunks
         self.guard = guard if guard is not None else StallGuard(stall_limit)
         self.requests_sent = 0
+        self.not_sent = 0
         self.stats_seen = 0
         # counted, shown in the summary and the report, never hidden
         self.reuse_retries = 0
@@ -277,6 +278,7 @@ class DDTreeClient:
     def _send(self, spec: RequestSpec) -> Completion:
         blocked = self.guard.blocked()
         if blocked is not None:
+            self.not_sent += 1
             return failed(spec, blocked, ErrorKind.NOT_SENT)
         try:
             completion = self._attempts(spec)
@@ -414,6 +416,11 @@ class DDTreeClient:
             notes.append(
                 f"{self.rate_limited} HTTP 429 (rate-limited) answer(s); {self.retried_429} "
                 f"retried after Retry-After (--ddtree-retry-429={self.config.retry_429})"
+            )
+        if self.guard.reason is not None:
+            notes.append(
+                f"the stall guard stopped sending: {self.guard.reason}; {self.not_sent} "
+                "request(s) of this client were not sent"
             )
         if self.counter_failures:
             notes.append(
