@@ -91,25 +91,27 @@ async def _stream(http: httpx.AsyncClient, raw: RawRequest, endpoint: EndpointCo
         if name == "http11.send_request_headers.started":
             raw.sent = perf()
 
-    async with http.stream(
-        "POST", spec.url, json=spec.body, headers=spec.headers, extensions={"trace": trace}
-    ) as resp:
-        raw.headers_at = perf()
-        h = resp.headers
-        action = raw.head(resp.status_code, h.get("content-type"), h.get("retry-after"))
-        async for chunk in resp.aiter_bytes():
-            stamps.append(perf())
-            chunks.append(chunk)
-            raw.received += len(chunk)
-            if raw.received > cap:
-                raw.fail(endpoint.too_large(raw.received), ErrorKind.TOO_LARGE)
-                break
-        else:
-            raw.complete = True
-    if action != "stream" or raw.kind == ErrorKind.TOO_LARGE:
-        if action == "body" and raw.kind != ErrorKind.TOO_LARGE:
-            raw.body = b"".join(chunks)
-        if action != "stream":
+    action = ""
+    try:
+        async with http.stream(
+            "POST", spec.url, json=spec.body, headers=spec.headers, extensions={"trace": trace}
+        ) as resp:
+            raw.headers_at = perf()
+            h = resp.headers
+            action = raw.head(resp.status_code, h.get("content-type"), h.get("retry-after"))
+            async for chunk in resp.aiter_bytes():
+                stamps.append(perf())
+                chunks.append(chunk)
+                raw.received += len(chunk)
+                if raw.received > cap:
+                    raw.fail(endpoint.too_large(raw.received), ErrorKind.TOO_LARGE)
+                    break
+            else:
+                raw.complete = True
+    finally:
+        if action != "stream":  # a plain or error answer: its body whole, or nothing
+            if action == "body" and raw.complete:
+                raw.body = b"".join(chunks)
             chunks.clear()
             stamps.clear()
 
