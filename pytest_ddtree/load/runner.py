@@ -78,8 +78,15 @@ class RawRequest(Exchange):
         self.complete = False
 
 
-async def _stream(http: httpx.AsyncClient, raw: RawRequest, endpoint: EndpointConfig) -> None:
-    """Read one answer into ``raw``: stamp and keep the bytes, nothing else (the hot path)."""
+async def _stream(
+    http: httpx.AsyncClient, raw: RawRequest, endpoint: EndpointConfig, halt: list[str]
+) -> None:
+    """Read one answer into ``raw``: stamp and keep the bytes, nothing else (the hot path).
+
+    ``halt`` gets the guard's reason once the point's guard trips: the answers still in
+    flight stop at their next read (a runaway endpoint costs the byte cap twice, not once
+    per connection).
+    """
     spec = raw.spec
     cap = endpoint.max_response_bytes
     perf = time.perf_counter
@@ -99,12 +106,19 @@ async def _stream(http: httpx.AsyncClient, raw: RawRequest, endpoint: EndpointCo
             raw.headers_at = perf()
             h = resp.headers
             action = raw.head(resp.status_code, h.get("content-type"), h.get("retry-after"))
+            keep = action != "drain"  # a stream, or a plain or error body: kept
             async for chunk in resp.aiter_bytes():
-                stamps.append(perf())
-                chunks.append(chunk)
+                if keep:
+                    stamps.append(perf())
+                    chunks.append(chunk)
                 raw.received += len(chunk)
                 if raw.received > cap:
                     raw.fail(endpoint.too_large(raw.received), ErrorKind.TOO_LARGE)
+                    break
+                if halt:
+                    raw.fail(f"stopped mid-answer: {halt[0]}", ErrorKind.STOPPED)
+                    chunks.clear()  # not judged: its bytes would only hold memory
+                    stamps.clear()
                     break
             else:
                 raw.complete = True
@@ -116,15 +130,17 @@ async def _stream(http: httpx.AsyncClient, raw: RawRequest, endpoint: EndpointCo
             stamps.clear()
 
 
-async def _one(http: httpx.AsyncClient, raw: RawRequest, endpoint: EndpointConfig) -> None:
+async def _one(
+    http: httpx.AsyncClient, raw: RawRequest, endpoint: EndpointConfig, halt: list[str]
+) -> None:
     raw.sent = raw.issued = time.perf_counter()  # ``sent`` moves to the wire time, if any
     total = endpoint.timeout.total
     try:
         if sys.version_info >= (3, 11):
             async with asyncio.timeout(total):  # no extra task per request
-                await _stream(http, raw, endpoint)
+                await _stream(http, raw, endpoint, halt)
         else:  # pragma: no cover - Python 3.10
-            await asyncio.wait_for(_stream(http, raw, endpoint), timeout=total)
+            await asyncio.wait_for(_stream(http, raw, endpoint, halt), timeout=total)
     except (asyncio.TimeoutError, TimeoutError):
         raw.fail(endpoint.deadline(raw.received), ErrorKind.DEADLINE)
     except httpx.HTTPError as exc:
@@ -248,6 +264,7 @@ async def run_point(
     n = len(raws)
     c = point.concurrency
     local = _point_guard(guard)
+    halt: list[str] = []  # the guard's reason, once it trips: in-flight answers stop
     limit = min(c, n) if c is not None else max(1, min(n, max_connections))
     pool = _Pool(endpoint, limit, transport)
     try:
@@ -267,11 +284,13 @@ async def run_point(
                 return
             http = await pool.acquire()
             try:
-                http = await _attempts(pool, http, raw, endpoint)
+                http = await _attempts(pool, http, raw, endpoint, halt)
                 pool.used.add(id(http))
             finally:
                 await pool.release(http)
             local.note(raw.kind, raw.error, raw.status)
+            if not halt and local.reason is not None:
+                halt.append(local.reason)
 
         if c is not None:
             queue = iter(raws)
@@ -316,13 +335,13 @@ async def run_point(
 
 
 async def _attempts(
-    pool: _Pool, http: httpx.AsyncClient, raw: RawRequest, endpoint: Endpoint
+    pool: _Pool, http: httpx.AsyncClient, raw: RawRequest, endpoint: Endpoint, halt: list[str]
 ) -> httpx.AsyncClient:
     """Send ``raw``, again where ``protocol.Attempts`` says so; returns the client it ended on."""
     attempts = Attempts(endpoint)
     reused = id(http) in pool.used
     while True:
-        await _one(http, raw, endpoint)
+        await _one(http, raw, endpoint, halt)
         step = attempts.after(raw, reused=reused)
         if step is None:
             break
@@ -352,7 +371,7 @@ def _report_to_session(
     if session is None or session.tripped or local.reason is None:
         return
     # a queued server completes some answers while others time out; a dead one none
-    answered = any(r.status and r.kind not in STALL_KINDS for r in raws)
+    answered = any(r.status and r.kind not in STALL_KINDS | {ErrorKind.STOPPED} for r in raws)
     if local.runaway or not answered:
         session.trip(local.reason)
 
@@ -452,7 +471,7 @@ def _judged(
     A request that was not sent, or that hit the client's own time limits, is not
     judged: it says nothing about the outputs (``not-sent``, ``client-timeout``).
     """
-    if c.error_kind == ErrorKind.NOT_SENT:
+    if c.error_kind in (ErrorKind.NOT_SENT, ErrorKind.STOPPED):
         return (NOT_SENT,), f"{c.error}\n    request: {c.request.describe()}", ()
     if c.error_kind in STALL_KINDS:
         return (CLIENT_TIMEOUT,), f"{c.error}\n    request: {c.request.describe()}", ()

@@ -399,8 +399,9 @@ def _client_limit_message(
     if unsent:
         where = ", ".join(dict.fromkeys(_where(s) for s in unsent))
         lines.append(
-            f"{len(unsent)} request(s) not sent, at {where}: the stall guard stopped sending "
-            "after the endpoint stalled, or sent answers past the byte cap, twice in a row"
+            f"{len(unsent)} request(s) not sent or stopped mid-answer, at {where}: the stall "
+            "guard stopped the point after the endpoint stalled, or sent answers past the "
+            "byte cap, twice in a row"
         )
     first = (timed_out or unsent)[0].evidence
     return "\n".join(lines) + (f"\nfirst:\n{first}" if first else "")

@@ -52,6 +52,8 @@ class ErrorKind(str, enum.Enum):
     CLIENT = "client"
     #: not sent: the stall guard had tripped
     NOT_SENT = "not-sent"
+    #: cut mid-answer by the stall guard, which tripped on the requests beside it
+    STOPPED = "stopped"
     #: a 2xx stream that arrived incomplete or garbled (no [DONE], unparseable events)
     STREAM_INTEGRITY = "stream-integrity"
     #: a 2xx stream carrying an in-band error event
@@ -61,6 +63,9 @@ class ErrorKind(str, enum.Enum):
 
     def __str__(self) -> str:
         return str.__str__(self)
+
+    def __repr__(self) -> str:  # shown in evidence and reports as the plain value
+        return repr(self.value)
 
     def __format__(self, spec: str) -> str:
         return str.__format__(str(self), spec)
@@ -78,6 +83,7 @@ CLIENT_SIDE_KINDS = frozenset(
         ErrorKind.TOO_LARGE,
         ErrorKind.CLIENT,
         ErrorKind.NOT_SENT,
+        ErrorKind.STOPPED,
     }
 )
 #: kinds that mean the endpoint did not answer in time (the stall guard counts them)

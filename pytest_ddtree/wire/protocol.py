@@ -958,6 +958,7 @@ class StallGuard:
         self._stalls: list[str] = []
         self._cuts: list[str] = []
         self._reason: str | None = None
+        self._runaway = False
 
     def blocked(self) -> str | None:
         """The error of a request that must not be sent, or None to send it."""
@@ -970,6 +971,7 @@ class StallGuard:
                     f"({self._stalls[-1]})"
                 )
             elif len(self._cuts) >= self.limit:
+                self._runaway = True
                 self._reason = (
                     f"the endpoint sent {len(self._cuts)} answers in a row past the byte cap "
                     f"({self._cuts[-1]})"
@@ -997,7 +999,7 @@ class StallGuard:
     @property
     def runaway(self) -> bool:
         """Whether the guard tripped on answers cut at the byte cap."""
-        return self.tripped and len(self._cuts) >= self.limit
+        return self.tripped and self._runaway
 
     def record(self, completion: Completion) -> None:
         """Count one answer (or its absence)."""
@@ -1005,6 +1007,8 @@ class StallGuard:
 
     def note(self, kind: ErrorKind | None, error: str | None, status: int) -> None:
         """Count one answer from its kind, its error and its HTTP status."""
+        if self._reason is not None:  # tripped for good: what follows changes nothing
+            return
         if kind in STALL_KINDS:
             self._stalls.append(error or str(kind))
             self._cuts.clear()
