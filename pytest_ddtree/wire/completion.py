@@ -285,11 +285,6 @@ class Completion:
         return self.error_kind in CLIENT_SIDE_KINDS
 
     @property
-    def whole(self) -> bool:
-        """True when the answer arrived complete and clean (no ``error_kind`` at all)."""
-        return self.error_kind is None and self.ok
-
-    @property
     def ok(self) -> bool:
         """True when the HTTP exchange completed with a 2xx and no error."""
         return self.error is None and 200 <= self.status_code < 300
