@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pytest_ddtree.wire.completion import Completion, summarize_text
+from pytest_ddtree.wire.completion import Completion, ErrorKind, summarize_text
 
 #: Finish reasons of an answer the model ended itself (``stop``) or the budget ended
 #: (``length``); anything else (none, ``error``, ``abort``...) is an answer cut short.
@@ -24,7 +24,7 @@ WHOLE_FINISH_REASONS = frozenset({"stop", "length"})
 NOT_COMPARABLE = "not-comparable"
 
 # ``Completion.error_kind`` of a request the stall guard did not send.
-NOT_SENT_KIND = "not-sent"
+NOT_SENT_KIND = ErrorKind.NOT_SENT
 
 
 def kind_name(kind: object) -> str:

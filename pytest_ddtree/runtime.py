@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_ddtree.settings import Settings
 from pytest_ddtree.violation import Violation
 from pytest_ddtree.wire.client import DDTreeClient, EndpointError, root_url
+from pytest_ddtree.wire.protocol import EndpointConfig
 
 if TYPE_CHECKING:
     from pytest_ddtree.diagnose import Diagnoser, Diagnosis
@@ -89,23 +90,7 @@ class Runtime:
 def _make_client(
     settings: Settings, base_url: str, model: str | None, counter: Any
 ) -> DDTreeClient:
-    return DDTreeClient(
-        base_url,
-        model=model,
-        api_key=settings.api_key,
-        budget_mode=settings.budget_mode,
-        budget_field=settings.budget_field,
-        budget_endpoints=settings.budget_endpoints,
-        dialect=settings.dialect,
-        stats_map=settings.stats_map,
-        timeout=settings.timeout,
-        counter=counter,
-        max_tokens=settings.max_tokens,
-        enable_thinking=settings.enable_thinking,
-        api=settings.api,
-        max_response_bytes=settings.max_response_bytes,
-        retry_429=settings.retry_429,
-    )
+    return DDTreeClient(EndpointConfig.from_settings(settings, base_url, model), counter=counter)
 
 
 def start_embedded(settings: Settings) -> tuple[Any, Any]:

@@ -126,9 +126,12 @@ def write_summary(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
             "results do not prove these invariants hold"
         )
     runtime = session.runtime
-    if runtime is None or not runtime.client.requests_sent:
+    if runtime is None:
         return
     client = runtime.client
+    if not client.requests_sent:  # a load test alone: only what went wrong on the wire
+        _write_transport(tr, runtime)
+        return
     if settings.dialect == "auto":
         found = client.detected_dialect or "none (no speculation statistics seen)"
         tr.write_line(f"ddtree: statistics dialect detected: {found}")
@@ -140,6 +143,10 @@ def write_summary(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
             "run; try --ddtree-dialect auto",
             yellow=True,
         )
+    _write_transport(tr, runtime)
+
+
+def _write_transport(tr: pytest.TerminalReporter, runtime: Runtime) -> None:
     from pytest_ddtree import _guard
 
     for line in _guard.transport_lines(runtime):  # retries, 429s, counter failures

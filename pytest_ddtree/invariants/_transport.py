@@ -7,6 +7,7 @@ from typing import Any
 
 from pytest_ddtree.invariants._context import Context, as_int, clip
 from pytest_ddtree.violation import Violation
+from pytest_ddtree.wire.completion import ErrorKind
 
 
 def _error_message(event: Any) -> str:
@@ -29,7 +30,7 @@ def check_stream(ctx: Context) -> Iterator[Violation]:
     if info is None or status is None or not 200 <= status < 300:
         return
     # cut short by the client's size cap: too-large says why, not a missing [DONE]
-    if getattr(ctx.completion, "error_kind", None) == "too-large":
+    if getattr(ctx.completion, "error_kind", None) == ErrorKind.TOO_LARGE:
         return
     errors = tuple(info.error_events or ())
     if errors:
@@ -92,7 +93,7 @@ def check_http(ctx: Context, stream_explained: bool) -> Iterator[Violation]:
     """http-error (too-large past the size cap): non-2xx, or a failure the stream checks
     did not already explain."""
     c = ctx.completion
-    if getattr(c, "error_kind", None) == "too-large":
+    if getattr(c, "error_kind", None) == ErrorKind.TOO_LARGE:
         yield ctx.violation(
             "too-large",
             clip(str(c.error), 200),

@@ -16,137 +16,81 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import Any
 
 import httpx
-from httpx_sse import EventSource
 
 from pytest_ddtree.load.arrivals import LoadPoint, arrival_offsets
 from pytest_ddtree.load.metrics import ClientHealth, LoadSample
-from pytest_ddtree.settings import Timeout
 from pytest_ddtree.sweep import quantile
-from pytest_ddtree.wire import dialects
-from pytest_ddtree.wire._net import KEEPALIVE_EXPIRY
-from pytest_ddtree.wire.client import _chunk_choice, _http_error, _transport_error
-from pytest_ddtree.wire.completion import Api, Completion, RequestSpec, StreamInfo, Timings
+from pytest_ddtree.wire.completion import STALL_KINDS, Completion, ErrorKind, RequestSpec
+from pytest_ddtree.wire.protocol import (
+    EVENT_STREAM,
+    KEEPALIVE_EXPIRY,
+    Attempts,
+    EndpointConfig,
+    Exchange,
+    Prompt,
+    StallGuard,
+    StreamDecoder,
+    assemble,
+    classify_transport,
+)
 
-__all__ = ["DEFAULT_MAX_BYTES", "Endpoint", "RawRequest", "run_point", "validate"]
+__all__ = ["Endpoint", "Prompt", "RawRequest", "completion_of", "run_point", "validate"]
 
-#: a streamed answer larger than this is cut and reported (a runaway server)
-DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+#: the load runner's name for the endpoint configuration (one class for both clients)
+Endpoint = EndpointConfig
 #: the lag monitor's timer period
 LAG_INTERVAL = 0.005
-
-Prompt = str | Sequence[Mapping[str, Any]]
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where and how requests go (no secrets in ``repr``)."""
-
-    base_url: str
-    model: str | None = None
-    api: Api = "chat"
-    api_key: str | None = field(default=None, repr=False)
-    budget_mode: str = "field"
-    budget_field: str = "tree_budget"
-    budget_endpoints: Mapping[int, str] = field(default_factory=dict)
-    timeout: Timeout = field(default_factory=Timeout)
-    max_bytes: int = DEFAULT_MAX_BYTES
-    enable_thinking: bool = False
-
-    def spec(
-        self,
-        prompt: Prompt,
-        *,
-        tree_budget: int | None,
-        max_tokens: int,
-        temperature: float = 0.0,
-        prompt_id: str | None = None,
-        extra: Mapping[str, Any] | None = None,
-    ) -> RequestSpec:
-        """The streamed request for ``prompt`` at ``tree_budget``."""
-        body: dict[str, Any] = {}
-        if self.api == "chat":
-            msgs = (
-                [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-            )
-            body["messages"] = msgs
-            body["chat_template_kwargs"] = {"enable_thinking": self.enable_thinking}
-        else:
-            if not isinstance(prompt, str):
-                raise TypeError("the completions API takes a prompt string, not messages")
-            body["prompt"] = prompt
-        if self.model:
-            body["model"] = self.model
-        body.update(
-            max_tokens=max_tokens,
-            temperature=temperature,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-        body.update(extra or {})
-        base = self.base_url.rstrip("/")
-        if tree_budget is not None:
-            if self.budget_mode == "field":
-                body = dialects.put_budget(body, self.budget_field, tree_budget)
-            elif self.budget_mode == "endpoints":
-                if tree_budget not in self.budget_endpoints:
-                    raise ValueError(f"no endpoint for tree_budget {tree_budget}")
-                base = self.budget_endpoints[tree_budget].rstrip("/")
-        path = "/chat/completions" if self.api == "chat" else "/completions"
-        return RequestSpec(
-            api=self.api,
-            url=base + path,
-            body=body,
-            tree_budget=tree_budget,
-            stream=True,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            prompt_id=prompt_id,
-        )
+#: the codes of requests that failed on the client's limits, not on the server's output
+CLIENT_TIMEOUT = "client-timeout"
+NOT_SENT = "not-sent"
 
 
 @dataclass
-class RawRequest:
-    """What the hot path recorded for one request (parsed later by ``validate``)."""
+class RawRequest(Exchange):
+    """What the hot path recorded for one request: the bytes as they came, and when.
 
-    spec: RequestSpec
+    Parsed later by ``validate`` through the same decoder as the sync client.
+    """
+
     expect: Mapping[str, Any] = field(default_factory=dict)
     issued: float = 0.0
-    sent: float = 0.0
-    headers_at: float | None = None
-    done: float = 0.0
-    status: int = 0
-    error: str | None = None
-    data: list[str] = field(default_factory=list)
+    chunks: list[bytes] = field(default_factory=list)
     stamps: list[float] = field(default_factory=list)
-    body: bytes = b""
-    #: the connection failed before any byte of the response (a stale keep-alive, if reused)
-    nothing_received: bool = False
+    #: the stream was read to its end (not cut, not broken)
+    complete: bool = False
     retried: bool = False
+    notes: tuple[str, ...] = ()
 
     def reset(self) -> None:
         """Forget a failed attempt, to send the request again."""
-        self.headers_at, self.status, self.error, self.body = None, 0, None, b""
-        self.data.clear()
+        self.headers_at, self.status, self.content_type, self.retry_after = None, 0, None, None
+        self.body, self.received, self.error, self.kind = b"", 0, None, None
+        self.chunks.clear()
         self.stamps.clear()
-        self.nothing_received = False
+        self.complete = False
 
 
-async def _send(http: httpx.AsyncClient, raw: RawRequest, endpoint: Endpoint) -> None:
-    """Stream one request into ``raw`` (never raises for what the server does)."""
+async def _stream(
+    http: httpx.AsyncClient, raw: RawRequest, endpoint: EndpointConfig, halt: list[str]
+) -> None:
+    """Read one answer into ``raw``: stamp and keep the bytes, nothing else (the hot path).
+
+    ``halt`` gets the guard's reason once the point's guard trips: the answers still in
+    flight stop at their next read (a runaway endpoint costs the byte cap twice, not once
+    per connection).
+    """
     spec = raw.spec
-    cap = endpoint.max_bytes
+    cap = endpoint.max_response_bytes
     perf = time.perf_counter
-    data, stamps = raw.data, raw.stamps
-    size = 0
+    chunks, stamps = raw.chunks, raw.stamps
 
     async def trace(name: str, info: Mapping[str, Any]) -> None:
         # the clock starts when the request goes on the wire, not when httpx starts
@@ -154,46 +98,54 @@ async def _send(http: httpx.AsyncClient, raw: RawRequest, endpoint: Endpoint) ->
         if name == "http11.send_request_headers.started":
             raw.sent = perf()
 
-    async with http.stream("POST", spec.url, json=spec.body, extensions={"trace": trace}) as resp:
-        raw.headers_at = perf()
-        raw.status = resp.status_code
-        if resp.status_code >= 400 or "text/event-stream" not in resp.headers.get(
-            "content-type", ""
-        ):
-            chunks = []
-            async for piece in resp.aiter_bytes():
-                chunks.append(piece)
-                size += len(piece)
-                if size > cap:
-                    raw.error = f"response larger than {cap} bytes: cut"
+    action = ""
+    try:
+        async with http.stream(
+            "POST", spec.url, json=spec.body, headers=spec.headers, extensions={"trace": trace}
+        ) as resp:
+            raw.headers_at = perf()
+            h = resp.headers
+            action = raw.head(resp.status_code, h.get("content-type"), h.get("retry-after"))
+            keep = action != "drain"  # a stream, or a plain or error body: kept
+            async for chunk in resp.aiter_bytes():
+                if keep:
+                    stamps.append(perf())
+                    chunks.append(chunk)
+                raw.received += len(chunk)
+                if raw.received > cap:
+                    raw.fail(endpoint.too_large(raw.received), ErrorKind.TOO_LARGE)
                     break
-            raw.body = b"".join(chunks)
-            return
-        async for sse in EventSource(resp).aiter_sse():
-            stamps.append(perf())
-            data.append(sse.data)
-            size += len(sse.data)
-            if size > cap:
-                raw.error = f"stream larger than {cap} bytes: cut"
-                return
+                if halt:
+                    raw.fail(f"stopped mid-answer: {halt[0]}", ErrorKind.STOPPED)
+                    chunks.clear()  # not judged: its bytes would only hold memory
+                    stamps.clear()
+                    break
+            else:
+                raw.complete = True
+    finally:
+        if action != "stream":  # a plain or error answer: its body whole, or nothing
+            if action == "body" and raw.complete:
+                raw.body = b"".join(chunks)
+            chunks.clear()
+            stamps.clear()
 
 
-async def _one(http: httpx.AsyncClient, raw: RawRequest, endpoint: Endpoint) -> None:
+async def _one(
+    http: httpx.AsyncClient, raw: RawRequest, endpoint: EndpointConfig, halt: list[str]
+) -> None:
     raw.sent = raw.issued = time.perf_counter()  # ``sent`` moves to the wire time, if any
     total = endpoint.timeout.total
     try:
         if sys.version_info >= (3, 11):
             async with asyncio.timeout(total):  # no extra task per request
-                await _send(http, raw, endpoint)
+                await _stream(http, raw, endpoint, halt)
         else:  # pragma: no cover - Python 3.10
-            await asyncio.wait_for(_send(http, raw, endpoint), timeout=total)
+            await asyncio.wait_for(_stream(http, raw, endpoint, halt), timeout=total)
     except (asyncio.TimeoutError, TimeoutError):
-        raw.error = f"deadline: request still running after the total deadline of {total:g}s"
+        raw.fail(endpoint.deadline(raw.received), ErrorKind.DEADLINE)
     except httpx.HTTPError as exc:
-        raw.error = _transport_error(exc, endpoint.timeout)
-        raw.nothing_received = raw.headers_at is None and isinstance(
-            exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
-        )
+        got = raw.received or (0 if raw.headers_at is None else 1)
+        raw.fail(*classify_transport(exc, endpoint.timeout, received=got))
     raw.done = time.perf_counter()
 
 
@@ -205,20 +157,15 @@ async def _lag_monitor(lags: list[float], stop: asyncio.Event) -> None:
         lags.append(max(0.0, loop.time() - due))
 
 
-def _client(endpoint: Endpoint) -> httpx.AsyncClient:
-    headers = {"Accept": "text/event-stream"}
-    if endpoint.api_key:
-        headers["Authorization"] = f"Bearer {endpoint.api_key}"
-    t = endpoint.timeout
+def _client(endpoint: Endpoint, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
     return httpx.AsyncClient(
-        headers=headers,
-        timeout=httpx.Timeout(
-            connect=t.connect, read=min(t.read, t.total), write=t.connect, pool=t.total
-        ),
+        headers=endpoint.headers(EVENT_STREAM),
+        timeout=endpoint.httpx_timeout(),
         # below the 5 s idle timeout of llama.cpp's server and of uvicorn (vLLM, SGLang)
         limits=httpx.Limits(
             max_connections=1, max_keepalive_connections=1, keepalive_expiry=KEEPALIVE_EXPIRY
         ),
+        transport=transport,
     )
 
 
@@ -230,9 +177,12 @@ class _Pool:
     clients in a free list keep that work constant. ``limit`` caps the connections.
     """
 
-    def __init__(self, endpoint: Endpoint, limit: int) -> None:
+    def __init__(
+        self, endpoint: Endpoint, limit: int, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
         self.endpoint = endpoint
         self.limit = limit
+        self.transport = transport
         self.idle: list[httpx.AsyncClient] = []
         self.every: list[httpx.AsyncClient] = []
         self.used: set[int] = set()  # ids of clients whose connection served a request
@@ -252,7 +202,7 @@ class _Pool:
         self.idle.extend(fresh)
 
     def _new(self) -> httpx.AsyncClient:
-        c = _client(self.endpoint)
+        c = _client(self.endpoint, self.transport)
         self.every.append(c)
         return c
 
@@ -290,6 +240,8 @@ async def run_point(
     seed: int = 0,
     expect: Sequence[Mapping[str, Any]] | None = None,
     max_connections: int = 512,
+    guard: StallGuard | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> tuple[list[RawRequest], float, float, ClientHealth]:
     """Send ``specs`` at ``point``; returns the raw requests, the run's wall and perf anchors.
 
@@ -297,13 +249,27 @@ async def run_point(
     ended, over C keep-alive connections opened before the clock starts. Rate λ:
     each request is sent at its seeded arrival time (Poisson or gamma), however
     many are in flight, up to ``max_connections``.
+
+    The point has a stall guard of its own: once it trips (the endpoint stalled, or
+    sent runaway answers, twice in a row), the point sends nothing more and its
+    remaining requests come back ``not-sent``. Nothing is sent when the session's
+    ``guard`` has tripped already, and the session's guard trips in turn when the
+    point found a dead endpoint (no answer completed in time) or a runaway one; a server that
+    answered some requests while others timed out in its queue is only slow for
+    this load, and the requests after the point still go.
     """
-    raws = [RawRequest(spec, dict(expect[i]) if expect else {}) for i, spec in enumerate(specs)]
+    raws = [
+        RawRequest(spec, expect=dict(expect[i]) if expect else {}) for i, spec in enumerate(specs)
+    ]
     n = len(raws)
     c = point.concurrency
-    pool = _Pool(endpoint, min(c, n) if c is not None else max(1, min(n, max_connections)))
+    local = _point_guard(guard)
+    halt: list[str] = []  # the guard's reason, once it trips: in-flight answers stop
+    limit = min(c, n) if c is not None else max(1, min(n, max_connections))
+    pool = _Pool(endpoint, limit, transport)
     try:
-        await pool.warm(min(c, n) if c is not None else min(n, 8))
+        if not local.tripped:
+            await pool.warm(min(c, n) if c is not None else min(n, 8))
         lags: list[float] = []
         stop = asyncio.Event()
         monitor = asyncio.create_task(_lag_monitor(lags, stop))
@@ -311,20 +277,20 @@ async def run_point(
         cpu0 = time.thread_time()
 
         async def send(raw: RawRequest) -> None:
+            refused = local.blocked()
+            if refused is not None:
+                raw.sent = raw.issued = raw.done = time.perf_counter()
+                raw.fail(refused, ErrorKind.NOT_SENT)
+                return
             http = await pool.acquire()
             try:
-                reused = id(http) in pool.used
-                await _one(http, raw, endpoint)
-                if raw.error is not None and raw.nothing_received and reused:
-                    # the server had closed the idle keep-alive connection: exactly one
-                    # retry on a fresh one, counted (the client's race, not the server's fault)
-                    http = await pool.renew(http)
-                    raw.reset()
-                    raw.retried = True
-                    await _one(http, raw, endpoint)
+                http = await _attempts(pool, http, raw, endpoint, halt)
                 pool.used.add(id(http))
             finally:
                 await pool.release(http)
+            local.note(raw.kind, raw.error, raw.status)
+            if not halt and local.reason is not None:
+                halt.append(local.reason)
 
         if c is not None:
             queue = iter(raws)
@@ -341,17 +307,20 @@ async def run_point(
 
             async def at(offset: float, raw: RawRequest) -> None:
                 delay = start + offset - loop.time()
-                if delay > 0:
+                if delay > 0 and not local.tripped:
                     await asyncio.sleep(delay)
                 await send(raw)
 
             await asyncio.gather(*(at(o, r) for o, r in zip(offsets, raws, strict=True)))
-        cpu = time.thread_time() - cpu0
+        # a point that sent nothing generated no load: its CPU says nothing about the client
+        sent = any(r.kind != ErrorKind.NOT_SENT for r in raws)
+        cpu = time.thread_time() - cpu0 if sent else 0.0
         wall = time.perf_counter() - perf0
         stop.set()
         await monitor
     finally:
         await pool.close()
+    _report_to_session(guard, local, raws)
     health = ClientHealth(
         cpu_seconds=cpu,
         wall_seconds=wall,
@@ -365,6 +334,48 @@ async def run_point(
     return raws, wall0, perf0, health
 
 
+async def _attempts(
+    pool: _Pool, http: httpx.AsyncClient, raw: RawRequest, endpoint: Endpoint, halt: list[str]
+) -> httpx.AsyncClient:
+    """Send ``raw``, again where ``protocol.Attempts`` says so; returns the client it ended on."""
+    attempts = Attempts(endpoint)
+    reused = id(http) in pool.used
+    while True:
+        await _one(http, raw, endpoint, halt)
+        step = attempts.after(raw, reused=reused)
+        if step is None:
+            break
+        if step.fresh:
+            http, reused = await pool.renew(http), False
+        else:
+            await asyncio.sleep(step.wait)
+        raw.reset()
+    raw.retried = attempts.fresh_retries > 0
+    raw.notes = tuple(attempts.notes)
+    return http
+
+
+def _point_guard(session: StallGuard | None) -> StallGuard:
+    """A point's own guard, tripped already when the session's is."""
+    local = StallGuard(session.limit if session is not None else 2)
+    reason = session.reason if session is not None else None
+    if reason is not None:
+        local.trip(reason)
+    return local
+
+
+def _report_to_session(
+    session: StallGuard | None, local: StallGuard, raws: Sequence[RawRequest]
+) -> None:
+    """Trip the session's guard when the point found a runaway or a dead endpoint."""
+    if session is None or session.tripped or local.reason is None:
+        return
+    # a queued server completes some answers while others time out; a dead one none
+    answered = any(r.status and r.kind not in STALL_KINDS | {ErrorKind.STOPPED} for r in raws)
+    if local.runaway or not answered:
+        session.trip(local.reason)
+
+
 def completion_of(
     raw: RawRequest,
     *,
@@ -372,110 +383,18 @@ def completion_of(
     stats_map: Mapping[str, str] | None = None,
     counter: Any = None,
 ) -> Completion:
-    """The ``Completion`` a raw request amounts to (parsed after the run)."""
-    spec = raw.spec
-    chunks: list[Any] = []
-    content_stamps: list[float] = []
-    pieces: list[str] = []
-    text: list[str] = []
-    reasoning: list[str] = []
-    finish: str | None = None
-    finish_chunks = 0
-    done_seen = False
-    usage_seen = False
-    parse_errors: list[str] = []
-    error_events: list[Mapping[str, Any]] = []
-    error = raw.error
-    if raw.status >= 400 and error is None:
-        try:
-            payload = json.loads(raw.body)
-        except ValueError:
-            payload = None
-        error = _http_error(raw.status, payload, raw.body)
-    for data, stamp in zip(raw.data, raw.stamps, strict=True):
-        if done_seen:
-            parse_errors.append(f"event after [DONE]: {data[:120]!r}")
-            continue
-        if data.strip() == "[DONE]":
-            done_seen = True
-            continue
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            parse_errors.append(data[:200])
-            continue
-        if not isinstance(obj, dict):
-            parse_errors.append(data[:200])
-            continue
-        chunks.append(obj)
-        if "error" in obj:
-            err = obj["error"]
-            error_events.append(err if isinstance(err, dict) else {"error": err})
-        if type(obj.get("usage")) is dict:
-            usage_seen = True
-        piece, rpiece, fin = _chunk_choice(obj, spec.api)
-        if piece or rpiece:
-            content_stamps.append(stamp)
-            pieces.append(piece + rpiece)
-            if piece:
-                text.append(piece)
-            if rpiece:
-                reasoning.append(rpiece)
-        if fin is not None:
-            finish_chunks += 1
-            finish = fin
-    if raw.status and raw.status < 400 and not raw.data and error is None:
-        error = f"response is not an event stream: {raw.body[:200]!r}"
-    info = StreamInfo(
-        events=len(raw.data),
-        done_seen=done_seen,
-        finish_chunks=finish_chunks,
-        parse_errors=tuple(parse_errors),
-        error_events=tuple(error_events),
-        usage_seen=usage_seen,
-    )
-    found = dialects.detect(chunks) if dialect == "auto" else dialect
-    stats = dialects.extract_stats(found, chunks, stats_map)
-    usage = dialects.extract_usage(chunks)
-    full_text, full_reasoning = "".join(text), "".join(reasoning)
-    local: int | None = None
-    first_tokens: int | None = None
-    has_usage = usage is not None and usage.completion_tokens is not None
-    if counter is not None:
-        if not has_usage:
-            local = counter.count(full_text) + (
-                counter.count(full_reasoning) if full_reasoning else 0
-            )
-        if pieces:
-            first_tokens = max(1, counter.count(pieces[0]))
-    source = "usage" if has_usage else (counter.source if local is not None else "none")
-    first = chunks[0] if chunks else {}
-    return Completion(
-        request=spec,
-        status_code=raw.status,
-        text=full_text,
-        reasoning_text=full_reasoning,
-        finish_reason=finish,
-        usage=usage,
-        stats=stats,
-        timings=Timings(
-            sent=raw.sent,
-            headers=raw.headers_at,
-            first_content=content_stamps[0] if content_stamps else None,
-            done=raw.done,
-            chunk_times=tuple(content_stamps),
-            first_chunk_tokens=first_tokens,
-        ),
-        raw=chunks,
-        stream=info,
-        error=error,
-        local_completion_tokens=local,
-        token_count_source=source,
-        local_count_source=counter.source if local is not None and counter is not None else "none",
-        chunk_texts=tuple(pieces),
-        model=first.get("model") if isinstance(first.get("model"), str) else None,
-        response_id=first.get("id") if isinstance(first.get("id"), str) else None,
-    )
+    """The ``Completion`` a raw request amounts to: its bytes through the protocol core's
+    decoder, as the sync client reads them (parsed after the run)."""
+    decoder: StreamDecoder | None = None
+    if raw.spec.stream:
+        decoder = StreamDecoder(raw.spec.api)
+        decoder.feed_many(raw.chunks, raw.stamps)
+        if raw.complete:
+            decoder.close()
+    completion, _ = assemble(raw, decoder, dialect=dialect, stats_map=stats_map, counter=counter)
+    if raw.notes:
+        completion = replace(completion, retries=raw.notes)
+    return completion
 
 
 def _server_ttft(chunks: Sequence[Any]) -> float | None:
@@ -515,21 +434,7 @@ def validate(
     out: list[LoadSample] = []
     for raw in raws:
         c = completion_of(raw, dialect=dialect, stats_map=stats_map, counter=counter)
-        violations = list(judge(c, **raw.expect)) if judge is not None else []
-        withheld: tuple[str, ...] = ()
-        if client_saturated:
-            timed = [v for v in violations if _client_timed(v)]
-            violations = [v for v in violations if not _client_timed(v)]
-            withheld = tuple(dict.fromkeys(str(v.code) for v in timed))
-        codes = tuple(dict.fromkeys(str(getattr(v, "code", "invalid")) for v in violations))
-        if not c.ok and not codes:
-            codes = ("transport",)
-        evidence = ""
-        if violations:
-            first = violations[0]
-            evidence = first.format() if hasattr(first, "format") else str(first)
-        elif not c.ok:
-            evidence = f"{c.error or f'HTTP {c.status_code}'}\n    request: {c.request.describe()}"
+        codes, evidence, withheld = _judged(c, raw.expect, judge, client_saturated)
         times = c.timings.chunk_times
         stats = c.stats
         out.append(
@@ -555,6 +460,39 @@ def validate(
             )
         )
     return out
+
+
+def _judged(
+    c: Completion,
+    expect: Mapping[str, Any],
+    judge: Callable[..., Sequence[Any]] | None,
+    client_saturated: bool,
+) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
+    """(codes, evidence, withheld codes) of one completion.
+
+    A request that was not sent, or that hit the client's own time limits, is not
+    judged: it says nothing about the outputs (``not-sent``, ``client-timeout``).
+    """
+    if c.error_kind in (ErrorKind.NOT_SENT, ErrorKind.STOPPED):
+        return (NOT_SENT,), f"{c.error}\n    request: {c.request.describe()}", ()
+    if c.error_kind in STALL_KINDS:
+        return (CLIENT_TIMEOUT,), f"{c.error}\n    request: {c.request.describe()}", ()
+    violations = list(judge(c, **expect)) if judge is not None else []
+    withheld: tuple[str, ...] = ()
+    if client_saturated:
+        timed = [v for v in violations if _client_timed(v)]
+        violations = [v for v in violations if not _client_timed(v)]
+        withheld = tuple(dict.fromkeys(str(v.code) for v in timed))
+    codes = tuple(dict.fromkeys(str(getattr(v, "code", "invalid")) for v in violations))
+    if not c.ok and not codes:
+        codes = ("transport",)
+    evidence = ""
+    if violations:
+        first = violations[0]
+        evidence = first.format() if hasattr(first, "format") else str(first)
+    elif not c.ok:
+        evidence = f"{c.error or f'HTTP {c.status_code}'}\n    request: {c.request.describe()}"
+    return codes, evidence, withheld
 
 
 def _client_timed(violation: Any) -> bool:

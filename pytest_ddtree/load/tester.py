@@ -19,9 +19,17 @@ from pytest_ddtree.load.metrics import (
     summarize_point,
 )
 from pytest_ddtree.load.recommend import Choice, Schedule, recommend
-from pytest_ddtree.load.runner import Endpoint, Prompt, run_point, validate
+from pytest_ddtree.load.runner import (
+    CLIENT_TIMEOUT,
+    NOT_SENT,
+    Endpoint,
+    Prompt,
+    run_point,
+    validate,
+)
 from pytest_ddtree.load.slo import SLO
 from pytest_ddtree.settings import budget_label
+from pytest_ddtree.wire.protocol import StallGuard
 
 __all__ = ["LoadError", "LoadResult", "LoadTester", "analyse", "render_table"]
 
@@ -216,6 +224,7 @@ class LoadTester:
         dialect: str = "auto",
         stats_map: Mapping[str, str] | None = None,
         counter: Any = None,
+        guard: StallGuard | None = None,
         share: int = 0,
         shares: int = 1,
         worker: str = "main",
@@ -234,6 +243,7 @@ class LoadTester:
         self.dialect = dialect
         self.stats_map = dict(stats_map or {})
         self.counter = counter
+        self.guard = guard
         self.share = share
         self.shares = max(1, shares)
         self.worker = worker
@@ -343,7 +353,7 @@ class LoadTester:
         )
         if self.sink is not None:
             self.sink(result)
-        problem = failure_message(result.stats)
+        problem = failure_message(result.stats, self.endpoint, result.samples)
         if problem:
             raise LoadError(problem)
         return result
@@ -390,6 +400,7 @@ class LoadTester:
                         point,
                         seed=self.seed + self.share,
                         expect=[per_prompt[k] for k in which],
+                        guard=self.guard,
                     )
                 )
                 cpu0 = time.thread_time()
@@ -411,25 +422,82 @@ class LoadTester:
                 health.setdefault((whole, budget), []).append(h)
 
 
-def failure_message(stats: Sequence[PointStats]) -> str:
-    """Why a load run fails (invalid requests first, then SLO misses); empty when it passes."""
+#: codes of requests that hit the client's own limits: no verdict on the outputs
+CLIENT_LIMIT_CODES = frozenset({CLIENT_TIMEOUT, NOT_SENT})
+
+
+def _client_limit_message(
+    samples: Sequence[LoadSample], total: int, endpoint: Endpoint | None
+) -> str:
+    """The client's own limits, said as such: no verdict on the server's outputs."""
+    timed_out = [s for s in samples if CLIENT_TIMEOUT in s.codes]
+    unsent = [s for s in samples if NOT_SENT in s.codes]
+    t = endpoint.timeout if endpoint is not None else None
+    limits = f" (connect={t.connect:g},read={t.read:g},total={t.total:g})" if t else ""
+    lines = []
+    if timed_out:
+        where = ", ".join(dict.fromkeys(_where(s) for s in timed_out))
+        lines.append(
+            f"{len(timed_out)} of {total} requests under load got no complete answer within "
+            f"the client's time limits{limits}, at {where}: the client's limit, no verdict on "
+            "the outputs. If the server is only slow at this load (its queue), raise "
+            "--ddtree-timeout or lower the concurrency (--ddtree-load-concurrency)"
+        )
+    if unsent:
+        where = ", ".join(dict.fromkeys(_where(s) for s in unsent))
+        lines.append(
+            f"{len(unsent)} request(s) not sent or stopped mid-answer, at {where}: the stall "
+            "guard stopped the point after the endpoint stalled, or sent answers past the "
+            "byte cap, twice in a row"
+        )
+    first = (timed_out or unsent)[0].evidence
+    return "\n".join(lines) + (f"\nfirst:\n{first}" if first else "")
+
+
+def _where(sample: LoadSample) -> str:
+    return f"{sample.point.label} tree_budget={sample.tree_budget}"
+
+
+def failure_message(
+    stats: Sequence[PointStats],
+    endpoint: Endpoint | None = None,
+    samples: Sequence[LoadSample] = (),
+) -> str:
+    """Why a load run fails (invalid requests first, then SLO misses); empty when it passes.
+
+    Requests that got no answer within the client's time limits, or that the stall
+    guard kept from being sent (``samples`` says which), are reported as that, apart
+    from the requests whose outputs broke invariants.
+    """
     total = sum(s.requests for s in stats)
-    bad = sum(s.invalid for s in stats)
+    limited = [s for s in samples if set(s.codes) & CLIENT_LIMIT_CODES]
+    broken = [s for s in samples if set(s.codes) - CLIENT_LIMIT_CODES]
+    bad = len(broken) if samples else sum(s.invalid for s in stats)
+    parts = []
     if bad:
         codes: dict[str, int] = {}
         evidence = ""
         where = []
         for s in stats:
             for code, k in s.codes.items():
-                codes[code] = codes.get(code, 0) + k
+                if code not in CLIENT_LIMIT_CODES or not samples:
+                    codes[code] = codes.get(code, 0) + k
             if s.invalid:
                 where.append(f"{s.point.label} tree_budget={s.tree_budget}: {s.invalid}")
-                evidence = evidence or s.first_evidence
+        evidence = (
+            broken[0].evidence
+            if broken
+            else next((s.first_evidence for s in stats if s.invalid), "")
+        )
         listed = ", ".join(f"{c} x{k}" for c, k in sorted(codes.items(), key=lambda i: -i[1]))
-        return (
+        parts.append(
             f"{bad} of {total} requests under load broke output-quality invariants ({listed}); "
             f"not counted in the latencies; at {'; '.join(where)}\nfirst evidence:\n{evidence}"
         )
+    if limited:
+        parts.append(_client_limit_message(limited, total, endpoint))
+    if parts:
+        return "\n".join(parts)
     misses, withheld = [], []
     for s in stats:
         if s.slo_met is False:

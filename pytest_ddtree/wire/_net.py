@@ -25,10 +25,9 @@ from typing import Any
 import httpcore
 import httpx
 
-# Below the idle timeout of llama.cpp's server and of uvicorn (5 s, as is httpx's own
-# default): the client drops an idle connection before the server can, so a reused
-# connection is rarely one the server is closing at that very moment.
-KEEPALIVE_EXPIRY = 2.0
+from pytest_ddtree.wire.protocol import KEEPALIVE_EXPIRY
+
+__all__ = ["KEEPALIVE_EXPIRY", "DeadlineBackend", "Scope", "current", "make_transport", "scope"]
 
 
 @dataclass

@@ -6,6 +6,7 @@ statistics and the reports can all work from the same value.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -18,12 +19,75 @@ Api = Literal["chat", "completions"]
 # more than ``max_tokens * MAX_CHARS_PER_TOKEN`` characters is an overrun, counted or not.
 MAX_CHARS_PER_TOKEN = 256
 
-# ``Completion.error_kind`` values that describe the client's own side of the exchange
-# (its connection, its timeouts, its size limit, its own failure): never a verdict about
-# the server, its speculation or its template.
+
+class ErrorKind(str, enum.Enum):
+    """Why a ``Completion`` is not a whole, clean answer (``Completion.error_kind``).
+
+    Every consumer (the stall guard, the invariants, the diagnosis, the summary, the
+    load report) reads this, never the message text. The values are plain strings, so
+    a kind compares equal to its value and lands in JSON as that value.
+    """
+
+    #: no response at all: connection refused, closed before any byte
+    TRANSPORT = "transport"
+    #: no connection within the connect timeout, or no free connection in the pool
+    CONNECT_TIMEOUT = "connect-timeout"
+    #: the connection broke mid-response
+    BROKEN = "broken"
+    #: no byte for the read timeout
+    READ_TIMEOUT = "read-timeout"
+    #: the whole exchange passed the total deadline
+    DEADLINE = "deadline"
+    #: the answer passed ``--ddtree-max-response-bytes`` and was cut
+    TOO_LARGE = "too-large"
+    #: a non-2xx answer (other than 429)
+    HTTP = "http"
+    #: HTTP 429
+    RATE_LIMITED = "rate-limited"
+    #: a streamed request answered with something that is not an event stream
+    PROTOCOL = "protocol"
+    #: a plain answer that is not JSON (or nested too deep to parse)
+    PARSE = "parse"
+    #: the client's own failure while handling the answer
+    CLIENT = "client"
+    #: not sent: the stall guard had tripped
+    NOT_SENT = "not-sent"
+    #: cut mid-answer by the stall guard, which tripped on the requests beside it
+    STOPPED = "stopped"
+    #: a 2xx stream that arrived incomplete or garbled (no [DONE], unparseable events)
+    STREAM_INTEGRITY = "stream-integrity"
+    #: a 2xx stream carrying an in-band error event
+    STREAM_ERROR = "stream-error"
+    #: invalid UTF-8 in an otherwise complete answer
+    ENCODING = "encoding"
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    def __repr__(self) -> str:  # shown in evidence and reports as the plain value
+        return repr(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return str.__format__(str(self), spec)
+
+
+#: kinds that describe the client's own side of the exchange (its connection, its
+#: timeouts, its size limit, its own failure): never a verdict about the server, its
+#: speculation or its template
 CLIENT_SIDE_KINDS = frozenset(
-    {"transport", "deadline", "read-timeout", "too-large", "client", "not-sent"}
+    {
+        ErrorKind.TRANSPORT,
+        ErrorKind.CONNECT_TIMEOUT,
+        ErrorKind.DEADLINE,
+        ErrorKind.READ_TIMEOUT,
+        ErrorKind.TOO_LARGE,
+        ErrorKind.CLIENT,
+        ErrorKind.NOT_SENT,
+        ErrorKind.STOPPED,
+    }
 )
+#: kinds that mean the endpoint did not answer in time (the stall guard counts them)
+STALL_KINDS = frozenset({ErrorKind.CONNECT_TIMEOUT, ErrorKind.READ_TIMEOUT, ErrorKind.DEADLINE})
 
 
 @dataclass(frozen=True)
@@ -184,12 +248,10 @@ class Completion:
     (a tokenizer.json, the server's /tokenize, an approximation, or none).
     ``local_completion_tokens`` is the client-side count of ``text`` plus
     ``reasoning_text`` (None when no tokenizer was available).
-    ``error_kind`` classifies ``error``: ``http`` (non-2xx), ``transport`` (no
-    response: connect failure, connection closed before any byte), ``broken``
-    (the connection broke mid-response), ``read-timeout``, ``deadline``,
-    ``too-large`` (past ``--ddtree-max-response-bytes``), ``protocol`` (a
-    stream that is not an event stream), ``client`` (the client's own
-    failure) or ``not-sent`` (stall guard).
+    ``error_kind`` (an ``ErrorKind``) says why the answer is not whole and clean: the
+    failure behind ``error``, or for a 2xx answer without ``error`` a stream that is
+    incomplete (``stream-integrity``), carries an error event (``stream-error``) or
+    holds invalid UTF-8 (``encoding``); None for a clean answer.
     ``encoding_error`` names invalid UTF-8 in the body (with its byte offset);
     ``retries`` says why the request was sent again (a stale keep-alive
     connection, HTTP 429); ``count_error`` why the local token count failed.
@@ -212,7 +274,7 @@ class Completion:
     chunk_texts: tuple[str, ...] = ()
     model: str | None = None
     response_id: str | None = None
-    error_kind: str | None = None
+    error_kind: ErrorKind | None = None
     encoding_error: str | None = None
     retries: tuple[str, ...] = ()
     count_error: str | None = None

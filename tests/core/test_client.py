@@ -11,6 +11,8 @@ import pytest
 from pytest_ddtree.reference import MODEL_ID, start_reference_server
 from pytest_ddtree.settings import Timeout
 from pytest_ddtree.wire.client import DDTreeClient, EndpointError, root_url
+from pytest_ddtree.wire.completion import ErrorKind
+from pytest_ddtree.wire.protocol import EndpointConfig
 
 LONG = "Write a detailed essay about rivers and the towns along them."
 SHORT = "What is the capital of France?"
@@ -249,3 +251,27 @@ def test_local_count_when_the_server_sends_no_usage(reference_server, reference_
     assert comp.local_completion_tokens == 40
     assert comp.completion_tokens == 40
     assert comp.token_count_source.startswith("tokenizer.json")
+
+
+def test_runaway_answers_trip_the_guard_and_later_requests_say_why() -> None:
+    """Two answers in a row cut at the byte cap: later requests are not sent, instead of
+    each one reading the whole cap again."""
+    from hardening._hostile import HostileServer
+
+    with (
+        HostileServer("endless", trickle_for=30) as server,
+        DDTreeClient(server.base_url, max_response_bytes=64 * 1024) as c,
+    ):
+        first, second, third = (c.chat(LONG, max_tokens=8) for _ in range(3))
+    assert first.error_kind == second.error_kind == ErrorKind.TOO_LARGE
+    assert third.error_kind == ErrorKind.NOT_SENT and third.status_code == 0
+    assert third.error is not None and "2 answers in a row past the byte cap" in third.error
+    assert server.served == 2
+
+
+def test_the_endpoint_configuration_keeps_the_key_out_of_its_repr() -> None:
+    config = EndpointConfig("http://h/v1", api_key="sk-config-secret")
+    assert "sk-config-secret" not in repr(config)
+    assert config.headers()["Authorization"] == "Bearer sk-config-secret"
+    spec = config.spec("hi", tree_budget=16, max_tokens=8)
+    assert "sk-config-secret" not in repr(spec)

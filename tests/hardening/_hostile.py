@@ -1,10 +1,13 @@
 """A deliberately hostile OpenAI-compatible server (stdlib only, 127.0.0.1).
 
 Every request is answered in one *mode*: the ``X-Hostile-Mode`` request header picks it,
-else the server's default mode. ``healthy`` answers like a correct server; the others each
-break one thing a broken deployment breaks:
+else a ``hostile_mode`` field of the JSON body, else the server's default mode. ``healthy``
+answers like a correct server; the others each break one thing a broken deployment breaks:
 
 ========================  ==================================================================
+``silent``                reads the request and never answers (until ``trickle_for``)
+``one-slot``              healthy, one request at a time, each taking ``interval`` seconds
+                          (a one-slot server: the others wait in its queue)
 ``trickle``               stream: headers, then one byte every ``interval`` seconds, forever
 ``trickle-headers``       the status line and headers themselves, one byte at a time
 ``trickle-body``          plain answer: headers, then the body one byte at a time
@@ -184,7 +187,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             self._send(400, b'{"error": {"message": "bad JSON"}}')
             return
-        mode = self.headers.get("X-Hostile-Mode") or self.server.mode
+        mode = self.headers.get("X-Hostile-Mode") or body.get("hostile_mode") or self.server.mode
         with self.server.lock:
             self.server.served += 1
             self.server.modes_seen.append(mode)
@@ -212,6 +215,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._write(_chunk(word + " "))
         self._write(_chunk(finish="stop"))
         self._write(b"data: [DONE]\n\n")
+
+    def _mode_one_slot(self, body: dict[str, Any]) -> None:
+        with self.server.slot:
+            time.sleep(self.server.interval)
+            self._mode_healthy(body)
+
+    def _mode_silent(self, body: dict[str, Any]) -> None:
+        self.close_connection = True
+        stop = time.monotonic() + self.server.trickle_for
+        while time.monotonic() < stop and not self.server.stopping:
+            time.sleep(0.05)
 
     def _mode_trickle(self, body: dict[str, Any]) -> None:
         self._start_stream()
@@ -340,6 +354,8 @@ class HostileServer(ThreadingHTTPServer):
         self.modes_seen: list[str] = []
         self.limited: set[str] = set()
         self.models_body: bytes | None = None
+        self.stopping = False
+        self.slot = threading.Lock()
         self._thread: threading.Thread | None = None
 
     @property
@@ -352,6 +368,7 @@ class HostileServer(ThreadingHTTPServer):
         return self
 
     def stop(self) -> None:
+        self.stopping = True
         self.shutdown()
         self.server_close()
 

@@ -17,15 +17,15 @@ from pytest_ddtree.invariants import check
 from pytest_ddtree.settings import DIALECTS
 from pytest_ddtree.violation import Violation
 from pytest_ddtree.wire import dialects
-from pytest_ddtree.wire.client import (
-    DDTreeClient,
-    _chunk_choice,
-    _decode,
-    _parse_json,
-    _plain_choice,
-    _StreamReader,
-)
+from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion
+from pytest_ddtree.wire.protocol import (
+    StreamDecoder,
+    chunk_choice,
+    decode_text,
+    parse_json,
+    plain_choice,
+)
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -90,10 +90,10 @@ sse_pieces = st.lists(
 @FUZZ
 @given(sse_pieces, st.lists(st.integers(min_value=1, max_value=64), max_size=10))
 def test_the_sse_reader_takes_any_bytes_in_any_split(body: bytes, cuts: list[int]) -> None:
-    whole = _StreamReader("chat")
+    whole = StreamDecoder("chat")
     whole.feed(body)
     whole.close()
-    parts = _StreamReader("chat")
+    parts = StreamDecoder("chat")
     at = 0
     for size in cuts:
         parts.feed(body[at : at + size])
@@ -110,10 +110,10 @@ def test_the_sse_reader_takes_any_bytes_in_any_split(body: bytes, cuts: list[int
 @FUZZ
 @given(st.binary(max_size=200))
 def test_decoding_and_json_parsing_never_raise(content: bytes) -> None:
-    text, bad = _decode(content, "the body")
+    text, bad = decode_text(content, "the body")
     assert isinstance(text, str)
     assert bad is None or "invalid UTF-8 at byte" in bad
-    _, problem = _parse_json(text)
+    _, problem = parse_json(text)
     assert problem is None or isinstance(problem, str)
 
 
@@ -121,8 +121,8 @@ def test_decoding_and_json_parsing_never_raise(content: bytes) -> None:
 @given(json_values, st.sampled_from(["chat", "completions"]))
 def test_choice_parsers_and_dialects_take_any_structure(value: Any, api: Any) -> None:
     for text, reasoning, finish in (
-        _plain_choice(value, api),
-        _chunk_choice(value, api) if isinstance(value, dict) else ("", "", None),
+        plain_choice(value, api),
+        chunk_choice(value, api) if isinstance(value, dict) else ("", "", None),
     ):
         assert isinstance(text, str) and isinstance(reasoning, str)
         assert finish is None or isinstance(finish, str)

@@ -14,8 +14,9 @@ from pytest_ddtree.invariants import check
 from pytest_ddtree.settings import MAX_BUDGET, MAX_MAX_TOKENS, SettingsError, Timeout, resolve
 from pytest_ddtree.violation import Violation
 from pytest_ddtree.wire import _net
-from pytest_ddtree.wire.client import KEEP_ALL_CHUNKS, DDTreeClient, _StreamReader
+from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import RequestSpec
+from pytest_ddtree.wire.protocol import KEEP_ALL_CHUNKS, StreamDecoder
 
 from ._hostile import HostileServer
 
@@ -32,7 +33,7 @@ def _content(text: str, **extra: object) -> bytes:
 
 
 def test_a_long_stream_keeps_first_last_and_every_stats_chunk() -> None:
-    reader = _StreamReader("chat")
+    reader = StreamDecoder("chat")
     n = KEEP_ALL_CHUNKS * 4
     for i in range(n):
         extra: dict[str, object] = {}
@@ -60,7 +61,7 @@ def test_invalid_utf8_is_found_at_its_byte_offset_whatever_the_chunking() -> Non
     body = _content("caf") + bad + b"data: [DONE]\n\n"
     at = body.index(b"\xff")
     for size in (1, 2, 3, 7, len(body)):
-        reader = _StreamReader("chat")
+        reader = StreamDecoder("chat")
         for i in range(0, len(body), size):
             reader.feed(body[i : i + size])
         reader.close()
@@ -70,7 +71,7 @@ def test_invalid_utf8_is_found_at_its_byte_offset_whatever_the_chunking() -> Non
 
 def test_a_multibyte_character_split_across_reads_is_not_an_error() -> None:
     body = _content("café ☕ 𝄞") + b"data: [DONE]\n\n"
-    reader = _StreamReader("chat")
+    reader = StreamDecoder("chat")
     for i in range(len(body)):
         reader.feed(body[i : i + 1])
     reader.close()

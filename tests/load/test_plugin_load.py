@@ -220,3 +220,41 @@ def test_xdist_merge_equals_one_process_on_the_same_samples(
         again = mine[(p["label"], p["tree_budget"])]
         for key in ("ttft", "itl", "tpot", "e2e", "achieved_concurrency", "requests"):
             assert again[key] == p[key], key
+
+
+def test_the_api_key_never_leaves_the_load_path(
+    pytester: pytest.Pytester, fast_server: Any
+) -> None:
+    """The key goes in the load runner's headers and nowhere else: not in the failure, the
+    locals, the JUnit XML or the report, even when every request of the load fails."""
+    secret = "sk-load-0123456789abcdef"
+    pytester.makepyfile(
+        test_load=textwrap.dedent(
+            """
+            def test_load(ddtree_load):
+                endpoint = ddtree_load.endpoint
+                result = ddtree_load(["Write a long essay about rivers."], requests=2,
+                                     concurrencies=[1], max_tokens=4,
+                                     expect={"min_tokens": 40})
+                assert False, (endpoint, result)
+            """
+        )
+    )
+    report = pytester.path / "report"
+    result = pytester.runpytest(
+        *_args(
+            fast_server,
+            f"--ddtree-api-key={secret}",
+            f"--ddtree-report={report}",
+            "--junitxml=out.xml",
+            "-vv",
+            "--showlocals",
+        )
+    )
+    result.assert_outcomes(failed=1)
+    assert secret not in result.stdout.str() + result.stderr.str()
+    assert secret not in (pytester.path / "out.xml").read_text()
+    written = [p for p in report.rglob("*") if p.is_file()]
+    assert written
+    for path in written:
+        assert secret not in path.read_text(errors="replace"), path

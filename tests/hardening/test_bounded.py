@@ -1,0 +1,207 @@
+"""Bounded time and memory on every path: the load runner against every hostile mode, and
+whole pytest runs against a server that never answers or sends too much.
+
+The ``timeout`` of each inner run is a hang guard (the run is killed and the test fails
+when it is exceeded), not a performance assertion.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pytest_ddtree.invariants import check
+from pytest_ddtree.load import LoadTester
+from pytest_ddtree.load.tester import LoadError
+from pytest_ddtree.settings import Timeout
+from pytest_ddtree.wire.protocol import EndpointConfig, StallGuard
+
+from ._hostile import HostileServer
+
+EXAMPLE_SUITE = Path(__file__).resolve().parents[2] / "example_suite"
+
+# mode -> the codes its load test must fail with (every one of them, and no other)
+LOAD_CODES: dict[str, set[str]] = {
+    "silent": {"client-timeout", "not-sent"},
+    "trickle": {"client-timeout", "not-sent"},
+    "trickle-headers": {"client-timeout", "not-sent"},
+    "trickle-body": {"client-timeout", "not-sent"},
+    "endless": {"too-large", "not-sent"},
+    "huge": {"too-large", "not-sent"},
+    "reset": {"stream-integrity"},
+    "reset-before": {"http-error"},
+    "bad-utf8": {"encoding"},
+    "bad-utf8-plain": {"stream-integrity"},
+    "deep": {"stream-integrity", "early-stop"},
+    "deep-plain": {"stream-integrity"},
+    "json-stream": {"stream-integrity"},
+    "429": {"http-error"},
+    "stale": {"stream-integrity"},
+}
+
+
+@pytest.mark.parametrize("mode", sorted(LOAD_CODES))
+def test_every_hostile_mode_fails_a_load_test_with_its_code(
+    mode: str, hostile: Callable[..., HostileServer]
+) -> None:
+    server = hostile(mode, interval=0.2, trickle_for=30)
+    config = EndpointConfig(server.base_url, timeout=Timeout(connect=2, read=3, total=2))
+    guard = StallGuard()
+    tester = LoadTester(
+        config,
+        judge=lambda c, **e: check(c, **e),
+        concurrencies=[2],
+        requests=6,
+        guard=guard,
+    )
+    with pytest.raises(LoadError) as info:  # and nothing else: no traceback of our own
+        tester(["Tell me about rivers."])
+    message = str(info.value)
+    samples = [s for s in _samples_of(tester, mode)]
+    codes = {code for s in samples for code in s.codes}
+    assert codes == LOAD_CODES[mode], message
+    if "client-timeout" in codes:
+        # the client's limit, said as such, never as broken output-quality invariants
+        assert "client's time limits" in message and "--ddtree-timeout" in message, message
+        assert "broke output-quality invariants" not in message, message
+    if "not-sent" in codes:
+        assert "not sent" in message, message
+        # a dead or runaway endpoint: the session's later requests are refused at once
+        assert guard.tripped, message
+
+
+def _samples_of(tester: LoadTester, mode: str) -> list[object]:
+    """The samples of the tester's last call (recorded through its sink)."""
+    return list(_SAMPLES.get(id(tester), ()))
+
+
+_SAMPLES: dict[int, tuple[object, ...]] = {}
+
+
+@pytest.fixture(autouse=True)
+def _keep_samples(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = LoadTester.__init__
+
+    def init(self: LoadTester, *args: object, **kwargs: object) -> None:
+        original(self, *args, **kwargs)  # type: ignore[arg-type]
+        self.sink = lambda result: _SAMPLES.__setitem__(id(self), result.samples)
+
+    monkeypatch.setattr(LoadTester, "__init__", init)
+
+
+def test_the_example_suite_ends_soon_against_a_server_that_never_answers(
+    pytester: pytest.Pytester, hostile: Callable[..., HostileServer]
+) -> None:
+    server = hostile("silent", trickle_for=600)
+    baseline = hostile("silent", trickle_for=600)
+    for item in EXAMPLE_SUITE.iterdir():
+        if item.is_file():
+            shutil.copy(item, pytester.path / item.name)
+    # total=2: the stall guard trips after two deadlines (~4 s) on each client; everything
+    # after it (per-prompt tests, sweep, gated benchmark, lossless, determinism, every load
+    # point) fails at once. The hang guard allows a minute more than that, for start-up.
+    result = pytester.runpytest_subprocess(
+        f"--ddtree-endpoint={server.base_url}",
+        f"--ddtree-baseline-endpoint={baseline.base_url}",
+        "--ddtree-timeout=connect=1,read=2,total=2",
+        "-p",
+        "no:randomly",
+        timeout=90,
+    )
+    output = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in output and "INTERNALERROR" not in output, output[-4000:]
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, output[-4000:]
+    assert "not sent: the endpoint stalled on 2 requests in a row" in output, output[-4000:]
+    # the load test says what happened: the client's limit or unsent requests, no verdict
+    load = output.split("test_load", 1)[-1]
+    assert "not sent" in load, output[-4000:]
+    assert "diagnosis: speculative decoding" not in output, output[-4000:]
+
+
+RSS_CONFTEST = """
+import json, resource
+
+def pytest_sessionfinish(session):
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    with open("peak.json", "w") as f:
+        json.dump({"peak_kib": peak}, f)
+"""
+
+
+def test_load_against_hostile_answers_ends_cleanly_in_bounded_memory(
+    pytester: pytest.Pytester, hostile: Callable[..., HostileServer]
+) -> None:
+    server = hostile(tokenize="flaky", interval=0.2, trickle_for=60)
+    pytester.makeconftest(RSS_CONFTEST)
+    pytester.makepyfile(
+        """
+        import pytest
+
+        def _load(ddtree_load, mode):
+            return ddtree_load(["Tell me about rivers.", "Tell me about lakes."],
+                               concurrencies=[4], requests=8, tree_budgets=[16],
+                               extra={"hostile_mode": mode})
+
+        def test_a_counter_that_fails(ddtree_load):
+            _load(ddtree_load, "healthy")
+
+        def test_b_deep(ddtree_load):
+            _load(ddtree_load, "deep")
+
+        def test_c_endless(ddtree_load):
+            _load(ddtree_load, "endless")
+
+        def test_d_huge(ddtree_load):  # refused at once: the endless streams tripped the guard
+            _load(ddtree_load, "huge")
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        f"--ddtree-endpoint={server.base_url}",
+        "--ddtree-tokenizer=server",
+        "--ddtree-timeout=connect=2,read=5,total=10",
+        "-p",
+        "no:randomly",
+        timeout=120,
+    )
+    output = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in output and "INTERNALERROR" not in output, output[-4000:]
+    # no exception escaped (the counter's own error is named in its summary line only)
+    escaped = re.search(r"^E?\s*(\w+\.)*(RuntimeError|RecursionError)", output, re.MULTILINE)
+    assert escaped is None, output[-4000:]
+    result.assert_outcomes(passed=1, failed=3)
+    # the failing /tokenize is named once, and the checks that needed it said they did not run
+    lines = [line for line in output.splitlines() if "the token counter failed" in line]
+    assert len(lines) == 1 and "did not run" in lines[0], output[-4000:]
+    assert "[stream-integrity]" in output and "too-large" in output, output[-4000:]
+    # endless streams cost at most the byte cap per request in flight, until the guard trips
+    assert "not sent: the endpoint sent 2 answers in a row past the byte cap" in output
+    peak_mib = json.loads((pytester.path / "peak.json").read_text())["peak_kib"] / 1024
+    assert peak_mib < 150, peak_mib
+
+
+def test_timeouts_under_load_are_the_clients_limit_not_broken_outputs(
+    hostile: Callable[..., HostileServer],
+) -> None:
+    """A one-slot server queues a load of 4: the requests that wait past the read timeout
+    are reported as the client's limit (with the option to raise), never as invariants the
+    outputs broke, and the session's later requests still go (the server is only slow)."""
+    server = hostile("one-slot", interval=0.4)
+    config = EndpointConfig(server.base_url, timeout=Timeout(connect=2, read=1, total=10))
+    guard = StallGuard()
+    tester = LoadTester(
+        config, judge=lambda c, **e: check(c, **e), concurrencies=[4], requests=8, guard=guard
+    )
+    with pytest.raises(LoadError) as info:
+        tester(["Tell me about rivers."])
+    message = str(info.value)
+    assert "client's time limits (connect=2,read=1,total=10), at C=4" in message, message
+    assert "raise --ddtree-timeout" in message, message
+    assert "broke output-quality invariants" not in message, message
+    codes = {code for s in _samples_of(tester, "one-slot") for code in s.codes}
+    assert "client-timeout" in codes and codes <= {"client-timeout", "not-sent"}, codes
+    assert not guard.tripped  # some answers came: later requests of the session still go
