@@ -129,6 +129,12 @@ class SpecStats:
 
     ``mean_acceptance_length`` counts tokens committed per decode round, bonus
     token included: 1.0 means no draft token was ever accepted.
+
+    ``acceptance_histogram[k]`` is the number of decode rounds that accepted
+    exactly ``k`` draft tokens (acceptance by depth), as the server reported it;
+    ``depth_source`` names the field it was read from (None when the server
+    reports no histogram). ``num_spec_tokens`` is the draft length per round
+    (vLLM's ``k``) when the server says.
     """
 
     dialect: str
@@ -140,6 +146,41 @@ class SpecStats:
     num_draft_tokens: int | None = None
     num_accepted_draft_tokens: int | None = None
     raw: Mapping[str, Any] = field(default_factory=dict)
+    acceptance_histogram: tuple[int, ...] | None = None
+    depth_source: str | None = None
+    num_spec_tokens: int | None = None
+
+    @property
+    def rounds_reaching(self) -> tuple[int, ...]:
+        """Rounds that accepted at least ``d`` drafts, for ``d`` = 0, 1, ... (empty
+        without a histogram); index 0 is every round."""
+        hist = self.acceptance_histogram or ()
+        out: list[int] = []
+        left = sum(hist)
+        for count in hist:
+            out.append(left)
+            left -= count
+        while len(out) > 2 and out[-1] == 0 and out[-2] == 0:
+            out.pop()
+        return tuple(out) if out and out[0] else ()
+
+    @property
+    def acceptance_by_depth(self) -> tuple[float, ...]:
+        """Conditional acceptance at depth ``d`` = 1, 2, ...: of the rounds whose
+        draft was accepted up to depth ``d - 1``, the share that was accepted at
+        depth ``d`` too (empty without a histogram)."""
+        reach = self.rounds_reaching
+        return tuple(b / a for a, b in pairwise(reach) if a)
+
+    @property
+    def histogram_acceptance_length(self) -> float | None:
+        """Mean tokens committed per round by the histogram (accepted drafts + the
+        bonus token), or None without one."""
+        hist = self.acceptance_histogram
+        rounds = sum(hist) if hist else 0
+        if not hist or rounds <= 0:
+            return None
+        return sum((k + 1) * n for k, n in enumerate(hist)) / rounds
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -249,6 +290,10 @@ class Completion:
     ``encoding_error`` names invalid UTF-8 in the body (with its byte offset);
     ``retries`` says why the request was sent again (a stale keep-alive
     connection, HTTP 429); ``count_error`` why the local token count failed.
+    ``stop_reason`` is the stop the server says ended the answer (a stop string or
+    a token id), read from the field ``stop_field`` names (vLLM's
+    ``choices[0].stop_reason``, SGLang's ``choices[0].matched_stop``); None when
+    the server does not say.
     """
 
     request: RequestSpec
@@ -272,6 +317,8 @@ class Completion:
     encoding_error: str | None = None
     retries: tuple[str, ...] = ()
     count_error: str | None = None
+    stop_reason: str | int | None = None
+    stop_field: str | None = None
 
     @property
     def client_side_failure(self) -> bool:
