@@ -182,7 +182,7 @@ class Context:
         if where is None or self.finish != "stop":
             return {}
         if isinstance(stop, str):
-            return {"stop": f"stop string {clip(stop, 60)!r} ({where})", "stop_kind": STOP_STRING}
+            return {"stop": f"stop string {stop[:60]!r} ({where})", "stop_kind": STOP_STRING}
         token = as_int(stop)
         if token is None:
             if where.endswith("stop_reason"):  # vLLM: null for the model's own end
