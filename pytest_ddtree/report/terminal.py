@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pytest_ddtree.sweep import BudgetStats, SweepSummary, budget_label
+from pytest_ddtree.sweep import BudgetStats, SweepSummary, budget_label, deeper_line
 
 HEADERS = (
     "tree_budget",
@@ -89,4 +89,7 @@ def table_lines(summary: SweepSummary, *, notes: Sequence[str] = ()) -> list[str
         )
     lines.extend(f"note: {n}" for n in notes)
     lines.append(summary.recommendation.message)
+    deeper = deeper_line([(st.tree_budget, st.depth) for st in summary.budgets if st.depth])
+    if deeper is not None:
+        lines.append(deeper)
     return lines

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_ddtree.settings import budget_label
+from pytest_ddtree.sweep.depth import DepthProfile, depth_profile
 from pytest_ddtree.sweep.samples import SweepSample
 
 #: Resamples per bootstrap; 2,000 keeps a 95% percentile interval stable to a
@@ -197,6 +198,8 @@ class BudgetStats:
     verdict: str = ""
     # accepted / drafted tokens: shown only where the length is unknown (llama.cpp)
     mean_acceptance_rate: float | None = None
+    # acceptance by depth, pooled over the valid requests (None: no server histogram)
+    depth: DepthProfile | None = None
 
     @property
     def all_valid(self) -> bool:
@@ -237,6 +240,7 @@ class BudgetStats:
             "concurrent": self.concurrent,
             "verdict": self.verdict,
             "mean_acceptance_rate": self.mean_acceptance_rate,
+            "acceptance_by_depth": None if self.depth is None else self.depth.to_json(),
         }
 
 
@@ -294,6 +298,7 @@ def budget_stats(
         ),
         concurrent=any(s.concurrent for s in samples),
         mean_acceptance_rate=_mean(s.acceptance_rate for s in valid),
+        depth=depth_profile(valid),
     )
 
 

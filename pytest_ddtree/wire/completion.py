@@ -7,7 +7,7 @@ statistics and the reports can all work from the same value.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any, Literal
@@ -123,6 +123,26 @@ class Usage:
     reasoning_tokens: int | None = None
 
 
+def rounds_reaching(histogram: Sequence[int]) -> tuple[int, ...]:
+    """Rounds that accepted at least ``d`` drafts, for ``d`` = 0, 1, ..., from a
+    histogram of rounds by accepted drafts; index 0 counts every round. Trailing
+    depths no round reached are cut after the first; empty without any round."""
+    out: list[int] = []
+    left = sum(histogram)
+    for count in histogram:
+        out.append(left)
+        left -= count
+    while len(out) > 2 and out[-1] == 0 and out[-2] == 0:
+        out.pop()
+    return tuple(out) if out and out[0] else ()
+
+
+def conditional_acceptance(histogram: Sequence[int]) -> tuple[float, ...]:
+    """Conditional acceptance at depth ``d`` = 1, 2, ...: of the rounds whose draft was
+    accepted up to depth ``d - 1``, the share accepted at depth ``d`` too."""
+    return tuple(b / a for a, b in pairwise(rounds_reaching(histogram)) if a)
+
+
 @dataclass(frozen=True)
 class SpecStats:
     """Speculation statistics normalised from any dialect (see ``dialects``).
@@ -152,25 +172,14 @@ class SpecStats:
 
     @property
     def rounds_reaching(self) -> tuple[int, ...]:
-        """Rounds that accepted at least ``d`` drafts, for ``d`` = 0, 1, ... (empty
-        without a histogram); index 0 is every round."""
-        hist = self.acceptance_histogram or ()
-        out: list[int] = []
-        left = sum(hist)
-        for count in hist:
-            out.append(left)
-            left -= count
-        while len(out) > 2 and out[-1] == 0 and out[-2] == 0:
-            out.pop()
-        return tuple(out) if out and out[0] else ()
+        """Rounds that accepted at least ``d`` drafts, ``d`` = 0, 1, ... (see
+        ``rounds_reaching``)."""
+        return rounds_reaching(self.acceptance_histogram or ())
 
     @property
     def acceptance_by_depth(self) -> tuple[float, ...]:
-        """Conditional acceptance at depth ``d`` = 1, 2, ...: of the rounds whose
-        draft was accepted up to depth ``d - 1``, the share that was accepted at
-        depth ``d`` too (empty without a histogram)."""
-        reach = self.rounds_reaching
-        return tuple(b / a for a, b in pairwise(reach) if a)
+        """Conditional acceptance at depth ``d`` = 1, 2, ... (see ``conditional_acceptance``)."""
+        return conditional_acceptance(self.acceptance_histogram or ())
 
     @property
     def histogram_acceptance_length(self) -> float | None:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
 import subprocess
+from html import escape
 from pathlib import Path
 
 import pytest
 
+from pytest_ddtree.invariants import check
+from pytest_ddtree.reference import ReferenceServer
 from pytest_ddtree.report import (
     SCHEMA_VERSION,
     read_sweep_json,
@@ -19,7 +23,8 @@ from pytest_ddtree.report import (
     write_sweep_json,
 )
 from pytest_ddtree.report.jsonfile import SWEEP_JSON_SCHEMA, sweep_from_json
-from pytest_ddtree.sweep import SweepRun, SweepSample
+from pytest_ddtree.sweep import DepthProfile, SweepRun, SweepSample, deeper_line
+from pytest_ddtree.wire.client import DDTreeClient
 
 from ._factory import synthetic_sweep
 
@@ -236,3 +241,75 @@ def test_acceptance_rate_is_shown_where_the_length_is_unknown() -> None:
     assert any("rate 0.85" in line for line in table_lines(summarize(samples)))
     again = SweepSample.from_json(samples[0].to_json())
     assert again.acceptance_rate == 0.8
+
+
+# ---------------------------------------------------------------- acceptance by depth
+
+
+def _depth_run(reference_server: ReferenceServer) -> SweepRun:
+    """A small sweep of real reference-server answers (histograms and all)."""
+    samples = []
+    with DDTreeClient(reference_server.base_url) as client:
+        for budget in (2, 16, 256):
+            for i, prompt in enumerate(("Write a long essay about rivers.", "Explain tides.")):
+                c = client.chat(prompt, max_tokens=96, tree_budget=budget, prompt_id=f"p{i}")
+                samples.append(SweepSample.from_completion(c, check(c), round=0))
+    return SweepRun(samples=samples, metadata=dict(META, budgets=[2, 16, 256]), seed=5)
+
+
+def test_acceptance_by_depth_in_json_html_and_terminal(
+    reference_server: ReferenceServer, tmp_path: Path
+) -> None:
+    run = _depth_run(reference_server)
+    summary = run.summary()
+    for st in summary.budgets:
+        assert st.depth is not None
+        mine = [s for s in run.samples if s.tree_budget == st.tree_budget]
+        # pooled exactly: every request's rounds, summed depth by depth
+        width = max(len(s.acceptance_histogram) for s in mine)
+        pooled = [sum(s.acceptance_histogram[k] for s in mine) for k in range(width)]
+        assert list(st.depth.histogram) == pooled
+        tokens = sum(s.completion_tokens or 0 for s in mine)
+        rounds = sum(s.decode_rounds or 0 for s in mine)
+        assert st.depth.mean_accepted_length == pytest.approx(tokens / rounds)
+    doc = json.loads(write_sweep_json(run, tmp_path / "sweep.json").read_text())
+    figures = doc["budgets"][-1]["acceptance_by_depth"]
+    assert figures["sources"] == ["ddtree_stats.acceptance_histogram"]
+    reach = summary.budgets[-1].depth.reaching
+    assert figures["conditional_acceptance"] == [
+        round(b / a, 4) for a, b in itertools.pairwise(reach) if a
+    ]
+    assert read_sweep_json(tmp_path / "sweep.json").samples == run.samples
+    html = render_html(run)
+    assert "<h2>Acceptance by depth</h2>" in html and 'class="chart depth"' in html
+    lines = table_lines(summary)
+    assert lines[-1].startswith("acceptance by depth at the largest budget, tree_budget=256:")
+    assert escape(lines[-1]) in html
+
+
+def test_deeper_line_answers_whether_a_larger_budget_may_help() -> None:
+    falling = DepthProfile((40, 30, 20, 10), 4, ("x",))  # 100 rounds; depth 3: 10 of 30
+    assert (
+        deeper_line([(16, DepthProfile((90, 10), 1, ("x",))), (64, falling)])
+        == "acceptance by depth at the largest budget, tree_budget=64: acceptance falls off by "
+        "depth 3 (33% of the 30 rounds accepted to depth 2 were accepted at depth 3; none went "
+        "deeper than 3; mean accepted length 1.10 at 16, 2.00 at 64): deeper trees are "
+        "rarely accepted, so a budget above 64 is unlikely to help"
+    )
+    rising = DepthProfile((10, 10, 20, 60, 0, 0), 4, ("x",))
+    line = deeper_line([(64, rising)])
+    assert line is not None and "deeper trees are still accepted" in line
+    assert "a budget above 64 may help" in line
+    capped = DepthProfile((10, 10, 20, 60), 4, ("x",))  # a draft of 3 tokens at most
+    line = deeper_line([(64, capped)])
+    assert line is not None and "longest draft the server reports" in line
+    few = deeper_line([(64, DepthProfile((3, 2), 1, ("x",)))])
+    assert few is not None and "too few" in few
+    assert deeper_line([]) is None
+
+
+def test_no_histogram_no_depth_section() -> None:
+    run = _run(False)
+    assert all(st.depth is None for st in run.summary().budgets)
+    assert "Acceptance by depth" not in render_html(run)
+    assert not any(ln.startswith("acceptance by depth") for ln in table_lines(run.summary()))
