@@ -93,7 +93,7 @@ def check_finish(ctx: Context) -> Iterator[Violation]:
                 max_tokens=limit,
                 counted_by=counted,
                 tail=clip(ctx.text[-80:]),
-                **ctx.stop_evidence(),
+                **ctx.stop_evidence(trust_null=False),
             )
         if n > limit + slack:
             who = "the server reports" if str(counted).startswith("usage") else "counted"

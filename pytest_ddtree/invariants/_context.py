@@ -172,10 +172,14 @@ class Context:
             return self.local_total(), int(self.expect.usage_tolerance_abs)
         return None, 0
 
-    def stop_evidence(self) -> dict[str, Any]:
+    def stop_evidence(self, *, trust_null: bool = True) -> dict[str, Any]:
         """``stop`` (which stop ended the answer, by the server's own field, with the
         token's text when the counter can decode it) and ``stop_kind``; empty when
-        the server does not say or the answer ended at its length limit."""
+        the server does not say or the answer ended at its length limit.
+
+        A null vLLM ``stop_reason`` means the model's own end-of-sequence, or the
+        length limit: ``trust_null`` False (a finish reason in doubt) names the field
+        without reading it as either."""
         c = self.completion
         stop = getattr(c, "stop_reason", None)
         where = getattr(c, "stop_field", None)
@@ -185,6 +189,8 @@ class Context:
             return {"stop": f"stop string {stop[:60]!r} ({where})", "stop_kind": STOP_STRING}
         token = as_int(stop)
         if token is None:
+            if not trust_null:
+                return {"stop": f"none named ({where} is null)"}
             if where.endswith("stop_reason"):  # vLLM: null for the model's own end
                 return {
                     "stop": f"the model's own end-of-sequence ({where} is null)",

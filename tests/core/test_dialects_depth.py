@@ -500,3 +500,13 @@ def test_histogram_properties_without_a_histogram() -> None:
     assert s.rounds_reaching == () and s.acceptance_by_depth == ()
     assert s.histogram_acceptance_length is None
     assert SpecStats(dialect="x", acceptance_histogram=(5, 0, 0)).acceptance_by_depth == (0.0,)
+
+
+def test_finish_lie_does_not_read_a_null_stop_as_the_models_end() -> None:
+    body = vllm_plain(VLLM_SUMMARY, None)
+    body["usage"] = _usage(64)
+    body.pop("metrics")
+    (c,) = both(Recorder(body, []), stream=False)
+    (lie,) = [v for v in check(c) if v.code == "finish-lie"]
+    assert lie.evidence["stop"] == "none named (choices[0].stop_reason is null)"
+    assert "stop_kind" not in lie.evidence
