@@ -288,21 +288,23 @@ def test_acceptance_by_depth_in_json_html_and_terminal(
 
 
 def test_deeper_line_answers_whether_a_larger_budget_may_help() -> None:
-    falling = DepthProfile((40, 30, 20, 10), 4, ("x",))  # 100 rounds; depth 3: 10 of 30
+    grown = DepthProfile((40, 30, 20, 10), 4, ("x",))  # 100 rounds; depth 3: 10 of 30
     assert (
-        deeper_line([(16, DepthProfile((90, 10), 1, ("x",))), (64, falling)])
-        == "acceptance by depth at the largest budget, tree_budget=64: acceptance falls off by "
-        "depth 3 (33% of the 30 rounds accepted to depth 2 were accepted at depth 3; none went "
-        "deeper than 3; mean accepted length 1.10 at 16, 2.00 at 64): deeper trees are "
-        "rarely accepted, so a budget above 64 is unlikely to help"
+        deeper_line([(16, DepthProfile((90, 10), 1, ("x",))), (64, grown)])
+        == "acceptance by depth at the largest budget, tree_budget=64: deeper trees are still "
+        "accepted (mean accepted length 1.10 at 16, 2.00 at 64; 33% of the 30 rounds accepted "
+        "to depth 2 were accepted at depth 3, none deeper than 3): a budget above 64 may help; "
+        "sweep larger budgets"
     )
-    rising = DepthProfile((10, 10, 20, 60, 0, 0), 4, ("x",))
-    line = deeper_line([(64, rising)])
-    assert line is not None and "deeper trees are still accepted" in line
-    assert "a budget above 64 may help" in line
-    capped = DepthProfile((10, 10, 20, 60), 4, ("x",))  # a draft of 3 tokens at most
-    line = deeper_line([(64, capped)])
-    assert line is not None and "longest draft the server reports" in line
+    same = DepthProfile((41, 29, 20, 10), 4, ("x",))  # 1.99 at the larger budget
+    line = deeper_line([(64, grown), (128, same)])
+    assert line is not None and "deeper trees add nothing (mean accepted length 2.00 at 64" in line
+    assert line.endswith("a budget above 128 is unlikely to help")
+    # one budget: the deepest well-reached depth decides
+    falling = deeper_line([(64, grown)])
+    assert falling is not None and "acceptance falls off (33% of the 30 rounds" in falling
+    rising = deeper_line([(64, DepthProfile((10, 10, 20, 60, 0, 0), 4, ("x",)))])
+    assert rising is not None and "deeper trees are still accepted (75% of the 80" in rising
     few = deeper_line([(64, DepthProfile((3, 2), 1, ("x",)))])
     assert few is not None and "too few" in few
     assert deeper_line([]) is None
