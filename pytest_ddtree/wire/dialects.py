@@ -289,7 +289,7 @@ def _per_step(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(steps, list) or not steps:
         return {"acceptance_histogram": None, "depth_source": source}
     counts = [_int(v) for v in steps]
-    if any(c is None or c < 0 for c in counts):
+    if any(c is None or c < 0 or c > MAX_DEPTH for c in counts):
         return {"acceptance_histogram": None, "depth_source": source}
     hist = [0] * (max(c for c in counts if c is not None) + 1)
     for c in counts:
@@ -299,6 +299,9 @@ def _per_step(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 VLLM_WHERE = "metrics.speculative_decoding"
+#: no draft is deeper than this: a per-step count beyond it is malformed (and would cost
+#: a histogram that long)
+MAX_DEPTH = 4096
 
 
 def _normalise(dialect: str, raw: Mapping[str, Any]) -> SpecStats:

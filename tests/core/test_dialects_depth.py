@@ -510,3 +510,28 @@ def test_finish_lie_does_not_read_a_null_stop_as_the_models_end() -> None:
     (lie,) = [v for v in check(c) if v.code == "finish-lie"]
     assert lie.evidence["stop"] == "none named (choices[0].stop_reason is null)"
     assert "stop_kind" not in lie.evidence
+
+
+def test_an_absurd_per_step_count_is_malformed_not_a_huge_histogram() -> None:
+    spec = {**VLLM_DETAILED, "per_step_accepted": [0] * 9 + [10**12]}
+    found = _stats_violations(spec)
+    assert [v.evidence["field"] for v in found] == [
+        "metrics.speculative_decoding.per_step_accepted"
+    ]
+
+
+PLUGIN_TEST = """
+def test_essay(ddtree_client, ddtree_check):
+    c = ddtree_client.chat("Write a detailed essay about rivers.", max_tokens=64,
+                           tree_budget=256, headers={"X-DDTree-Fault": "early-eos"})
+    ddtree_check(c)
+"""
+
+
+def test_a_plugin_failure_names_the_stop_and_its_meaning(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(PLUGIN_TEST)
+    result = pytester.runpytest("--ddtree-budgets=256", "--ddtree-reference-latency=off")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "stop: token 2 '<|im_end|>' (choices[0].stop_reason)" in out
+    assert "ended the answer: the stop list holds a template token" in out
