@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from pytest_ddtree.comparable import (
@@ -135,6 +135,27 @@ PROMPT_MISMATCH_ADVICE = (
 )
 
 
+STOP_LIST_ADVICE = (
+    "take the template token out of the request's stop list ('stop', 'stop_token_ids') or "
+    "the server's generation config: it ends answers where the model did not"
+)
+# what the stop the server names (evidence ``stop_kind``) says about an early end
+STOP_CLUES = {
+    "template-token": "the stop list holds a template token",
+    "end-of-sequence": "the model chose to stop",
+}
+
+
+def stop_clue(violations: Sequence[Violation]) -> tuple[str, str] | None:
+    """(a sentence naming the stop that ended the answer and what it means, its kind),
+    from the first violation whose evidence names a telling stop."""
+    for v in violations:
+        kind = v.evidence.get("stop_kind")
+        if kind in STOP_CLUES:
+            return f"{v.evidence.get('stop')} ended the answer: {STOP_CLUES[kind]}", str(kind)
+    return None
+
+
 NO_BASELINE_ADVICE = (
     "give a target-only server for the same model with --ddtree-baseline-endpoint to get a verdict"
 )
@@ -190,7 +211,24 @@ class Diagnoser:
         violations: Sequence[Violation],
         check: Callable[[Completion], list[Violation]],
     ) -> Diagnosis:
-        """The verdict for ``completion``, which broke ``violations``."""
+        """The verdict for ``completion``, which broke ``violations``; the stop the
+        server says ended the answer, when telling, is added to the reason."""
+        found = self._diagnose(completion, violations, check)
+        clue = stop_clue(violations)
+        if clue is None or found.verdict == "speculation":
+            return found
+        text, kind = clue
+        if found.verdict == "undetermined" and kind == "template-token":
+            # no baseline needed: the server itself says a template token stopped it
+            return Diagnosis("template", f"{text} ({found.reason})", STOP_LIST_ADVICE)
+        return replace(found, reason=f"{found.reason}; {text}")
+
+    def _diagnose(
+        self,
+        completion: Completion,
+        violations: Sequence[Violation],
+        check: Callable[[Completion], list[Violation]],
+    ) -> Diagnosis:
         codes = sorted({v.code for v in violations})
         if completion.client_side_failure:
             # a stale connection, the client's deadline or size cap: replaying it on the

@@ -39,6 +39,7 @@ def check_early_stop(ctx: Context) -> Iterator[Violation]:
         tokens=n,
         min_tokens=threshold,
         counted_by=source,
+        **ctx.stop_evidence(),
     )
 
 
@@ -56,6 +57,7 @@ def check_finish(ctx: Context) -> Iterator[Violation]:
             "finish-reason",
             f"finish_reason {finish!r} is not one of {sorted(e.allowed_finish_reasons)}",
             finish_reason=finish,
+            **ctx.stop_evidence(),
         )
     limit = ctx.max_tokens
     chars = len(ctx.text) + len(ctx.reasoning)
@@ -91,6 +93,7 @@ def check_finish(ctx: Context) -> Iterator[Violation]:
                 max_tokens=limit,
                 counted_by=counted,
                 tail=clip(ctx.text[-80:]),
+                **ctx.stop_evidence(trust_null=False),
             )
         if n > limit + slack:
             who = "the server reports" if str(counted).startswith("usage") else "counted"

@@ -6,12 +6,23 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pytest_ddtree.invariants._expectation import DEFAULT_MIN_TOKENS, Expectation
+from pytest_ddtree.invariants._expectation import (
+    DEFAULT_MIN_TOKENS,
+    DEFAULT_ROLE_MARKERS,
+    DEFAULT_SPECIAL_TOKENS,
+    Expectation,
+)
 from pytest_ddtree.violation import Violation
 from pytest_ddtree.wire.completion import MAX_CHARS_PER_TOKEN, Completion
 from pytest_ddtree.wire.tokens import ApproxCounter, TokenCounter
 
 _UNSET: Any = object()
+
+#: ``stop_kind`` evidence values: what the stop that ended an answer was
+STOP_TEMPLATE = "template-token"  # a chat-template or role token from the stop list
+STOP_EOS = "end-of-sequence"  # the model's own end-of-sequence: it chose to stop
+STOP_TOKEN = "stop-token"  # another stop token id
+STOP_STRING = "stop-string"  # a stop string of the request
 
 
 def flat(text: str) -> str:
@@ -182,6 +193,59 @@ class Context:
         if self.count_exact:
             return self.local_total(), int(self.expect.usage_tolerance_abs)
         return None, 0
+
+    def stop_evidence(self, *, trust_null: bool = True) -> dict[str, Any]:
+        """``stop`` (which stop ended the answer, by the server's own field, with the
+        token's text when the counter can decode it) and ``stop_kind``; empty when
+        the server does not say or the answer ended at its length limit.
+
+        A null vLLM ``stop_reason`` means the model's own end-of-sequence, or the
+        length limit: ``trust_null`` False (a finish reason in doubt) names the field
+        without reading it as either."""
+        c = self.completion
+        stop = getattr(c, "stop_reason", None)
+        where = getattr(c, "stop_field", None)
+        if where is None or self.finish != "stop":
+            return {}
+        if isinstance(stop, str):
+            return {"stop": f"stop string {stop[:60]!r} ({where})", "stop_kind": STOP_STRING}
+        token = as_int(stop)
+        if token is None:
+            if not trust_null:
+                return {"stop": f"none named ({where} is null)"}
+            if where.endswith("stop_reason"):  # vLLM: null for the model's own end
+                return {
+                    "stop": f"the model's own end-of-sequence ({where} is null)",
+                    "stop_kind": STOP_EOS,
+                }
+            return {}
+        text = self.decode_token(token)
+        shown = f"token {token}" + (f" {text!r}" if text is not None else "")
+        return {"stop": f"{shown} ({where})", "stop_kind": self._stop_kind(text, where)}
+
+    def decode_token(self, token_id: int) -> str | None:
+        """The text of ``token_id`` when the counter can decode one, else None."""
+        decode = getattr(self.counter, "decode_token", None)
+        if decode is None:
+            return None
+        try:
+            text = decode(token_id)
+        except Exception:  # a counter that cannot decode: the id is shown alone
+            return None
+        return text if isinstance(text, str) else None
+
+    def _stop_kind(self, text: str | None, where: str) -> str:
+        if text is None:
+            return STOP_TOKEN
+        # vLLM reports null for the model's own end, so its id came from the stop list;
+        # SGLang names every stop token, the end-of-sequence included
+        if where.endswith("matched_stop") and text == self.expect.eos_token:
+            return STOP_EOS
+        template = (*DEFAULT_ROLE_MARKERS, *DEFAULT_SPECIAL_TOKENS, *self.expect.role_markers)
+        if text in template or text == self.expect.eos_token:
+            return STOP_TEMPLATE
+        specials = getattr(self.counter, "special_tokens", ()) or ()
+        return STOP_TEMPLATE if text in tuple(specials) else STOP_TOKEN
 
     def min_tokens(self) -> int:
         """The early-stop threshold in force."""

@@ -103,6 +103,7 @@ def check_stats(ctx: Context) -> Iterator[Violation]:
             num_accepted_draft_tokens=accepted,
             num_draft_tokens=drafted,
         )
+    yield from check_depth(ctx)
     yield from _check_rate(ctx)
 
 
@@ -147,4 +148,110 @@ def _check_rate(ctx: Context) -> Iterator[Violation]:
             ratio=round(ratio, 3),
             chunks=len(times),
             decode_seconds=round(span, 4),
+        )
+
+
+def check_depth(ctx: Context) -> Iterator[Violation]:
+    """stats-inconsistent: an acceptance histogram that is malformed, or whose
+    totals disagree with the step count, the accepted drafts or ``completion_tokens``."""
+    stats = ctx.completion.stats
+    if stats is None or stats.depth_source is None:
+        return
+    where = stats.depth_source
+    value = stats.raw.get(where.rpartition(".")[2])
+    hist = stats.acceptance_histogram
+    if hist is None:
+        yield ctx.violation(
+            "stats-inconsistent",
+            f"{where} is not a non-empty list of integers >= 0: {repr(value)[:80]}",
+            field=where,
+            value=repr(value)[:80],
+        )
+        return
+    yield from _depth_shape(ctx, where, hist)
+    yield from _depth_totals(ctx, where, hist)
+
+
+def _depth_shape(ctx: Context, where: str, hist: tuple[int, ...]) -> Iterator[Violation]:
+    stats = ctx.completion.stats
+    assert stats is not None
+    k = as_int(stats.num_spec_tokens)
+    if k is not None and k >= 0:
+        if where.endswith("acceptance_histogram") and len(hist) != k + 1:
+            yield ctx.violation(
+                "stats-inconsistent",
+                f"{where} has {len(hist)} entries, num_spec_tokens={k} makes {k + 1}",
+                field=where,
+                entries=len(hist),
+                num_spec_tokens=k,
+            )
+        elif len(hist) > k + 1:
+            yield ctx.violation(
+                "stats-inconsistent",
+                f"{where}: a step accepted {len(hist) - 1} drafts, more than num_spec_tokens={k}",
+                field=where,
+                num_spec_tokens=k,
+            )
+    drafted = stats.raw.get("per_step_drafted")
+    accepted = stats.raw.get("per_step_accepted")
+    if drafted is None or not isinstance(accepted, list):
+        return
+    name = where.rpartition(".")[0] + ".per_step_drafted"
+    ok = isinstance(drafted, list) and all(as_int(d) is not None for d in drafted)
+    if not ok or len(drafted) != len(accepted):
+        yield ctx.violation(
+            "stats-inconsistent",
+            f"{name} is not a list of integers as long as per_step_accepted "
+            f"({len(accepted)}): {repr(drafted)[:80]}",
+            field=name,
+        )
+        return
+    over = [i for i, (a, d) in enumerate(zip(accepted, drafted, strict=True)) if a > d]
+    if over:
+        i = over[0]
+        yield ctx.violation(
+            "stats-inconsistent",
+            f"step {i} accepted {accepted[i]} drafts of {drafted[i]} drafted ({name})",
+            field=name,
+            steps=len(over),
+        )
+
+
+def _depth_totals(ctx: Context, where: str, hist: tuple[int, ...]) -> Iterator[Violation]:
+    stats = ctx.completion.stats
+    assert stats is not None
+    rounds = as_int(stats.decode_rounds)
+    steps = sum(hist)
+    if rounds is not None and steps != rounds:
+        yield ctx.violation(
+            "stats-inconsistent",
+            f"{where} counts {steps} steps, the server reports {rounds} decode rounds",
+            field=where,
+            histogram_steps=steps,
+            decode_rounds=rounds,
+        )
+    accepted = as_int(stats.num_accepted_draft_tokens)
+    by_hist = sum(k * n for k, n in enumerate(hist))
+    if accepted is not None and by_hist != accepted:
+        yield ctx.violation(
+            "stats-inconsistent",
+            f"{where} accounts for {by_hist} accepted drafts, the server reports {accepted}",
+            field=where,
+            histogram_accepted=by_hist,
+            num_accepted_draft_tokens=accepted,
+        )
+    n, _slack = ctx.tokens_for_limits()
+    if n is None or not steps:
+        return
+    committed = by_hist + steps
+    e = ctx.expect
+    allowed = e.stats_tolerance_abs + e.stats_tolerance * n
+    if abs(committed - n) > allowed:
+        yield ctx.violation(
+            "stats-inconsistent",
+            f"{where} commits {committed} tokens ({steps} steps + {by_hist} accepted drafts), "
+            f"{n} came back",
+            field=where,
+            histogram_tokens=committed,
+            completion_tokens=n,
         )

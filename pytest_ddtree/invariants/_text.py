@@ -190,6 +190,7 @@ def check_role_leak(ctx: Context) -> Iterator[Violation]:
             excerpt=excerpt(text, m.start(), m.end()),
             marker=m.group(0),
             occurrences=n,
+            **ctx.stop_evidence(),
         )
         return
     found = _find_role_leak(text, pats.words)
@@ -200,6 +201,7 @@ def check_role_leak(ctx: Context) -> Iterator[Violation]:
             f"role marker {text[start:end].strip()!r} in content: {why}",
             excerpt=excerpt(text, start, end),
             marker=text[start:end],
+            **ctx.stop_evidence(),
         )
 
 

@@ -390,6 +390,7 @@ class LoadTester:
                         temperature=temperature,
                         prompt_id=f"p{k}",
                         extra=extra,
+                        dialect=self.dialect,
                     )
                     for k in which
                 ]

@@ -12,8 +12,9 @@ __all__ = [
 ]
 
 FAULTS: dict[str, str] = {
-    "early-eos": "the end-of-turn token fires after 4-6 tokens (finish_reason stop), "
-    "as with a broken chat template; also in target-only mode",
+    "early-eos": "the end-of-turn token fires after 4-6 tokens (finish_reason stop, "
+    "stop_reason its id), as with a stop list that holds a template token; also in "
+    "target-only mode",
     "role-leak": "the model runs past its turn: content gains a fake next turn "
     "('\\nuser: ...' or '\\n<|im_start|>user'); also in target-only mode",
     "think-leak": "with thinking off, a '<think>...</think>' block or a 'Thinking Process:' "

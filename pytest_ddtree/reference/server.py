@@ -318,7 +318,12 @@ class _Result:
     completion_tokens: int = 0
     reasoning_tokens: int = 0
     finish_reason: str = "length"
+    # what ended the answer, as vLLM's ``stop_reason``: the stop string, the id of a stop
+    # token, or None (the model's own end-of-turn, or the length limit)
+    stop_reason: str | int | None = None
     cycles: int = 0
+    # drafts accepted in each round that committed output (the bonus token not counted)
+    accepted: list[int] = field(default_factory=list)
     tree_budget: int | None = None
     first_round_end: float = 0.0
     end: float = 0.0
@@ -461,6 +466,7 @@ class _Engine:
             produced += len(toks)
             if toks:  # a round that only emits the end-of-turn token commits no output
                 result.cycles += 1
+                result.accepted.append(len(toks) - 1)
             tail.extend(toks)
             deadline += target
             now = time.perf_counter()
@@ -516,6 +522,7 @@ class _Engine:
                     cut = _find_stop(held, stops)
                     if cut is not None:
                         ev.content += held[:cut]
+                        result.stop_reason = _stop_at(held, cut, stops)
                         held = ""
                         stop_hit = True
                         break
@@ -531,6 +538,10 @@ class _Engine:
                 result.reasoning.append(ev.reasoning)
             if stop_hit or finished_eos:
                 result.finish_reason = "stop"
+                if finished_eos and not stop_hit and "early-eos" in faults:
+                    # the fault imitates a stop list that holds the end-of-turn id: vLLM
+                    # names a stop token from the request's list by its id
+                    result.stop_reason = eos
                 yield ev
                 break
             if produced >= req.max_tokens:
@@ -565,6 +576,23 @@ class _Engine:
         result.completion_tokens += len(extra)
         result.content.append(text)
         return text
+
+
+def _stop_at(text: str, cut: int, stops: tuple[str, ...]) -> str | None:
+    """The stop string found at ``cut`` in ``text``."""
+    for s in stops:
+        if text.startswith(s, cut):
+            return s
+    return None
+
+
+def acceptance_histogram(accepted: list[int], block_size: int) -> list[int]:
+    """Rounds that accepted 0, 1, ... drafts, dense over ``0..block_size - 1`` (wider if
+    a round accepted more)."""
+    hist = [0] * max(block_size, max(accepted, default=0) + 1)
+    for n in accepted:
+        hist[n] += 1
+    return hist
 
 
 def _find_stop(text: str, stops: tuple[str, ...]) -> int | None:
@@ -657,7 +685,14 @@ class _Handler(BaseHTTPRequestHandler):
     # fail the start-up probe instead of failing every request later
     _GET: ClassVar[frozenset[str]] = frozenset({"/health", "/v1/health", "/v1/models"})
     _POST: ClassVar[frozenset[str]] = frozenset(
-        {"/v1/chat/completions", "/v1/completions", "/tokenize", "/v1/tokenize"}
+        {
+            "/v1/chat/completions",
+            "/v1/completions",
+            "/tokenize",
+            "/v1/tokenize",
+            "/detokenize",
+            "/v1/detokenize",
+        }
     )
 
     def _route(self, method: str) -> None:
@@ -806,9 +841,25 @@ class _Handler(BaseHTTPRequestHandler):
 
     # POST -----------------------------------------------------------------
 
+    def _detokenize(self, body: dict[str, Any]) -> None:
+        """vLLM's ``/detokenize``: ``{"tokens": [ids]}`` -> ``{"prompt": text}``."""
+        ids = body.get("tokens")
+        model = self.server.engine.model
+        size = len(model.pieces)
+        if not isinstance(ids, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < size for i in ids
+        ):
+            why = f"'tokens' must be a list of token ids in [0, {size})"
+            raise _RequestError(400, why, "invalid_type", "tokens")
+        text = model.tokenizer.decode(ids, skip_special_tokens=False)
+        self._send_json(200, json.dumps({"prompt": text}).encode())
+
     def _post(self, path: str) -> None:
         engine = self.server.engine
         body = self._read_json()
+        if path.endswith("detokenize"):
+            self._detokenize(body)
+            return
         if path.endswith("tokenize"):
             prompt = body.get("prompt")
             if not isinstance(prompt, str):
@@ -866,6 +917,9 @@ class _Handler(BaseHTTPRequestHandler):
             "avg_acceptance": round(avg, 4),
             "tok_per_sec": round(tps, 2),
             "block_size": self.server.engine.options.block_size,
+            "acceptance_histogram": acceptance_histogram(
+                res.accepted, self.server.engine.options.block_size
+            ),
             "draft_ms": round(res.draft_seconds * 1000, 3),
             "verify_ms": round(res.verify_seconds * 1000, 3),
         }
@@ -896,6 +950,8 @@ class _Handler(BaseHTTPRequestHandler):
                         "num_draft_tokens": drafted,
                         "num_accepted_draft_tokens": accepted,
                         "draft_acceptance_rate": round(accepted / drafted, 4) if drafted else 0.0,
+                        "num_spec_tokens": self.server.engine.options.block_size - 1,
+                        "acceptance_histogram": stats["acceptance_histogram"],
                     }
                 }
             }
@@ -948,6 +1004,7 @@ class _Handler(BaseHTTPRequestHandler):
             choice = {"index": 0, "message": msg, "finish_reason": finish, "logprobs": None}
         else:
             choice = {"index": 0, "text": content, "finish_reason": finish, "logprobs": None}
+        choice["stop_reason"] = res.stop_reason
         out: dict[str, Any] = {
             "id": f"{'chatcmpl' if req.chat else 'cmpl'}-{rid:08x}",
             "object": "chat.completion" if req.chat else "text_completion",
@@ -990,8 +1047,9 @@ class _Handler(BaseHTTPRequestHandler):
         }
 
         def chunk(delta: dict[str, Any] | None, finish: str | None = None, text: str = "") -> Any:
+            ch: dict[str, Any]
             if req.chat:
-                ch: dict[str, Any] = {
+                ch = {
                     "index": 0,
                     "delta": delta or {},
                     "finish_reason": finish,
@@ -999,6 +1057,8 @@ class _Handler(BaseHTTPRequestHandler):
                 }
             else:
                 ch = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
+            if finish is not None:  # as vLLM: on the chunk that carries the finish
+                ch["stop_reason"] = res.stop_reason
             return {**base, "choices": [ch]}
 
         self.send_response(200)

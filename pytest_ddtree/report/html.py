@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_ddtree import __version__
 from pytest_ddtree.report._atomic import write_text_atomic
+from pytest_ddtree.report.depth_chart import depth_section
 from pytest_ddtree.report.terminal import acceptance_cell
 from pytest_ddtree.sweep import (
     BudgetStats,
@@ -833,6 +834,7 @@ def render_html(
             '<p class="muted">Median with 95% CI; the triangle is p90.</p>'
             f"{charts[2]}</section></div>"
         )
+    body.append(depth_section(summary))
     body.append(f'<section class="card"><h2>Per-budget statistics</h2>{_stats_table(summary)}')
     body.append(
         '<p class="muted">Statistics use valid requests only. A budget with any invalid '

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pytest_ddtree.sweep import BudgetStats, SweepSummary, budget_label
+from pytest_ddtree.sweep import BudgetStats, SweepSummary, budget_label, deeper_line
 from pytest_ddtree.sweep.statistics import never_drafted_lines
 
 HEADERS = (
@@ -98,4 +98,7 @@ def table_lines(summary: SweepSummary, *, notes: Sequence[str] = ()) -> list[str
     lines.extend(f"note: {n}" for n in notes)
     lines.extend(f"WARNING: {w}" for w in never_drafted_lines(summary.budgets))
     lines.append(summary.recommendation.message)
+    deeper = deeper_line([(st.tree_budget, st.depth) for st in summary.budgets if st.depth])
+    if deeper is not None:
+        lines.append(deeper)
     return lines

@@ -9,6 +9,8 @@ written on one machine can be re-analysed, merged or compared anywhere.
 - :mod:`~pytest_ddtree.sweep.plan`: :class:`SweepPlan` and :func:`run_sweep`;
 - :mod:`~pytest_ddtree.sweep.statistics`: bootstrap intervals, per-budget
   statistics and the recommendation;
+- :mod:`~pytest_ddtree.sweep.depth`: acceptance by depth (:class:`DepthProfile`) and
+  whether deeper trees are still accepted (:func:`deeper_line`);
 - :mod:`~pytest_ddtree.sweep.run`: :class:`SweepRun` with its
   :class:`RunMetadata` and :class:`DiagnosisRecord`.
 """
@@ -16,6 +18,7 @@ written on one machine can be re-analysed, merged or compared anywhere.
 from __future__ import annotations
 
 from pytest_ddtree.settings import budget_label
+from pytest_ddtree.sweep.depth import DepthProfile, deeper_line, depth_profile
 from pytest_ddtree.sweep.plan import PlannedRequest, SweepOrder, SweepPlan, run_sweep
 from pytest_ddtree.sweep.run import DiagnosisRecord, RunMetadata, SweepRun, redact_endpoint
 from pytest_ddtree.sweep.samples import SweepSample, merge_samples
@@ -39,6 +42,7 @@ __all__ = [
     "BOOTSTRAP_RESAMPLES",
     "CONFIDENCE",
     "BudgetStats",
+    "DepthProfile",
     "DiagnosisRecord",
     "PlannedRequest",
     "Recommendation",
@@ -53,6 +57,8 @@ __all__ = [
     "bootstrap_median_difference",
     "budget_label",
     "budget_stats",
+    "deeper_line",
+    "depth_profile",
     "merge_samples",
     "quantile",
     "rank",

@@ -28,7 +28,9 @@ class SweepSample:
     tokens per second and may be None when the request could not measure them
     (no stream, no statistics). ``concurrent`` marks timings taken while other
     requests were in flight (pytest-xdist workers), which are not comparable
-    with timings of a serial run.
+    with timings of a serial run. ``acceptance_histogram`` counts the decode rounds
+    that accepted 0, 1, ... drafts, as the server reported it (field
+    ``depth_source``; empty when it reports none).
     """
 
     tree_budget: int | None
@@ -50,6 +52,8 @@ class SweepSample:
     acceptance_rate: float | None = None
     #: draft tokens the server reported making (None: not reported)
     drafted_tokens: int | None = None
+    acceptance_histogram: tuple[int, ...] = ()
+    depth_source: str | None = None
 
     @classmethod
     def from_completion(
@@ -90,6 +94,8 @@ class SweepSample:
             concurrent=concurrent,
             acceptance_rate=None if stats is None else _finite(stats.acceptance_rate),
             drafted_tokens=None if stats is None else _int(stats.num_draft_tokens),
+            acceptance_histogram=() if stats is None else stats.acceptance_histogram or (),
+            depth_source=None if stats is None else stats.depth_source,
         )
 
     @property
@@ -194,6 +200,13 @@ _KINDS: dict[str, _Kind] = {
         lambda v: isinstance(v, str), "a string or null", {"type": ["string", "null"]}, True
     ),
     "bool": _Kind(lambda v: isinstance(v, bool), "true or false", {"type": "boolean"}),
+    "tuple[int, ...]": _Kind(
+        lambda v: isinstance(v, list) and all(_is_int(x) and x >= 0 for x in v),
+        "a list of integers >= 0",
+        {"type": "array", "items": {"type": "integer", "minimum": 0}},
+        False,
+        tuple,
+    ),
     "tuple[str, ...]": _Kind(
         _is_strings,
         "a list of strings",

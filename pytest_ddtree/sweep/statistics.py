@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_ddtree.settings import budget_label
+from pytest_ddtree.sweep.depth import DepthProfile, depth_profile
 from pytest_ddtree.sweep.samples import SweepSample
 
 #: Resamples per bootstrap; 2,000 keeps a 95% percentile interval stable to a
@@ -206,6 +207,9 @@ class BudgetStats:
         """Requests reported their draft counts and not one drafted a token: no speculation."""
         return self.draft_reports > 0 and self.drafted_tokens == 0
 
+    # acceptance by depth, pooled over the valid requests (None: no server histogram)
+    depth: DepthProfile | None = None
+
     @property
     def all_valid(self) -> bool:
         """True when every request at this budget passed the invariants."""
@@ -248,6 +252,7 @@ class BudgetStats:
             "drafted_tokens": self.drafted_tokens,
             "draft_reports": self.draft_reports,
             "never_drafted": self.never_drafted,
+            "acceptance_by_depth": None if self.depth is None else self.depth.to_json(),
         }
 
 
@@ -308,6 +313,7 @@ def budget_stats(
         mean_acceptance_rate=_mean(s.acceptance_rate for s in valid),
         drafted_tokens=sum(counted),
         draft_reports=len(counted),
+        depth=depth_profile(valid),
     )
 
 

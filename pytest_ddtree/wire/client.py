@@ -273,6 +273,7 @@ class DDTreeClient:
     def _request(self, prompt: Messages, api: Api, **kwargs: Any) -> Completion:
         # the request's own keywords go to ``EndpointConfig.request``; the rest is body
         known = {k: kwargs.pop(k) for k in REQUEST_KEYWORDS if k in kwargs}
+        known.setdefault("dialect", self.detected_dialect)
         return self._send(self.config.request(prompt, api=api, extra=kwargs, **known))
 
     def _send(self, spec: RequestSpec) -> Completion:

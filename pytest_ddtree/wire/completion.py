@@ -7,7 +7,7 @@ statistics and the reports can all work from the same value.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any, Literal
@@ -129,12 +129,38 @@ class Usage:
     reasoning_tokens: int | None = None
 
 
+def rounds_reaching(histogram: Sequence[int]) -> tuple[int, ...]:
+    """Rounds that accepted at least ``d`` drafts, for ``d`` = 0, 1, ..., from a
+    histogram of rounds by accepted drafts; index 0 counts every round. Trailing
+    depths no round reached are cut after the first; empty without any round."""
+    out: list[int] = []
+    left = sum(histogram)
+    for count in histogram:
+        out.append(left)
+        left -= count
+    while len(out) > 2 and out[-1] == 0 and out[-2] == 0:
+        out.pop()
+    return tuple(out) if out and out[0] else ()
+
+
+def conditional_acceptance(histogram: Sequence[int]) -> tuple[float, ...]:
+    """Conditional acceptance at depth ``d`` = 1, 2, ...: of the rounds whose draft was
+    accepted up to depth ``d - 1``, the share accepted at depth ``d`` too."""
+    return tuple(b / a for a, b in pairwise(rounds_reaching(histogram)) if a)
+
+
 @dataclass(frozen=True)
 class SpecStats:
     """Speculation statistics normalised from any dialect (see ``dialects``).
 
     ``mean_acceptance_length`` counts tokens committed per decode round, bonus
     token included: 1.0 means no draft token was ever accepted.
+
+    ``acceptance_histogram[k]`` is the number of decode rounds that accepted
+    exactly ``k`` draft tokens (acceptance by depth), as the server reported it;
+    ``depth_source`` names the field it was read from (None when the server
+    reports no histogram). ``num_spec_tokens`` is the draft length per round
+    (vLLM's ``k``) when the server says.
     """
 
     dialect: str
@@ -146,6 +172,30 @@ class SpecStats:
     num_draft_tokens: int | None = None
     num_accepted_draft_tokens: int | None = None
     raw: Mapping[str, Any] = field(default_factory=dict)
+    acceptance_histogram: tuple[int, ...] | None = None
+    depth_source: str | None = None
+    num_spec_tokens: int | None = None
+
+    @property
+    def rounds_reaching(self) -> tuple[int, ...]:
+        """Rounds that accepted at least ``d`` drafts, ``d`` = 0, 1, ... (see
+        ``rounds_reaching``)."""
+        return rounds_reaching(self.acceptance_histogram or ())
+
+    @property
+    def acceptance_by_depth(self) -> tuple[float, ...]:
+        """Conditional acceptance at depth ``d`` = 1, 2, ... (see ``conditional_acceptance``)."""
+        return conditional_acceptance(self.acceptance_histogram or ())
+
+    @property
+    def histogram_acceptance_length(self) -> float | None:
+        """Mean tokens committed per round by the histogram (accepted drafts + the
+        bonus token), or None without one."""
+        hist = self.acceptance_histogram
+        rounds = sum(hist) if hist else 0
+        if not hist or rounds <= 0:
+            return None
+        return sum((k + 1) * n for k, n in enumerate(hist)) / rounds
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -255,6 +305,10 @@ class Completion:
     ``encoding_error`` names invalid UTF-8 in the body (with its byte offset);
     ``retries`` says why the request was sent again (a stale keep-alive
     connection, HTTP 429); ``count_error`` why the local token count failed.
+    ``stop_reason`` is the stop the server says ended the answer (a stop string or
+    a token id), read from the field ``stop_field`` names (vLLM's
+    ``choices[0].stop_reason``, SGLang's ``choices[0].matched_stop``); None when
+    the server does not say.
     """
 
     request: RequestSpec
@@ -278,6 +332,8 @@ class Completion:
     encoding_error: str | None = None
     retries: tuple[str, ...] = ()
     count_error: str | None = None
+    stop_reason: str | int | None = None
+    stop_field: str | None = None
 
     @property
     def client_side_failure(self) -> bool:

@@ -103,11 +103,26 @@ def _vllm_carrier(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
-def _sglang_carrier(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def _sglang_found(obj: Mapping[str, Any]) -> tuple[Mapping[str, Any], str] | None:
+    """SGLang's statistics and where they were: ``sglext.spec_tokens_details`` of
+    the OpenAI endpoints (an object for n=1, a list per choice for n>1: the first
+    choice's, as for the text), or ``meta_info`` of the native ``/generate``."""
+    ext = obj.get("sglext")
+    details = ext.get("spec_tokens_details") if isinstance(ext, Mapping) else None
+    if isinstance(details, list):
+        first = [d for d in details if isinstance(d, Mapping) and d.get("index", 0) == 0]
+        details = first[0] if first else None
+    if isinstance(details, Mapping):
+        return details, "sglext.spec_tokens_details"
     meta = obj.get("meta_info")
     if isinstance(meta, Mapping) and ("spec_verify_ct" in meta or "spec_accept_length" in meta):
-        return meta
+        return meta, "meta_info"
     return None
+
+
+def _sglang_carrier(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    found = _sglang_found(obj)
+    return found[0] if found is not None else None
 
 
 def _omlx_carrier(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -138,14 +153,63 @@ _CARRIERS = {
 
 
 def detect(objects: Sequence[Any]) -> str:
-    """The dialect whose statistics appear in ``objects`` (a response or chunks), or 'none'."""
+    """The dialect whose statistics appear in ``objects`` (a response or chunks), or 'none'.
+
+    SGLang's OpenAI endpoints send statistics only when asked
+    (``return_spec_tokens_details``), so an SGLang answer without them is still
+    told by the ``matched_stop`` of its choices (no other engine sends that key):
+    'sglang', so that later requests ask for the statistics.
+    """
     for obj in reversed(objects):
         if not isinstance(obj, Mapping):
             continue
         for name, carrier in _CARRIERS.items():
             if carrier(obj) is not None:
                 return name
+    if any(_choice_has(obj, "matched_stop") for obj in objects):
+        return "sglang"
     return "none"
+
+
+def _choice_has(obj: Any, key: str) -> bool:
+    if not isinstance(obj, Mapping):
+        return False
+    choices = obj.get("choices")
+    return isinstance(choices, list) and any(isinstance(c, Mapping) and key in c for c in choices)
+
+
+#: the request field that makes SGLang's OpenAI endpoints send their statistics; sent
+#: only to a server known to be SGLang (another server may reject an unknown field)
+SGLANG_DETAILS_FIELD = "return_spec_tokens_details"
+
+
+def request_fields(dialect: str | None) -> dict[str, Any]:
+    """Body fields a server of ``dialect`` needs before it reports its statistics."""
+    return {SGLANG_DETAILS_FIELD: True} if dialect == "sglang" else {}
+
+
+#: where each stop field sits in a choice, and which engine sends it
+STOP_FIELDS = ("stop_reason", "matched_stop")
+
+
+def stop_of(choice: Any) -> tuple[str | int | None, str | None]:
+    """(the stop that ended the answer, the field it came from) of one choice.
+
+    vLLM's ``stop_reason`` and SGLang's ``matched_stop`` hold the stop string or
+    the stop token id; a null one keeps its field named (vLLM: the model's own
+    end-of-sequence, or the length limit); anything else says nothing.
+    """
+    if not isinstance(choice, Mapping):
+        return None, None
+    for key in STOP_FIELDS:
+        if key not in choice:
+            continue
+        value = choice[key]
+        if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+            return value, f"choices[0].{key}"
+        # present and null: the server says no stop of the request's list fired
+        return None, f"choices[0].{key}" if value is None else None
+    return None, None
 
 
 def resolve_pointer(doc: Any, pointer: str) -> Any:
@@ -187,10 +251,57 @@ def extract_stats(
         return None
     for obj in reversed(objects):
         if isinstance(obj, Mapping):
+            if dialect == "sglang":
+                found = _sglang_found(obj)
+                if found is not None:
+                    return _sglang(*found)
+                continue
             raw = carrier_fn(obj)
             if raw is not None:
                 return _normalise(dialect, raw)
     return None
+
+
+def histogram(value: Any) -> tuple[int, ...] | None:
+    """``value`` as an acceptance histogram (a non-empty list of integers >= 0), or None."""
+    if not isinstance(value, list) or not value:
+        return None
+    out = tuple(_int(v) for v in value)
+    if any(v is None or v < 0 for v in out):
+        return None
+    return tuple(v for v in out if v is not None)
+
+
+def _depth(raw: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+    """The SpecStats fields of a histogram at ``raw[key]`` (``where`` names ``raw``);
+    a malformed one keeps its source named and no histogram, for the stats check."""
+    if key not in raw or raw[key] is None:
+        return {}
+    return {"acceptance_histogram": histogram(raw[key]), "depth_source": f"{where}.{key}"}
+
+
+def _per_step(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """vLLM's detailed mode: the histogram built from ``per_step_accepted``."""
+    steps = raw.get("per_step_accepted")
+    if steps is None:
+        return {}
+    source = f"{where}.per_step_accepted"
+    if not isinstance(steps, list) or not steps:
+        return {"acceptance_histogram": None, "depth_source": source}
+    counts = [_int(v) for v in steps]
+    if any(c is None or c < 0 or c > MAX_DEPTH for c in counts):
+        return {"acceptance_histogram": None, "depth_source": source}
+    hist = [0] * (max(c for c in counts if c is not None) + 1)
+    for c in counts:
+        if c is not None:
+            hist[c] += 1
+    return {"acceptance_histogram": tuple(hist), "depth_source": source}
+
+
+VLLM_WHERE = "metrics.speculative_decoding"
+#: no draft is deeper than this: a per-step count beyond it is malformed (and would cost
+#: a histogram that long)
+MAX_DEPTH = 4096
 
 
 def _normalise(dialect: str, raw: Mapping[str, Any]) -> SpecStats:
@@ -203,30 +314,12 @@ def _normalise(dialect: str, raw: Mapping[str, Any]) -> SpecStats:
             server_tokens_per_second=_num(raw.get("tok_per_sec")),
             block_size=_int(raw.get("block_size")),
             raw=dict(raw),
+            **_depth(raw, "acceptance_histogram", "ddtree_stats"),
         )
     if dialect == "vllm":
-        rounds = _int(raw.get("num_spec_steps"))
-        tau = _num(raw.get("mean_acceptance_length"))
-        drafted = _int(raw.get("num_draft_tokens"))
-        accepted = _int(raw.get("num_accepted_draft_tokens"))
-        if tau is None and rounds and accepted is not None:
-            # accepted drafts per step plus the bonus token of each step
-            tau = 1.0 + accepted / rounds
-        return SpecStats(
-            dialect="vllm",
-            decode_rounds=rounds,
-            mean_acceptance_length=tau,
-            num_draft_tokens=drafted,
-            num_accepted_draft_tokens=accepted,
-            raw=dict(raw),
-        )
+        return _vllm(raw)
     if dialect == "sglang":
-        return SpecStats(
-            dialect="sglang",
-            decode_rounds=_int(raw.get("spec_verify_ct")),
-            mean_acceptance_length=_num(raw.get("spec_accept_length")),
-            raw=dict(raw),
-        )
+        return _sglang(raw, "meta_info")
     if dialect == "llamacpp":
         return _llamacpp(raw)
     # omlx
@@ -237,6 +330,42 @@ def _normalise(dialect: str, raw: Mapping[str, Any]) -> SpecStats:
         mean_acceptance_length=_num(raw.get(OMLX_PREFIX + "avg_acceptance")),
         server_tokens_per_second=_num(raw.get(OMLX_PREFIX + "tokens_per_second")),
         raw={k: v for k, v in raw.items() if str(k).startswith(OMLX_PREFIX)},
+    )
+
+
+def _vllm(raw: Mapping[str, Any]) -> SpecStats:
+    """vLLM's per-request ``metrics.speculative_decoding`` (summary or detailed)."""
+    rounds = _int(raw.get("num_spec_steps"))
+    tau = _num(raw.get("mean_acceptance_length"))
+    drafted = _int(raw.get("num_draft_tokens"))
+    accepted = _int(raw.get("num_accepted_draft_tokens"))
+    if tau is None and rounds and accepted is not None:
+        # accepted drafts per step plus the bonus token of each step
+        tau = 1.0 + accepted / rounds
+    # the dense histogram when sent, else the detailed mode's per-step counts
+    depth = _depth(raw, "acceptance_histogram", VLLM_WHERE) or _per_step(raw, VLLM_WHERE)
+    return SpecStats(
+        dialect="vllm",
+        decode_rounds=rounds,
+        mean_acceptance_length=tau,
+        num_draft_tokens=drafted,
+        num_accepted_draft_tokens=accepted,
+        num_spec_tokens=_int(raw.get("num_spec_tokens")),
+        raw=dict(raw),
+        **depth,
+    )
+
+
+def _sglang(raw: Mapping[str, Any], where: str) -> SpecStats:
+    """SGLang's statistics (``sglext.spec_tokens_details`` or ``meta_info``)."""
+    return SpecStats(
+        dialect="sglang",
+        decode_rounds=_int(raw.get("spec_verify_ct")),
+        mean_acceptance_length=_num(raw.get("spec_accept_length")),
+        num_draft_tokens=_int(raw.get("spec_num_proposed_drafts")),
+        num_accepted_draft_tokens=_int(raw.get("spec_num_correct_drafts")),
+        raw=dict(raw),
+        **_depth(raw, "spec_correct_drafts_histogram", where),
     )
 
 

@@ -154,8 +154,13 @@ class EndpointConfig:
         prompt_id: str | None = None,
         headers: Mapping[str, str] | None = None,
         extra: Mapping[str, Any] | None = None,
+        dialect: str | None = None,
     ) -> RequestSpec:
-        """The request for ``prompt`` (a string, or chat messages for the chat API)."""
+        """The request for ``prompt`` (a string, or chat messages for the chat API).
+
+        ``dialect`` (default: the configured one) is the statistics dialect the server
+        speaks, once detected: SGLang reports statistics only when asked.
+        """
         api = api or self.api
         mt = self.max_tokens if max_tokens is None else max_tokens
         if isinstance(mt, bool) or not isinstance(mt, int) or mt < 1:
@@ -176,6 +181,7 @@ class EndpointConfig:
         body.update(max_tokens=mt, temperature=temperature, stream=stream)
         if stream:
             body["stream_options"] = {"include_usage": True}
+        body.update(dialects.request_fields(dialect or self.dialect))
         body.update(extra)
         base = self.base_url
         if tree_budget is not None:
@@ -209,6 +215,7 @@ class EndpointConfig:
         temperature: float = 0.0,
         prompt_id: str | None = None,
         extra: Mapping[str, Any] | None = None,
+        dialect: str | None = None,
     ) -> RequestSpec:
         """The streamed request for ``prompt`` at ``tree_budget`` (what the load runner sends)."""
         return self.request(
@@ -218,11 +225,15 @@ class EndpointConfig:
             temperature=temperature,
             prompt_id=prompt_id,
             extra=extra,
+            dialect=dialect,
         )
 
     def replay(self, spec: RequestSpec) -> RequestSpec:
         """``spec`` for this endpoint, without its budget (a target-only baseline replay)."""
         body = dialects.drop_path(dict(spec.body), self.budget_field)
+        # the baseline may be another engine: ask it for statistics only in its own dialect
+        body.pop(dialects.SGLANG_DETAILS_FIELD, None)
+        body.update(dialects.request_fields(self.dialect))
         if self.model:
             body["model"] = self.model
         return RequestSpec(
@@ -351,7 +362,7 @@ def classify_transport(
 KEEP_ALL_CHUNKS = 512
 KEEP_LAST_CHUNKS = 8
 KEEP_STATS_CHUNKS = 64
-STATS_KEYS = ("usage", "timings", "ddtree_stats", "metrics", "meta_info", "error")
+STATS_KEYS = ("usage", "timings", "ddtree_stats", "metrics", "meta_info", "sglext", "error")
 MAX_NOTES = 16
 
 _NEWLINES = re.compile(r"\r\n|\r|\n")
@@ -381,6 +392,8 @@ class StreamDecoder:
         self.events = 0
         self.done_seen = False
         self.finish: str | None = None
+        self.stop: str | int | None = None
+        self.stop_field: str | None = None
         self.finish_chunks = 0
         self.usage_seen = False
         self.first: float | None = None
@@ -549,6 +562,8 @@ class StreamDecoder:
         if fin is not None:
             self.finish_chunks += 1
             self.finish = fin
+            # vLLM and SGLang name the stop on the chunk that carries the finish
+            self.stop, self.stop_field = dialects.stop_of(obj["choices"][0])
 
     def _note(self, what: str) -> None:
         # the count matters, not a thousand copies of the same garbage
@@ -698,6 +713,8 @@ class _Answer:
     pieces: Sequence[str] = ()
     stamps: Sequence[float] = ()
     first: float | None = None
+    stop: str | int | None = None
+    stop_field: str | None = None
 
 
 def _answer(ex: Exchange, stream: StreamDecoder | None) -> _Answer:
@@ -726,6 +743,8 @@ def _answer(ex: Exchange, stream: StreamDecoder | None) -> _Answer:
             dec.pieces,
             dec.stamps,
             dec.first,
+            dec.stop,
+            dec.stop_field,
         )
     text, bad = decode_text(ex.body, "the response body")
     raw: Any = None
@@ -737,7 +756,10 @@ def _answer(ex: Exchange, stream: StreamDecoder | None) -> _Answer:
             ex.fail(problem, ErrorKind.PARSE)
     content, reasoning, finish = plain_choice(raw, spec.api)
     objects = [raw] if isinstance(raw, Mapping) else []
-    return _Answer(content, reasoning, finish, objects, raw, None, bad)
+    stop, stop_field = dialects.stop_of(_first_choice(raw))
+    return _Answer(
+        content, reasoning, finish, objects, raw, None, bad, stop=stop, stop_field=stop_field
+    )
 
 
 def _status_kind(status: int) -> ErrorKind:
@@ -819,6 +841,8 @@ def assemble(
         error_kind=kind,
         encoding_error=ans.bad_utf8,
         count_error=count_error,
+        stop_reason=ans.stop,
+        stop_field=ans.stop_field,
     )
     return completion, found
 

@@ -20,6 +20,10 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 
 _CACHE_SIZE = 2048
+# a decoded token is shown in evidence: at most this many characters of it, and at most
+# this many bytes read from a server's /detokenize answer
+MAX_TOKEN_TEXT = 80
+MAX_DETOKENIZE_BYTES = 65536
 
 
 @runtime_checkable
@@ -96,6 +100,17 @@ class TokenizerCounter:
     def count(self, text: str) -> int:
         """Number of tokens in ``text``."""
         return len(self._ids(text)) if text else 0
+
+    def decode_token(self, token_id: int) -> str | None:
+        """The text of token ``token_id`` (special tokens included), or None when the
+        vocabulary has no such id."""
+        try:
+            if self._tokenizer.id_to_token(token_id) is None:
+                return None
+            text = self._tokenizer.decode([token_id], skip_special_tokens=False)
+        except Exception:  # an id out of range, an odd decoder: no text, never a crash
+            return None
+        return text[:MAX_TOKEN_TEXT] if isinstance(text, str) else None
 
 
 def _special_tokens_of(tokenizer: Any) -> tuple[str, ...]:
@@ -182,6 +197,7 @@ class ServerCounter:
         self._cache = _LRU()
         self._counts: OrderedDict[str, int] = OrderedDict()
         self.retries = 0  # requests sent again after a stale keep-alive connection
+        self._pieces: dict[int, str | None] = {}
 
     def _ask(self, text: str) -> tuple[int, list[int] | None]:
         body = self.shape.body(text, self.model)
@@ -229,10 +245,42 @@ class ServerCounter:
             self._cache.put(text, ids)
         return count
 
+    def decode_token(self, token_id: int) -> str | None:
+        """The text of token ``token_id`` from the server's ``/detokenize`` (llama.cpp,
+        vLLM, SGLang and the reference server have one), or None when it has none or
+        answers something else; one request per id, bounded in time and bytes."""
+        if token_id in self._pieces:
+            return self._pieces[token_id]
+        path = "/v1/detokenize" if self.shape.name == "sglang" else "/detokenize"
+        body: dict[str, Any] = {"tokens": [token_id]}
+        if self.shape.with_model and self.model:
+            body["model"] = self.model
+        text: str | None = None
+        try:
+            response = self._client.post(f"{self.root_url}{path}", json=body, timeout=5.0)
+            if response.status_code == 200 and len(response.content) <= MAX_DETOKENIZE_BYTES:
+                text = detokenize_text(response.json())
+        except Exception:  # no /detokenize, a slow or odd one: the id is shown alone
+            text = None
+        self._pieces[token_id] = text
+        return text
+
     def _remember(self, text: str, count: int) -> None:
         self._counts[text] = count
         if len(self._counts) > _CACHE_SIZE:
             self._counts.popitem(last=False)
+
+
+def detokenize_text(data: Any) -> str | None:
+    """The text of a ``/detokenize`` answer: vLLM's and the reference server's
+    ``prompt``, llama.cpp's ``content``, SGLang's ``text``; None for anything else."""
+    if not isinstance(data, Mapping):
+        return None
+    for key in ("prompt", "content", "text"):
+        value = data.get(key)
+        if isinstance(value, str):
+            return value[:MAX_TOKEN_TEXT]
+    return None
 
 
 def _token_id(item: Any) -> int | None:

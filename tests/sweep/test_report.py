@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_ddtree.invariants import check
+from pytest_ddtree.reference import ReferenceServer
 from pytest_ddtree.report import (
     SCHEMA_VERSION,
     read_sweep_json,
@@ -20,7 +23,8 @@ from pytest_ddtree.report import (
     write_sweep_json,
 )
 from pytest_ddtree.report.jsonfile import SWEEP_JSON_SCHEMA, sweep_from_json
-from pytest_ddtree.sweep import SweepRun, SweepSample
+from pytest_ddtree.sweep import DepthProfile, SweepRun, SweepSample, deeper_line
+from pytest_ddtree.wire.client import DDTreeClient
 
 from ._factory import synthetic_sweep
 
@@ -288,3 +292,77 @@ def test_html_shows_transport_counts_as_a_table() -> None:
     assert "{'requests'" not in page and "requests=" not in page
     assert "<th>client</th><th>requests</th><th>reuse retries</th>" in page
     assert "<tr><td>endpoint</td><td>12</td><td>1</td></tr>" in page
+
+
+# ---------------------------------------------------------------- acceptance by depth
+
+
+def _depth_run(reference_server: ReferenceServer) -> SweepRun:
+    """A small sweep of real reference-server answers (histograms and all)."""
+    samples = []
+    with DDTreeClient(reference_server.base_url) as client:
+        for budget in (2, 16, 256):
+            for i, prompt in enumerate(("Write a long essay about rivers.", "Explain tides.")):
+                c = client.chat(prompt, max_tokens=96, tree_budget=budget, prompt_id=f"p{i}")
+                samples.append(SweepSample.from_completion(c, check(c), round=0))
+    return SweepRun(samples=samples, metadata=dict(META, budgets=[2, 16, 256]), seed=5)
+
+
+def test_acceptance_by_depth_in_json_html_and_terminal(
+    reference_server: ReferenceServer, tmp_path: Path
+) -> None:
+    run = _depth_run(reference_server)
+    summary = run.summary()
+    for st in summary.budgets:
+        assert st.depth is not None
+        mine = [s for s in run.samples if s.tree_budget == st.tree_budget]
+        # pooled exactly: every request's rounds, summed depth by depth
+        width = max(len(s.acceptance_histogram) for s in mine)
+        pooled = [sum(s.acceptance_histogram[k] for s in mine) for k in range(width)]
+        assert list(st.depth.histogram) == pooled
+        tokens = sum(s.completion_tokens or 0 for s in mine)
+        rounds = sum(s.decode_rounds or 0 for s in mine)
+        assert st.depth.mean_accepted_length == pytest.approx(tokens / rounds)
+    doc = json.loads(write_sweep_json(run, tmp_path / "sweep.json").read_text())
+    figures = doc["budgets"][-1]["acceptance_by_depth"]
+    assert figures["sources"] == ["ddtree_stats.acceptance_histogram"]
+    reach = summary.budgets[-1].depth.reaching
+    assert figures["conditional_acceptance"] == [
+        round(b / a, 4) for a, b in itertools.pairwise(reach) if a
+    ]
+    assert read_sweep_json(tmp_path / "sweep.json").samples == run.samples
+    html = render_html(run)
+    assert "<h2>Acceptance by depth</h2>" in html and 'class="chart depth"' in html
+    lines = table_lines(summary)
+    assert lines[-1].startswith("acceptance by depth at the largest budget, tree_budget=256:")
+    assert escape(lines[-1]) in html
+
+
+def test_deeper_line_answers_whether_a_larger_budget_may_help() -> None:
+    grown = DepthProfile((40, 30, 20, 10), 4, ("x",))  # 100 rounds; depth 3: 10 of 30
+    assert (
+        deeper_line([(16, DepthProfile((90, 10), 1, ("x",))), (64, grown)])
+        == "acceptance by depth at the largest budget, tree_budget=64: deeper trees are still "
+        "accepted (mean accepted length 1.10 at 16, 2.00 at 64; 33% of the 30 rounds accepted "
+        "to depth 2 were accepted at depth 3, none deeper than 3): a budget above 64 may help; "
+        "sweep larger budgets"
+    )
+    same = DepthProfile((41, 29, 20, 10), 4, ("x",))  # 1.99 at the larger budget
+    line = deeper_line([(64, grown), (128, same)])
+    assert line is not None and "deeper trees add nothing (mean accepted length 2.00 at 64" in line
+    assert line.endswith("a budget above 128 is unlikely to help")
+    # one budget: the deepest well-reached depth decides
+    falling = deeper_line([(64, grown)])
+    assert falling is not None and "acceptance falls off (33% of the 30 rounds" in falling
+    rising = deeper_line([(64, DepthProfile((10, 10, 20, 60, 0, 0), 4, ("x",)))])
+    assert rising is not None and "deeper trees are still accepted (75% of the 80" in rising
+    few = deeper_line([(64, DepthProfile((3, 2), 1, ("x",)))])
+    assert few is not None and "too few" in few
+    assert deeper_line([]) is None
+
+
+def test_no_histogram_no_depth_section() -> None:
+    run = _run(False)
+    assert all(st.depth is None for st in run.summary().budgets)
+    assert "Acceptance by depth" not in render_html(run)
+    assert not any(ln.startswith("acceptance by depth") for ln in table_lines(run.summary()))
