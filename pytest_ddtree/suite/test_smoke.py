@@ -15,7 +15,7 @@ from pytest_ddtree import DDTreeClient
 from pytest_ddtree.settings import Settings
 
 if TYPE_CHECKING:
-    from conftest import Prompt
+    from pytest_ddtree.prompts import Prompt
 
 
 def test_smoke(
@@ -27,7 +27,7 @@ def test_smoke(
 ) -> None:
     budget = ddtree_settings.budgets[0] if ddtree_settings.budgets else None
     completion = ddtree_client.request(
-        prompt.text,
+        prompt.messages,
         api=ddtree_settings.api,
         max_tokens=ddtree_settings.max_tokens,
         tree_budget=budget,
