@@ -121,6 +121,7 @@ class BenchmarkIntegration:
             embedded=settings.endpoint is None,
             embedded_setup={
                 "reference_latency": settings.reference_latency,
+                "reference_slowdown": settings.reference_slowdown,
                 "faults": ",".join(settings.reference_faults) or "none",
             },
         )

@@ -53,8 +53,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             group.addoption(opt.cli, action="append", dest=opt.dest, metavar=opt.metavar, help=text)
         else:
             group.addoption(opt.cli, dest=opt.dest, metavar=opt.metavar, help=text)
-        ini_type = "linelist" if opt.repeatable else "paths" if opt.path else "string"
-        parser.addini(opt.ini, help=opt.help, type=ini_type)
+        if opt.repeatable:
+            parser.addini(opt.ini, help=opt.help, type="linelist")
+        elif opt.path:
+            parser.addini(opt.ini, help=opt.help, type="paths")
+        else:
+            parser.addini(opt.ini, help=opt.help, type="string")
 
 
 _BUNDLED_SUITE = pytest.StashKey[bool]()

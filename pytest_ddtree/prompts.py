@@ -187,10 +187,12 @@ def _explain(error: Any) -> tuple[str, str]:
         tail = f"; did you mean {hint[0]!r}?" if hint else f"; known: {', '.join(known)}"
         return _join(path, extra), f"unknown {what}{tail}"
     if kind == "required":
-        missing = [k for k in error.validator_value if k not in error.instance][0]
+        missing = next(k for k in error.validator_value if k not in error.instance)
         return _join(path, missing), "is required"
     if kind == "oneOf" and not path:
         return "prompt", "give either 'prompt' (one user message) or 'messages' (a conversation)"
+    if kind == "pattern" and path == "id":
+        return path, f"{error.instance!r}: use letters, digits, '_', '.' and '-' (ids name tests)"
     if kind == "type" and not path:
         return "", "expected a prompt object"
     message = error.message if len(error.message) <= 120 else error.message[:117] + "..."

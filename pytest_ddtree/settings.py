@@ -116,6 +116,7 @@ class Settings:
     sweep_order: Literal["shuffled", "fixed"] = "shuffled"
     reference_faults: tuple[str, ...] = ()
     reference_latency: bool = True
+    reference_slowdown: float = 1.0
     slo: Any = None  # pytest_ddtree.load.slo.SLO
     load_concurrency: tuple[int, ...] = (1, 4, 16)
     load_rate: tuple[float, ...] = ()
@@ -387,6 +388,22 @@ def parse_prompts(raw: Any, source: str) -> Any:
         return load_prompts(path)
     except PromptFileError as exc:
         raise SettingsError(f"invalid prompts (from {source}): {exc}") from None
+
+
+def parse_slowdown(raw: str, source: str) -> float:
+    """A factor between 0.1 and 10 on the embedded server's simulated time."""
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0.1 <= value <= 10:
+        raise _fail(
+            "reference-slowdown",
+            raw,
+            source,
+            "expected a factor between 0.1 and 10 (1 is as built)",
+        )
+    return value
 
 
 def parse_burstiness(raw: str, source: str) -> float:
@@ -686,6 +703,14 @@ OPTIONS: tuple[OptionDef, ...] = (
         metavar="on|off",
         default="on",
         parse=lambda raw, src: parse_bool(raw, src, "reference-latency", "on or off"),
+    ),
+    OptionDef(
+        "reference-slowdown",
+        "Embedded server only: multiply its simulated accelerator time by this factor (0.5 is "
+        "a twice as fast accelerator; budget trade-offs keep their shape).",
+        metavar="F",
+        default="1",
+        parse=parse_slowdown,
     ),
     OptionDef(
         "slo",

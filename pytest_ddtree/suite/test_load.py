@@ -24,10 +24,10 @@ def test_load(
 ) -> None:
     chosen = sweep_prompts
     budgets = sorted(ddtree_settings.budgets)
-    # three budgets spread over the lower two thirds of the sweep (16, 64, 256 of the
-    # default 16..1024): enough to see the best one move with load, without the slowest
-    n = len(budgets)
-    picked = sorted({budgets[0], budgets[n // 3], budgets[2 * n // 3]}) if budgets else None
+    # the three lowest budgets (16, 32, 64 of the default 16..1024): under load the question
+    # is whether a budget below the single-stream best wins, and big trees only lose there
+    # (each verification pass covers every request's tree); enough to see the best move
+    picked = budgets[:3] or None
     result = ddtree_load(
         [p.messages for p in chosen],
         tree_budgets=picked,
