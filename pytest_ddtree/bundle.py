@@ -106,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="The example suite of pytest-ddtree. Run it in place with "
         "'pytest --pyargs pytest_ddtree.suite'; copy it to adapt with 'ddtree-suite init DIR'.",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="init")
     init_cmd = commands.add_parser(
         "init", help="copy the suite into DIR (e.g. tests/ddtree) to adapt it"
     )
