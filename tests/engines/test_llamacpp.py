@@ -272,7 +272,7 @@ def test_example_suite_through_the_plugin(
         # the baseline fails the same way: the model is at fault, not speculation
         assert "speculative decoding is not the cause" in (bad.text or ""), bad.text
     assert failures == EXAMPLE_SUITE_FAILURES, output[-4000:]
-    assert passed >= 25, output[-2000:]  # everything else ran and passed
+    assert passed >= 20, output[-2000:]  # everything else ran and passed
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 

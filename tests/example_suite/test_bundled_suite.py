@@ -178,3 +178,33 @@ def test_init_needs_a_directory_argument(tmp_path: Path) -> None:
     result = _run(tmp_path, "-m", "pytest_ddtree.bundle")
     assert result.returncode == 2
     assert "init" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_suite_ini_layer_sits_between_the_users_ini_and_the_environment() -> None:
+    from pytest_ddtree.settings import resolve
+
+    suite = bundle.suite_ini()
+    assert suite["ddtree_max_tokens"] == "96"
+    env = {"DDTREE_TIMEOUT": "99"}
+    alone = resolve({}, {}, env, suite)
+    assert alone.max_tokens == 96 and alone.timeout.read == 15
+    assert alone.source_of("max_tokens") == (
+        "ini key ddtree_max_tokens of the bundled suite's pytest.ini"
+    )
+    mine = resolve({}, {"ddtree_max_tokens": "40"}, env, suite)
+    assert mine.max_tokens == 40 and mine.source_of("max_tokens") == "ini key ddtree_max_tokens"
+    cli = resolve({"ddtree_max_tokens": "24"}, {"ddtree_max_tokens": "40"}, env, suite)
+    assert cli.max_tokens == 24
+    assert resolve({}, {}, env).timeout.total == 99  # without the suite, the environment
+
+
+@pytest.mark.parametrize("raw", ["0", "fast", "11", "nan"])
+def test_a_bad_slowdown_is_one_line(raw: str) -> None:
+    from pytest_ddtree.settings import SettingsError, resolve
+
+    with pytest.raises(SettingsError) as info:
+        resolve({}, {"ddtree_reference_slowdown": raw}, {})
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"invalid reference-slowdown {raw!r} (from ini key ")
+    assert "between 0.1 and 10" in message
