@@ -26,8 +26,7 @@ def test_smoke(
     ddtree_client: DDTreeClient,
     ddtree_settings: Settings,
     ddtree_check: Callable[..., None],
-    record_property: Callable[[str, object], None],
-    pytestconfig: pytest.Config,
+    request: pytest.FixtureRequest,
 ) -> None:
     budget = ddtree_settings.budgets[0] if ddtree_settings.budgets else None
     completion = ddtree_client.request(
@@ -41,9 +40,11 @@ def test_smoke(
         f"{prompt.id} @ budget {budget}: {completion.completion_tokens} tokens, "
         f"finish_reason={completion.finish_reason}: {completion.text[:120]!r}"
     )
-    if pytestconfig.getini("junit_family") in ("xunit1", "legacy"):
-        # xunit2 has no per-test properties (the suite's pytest.ini asks for xunit1; a run
-        # under another ini file may not): the excerpt is in the -rP output either way
+    if request.config.getini("junit_family") in ("xunit1", "legacy"):
+        # xunit2 has no per-test properties and pytest warns when record_property is merely
+        # requested there (the suite's pytest.ini asks for xunit1; a run under another ini
+        # file may not): the excerpt is in the -rP output either way
+        record_property: Callable[[str, object], None] = request.getfixturevalue("record_property")
         record_property("ddtree_output", completion.text[:200])
         record_property("ddtree_completion_tokens", completion.completion_tokens)
         record_property("ddtree_finish_reason", completion.finish_reason)
