@@ -213,9 +213,9 @@ EXAMPLE_SUITE_FAILURES: dict[str, list[str]] = {
 }
 # A representative subset within the tier's CI budget: the per-prompt tests (smoke, every
 # invariant, streaming) and the timed sweep. Left out: the losslessness tests (shown above at
-# the library level) and test_load, which sends 176 requests (minutes on one CPU thread) and
-# whose runner does not yet retry a reused keep-alive connection that llama.cpp closed (see
-# docs/llamacpp.md).
+# the library level) and test_load, which sends 112 requests at the suite's C=1,4,8
+# (minutes on one CPU thread) and whose runner does not yet retry a reused keep-alive
+# connection that llama.cpp closed (see docs/llamacpp.md).
 SUITE_SELECT = "not test_load and not test_lossless and not test_deterministic"
 
 
