@@ -58,6 +58,7 @@ def describe(runtime: Runtime, *, workers: int | None) -> RunMetadata:
         dialect=runtime.dialect,
         embedded_setup=(
             f"reference_latency={s.reference_latency}, "
+            f"reference_slowdown={s.reference_slowdown:g}, "
             f"faults={','.join(s.reference_faults) or 'none'}"
             if runtime.embedded
             else None

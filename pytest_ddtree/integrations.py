@@ -114,6 +114,7 @@ class BenchmarkIntegration:
             embedded=settings.endpoint is None,
             embedded_setup={
                 "reference_latency": settings.reference_latency,
+                "reference_slowdown": settings.reference_slowdown,
                 "faults": ",".join(settings.reference_faults) or "none",
             },
         )

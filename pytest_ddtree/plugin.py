@@ -56,14 +56,42 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             group.addoption(opt.cli, dest=opt.dest, metavar=opt.metavar, help=text)
         if opt.repeatable:
             parser.addini(opt.ini, help=opt.help, type="linelist")
+        elif opt.path:
+            parser.addini(opt.ini, help=opt.help, type="paths")
         else:
             parser.addini(opt.ini, help=opt.help, type="string")
+
+
+_BUNDLED_SUITE = pytest.StashKey[bool]()
+
+
+def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) -> None:
+    # `pytest --pyargs pytest_ddtree.suite` reads the user's ini file, not the suite's: the
+    # suite's addopts go before the user's, as pytest puts an ini file's before the command's
+    from pytest_ddtree import bundle
+
+    ns = early_config.known_args_namespace
+    inipath = early_config.inipath
+    own_ini = inipath is not None and inipath.resolve() == bundle.SUITE_INI
+    suite = not own_ini and bundle.targets_suite(
+        ns.file_or_dir, ns.pyargs, early_config.invocation_params.dir
+    )
+    early_config.stash[_BUNDLED_SUITE] = suite
+    if suite:
+        addopts = bundle.suite_addopts()
+        early_config.pluginmanager.consider_preparse(addopts, exclude_only=True)
+        args[:0] = addopts
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
     try:
-        settings = configured_settings(config)
+        if config.stash.get(_BUNDLED_SUITE, False):
+            from pytest_ddtree.bundle import suite_ini
+
+            settings = configured_settings(config, suite_ini())
+        else:
+            settings = configured_settings(config)
     except SettingsError as exc:
         raise pytest.UsageError(str(exc)) from None
     if settings.report and not hasattr(config, "workerinput"):

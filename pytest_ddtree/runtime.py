@@ -95,10 +95,11 @@ def _make_client(
 
 def start_embedded(settings: Settings) -> tuple[Any, Any]:
     """Spawn the reference server and its target-only twin, in parallel."""
-    from pytest_ddtree.reference import spawn_reference_server
+    from pytest_ddtree.reference import CostModel, spawn_reference_server
 
     common: dict[str, Any] = {
         "simulated_latency": settings.reference_latency,
+        "cost": CostModel(slowdown=settings.reference_slowdown),
         "faults": tuple(settings.reference_faults),
     }
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:

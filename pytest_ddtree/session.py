@@ -63,11 +63,14 @@ ENDPOINT_FIXTURES = frozenset(
 )
 
 
-def configured_settings(config: pytest.Config) -> Settings:
-    """Resolve and validate every option (``SettingsError`` names the bad value)."""
+def configured_settings(config: pytest.Config, suite: Mapping[str, str] | None = None) -> Settings:
+    """Resolve and validate every option (``SettingsError`` names the bad value).
+
+    ``suite``: the bundled suite's ini keys, when the run is that suite (see ``bundle``).
+    """
     cli = {opt.dest: config.getoption(opt.dest) for opt in OPTIONS}
     ini = {opt.ini: config.getini(opt.ini) for opt in OPTIONS}
-    settings = resolve(cli, ini, os.environ)
+    settings = resolve(cli, ini, os.environ, suite)
     check_codes(settings.skip_checks, settings.source_of("skip_checks"))
     if settings.reference_faults:
         # the catalogue lives with the reference server: loaded only when faults are asked for

@@ -116,6 +116,7 @@ class Settings:
     sweep_order: Literal["shuffled", "fixed"] = "shuffled"
     reference_faults: tuple[str, ...] = ()
     reference_latency: bool = True
+    reference_slowdown: float = 1.0
     slo: Any = None  # pytest_ddtree.load.slo.SLO
     load_concurrency: tuple[int, ...] = (1, 4, 16)
     load_rate: tuple[float, ...] = ()
@@ -123,6 +124,7 @@ class Settings:
     load_requests: int | None = None
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     retry_429: int = 0
+    prompts: Any = None  # pytest_ddtree.prompts.PromptSet
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def source_of(self, name: str) -> str:
@@ -371,6 +373,42 @@ def _load_parser(name: str) -> Callable[[Any, str], Any]:
     return parse
 
 
+def parse_prompts(raw: Any, source: str) -> Any:
+    """A prompt set file (JSON or JSON Lines), read and validated now: a ``PromptSet``.
+
+    An ini value arrives as a list of paths relative to the ini file (``type="paths"``).
+    """
+    from pytest_ddtree.prompts import PromptFileError, load_prompts
+
+    if isinstance(raw, (list, tuple)):
+        if len(raw) != 1:
+            raise _fail("prompts", " ".join(map(str, raw)), source, "expected one file path")
+        raw = raw[0]
+    path = str(raw).strip()
+    if not path:
+        raise _fail("prompts", raw, source, "expected a JSON or JSON Lines file path")
+    try:
+        return load_prompts(path)
+    except PromptFileError as exc:
+        raise SettingsError(f"invalid prompts (from {source}): {exc}") from None
+
+
+def parse_slowdown(raw: str, source: str) -> float:
+    """A factor between 0.1 and 10 on the embedded server's simulated time."""
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0.1 <= value <= 10:
+        raise _fail(
+            "reference-slowdown",
+            raw,
+            source,
+            "expected a factor between 0.1 and 10 (1 is as built)",
+        )
+    return value
+
+
 def parse_burstiness(raw: str, source: str) -> float:
     """A number > 0 (1 = Poisson arrivals)."""
     try:
@@ -409,6 +447,7 @@ class OptionDef:
     repeatable: bool = False
     flag: bool = False
     secret: bool = False
+    path: bool = False  # its ini value is a path relative to the ini file, as pytest's are
     parse: Callable[[Any, str], Any] | None = None
 
     @property
@@ -543,6 +582,16 @@ OPTIONS: tuple[OptionDef, ...] = (
         parse=lambda raw, src: parse_positive_int(raw, src, "retry-429", 0, MAX_RETRY_429),
     ),
     OptionDef(
+        "prompts",
+        "A prompt set that replaces the suite's prompts.json in the per-prompt tests, the "
+        "sweep and load: JSON shaped like prompts.json, or JSON Lines with one prompt object "
+        "a line. A bad file stops the run naming the entry and the field.",
+        metavar="FILE",
+        env=("DDTREE_PROMPTS",),
+        path=True,
+        parse=parse_prompts,
+    ),
+    OptionDef(
         "max-tokens",
         "Default max_tokens of a request.",
         metavar="N",
@@ -659,6 +708,14 @@ OPTIONS: tuple[OptionDef, ...] = (
         parse=lambda raw, src: parse_bool(raw, src, "reference-latency", "on or off"),
     ),
     OptionDef(
+        "reference-slowdown",
+        "Embedded server only: multiply its simulated accelerator time by this factor (0.5 is "
+        "a twice as fast accelerator; budget trade-offs keep their shape).",
+        metavar="F",
+        default="1",
+        parse=parse_slowdown,
+    ),
+    OptionDef(
         "slo",
         "Service-level objective of ddtree_load tests: per-request limits ttft, itl, tpot, "
         "e2e (units us, ms, s) and the share of requests that must meet them all, e.g. "
@@ -750,17 +807,21 @@ def resolve(
     cli: Mapping[str, Any],
     ini: Mapping[str, Any],
     env: Mapping[str, str],
+    suite: Mapping[str, str] | None = None,
 ) -> Settings:
-    """Resolve every option: CLI > ini > environment > default.
+    """Resolve every option: CLI > ini > the bundled suite's ini > environment > default.
 
     ``cli`` maps an option's ``dest`` to the parsed command-line value (None
     or [] when not given), ``ini`` maps its ini key to the configured value
     (absent, "" or [] when not set), ``env`` is the process environment.
+    ``suite`` holds the ``ddtree_*`` keys of the bundled suite's ``pytest.ini`` when the
+    run is the bundled suite under another ini file (``pytest --pyargs
+    pytest_ddtree.suite``): they apply as that ini file would, under the user's own.
     """
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for opt in OPTIONS:
-        raw, source = _pick(opt, cli, ini, env)
+        raw, source = _pick(opt, cli, ini, env, suite or {})
         if raw is None:
             continue
         assert opt.parse is not None
@@ -774,7 +835,11 @@ def resolve(
 
 
 def _pick(
-    opt: OptionDef, cli: Mapping[str, Any], ini: Mapping[str, Any], env: Mapping[str, str]
+    opt: OptionDef,
+    cli: Mapping[str, Any],
+    ini: Mapping[str, Any],
+    env: Mapping[str, str],
+    suite: Mapping[str, str],
 ) -> tuple[Any, str]:
     value = cli.get(opt.dest)
     if value not in (None, [], ()):
@@ -782,6 +847,9 @@ def _pick(
     value = ini.get(opt.ini)
     if value not in (None, "", [], ()):
         return value, f"ini key {opt.ini}"
+    value = suite.get(opt.ini)
+    if value not in (None, ""):
+        return value, f"ini key {opt.ini} of the bundled suite's pytest.ini"
     for var in opt.env:
         if env.get(var, "").strip():
             return env[var], f"environment variable {var}"

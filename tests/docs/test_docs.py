@@ -232,3 +232,53 @@ def test_every_code_and_fault_has_one_layer_vocabulary() -> None:
     faults = _rendered("reference-server.md")
     for name, layer in FAULT_LAYERS.items():
         assert f"| `{name}` | {LAYERS[layer]} |" in faults, name
+
+
+# An absolute path of somebody's machine: a home or work directory, a temporary directory,
+# a Windows drive, or pytest's own `rootdir:` line showing one. A reader's paths differ.
+MACHINE_PATH = re.compile(
+    r"(?<![\w.~])/(?:home|Users|work|root|tmp|var/folders|mnt|srv)/"
+    r"|\b[A-Za-z]:\\"
+    r"|^rootdir: /",
+    re.MULTILINE,
+)
+
+
+def machine_paths(text: str) -> list[str]:
+    """The lines of ``text`` that show an absolute path of a particular machine."""
+    return [line for line in text.splitlines() if MACHINE_PATH.search(line)]
+
+
+def test_docs_show_no_machine_paths() -> None:
+    for path in [*PROSE, *sorted((ROOT / "pytest_ddtree" / "suite").glob("*.ini"))]:
+        found = machine_paths(path.read_text(encoding="utf-8"))
+        assert not found, f"{path.name} shows a machine path: {found[0]!r}"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "rootdir: /work/main/example_suite",
+        "rootdir: /srv/ci/checkout",
+        "tokenizer tokenizer.json (/home/ana/venv/lib/pytest_ddtree/tokenizer.json)",
+        "cd /Users/bo/src/app",
+        r"C:\Users\bo\app",
+        "report written to /tmp/pytest-of-root/pytest-3/report",
+    ],
+)
+def test_the_machine_path_check_catches(line: str) -> None:
+    assert machine_paths(f"text\n{line}\n") == [line]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "rootdir: .../first-run",
+        "tokenizer tokenizer.json (.../pytest_ddtree/reference/tokenizer.json)",
+        "POST http://127.0.0.1:8080/v1/chat/completions",
+        "--ddtree-budget-field /speculative.n_max",
+        "pip install ./pytest-ddtree",
+    ],
+)
+def test_the_machine_path_check_lets_through(line: str) -> None:
+    assert machine_paths(line) == []

@@ -213,9 +213,9 @@ EXAMPLE_SUITE_FAILURES: dict[str, list[str]] = {
 }
 # A representative subset within the tier's CI budget: the per-prompt tests (smoke, every
 # invariant, streaming) and the timed sweep. Left out: the losslessness tests (shown above at
-# the library level) and test_load, which sends 176 requests (minutes on one CPU thread) and
-# whose runner does not yet retry a reused keep-alive connection that llama.cpp closed (see
-# docs/llamacpp.md).
+# the library level) and test_load, which sends 112 requests at the suite's C=1,4,8
+# (minutes on one CPU thread) and whose runner does not yet retry a reused keep-alive
+# connection that llama.cpp closed (see docs/llamacpp.md).
 SUITE_SELECT = "not test_load and not test_lossless and not test_deterministic"
 
 
@@ -272,7 +272,7 @@ def test_example_suite_through_the_plugin(
         # the baseline fails the same way: the model is at fault, not speculation
         assert "speculative decoding is not the cause" in (bad.text or ""), bad.text
     assert failures == EXAMPLE_SUITE_FAILURES, output[-4000:]
-    assert passed >= 25, output[-2000:]  # everything else ran and passed
+    assert passed >= 20, output[-2000:]  # everything else ran and passed
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 

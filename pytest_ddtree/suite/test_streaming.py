@@ -20,7 +20,7 @@ from pytest_ddtree.settings import Settings
 from pytest_ddtree.violation import InvariantError
 
 if TYPE_CHECKING:
-    from conftest import Prompt
+    from pytest_ddtree.prompts import Prompt
 
 
 def _budget(settings: Settings) -> int | None:
@@ -36,7 +36,7 @@ def test_stream_matches_plain(
 ) -> None:
     def ask(stream: bool) -> Completion:
         return ddtree_client.request(
-            prompt.text,
+            prompt.messages,
             api=ddtree_settings.api,
             max_tokens=ddtree_settings.max_tokens,
             tree_budget=_budget(ddtree_settings),
@@ -69,7 +69,7 @@ def long_answer(
         (p for p in prompts if p.expect.get("allowed_finish_reasons") == ["length"]), prompts[0]
     )
     return ddtree_client.request(
-        prompt.text,
+        prompt.messages,
         api=ddtree_settings.api,
         max_tokens=ddtree_settings.max_tokens,
         tree_budget=_budget(ddtree_settings),

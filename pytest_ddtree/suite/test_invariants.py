@@ -14,7 +14,7 @@ from pytest_ddtree import DDTreeClient
 from pytest_ddtree.settings import Settings
 
 if TYPE_CHECKING:
-    from conftest import Prompt
+    from pytest_ddtree.prompts import Prompt
 
 
 def test_invariants(
@@ -25,7 +25,7 @@ def test_invariants(
     ddtree_check: Callable[..., None],
 ) -> None:
     completion = ddtree_client.request(
-        prompt.text,
+        prompt.messages,
         api=ddtree_settings.api,
         max_tokens=ddtree_settings.max_tokens,
         tree_budget=tree_budget,

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from conftest import Prompt
+    from pytest_ddtree.prompts import Prompt
 
 
 def test_deterministic_and_stateless(
@@ -28,8 +28,8 @@ def test_deterministic_and_stateless(
     ddtree_determinism: Callable[..., None],
 ) -> None:
     first, other = prompts[0], prompts[-1]
-    ddtree_determinism(first.text, other.text, tree_budget=tree_budget)
+    ddtree_determinism(first.messages, other.messages, tree_budget=tree_budget)
 
 
 def test_lossless(prompt: Prompt, ddtree_lossless: Callable[..., Any]) -> None:
-    ddtree_lossless(prompt.text, prompt_id=prompt.id)
+    ddtree_lossless(prompt.messages, prompt_id=prompt.id)

@@ -19,7 +19,7 @@ from pytest_ddtree import Completion
 from pytest_ddtree.settings import Settings
 
 if TYPE_CHECKING:
-    from conftest import Prompt
+    from pytest_ddtree.prompts import Prompt
 
 
 def test_sweep(
@@ -29,7 +29,7 @@ def test_sweep(
     ddtree_settings: Settings,
 ) -> None:
     completion = ddtree_benchmark(
-        sweep_prompt.text,
+        sweep_prompt.messages,
         prompt_id=sweep_prompt.id,
         **sweep_prompt.expectations(ddtree_settings.max_tokens),
     )
