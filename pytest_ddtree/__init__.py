@@ -63,6 +63,7 @@ _EXPORTS = {
     "check": "pytest_ddtree.invariants",
     "InvariantError": "pytest_ddtree.violation",
     "Violation": "pytest_ddtree.violation",
+    "settings_of": "pytest_ddtree.session",
 }
 
 __all__ = [
@@ -90,6 +91,7 @@ __all__ = [
     "__version__",
     "assert_valid",
     "check",
+    "settings_of",
 ]
 
 

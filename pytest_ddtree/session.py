@@ -63,6 +63,12 @@ ENDPOINT_FIXTURES = frozenset(
 )
 
 
+def settings_of(config: pytest.Config) -> Settings:
+    """The run's resolved settings, for a ``conftest.py`` that parametrises at collection
+    time (fixtures are not available there; tests use the ``ddtree_settings`` fixture)."""
+    return config.stash[SETTINGS_KEY]
+
+
 def configured_settings(config: pytest.Config, suite: Mapping[str, str] | None = None) -> Settings:
     """Resolve and validate every option (``SettingsError`` names the bad value).
 

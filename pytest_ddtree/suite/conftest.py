@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_ddtree import settings_of
 from pytest_ddtree.prompts import Prompt, PromptFileError, PromptSet, load_prompts
-from pytest_ddtree.session import SETTINGS_KEY
 
 PROMPTS_FILE = Path(__file__).with_name("prompts.json")
 
@@ -38,7 +38,7 @@ _PROMPTS = pytest.StashKey[PromptSet]()
 
 @pytest.hookimpl(trylast=True)  # after the plugin has resolved the settings
 def pytest_configure(config: pytest.Config) -> None:
-    chosen = config.stash[SETTINGS_KEY].prompts  # --ddtree-prompts, validated when resolved
+    chosen = settings_of(config).prompts  # --ddtree-prompts, validated when resolved
     if chosen is None:
         try:
             chosen = load_prompts(PROMPTS_FILE)
@@ -49,7 +49,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _usable(config: pytest.Config, prompts: tuple[Prompt, ...]) -> list[Prompt]:
     """The prompts the configured API can send: a conversation needs the chat API."""
-    if config.stash[SETTINGS_KEY].api == "chat":
+    if settings_of(config).api == "chat":
         return list(prompts)
     return [p for p in prompts if not p.conversation]
 
@@ -57,7 +57,7 @@ def _usable(config: pytest.Config, prompts: tuple[Prompt, ...]) -> list[Prompt]:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     config = metafunc.config
     prompt_set = config.stash[_PROMPTS]
-    api = config.stash[SETTINGS_KEY].api
+    api = settings_of(config).api
     if "prompt" in metafunc.fixturenames:
         params = [
             pytest.param(

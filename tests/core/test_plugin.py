@@ -306,7 +306,8 @@ def test_help_renders_every_option(pytester: pytest.Pytester) -> None:
     for opt in OPTIONS:
         flag = opt.cli if opt.flag else f"{opt.cli}={opt.metavar}"
         assert _squeezed(f"{flag} {opt.help}") in out, opt.cli
-        assert _squeezed(f"{opt.ini} ({'linelist' if opt.repeatable else 'string'}):") in out
+        kind = "linelist" if opt.repeatable else "paths" if opt.path else "string"
+        assert _squeezed(f"{opt.ini} ({kind}):") in out, opt.ini
 
 
 def test_short_summary_shows_the_codes_at_80_columns(
