@@ -755,7 +755,13 @@ def run_lossless(
         # (check_state's business), not a difference between budgets
         client.request(prompt, tree_budget=budgets[0], **kw, **extra)
     outputs = {b: client.request(prompt, tree_budget=b, **kw, **extra) for b in budgets}
-    answer = baseline.request(prompt, **kw, **extra) if baseline is not None else None
+    answer = None
+    if baseline is not None:
+        # the same treatment as the server's: a server that caches prompts (llama.cpp)
+        # computes a cold prompt in other batches than a cached one, and at temperature 0
+        # that alone can change a close argmax; both sides answer with the prompt cached
+        baseline.request(prompt, **kw, **extra)
+        answer = baseline.request(prompt, **kw, **extra)
     reference, label = _reference(outputs, answer)
     result = judge_lossless(reference, outputs, mode, counter=counter, reference_label=label)
     return result, not_comparable_violations(result) + lossless_violations(result)
