@@ -531,6 +531,21 @@ def _stats_table(summary: SweepSummary) -> str:
     )
 
 
+def _drift_section(summary: SweepSummary) -> str:
+    """The drift check: the first budget measured again at the end ("" without one)."""
+    if not summary.drift:
+        return ""
+    danger = " danger" if any(c.drifting for c in summary.drift) else ""
+    items = "".join(f"<li>{escape(c.line())}</li>" for c in summary.drift)
+    return (
+        f'<section class="card{danger}"><h2>Drift</h2><ul>{items}</ul>'
+        '<p class="muted">The first budget of the sweep is measured again after the last '
+        "round. The sweep is drifting when the 95% bootstrap interval of the ratio of the two "
+        "decode medians excludes 1 and the ratio is more than 5% away from 1; the repeat is "
+        "not counted in the budget's statistics.</p></section>"
+    )
+
+
 def _invalid_table(samples: Sequence[SweepSample]) -> str:
     bad = [s for s in samples if not s.valid]
     if not bad:
@@ -628,7 +643,7 @@ def _cards(run: SweepRun, summary: SweepSummary) -> str:
     if rec.tree_budget is None and rec.decode_median is None:
         rec_cls, big, sub = "none", "—", "no valid timings"
     else:
-        rec_cls = "decisive" if rec.decisive else "tied"
+        rec_cls = "drifting" if rec.drifting else "decisive" if rec.decisive else "tied"
         big = escape(budget_label(rec.tree_budget))
         sub = "" if rec.decode_median is None else f"{rec.decode_median:,.0f} tok/s median decode"
         if rec.decode_ci:
@@ -636,6 +651,7 @@ def _cards(run: SweepRun, summary: SweepSummary) -> str:
     badge = {
         "decisive": "clear winner",
         "tied": "statistically tied",
+        "drifting": "server drifted",
         "none": "no recommendation",
     }[rec_cls]
     total = len(run.samples)
@@ -701,6 +717,7 @@ font-weight:600}
 .card .big .of{font-size:22px;color:var(--muted);font-weight:500}
 .card.rec.decisive{background:linear-gradient(135deg,var(--best),var(--card) 70%)}
 .card.rec.tied{background:linear-gradient(135deg,var(--tie),var(--card) 70%)}
+.card.rec.drifting{background:linear-gradient(135deg,var(--bad-bg),var(--card) 70%)}
 .card.good .big{color:var(--good)}
 .card.bad .big{color:var(--bad)}
 .card.danger{border-color:var(--bad);background:var(--bad-bg)}
@@ -840,6 +857,7 @@ def render_html(
         "acceptance length; acceptance rate is not used because it falls arithmetically as "
         "the budget grows.</p></section>"
     )
+    body.append(_drift_section(summary))
     body.append(_invalid_table(run.samples))
     body.append(_diagnoses(run.diagnoses))
     body.append(load_cards)

@@ -97,5 +97,11 @@ def table_lines(summary: SweepSummary, *, notes: Sequence[str] = ()) -> list[str
         )
     lines.extend(f"note: {n}" for n in notes)
     lines.extend(f"WARNING: {w}" for w in never_drafted_lines(summary.budgets))
+    lines.extend(drift_lines(summary))
     lines.append(summary.recommendation.message)
     return lines
+
+
+def drift_lines(summary: SweepSummary) -> list[str]:
+    """One line per drift check: the first budget measured again at the end."""
+    return [c.line() for c in summary.drift]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ class PlannedRequest:
     tree_budget: int
     prompt_id: str
     warmup: bool
+    #: ``"start"``/``"end"``: the two measurements of the drift check (see ``SweepPlan.recheck``)
+    drift_mark: str | None = None
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,10 @@ class SweepPlan:
     server or the machine (heating, caches, background load) spreads over all
     budgets instead of favouring the ones measured first. ``order="fixed"``
     keeps the given budget order in every round (useful to reproduce a drift).
+    With ``recheck``, the first budget measured (every prompt) is measured once
+    more after the last round, as round ``rounds``: the first measurement is
+    marked ``drift_mark="start"``, the repeat ``"end"``, and
+    :mod:`~pytest_ddtree.sweep.drift` compares the two.
     Iteration is deterministic: the same plan always yields the same requests.
     """
 
@@ -46,6 +53,7 @@ class SweepPlan:
     warmup_rounds: int = 1
     seed: int = 0
     order: SweepOrder = "shuffled"
+    recheck: bool = False
 
     def __post_init__(self) -> None:
         if not self.budgets:
@@ -75,16 +83,32 @@ class SweepPlan:
         random.Random(f"ddtree-sweep:{self.seed}:{round}").shuffle(order)
         return tuple(order)
 
+    @property
+    def first_budget(self) -> int:
+        """The budget measured first (the one the drift check measures again)."""
+        return self.budget_order(0)[0]
+
     def __iter__(self) -> Iterator[PlannedRequest]:
         for r in range(-self.warmup_rounds, self.rounds):
             for budget in self.budget_order(r):
+                mark = "start" if self.recheck and r == 0 and budget == self.first_budget else None
                 for prompt in self.prompts:
                     yield PlannedRequest(
-                        round=r, tree_budget=budget, prompt_id=prompt, warmup=r < 0
+                        round=r, tree_budget=budget, prompt_id=prompt, warmup=r < 0, drift_mark=mark
                     )
+        if self.recheck:
+            for prompt in self.prompts:
+                yield PlannedRequest(
+                    round=self.rounds,
+                    tree_budget=self.first_budget,
+                    prompt_id=prompt,
+                    warmup=False,
+                    drift_mark="end",
+                )
 
     def __len__(self) -> int:
-        return (self.rounds + self.warmup_rounds) * len(self.budgets) * len(self.prompts)
+        repeat = len(self.prompts) if self.recheck else 0
+        return (self.rounds + self.warmup_rounds) * len(self.budgets) * len(self.prompts) + repeat
 
 
 def run_sweep(
@@ -116,6 +140,8 @@ def run_sweep(
             concurrent=concurrent,
             prompt_id=planned.prompt_id,
         )
+        if planned.drift_mark is not None:
+            sample = dataclasses.replace(sample, drift_mark=planned.drift_mark)
         samples.append(sample)
         if on_sample is not None:
             on_sample(sample)

@@ -50,6 +50,8 @@ class SweepSample:
     acceptance_rate: float | None = None
     #: draft tokens the server reported making (None: not reported)
     drafted_tokens: int | None = None
+    #: the drift check: "start" (first measurement of the first budget), "end" (its repeat)
+    drift_mark: str | None = None
 
     @classmethod
     def from_completion(

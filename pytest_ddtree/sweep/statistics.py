@@ -16,10 +16,13 @@ import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_ddtree.settings import budget_label
 from pytest_ddtree.sweep.samples import SweepSample
+
+if TYPE_CHECKING:
+    from pytest_ddtree.sweep.drift import DriftCheck
 
 #: Resamples per bootstrap; 2,000 keeps a 95% percentile interval stable to a
 #: few tenths of a percent while a 7-budget report stays well under a second.
@@ -329,11 +332,19 @@ class Recommendation:
     excluded: tuple[int | None, ...]
     message: str
     partial: bool = False
+    #: the server changed during the sweep (see :mod:`~pytest_ddtree.sweep.drift`)
+    drifting: bool = False
 
     @property
     def decisive(self) -> bool:
-        """True when a budget was recommended, no other ties with it, and the run is complete."""
-        return self.tree_budget is not None and not self.tied and not self.partial
+        """True when a budget was recommended, no other ties with it, the run is complete
+        and did not drift."""
+        return (
+            self.tree_budget is not None
+            and not self.tied
+            and not self.partial
+            and not self.drifting
+        )
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form for ``sweep.json``."""
@@ -345,6 +356,7 @@ class Recommendation:
             "excluded": list(self.excluded),
             "decisive": self.decisive,
             "partial": self.partial,
+            "drifting": self.drifting,
             "message": self.message,
         }
 
@@ -452,22 +464,33 @@ class SweepSummary:
 
     budgets: tuple[BudgetStats, ...]
     recommendation: Recommendation
+    #: the drift checks of the sweep (empty when no budget was measured again)
+    drift: tuple[DriftCheck, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form for ``sweep.json``."""
-        return {
+        out = {
             "budgets": [b.to_json() for b in self.budgets],
             "recommendation": self.recommendation.to_json(),
         }
+        if self.drift:
+            out["drift"] = [c.to_json() for c in self.drift]
+        return out
 
 
 def summarize(samples: Sequence[SweepSample], *, seed: int = 0) -> SweepSummary:
-    """Group ``samples`` by requested budget, compute statistics and verdicts."""
+    """Group ``samples`` by requested budget, compute statistics, verdicts and drift."""
+    from pytest_ddtree.sweep.drift import check_drift, drift_message, without_repeats
+
     groups: dict[int | None, list[SweepSample]] = {}
-    for s in samples:
+    for s in without_repeats(samples):
         groups.setdefault(s.tree_budget, []).append(s)
     raw = [budget_stats(b, groups[b], seed=seed) for b in sorted(groups, key=_budget_key)]
     rec = recommend(raw, seed=seed)
+    drift = check_drift(samples, seed=seed)
+    drifted = {c.tree_budget for c in drift if c.drifting}
+    if drifted:
+        rec = replace(rec, drifting=True, message=rec.message + drift_message(drift))
     tied = set(rec.tied)
     with_verdicts: list[BudgetStats] = []
     for st in raw:
@@ -484,5 +507,7 @@ def summarize(samples: Sequence[SweepSample], *, seed: int = 0) -> SweepSummary:
             verdict = "slower"
         if st.echoed_mismatch and st.all_valid:
             verdict += " (echoed budget differs)"
+        if st.tree_budget in drifted:
+            verdict += " (DRIFTING)"
         with_verdicts.append(replace(st, verdict=verdict))
-    return SweepSummary(tuple(with_verdicts), rec)
+    return SweepSummary(tuple(with_verdicts), rec, drift)
