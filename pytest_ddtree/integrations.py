@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Generator, Mapping
 from typing import Any
 
@@ -117,6 +118,13 @@ class BenchmarkIntegration:
                 "faults": ",".join(settings.reference_faults) or "none",
             },
         )
+        # the probe's output and the server's /version: what `--benchmark-compare` shows
+        if runtime is not None:
+            with contextlib.suppress(Exception):
+                self.session.describe_server(runtime)
+        state = self.session.machine_state()
+        if state:
+            machine_info["ddtree_state"] = state
 
     @pytest.hookimpl(hookwrapper=True, optionalhook=True)
     def pytest_benchmark_group_stats(

@@ -15,6 +15,7 @@ measured nothing and must not blend in with the timings.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -546,6 +547,30 @@ def _drift_section(summary: SweepSummary) -> str:
     )
 
 
+def _machine_section(run: SweepRun) -> str:
+    """The ``--ddtree-probe`` output before and after, and the server's own description."""
+    meta = run.metadata
+    parts: list[str] = []
+    for probe in meta.probes:
+        when = escape(str(probe.get("when", "")))
+        problem = probe.get("problem")
+        note = f' <span class="pill bad">{escape(str(problem))}</span>' if problem else ""
+        parts.append(
+            f"<h3>{when} the session: <code>{escape(str(probe.get('command', '')))}</code>"
+            f"{note}</h3><pre>{escape(str(probe.get('output', '')))}</pre>"
+        )
+    for path, answer in (meta.server_info or {}).items():
+        text = json.dumps(answer, indent=2, sort_keys=True)
+        parts.append(f"<h3>server <code>{escape(path)}</code></h3><pre>{escape(text)}</pre>")
+    if not parts:
+        return ""
+    return (
+        '<section class="card"><h2>Machine state</h2><p class="muted">What --ddtree-probe '
+        "printed before and after the session, and what the server says about itself "
+        f"(keys masked).</p>{''.join(parts)}</section>"
+    )
+
+
 def _invalid_table(samples: Sequence[SweepSample]) -> str:
     bad = [s for s in samples if not s.valid]
     if not bad:
@@ -627,7 +652,7 @@ def _metadata(run: SweepRun, summary: SweepSummary) -> str:
     meta["requests"] = f"{len(run.samples)} ({sum(s.valid for s in run.samples)} valid)"
     rows = []
     for k, v in meta.items():
-        if v in (None, "", [], {}) or k == "notes":
+        if v in (None, "", [], {}) or k in ("notes", "probes", "server_info"):
             continue
         if isinstance(v, Mapping) and v and all(isinstance(x, Mapping) for x in v.values()):
             value = _counts_table(v)  # a table per client, not a Python dict
@@ -773,6 +798,7 @@ dl.meta{display:grid;grid-template-columns:max-content 1fr;gap:4px 18px;margin:0
 dl.meta dt{color:var(--muted)}
 dl.meta dd{margin:0;word-break:break-all}
 footer{color:var(--muted);font-size:12px;margin-top:24px}
+pre{font-size:12px;overflow-x:auto;background:var(--bg);padding:8px;border-radius:6px}
 """
 
 
@@ -861,6 +887,7 @@ def render_html(
     body.append(_invalid_table(run.samples))
     body.append(_diagnoses(run.diagnoses))
     body.append(load_cards)
+    body.append(_machine_section(run))
     body.append(f'<section class="card"><h2>Run</h2>{_metadata(run, summary)}</section>')
     return _page(model, body)
 
