@@ -17,12 +17,13 @@ The interval alone would call a real but tiny change drift (a long sweep on a
 quiet server measures 1-2% differences with confidence); the margin alone
 would call noise drift. Both together flag a change that is both real and
 large enough to move a recommendation. The repeat is not counted in the
-budget's statistics: those stay one measurement per round.
+budget's statistics: those stay one measurement per round. The check itself,
+:func:`~pytest_ddtree.sweep.statistics.check_drift`, lives with the bootstrap
+it uses.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -99,42 +100,6 @@ class DriftCheck:
             "drifting": self.drifting,
             "message": self.line(),
         }
-
-
-def _by_prompt(samples: Sequence[SweepSample]) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {}
-    for s in samples:
-        if s.valid and s.decode_tokens_per_second is not None:
-            out.setdefault(s.prompt_id, []).append(s.decode_tokens_per_second)
-    return out
-
-
-def check_drift(samples: Sequence[SweepSample], *, seed: int = 0) -> tuple[DriftCheck, ...]:
-    """One check per budget that was measured again at the end (none without a recheck)."""
-    from pytest_ddtree.sweep.statistics import bootstrap_median_ci
-
-    rechecked = dict.fromkeys(s.tree_budget for s in samples if s.drift_mark == "end")
-    checks: list[DriftCheck] = []
-    for budget in rechecked:
-        of_budget = [s for s in samples if s.tree_budget == budget]
-        start = _by_prompt([s for s in of_budget if s.drift_mark == "start"])
-        end = _by_prompt([s for s in of_budget if s.drift_mark == "end"])
-        ratios = [
-            statistics.median(end[p]) / statistics.median(start[p])
-            for p in sorted(start.keys() & end.keys())
-            if statistics.median(start[p]) > 0
-        ]
-        ci = bootstrap_median_ci(ratios, seed=seed, salt=f"drift{budget}")
-        checks.append(
-            DriftCheck(
-                budget,
-                tuple(x for xs in start.values() for x in xs),
-                tuple(x for xs in end.values() for x in xs),
-                statistics.median(ratios) if ci is not None else None,
-                ci,
-            )
-        )
-    return tuple(checks)
 
 
 def without_repeats(samples: Sequence[SweepSample]) -> list[SweepSample]:

@@ -16,13 +16,11 @@ import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pytest_ddtree.settings import budget_label
+from pytest_ddtree.sweep.drift import DriftCheck, drift_message, without_repeats
 from pytest_ddtree.sweep.samples import SweepSample
-
-if TYPE_CHECKING:
-    from pytest_ddtree.sweep.drift import DriftCheck
 
 #: Resamples per bootstrap; 2,000 keeps a 95% percentile interval stable to a
 #: few tenths of a percent while a 7-budget report stays well under a second.
@@ -443,6 +441,43 @@ def recommend(stats: Sequence[BudgetStats], *, seed: int = 0) -> Recommendation:
     )
 
 
+def _decode_by_prompt(samples: Sequence[SweepSample]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for s in samples:
+        if s.valid and s.decode_tokens_per_second is not None:
+            out.setdefault(s.prompt_id, []).append(s.decode_tokens_per_second)
+    return out
+
+
+def check_drift(samples: Sequence[SweepSample], *, seed: int = 0) -> tuple[DriftCheck, ...]:
+    """One drift check per budget measured again at the end (none without a repeat).
+
+    See :mod:`~pytest_ddtree.sweep.drift` for the rule: the ratios are paired by prompt.
+    """
+    rechecked = dict.fromkeys(s.tree_budget for s in samples if s.drift_mark == "end")
+    checks: list[DriftCheck] = []
+    for budget in rechecked:
+        of_budget = [s for s in samples if s.tree_budget == budget]
+        start = _decode_by_prompt([s for s in of_budget if s.drift_mark == "start"])
+        end = _decode_by_prompt([s for s in of_budget if s.drift_mark == "end"])
+        ratios = [
+            statistics.median(end[p]) / statistics.median(start[p])
+            for p in sorted(start.keys() & end.keys())
+            if statistics.median(start[p]) > 0
+        ]
+        ci = bootstrap_median_ci(ratios, seed=seed, salt=f"drift{budget}")
+        checks.append(
+            DriftCheck(
+                budget,
+                tuple(x for xs in start.values() for x in xs),
+                tuple(x for xs in end.values() for x in xs),
+                statistics.median(ratios) if ci is not None else None,
+                ci,
+            )
+        )
+    return tuple(checks)
+
+
 def never_drafted_lines(stats: Sequence[BudgetStats]) -> list[str]:
     """One warning for the budgets whose requests drafted no token at all, with the counts."""
     idle = [s for s in stats if s.never_drafted]
@@ -480,8 +515,6 @@ class SweepSummary:
 
 def summarize(samples: Sequence[SweepSample], *, seed: int = 0) -> SweepSummary:
     """Group ``samples`` by requested budget, compute statistics, verdicts and drift."""
-    from pytest_ddtree.sweep.drift import check_drift, drift_message, without_repeats
-
     groups: dict[int | None, list[SweepSample]] = {}
     for s in without_repeats(samples):
         groups.setdefault(s.tree_budget, []).append(s)

@@ -14,7 +14,8 @@ from pytest_ddtree.reference import start_reference_server, tokenizer_path
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS
 from pytest_ddtree.report import read_sweep_json
 from pytest_ddtree.sweep import SweepPlan, SweepSample, summarize
-from pytest_ddtree.sweep.drift import DRIFT_MARGIN, check_drift
+from pytest_ddtree.sweep.drift import DRIFT_MARGIN
+from pytest_ddtree.sweep.statistics import check_drift
 
 PROMPTS = ("a", "b", "c", "d")
 
