@@ -116,6 +116,7 @@ class BenchmarkIntegration:
             embedded_setup={
                 "reference_latency": settings.reference_latency,
                 "faults": ",".join(settings.reference_faults) or "none",
+                **_slowdown_setup(settings.reference_slowdown_after),
             },
         )
         # the probe's output and the server's /version: what `--benchmark-compare` shows
@@ -179,3 +180,8 @@ def register(config: pytest.Config, session: DDTreeSession) -> None:
         manager.register(BenchmarkIntegration(session), "ddtree-benchmark")
     if session.xdist and not manager.has_plugin("ddtree-xdist"):
         manager.register(XdistIntegration(session), "ddtree-xdist")
+
+
+def _slowdown_setup(slowdown: tuple[int, float] | None) -> dict[str, str]:
+    """``--ddtree-reference-slowdown-after`` in the embedded setup (nothing when not given)."""
+    return {} if slowdown is None else {"slowdown_after": f"{slowdown[0]}:{slowdown[1]:g}"}
