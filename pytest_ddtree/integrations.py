@@ -123,9 +123,7 @@ class BenchmarkIntegration:
         if runtime is not None:
             with contextlib.suppress(Exception):
                 self.session.describe_server(runtime)
-        state = self.session.machine_state()
-        if state:
-            machine_info["ddtree_state"] = state
+        machine_info["ddtree"].update(self.session.machine_state())
 
     @pytest.hookimpl(hookwrapper=True, optionalhook=True)
     def pytest_benchmark_group_stats(

@@ -267,7 +267,7 @@ class DDTreeSession:
         if self.probes:
             state["probe"] = [p.to_json() for p in self.probes]
         if self.server_info:
-            state["server"] = self.server_info
+            state["server_info"] = self.server_info
         return state
 
     def end_phase(self, item: pytest.Item, report: pytest.TestReport) -> None:

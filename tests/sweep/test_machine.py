@@ -171,9 +171,9 @@ def test_probe_and_version_reach_every_report(
     assert [p["when"] for p in probes] == ["before", "after"]
     assert all(p["output"] == "clocks.sm [MHz]\n1410 MHz\n***\n" for p in probes)
     assert run.metadata.server_info == {"/version": {"version": "ddtree-reference/0.1"}}
-    state = bench["machine_info"]["ddtree_state"]
+    state = bench["machine_info"]["ddtree"]
     assert [p["when"] for p in state["probe"]] == ["before", "after"]
-    assert state["server"] == {"/version": {"version": "ddtree-reference/0.1"}}
+    assert state["server_info"] == {"/version": {"version": "ddtree-reference/0.1"}}
     html = (pytester.path / "report" / "sweep.html").read_text()
     assert "<h2>Machine state</h2>" in html and "1410 MHz" in html
     for text in (
