@@ -95,14 +95,17 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _read_capped(stream: IO[bytes], cap: int, out: bytearray, full: threading.Event) -> None:
-    while True:
-        chunk = stream.read1(65536)  # type: ignore[attr-defined]
-        if not chunk:
-            return
-        out.extend(chunk[: cap + 1 - len(out)])
-        if len(out) > cap:
-            full.set()
-            return
+    try:
+        while True:
+            chunk = stream.read1(65536)  # type: ignore[attr-defined]
+            if not chunk:
+                return
+            out.extend(chunk[: cap + 1 - len(out)])
+            if len(out) > cap:
+                full.set()
+                return
+    except (OSError, ValueError):
+        return  # the pipe was closed under us: the probe was given up on
 
 
 def run_probe(
@@ -153,16 +156,20 @@ def run_probe(
         target=_read_capped, args=(proc.stdout, max_bytes, out, full), daemon=True
     )
     reader.start()
-    reader.join(timeout)
-    timed_out = reader.is_alive()
-    if timed_out or full.is_set():
-        _kill(proc)
     try:
-        code: int | None = proc.wait(2.0)
-    except subprocess.TimeoutExpired:
-        code = None
-    reader.join(1.0)
-    proc.stdout.close()
+        reader.join(timeout)
+        timed_out = reader.is_alive()
+        if timed_out or full.is_set():
+            _kill(proc)
+        try:
+            code: int | None = proc.wait(2.0)
+        except subprocess.TimeoutExpired:
+            code = None
+        reader.join(1.0)
+    finally:  # Ctrl-C included: the probe never outlives the session
+        if proc.poll() is None:
+            _kill(proc)
+        proc.stdout.close()
     truncated = full.is_set()
     data = bytes(out[:max_bytes])
     if timed_out:
