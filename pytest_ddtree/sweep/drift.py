@@ -1,23 +1,26 @@
 """Drift: did the server stay the same while the sweep ran?
 
-A sweep with ``recheck`` measures its first budget once more after the last
-round (samples marked ``drift_mark="end"``) and compares that repeat with the
-first measurement of the same budget (``drift_mark="start"``), prompt by
-prompt: each prompt's ratio median(end) / median(start) of decode tokens/s,
-and the median of those ratios with its 95% percentile-bootstrap interval.
-Pairing by prompt matters: prompts differ in speed far more than a repeat of
-the same prompt does, and an unpaired interval would mostly measure the
-prompt mix. The rule:
+A sweep with ``recheck`` measures its first budget in two extra blocks: right
+after the warm-up (samples marked ``drift_mark="start"``) and again after the
+last round (``"end"``), the same prompts the same number of times. The i-th
+start and the i-th end request of a prompt make a pair; each pair gives a
+ratio end / start of decode tokens/s. Pairing matters: prompts differ in speed
+far more than two requests of one prompt do, and an unpaired interval would
+mostly measure the prompt mix. The rule:
 
-    the sweep is drifting when the 95% bootstrap interval of the median
-    end/start ratio excludes 1 **and** the ratio itself is off by more than
-    :data:`DRIFT_MARGIN` (5%).
+    the sweep is drifting when the 99% bootstrap interval of the median
+    end/start ratio excludes 1 **and** that median is more than
+    :data:`DRIFT_MARGIN` (5%) away from 1, with at least
+    :data:`DRIFT_PAIRS` pairs.
 
-The interval alone would call a real but tiny change drift (a long sweep on a
-quiet server measures 1-2% differences with confidence); the margin alone
-would call noise drift. Both together flag a change that is both real and
-large enough to move a recommendation. The repeat is not counted in the
-budget's statistics: those stay one measurement per round. The check itself,
+A bootstrap interval of a median from a handful of values is too narrow (from
+three values it is their range, which misses the true median one time in
+four), so the blocks hold at least eight pairs and the interval is taken at
+99%: on pure noise the rule then fires about 2% of the time on a noisy shared
+machine and never on a quiet one. The interval alone would call a real but
+tiny change drift; the margin alone would call noise drift. The blocks are
+not counted in the budget's statistics (an invalid answer in them is: a
+broken answer is broken whenever it came). The check itself,
 :func:`~pytest_ddtree.sweep.statistics.check_drift`, lives with the bootstrap
 it uses.
 """
@@ -33,15 +36,19 @@ from pytest_ddtree.sweep.samples import SweepSample
 
 #: The practical margin: a change of the decode median smaller than this is not drift.
 DRIFT_MARGIN = 0.05
+#: Start/end pairs the drift blocks hold at least (fewer: not assessed).
+DRIFT_PAIRS = 8
+#: Confidence of the drift interval.
+DRIFT_CONFIDENCE = 0.99
 
 
 @dataclass(frozen=True)
 class DriftCheck:
     """The first budget measured at the start and again at the end of a sweep.
 
-    ``ratio`` is the median over prompts of median(end) / median(start) of
-    decode tokens/s, ``ci`` its 95% bootstrap interval (None with fewer than
-    two prompts timed on both sides);
+    ``ratio`` is the median of the paired end/start ratios of decode
+    tokens/s, ``ci`` its 99% bootstrap interval (None with fewer than
+    :data:`DRIFT_PAIRS` pairs);
     ``drifting`` applies the rule of this module.
     """
 
@@ -69,15 +76,14 @@ class DriftCheck:
         label = budget_label(self.tree_budget)
         if self.ratio is None or self.ci is None:
             return (
-                f"drift not assessed at tree_budget={label}: {len(self.start)} timing(s) at the "
-                f"start and {len(self.end)} at the end; the interval needs two prompts timed "
-                "at both (sweep two prompts or more)"
+                f"drift not assessed at tree_budget={label}: {min(len(self.start), len(self.end))}"
+                f" valid start/end pair(s), the rule needs {DRIFT_PAIRS}"
             )
         change = f"{(self.ratio - 1.0) * 100:+.0f}%"
         what = (
             f"tree_budget={label} measured again at the end: median decode {change} "
-            f"(ratio {self.ratio:.2f}, 95% CI {self.ci[0]:.2f}-{self.ci[1]:.2f}, "
-            f"{len(self.start)} vs {len(self.end)} requests)"
+            f"(ratio {self.ratio:.2f}, 99% CI {self.ci[0]:.2f}-{self.ci[1]:.2f}, "
+            f"{len(self.start)} pairs)"
         )
         if self.drifting:
             return (
@@ -91,10 +97,9 @@ class DriftCheck:
         """Plain-JSON form for ``sweep.json``."""
         return {
             "tree_budget": self.tree_budget,
-            "start_n": len(self.start),
-            "end_n": len(self.end),
+            "pairs": min(len(self.start), len(self.end)),
             "ratio": self.ratio,
-            "ci95": None if self.ci is None else list(self.ci),
+            "ci99": None if self.ci is None else list(self.ci),
             "margin": DRIFT_MARGIN,
             "assessed": self.assessed,
             "drifting": self.drifting,
@@ -103,11 +108,11 @@ class DriftCheck:
 
 
 def without_repeats(samples: Sequence[SweepSample]) -> list[SweepSample]:
-    """The samples that count in the budget statistics: valid repeats are left out.
+    """The samples that count in the budget statistics: the valid drift blocks are left out.
 
-    An invalid repeat stays: a broken answer is broken whenever it came.
+    An invalid answer in them stays: a broken answer is broken whenever it came.
     """
-    return [s for s in samples if not (s.drift_mark == "end" and s.valid)]
+    return [s for s in samples if not (s.drift_mark is not None and s.valid)]
 
 
 def drift_message(checks: Sequence[DriftCheck]) -> str:

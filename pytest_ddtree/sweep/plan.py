@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from pytest_ddtree.sweep.drift import DRIFT_PAIRS
 from pytest_ddtree.sweep.samples import SweepSample
 from pytest_ddtree.violation import Violation
 from pytest_ddtree.wire.completion import Completion
@@ -40,10 +41,11 @@ class SweepPlan:
     server or the machine (heating, caches, background load) spreads over all
     budgets instead of favouring the ones measured first. ``order="fixed"``
     keeps the given budget order in every round (useful to reproduce a drift).
-    With ``recheck``, the first budget measured (every prompt) is measured once
-    more after the last round, as round ``rounds``: the first measurement is
-    marked ``drift_mark="start"``, the repeat ``"end"``, and
-    :mod:`~pytest_ddtree.sweep.drift` compares the two.
+    With ``recheck``, the first budget is also measured in two extra blocks,
+    one right after the warm-up (``drift_mark="start"``) and one after the
+    last round (``"end"``), each :attr:`drift_repeats` passes over the
+    prompts, so the drift check (:mod:`~pytest_ddtree.sweep.drift`) has at
+    least :data:`~pytest_ddtree.sweep.drift.DRIFT_PAIRS` start/end pairs.
     Iteration is deterministic: the same plan always yields the same requests.
     """
 
@@ -88,27 +90,30 @@ class SweepPlan:
         """The budget measured first (the one the drift check measures again)."""
         return self.budget_order(0)[0]
 
+    @property
+    def drift_repeats(self) -> int:
+        """Passes over the prompts in each drift block (0 without ``recheck``)."""
+        return -(-DRIFT_PAIRS // len(self.prompts)) if self.recheck else 0
+
+    def _drift_block(self, round: int, mark: str) -> Iterator[PlannedRequest]:
+        for _ in range(self.drift_repeats):
+            for prompt in self.prompts:
+                yield PlannedRequest(round, self.first_budget, prompt, False, mark)
+
     def __iter__(self) -> Iterator[PlannedRequest]:
         for r in range(-self.warmup_rounds, self.rounds):
+            if r == 0:
+                yield from self._drift_block(0, "start")
             for budget in self.budget_order(r):
-                mark = "start" if self.recheck and r == 0 and budget == self.first_budget else None
                 for prompt in self.prompts:
                     yield PlannedRequest(
-                        round=r, tree_budget=budget, prompt_id=prompt, warmup=r < 0, drift_mark=mark
+                        round=r, tree_budget=budget, prompt_id=prompt, warmup=r < 0
                     )
-        if self.recheck:
-            for prompt in self.prompts:
-                yield PlannedRequest(
-                    round=self.rounds,
-                    tree_budget=self.first_budget,
-                    prompt_id=prompt,
-                    warmup=False,
-                    drift_mark="end",
-                )
+        yield from self._drift_block(self.rounds, "end")
 
     def __len__(self) -> int:
-        repeat = len(self.prompts) if self.recheck else 0
-        return (self.rounds + self.warmup_rounds) * len(self.budgets) * len(self.prompts) + repeat
+        blocks = 2 * self.drift_repeats * len(self.prompts)
+        return (self.rounds + self.warmup_rounds) * len(self.budgets) * len(self.prompts) + blocks
 
 
 def run_sweep(

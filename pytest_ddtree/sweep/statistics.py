@@ -19,7 +19,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_ddtree.settings import budget_label
-from pytest_ddtree.sweep.drift import DriftCheck, drift_message, without_repeats
+from pytest_ddtree.sweep.drift import (
+    DRIFT_CONFIDENCE,
+    DRIFT_PAIRS,
+    DriftCheck,
+    drift_message,
+    without_repeats,
+)
 from pytest_ddtree.sweep.samples import SweepSample
 
 #: Resamples per bootstrap; 2,000 keeps a 95% percentile interval stable to a
@@ -441,36 +447,45 @@ def recommend(stats: Sequence[BudgetStats], *, seed: int = 0) -> Recommendation:
     )
 
 
-def _decode_by_prompt(samples: Sequence[SweepSample]) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {}
+def _drift_pairs(samples: Sequence[SweepSample]) -> list[tuple[float, float]]:
+    """The i-th start and i-th end request of each prompt (and worker), both valid and timed."""
+    blocks: dict[tuple[str, str, str], list[float | None]] = {}
     for s in samples:
-        if s.valid and s.decode_tokens_per_second is not None:
-            out.setdefault(s.prompt_id, []).append(s.decode_tokens_per_second)
-    return out
+        if s.drift_mark in ("start", "end"):
+            rate = s.decode_tokens_per_second if s.valid else None
+            blocks.setdefault((s.drift_mark, s.worker or "", s.prompt_id), []).append(rate)
+    pairs: list[tuple[float, float]] = []
+    for (mark, worker, prompt), starts in blocks.items():
+        if mark != "start":
+            continue
+        for a, b in zip(starts, blocks.get(("end", worker, prompt), []), strict=False):
+            if a is not None and b is not None and a > 0:
+                pairs.append((a, b))
+    return pairs
 
 
 def check_drift(samples: Sequence[SweepSample], *, seed: int = 0) -> tuple[DriftCheck, ...]:
-    """One drift check per budget measured again at the end (none without a repeat).
+    """One drift check per budget measured again at the end (none without drift blocks).
 
     See :mod:`~pytest_ddtree.sweep.drift` for the rule: the ratios are paired by prompt.
     """
     rechecked = dict.fromkeys(s.tree_budget for s in samples if s.drift_mark == "end")
     checks: list[DriftCheck] = []
     for budget in rechecked:
-        of_budget = [s for s in samples if s.tree_budget == budget]
-        start = _decode_by_prompt([s for s in of_budget if s.drift_mark == "start"])
-        end = _decode_by_prompt([s for s in of_budget if s.drift_mark == "end"])
-        ratios = [
-            statistics.median(end[p]) / statistics.median(start[p])
-            for p in sorted(start.keys() & end.keys())
-            if statistics.median(start[p]) > 0
-        ]
-        ci = bootstrap_median_ci(ratios, seed=seed, salt=f"drift{budget}")
+        pairs = _drift_pairs([s for s in samples if s.tree_budget == budget])
+        ratios = [b / a for a, b in pairs]
+        ci = (
+            bootstrap_median_ci(
+                ratios, seed=seed, salt=f"drift{budget}", confidence=DRIFT_CONFIDENCE
+            )
+            if len(ratios) >= DRIFT_PAIRS
+            else None
+        )
         checks.append(
             DriftCheck(
                 budget,
-                tuple(x for xs in start.values() for x in xs),
-                tuple(x for xs in end.values() for x in xs),
+                tuple(a for a, _ in pairs),
+                tuple(b for _, b in pairs),
                 statistics.median(ratios) if ci is not None else None,
                 ci,
             )

@@ -14,58 +14,42 @@ from pytest_ddtree.reference import start_reference_server, tokenizer_path
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS
 from pytest_ddtree.report import read_sweep_json
 from pytest_ddtree.sweep import SweepPlan, SweepSample, summarize
-from pytest_ddtree.sweep.drift import DRIFT_MARGIN
+from pytest_ddtree.sweep.drift import DRIFT_MARGIN, DRIFT_PAIRS
 from pytest_ddtree.sweep.statistics import check_drift
 
 PROMPTS = ("a", "b", "c", "d")
 
 
 def _samples(end_factor: float, *, noise: float, prompts: tuple[str, ...] = PROMPTS) -> list[Any]:
-    """A two-budget sweep (3 rounds) whose repeat of budget 16 runs at ``end_factor``."""
+    """A two-budget sweep (3 rounds) with drift blocks of budget 16; the end block runs at
+    ``end_factor`` of the speed."""
     rng = random.Random(7)
     speed = {p: 100.0 + 20 * i for i, p in enumerate(prompts)}  # prompts differ in speed
-    out: list[SweepSample] = []
-    for r in range(3):
-        for budget in (16, 64):
-            for p in prompts:
-                out.append(
-                    SweepSample(
-                        tree_budget=budget,
-                        prompt_id=p,
-                        round=r,
-                        valid=True,
-                        decode_tokens_per_second=speed[p] * (1 + rng.uniform(-noise, noise)),
-                        drift_mark="start" if (r, budget) == (0, 16) else None,
-                    )
-                )
-    for p in prompts:
-        rate = speed[p] * end_factor * (1 + rng.uniform(-noise, noise))
-        out.append(
-            SweepSample(
-                tree_budget=16,
-                prompt_id=p,
-                round=3,
-                valid=True,
-                decode_tokens_per_second=rate,
-                drift_mark="end",
-            )
-        )
+    repeats = -(-DRIFT_PAIRS // len(prompts))
+
+    def sample(budget: int, p: str, r: int, factor: float = 1.0, mark: str | None = None) -> Any:
+        rate = speed[p] * factor * (1 + rng.uniform(-noise, noise))
+        return SweepSample(budget, p, r, True, decode_tokens_per_second=rate, drift_mark=mark)
+
+    out = [sample(16, p, 0, mark="start") for _ in range(repeats) for p in prompts]
+    out += [sample(b, p, r) for r in range(3) for b in (16, 64) for p in prompts]
+    out += [sample(16, p, 3, end_factor, "end") for _ in range(repeats) for p in prompts]
     return out
 
 
-def test_plan_repeats_the_first_budget_at_the_end_and_marks_both() -> None:
+def test_plan_measures_the_first_budget_at_the_start_and_again_at_the_end() -> None:
     plan = SweepPlan((64, 16, 256), ("a", "b"), rounds=2, warmup_rounds=1, seed=3, recheck=True)
     items = list(plan)
-    assert len(items) == len(plan) == 3 * 3 * 2 + 2
+    assert plan.drift_repeats == 4  # 8 pairs from two prompts
+    assert len(items) == len(plan) == 3 * 3 * 2 + 2 * 8
     first = plan.budget_order(0)[0]
     start = [i for i in items if i.drift_mark == "start"]
     end = [i for i in items if i.drift_mark == "end"]
-    assert [(i.round, i.tree_budget) for i in start] == [(0, first)] * 2
-    assert [(i.round, i.tree_budget, i.prompt_id) for i in end] == [
-        (2, first, "a"),
-        (2, first, "b"),
-    ]
-    assert items[-2:] == end  # the repeat comes last
+    assert items[6:14] == start  # right after the warm-up round
+    assert items[-8:] == end  # the repeat comes last
+    assert {(i.round, i.tree_budget) for i in start} == {(0, first)}
+    assert {(i.round, i.tree_budget) for i in end} == {(2, first)}
+    assert [i.prompt_id for i in end] == [i.prompt_id for i in start] == ["a", "b"] * 4
     assert not any(i.drift_mark for i in SweepPlan((16, 64), ("a",)))  # off by default
 
 
@@ -100,24 +84,29 @@ def test_a_real_change_within_the_margin_is_not_drift() -> None:
     assert not check.drifting
 
 
-def test_the_repeat_is_not_counted_in_the_budget_statistics() -> None:
+def test_the_drift_blocks_are_not_counted_in_the_budget_statistics() -> None:
     samples = _samples(0.5, noise=0.05)
     stats = {b.tree_budget: b for b in summarize(samples).budgets}
     assert stats[16].total == stats[64].total == 12
-    # an invalid repeat still counts: a broken answer is broken whenever it came
+    # an invalid answer in them still counts: a broken answer is broken whenever it came
     bad = [
         replace(s, valid=False, codes=("early-stop",)) if s.drift_mark == "end" else s
         for s in samples
     ]
     stats = {b.tree_budget: b for b in summarize(bad).budgets}
-    assert stats[16].total == 16 and not stats[16].all_valid
+    assert stats[16].total == 12 + 8 and not stats[16].all_valid
 
 
-def test_one_prompt_is_not_assessed_and_says_why() -> None:
-    (check,) = check_drift(_samples(0.5, noise=0.05, prompts=("a",)))
+def test_too_few_pairs_is_not_assessed_and_says_why() -> None:
+    samples = _samples(0.5, noise=0.05)
+    starts = [i for i, s in enumerate(samples) if s.drift_mark == "start"]
+    for i in starts[3:]:
+        samples[i] = replace(samples[i], valid=False, codes=("early-stop",))
+    (check,) = check_drift(samples)
     assert not check.assessed and not check.drifting
-    assert "drift not assessed at tree_budget=16" in check.line()
-    assert "two prompts or more" in check.line()
+    assert check.line() == (
+        "drift not assessed at tree_budget=16: 3 valid start/end pair(s), the rule needs 8"
+    )
 
 
 def test_no_repeat_no_drift_check() -> None:
@@ -163,9 +152,9 @@ def _run(pytester: pytest.Pytester, *args: str) -> tuple[Any, Any]:
 def test_mid_run_slowdown_of_the_embedded_server_is_flagged_as_drift(
     pytester: pytest.Pytester,
 ) -> None:
-    # 4 smoke + 8 warm-up + 8 in round 0 (the first budget's 4 among them) = 20 requests
-    # at full speed; round 1 and the repeat of the first budget run 4 times slower
-    result, run = _run(pytester, "--ddtree-reference-slowdown-after=20:4")
+    # 4 smoke + 8 warm-up + 8 in the start block + 8 in round 0 = 28 requests at full
+    # speed; round 1 and the end block run 4 times slower
+    result, run = _run(pytester, "--ddtree-reference-slowdown-after=28:4")
     result.stdout.fnmatch_lines(
         ["*(DRIFTING)*", "DRIFT: tree_budget=* measured again at the end: median decode -*"]
     )
@@ -173,7 +162,7 @@ def test_mid_run_slowdown_of_the_embedded_server_is_flagged_as_drift(
     summary = run.summary()
     (check,) = summary.drift
     assert check.drifting and check.ratio is not None and check.ratio < 0.5, check.line()
-    assert sum(s.drift_mark == "end" for s in run.samples) == 4
+    assert sum(s.drift_mark == "end" for s in run.samples) == 8
     html = (pytester.path / "report" / "sweep.html").read_text()
     assert "server drifted" in html and "<h2>Drift</h2>" in html
 
