@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
-from pytest_ddtree.reference import start_reference_server, tokenizer_path
+from pytest_ddtree.reference import ServerOptions, start_reference_server, tokenizer_path
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS
+from pytest_ddtree.reference.server import options_to_argv
 from pytest_ddtree.report import read_sweep_json
+from pytest_ddtree.settings import SettingsError, resolve
 from pytest_ddtree.sweep import SweepPlan, SweepSample, summarize
 from pytest_ddtree.sweep.drift import DRIFT_MARGIN, DRIFT_PAIRS
 from pytest_ddtree.sweep.statistics import check_drift
@@ -178,3 +180,45 @@ def test_a_healthy_server_is_not_flagged(pytester: pytest.Pytester) -> None:
     assert check.assessed and not check.drifting, check.line()
     result.stdout.fnmatch_lines(["no drift: tree_budget=* measured again at the end*"])
     assert "cannot be trusted" not in result.stdout.str()
+
+
+# ---------------------------------------------------------------- the slowdown option
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"slowdown_after": -1}, "slowdown_after: must be an integer >= 0, got -1"),
+        ({"slowdown_after": 5, "slowdown_factor": 0}, "slowdown_factor: must be a number > 0"),
+    ],
+)
+def test_server_slowdown_rejects_bad_values(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ServerOptions(**kwargs)
+
+
+def test_server_slowdown_on_the_command_line() -> None:
+    from pytest_ddtree.reference.__main__ import build_parser, options_from_args
+
+    ns = build_parser().parse_args(["--slowdown-after", "12", "--slowdown-factor", "2.5"])
+    opts = options_from_args(ns)
+    assert (opts.slowdown_after, opts.slowdown_factor) == (12, 2.5)
+    assert options_to_argv(opts)[-4:] == ["--slowdown-after", "12", "--slowdown-factor", "2.5"]
+
+
+def test_plugin_slowdown_option_is_for_the_embedded_server_only() -> None:
+    assert resolve({"ddtree_reference_slowdown_after": "40"}, {}, {}).reference_slowdown_after == (
+        40,
+        3.0,
+    )
+    with pytest.raises(SettingsError, match=r"invalid reference-slowdown-after '40:x' \(from"):
+        resolve({"ddtree_reference_slowdown_after": "40:x"}, {}, {})
+    with pytest.raises(SettingsError, match="only the embedded server can be slowed down"):
+        resolve(
+            {
+                "ddtree_reference_slowdown_after": "40",
+                "ddtree_endpoint": "http://127.0.0.1:9/v1",
+            },
+            {},
+            {},
+        )
