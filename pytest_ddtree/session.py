@@ -302,7 +302,8 @@ class DDTreeSession:
             output: dict[str, Any] = self.config.workeroutput  # type: ignore[attr-defined]
             output[WORKER_OUTPUT_KEY] = WorkerPayload.of(self).to_json()
             return
-        self.probe_machine("after")
+        if self.probes:  # the probe ran before the session (not under --collect-only)
+            self.probe_machine("after")
         if self.metadata is not None and self.probes:
             self.metadata.probes = [p.to_json() for p in self.probes]
         seed, report = self.settings.sweep_seed, self.settings.report
