@@ -384,7 +384,8 @@ def _charts(run: SweepRun, summary: SweepSummary, colors: dict[str, str]) -> lis
     best = summary.recommendation.tree_budget
     tied = summary.recommendation.tied
     invalid = _invalid_marks(samples)
-    valid = [s for s in samples if s.valid]
+    # the drift blocks are not the budget's statistics: the Drift card shows them
+    valid = [s for s in samples if s.valid and s.drift_mark is None]
     groups = _by_budget(valid)
 
     def points(value: Callable[[SweepSample], float | None], scale: float = 1.0) -> list[_Point]:
