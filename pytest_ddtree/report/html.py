@@ -541,9 +541,11 @@ def _drift_section(summary: SweepSummary) -> str:
     items = "".join(f"<li>{escape(c.line())}</li>" for c in summary.drift)
     return (
         f'<section class="card{danger}"><h2>Drift</h2><ul>{items}</ul>'
-        '<p class="muted">The first budget of the sweep is measured again after the last '
-        "round. The sweep is drifting when the 95% bootstrap interval of the ratio of the two "
-        "decode medians excludes 1 and the ratio is more than 5% away from 1; the repeat is "
+        '<p class="muted">The first budget of the sweep is measured in a block right after '
+        "the warm-up and in the same block again after the last round; each request of the "
+        "end block is paired with the same prompt's request in the start block. The sweep is "
+        "drifting when the 99% bootstrap interval of the median end/start ratio of decode "
+        "tokens/s excludes 1 and that ratio is more than 5% away from 1; the blocks are "
         "not counted in the budget's statistics.</p></section>"
     )
 
