@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from pytest_ddtree.runtime import Runtime
-from pytest_ddtree.settings import budget_label
+from pytest_ddtree.settings import Settings, budget_label
 from pytest_ddtree.sweep import (
     DiagnosisRecord,
     RunMetadata,
@@ -59,7 +59,7 @@ def describe(runtime: Runtime, *, workers: int | None) -> RunMetadata:
         embedded_setup=(
             f"reference_latency={s.reference_latency}, "
             f"reference_slowdown={s.reference_slowdown:g}, "
-            f"faults={','.join(s.reference_faults) or 'none'}"
+            f"faults={','.join(s.reference_faults) or 'none'}{_slowdown_note(s)}"
             if runtime.embedded
             else None
         ),
@@ -79,6 +79,14 @@ def describe(runtime: Runtime, *, workers: int | None) -> RunMetadata:
     if s.skip_checks:
         meta.notes.append(f"Weakened run: checks skipped: {', '.join(s.skip_checks)}.")
     return meta
+
+
+def _slowdown_note(settings: Settings) -> str:
+    """``--ddtree-reference-slowdown-after`` in the embedded setup, when given."""
+    if settings.reference_slowdown_after is None:
+        return ""
+    after, factor = settings.reference_slowdown_after
+    return f", slowdown x{factor:g} after {after} requests"
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Generator, Mapping
 from typing import Any
 
@@ -116,8 +117,14 @@ class BenchmarkIntegration:
                 "reference_latency": settings.reference_latency,
                 "reference_slowdown": settings.reference_slowdown,
                 "faults": ",".join(settings.reference_faults) or "none",
+                **_slowdown_setup(settings.reference_slowdown_after),
             },
         )
+        # the probe's output and the server's /version: what `--benchmark-compare` shows
+        if runtime is not None:
+            with contextlib.suppress(Exception):
+                self.session.describe_server(runtime)
+        machine_info["ddtree"].update(self.session.machine_state())
 
     @pytest.hookimpl(hookwrapper=True, optionalhook=True)
     def pytest_benchmark_group_stats(
@@ -172,3 +179,8 @@ def register(config: pytest.Config, session: DDTreeSession) -> None:
         manager.register(BenchmarkIntegration(session), "ddtree-benchmark")
     if session.xdist and not manager.has_plugin("ddtree-xdist"):
         manager.register(XdistIntegration(session), "ddtree-xdist")
+
+
+def _slowdown_setup(slowdown: tuple[int, float] | None) -> dict[str, str]:
+    """``--ddtree-reference-slowdown-after`` in the embedded setup (nothing when not given)."""
+    return {} if slowdown is None else {"slowdown_after": f"{slowdown[0]}:{slowdown[1]:g}"}

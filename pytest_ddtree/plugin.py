@@ -99,6 +99,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SETTINGS_KEY] = settings
     _guard.install()  # SIGTERM like Ctrl-C: the partial artefacts are still written
     session = config.stash[SESSION_KEY] = DDTreeSession(config, settings)
+    if not (getattr(config.option, "help", False) or config.option.collectonly):
+        session.probe_machine("before")
     from pytest_ddtree.integrations import register
 
     register(config, session)

@@ -102,8 +102,13 @@ def start_embedded(settings: Settings) -> tuple[Any, Any]:
         "cost": CostModel(slowdown=settings.reference_slowdown),
         "faults": tuple(settings.reference_faults),
     }
+    main_only: dict[str, Any] = {}
+    if settings.reference_slowdown_after is not None:
+        main_only["slowdown_after"], main_only["slowdown_factor"] = (
+            settings.reference_slowdown_after
+        )
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        main = pool.submit(spawn_reference_server, **common)
+        main = pool.submit(spawn_reference_server, **common, **main_only)
         twin = pool.submit(spawn_reference_server, target_only=True, **common)
         servers = []
         errors = []

@@ -34,6 +34,7 @@ from pytest_ddtree.wire.client import EndpointError
 
 if TYPE_CHECKING:
     from pytest_ddtree.load import LoadRecord, LoadTestResult
+    from pytest_ddtree.machine import ProbeResult
     from pytest_ddtree.sweep import DiagnosisRecord, RunMetadata, SweepSample, SweepSummary
     from pytest_ddtree.violation import Violation
 
@@ -153,6 +154,9 @@ class DDTreeSession:
         # one record of raw samples per ddtree_load call (and process); merged in finish()
         self.load_records: list[LoadRecord] = []
         self.load: list[LoadTestResult] = []
+        # the machine's and the server's state (--ddtree-probe, /version): descriptive only
+        self.probes: list[ProbeResult] = []
+        self.server_info: dict[str, Any] | None = None
 
     # ------------------------------------------------------------ environment
 
@@ -240,6 +244,40 @@ class DDTreeSession:
         from pytest_ddtree.analysis import describe
 
         self.metadata = describe(runtime, workers=self.worker_count if self.xdist else None)
+        self.metadata.server_info = self.describe_server(runtime) or None
+
+    def probe_machine(self, when: str) -> None:
+        """Run ``--ddtree-probe`` now (controller only); a failure is a one-line warning."""
+        if self.settings.probe is None or self.is_worker:
+            return
+        from pytest_ddtree.machine import run_probe
+
+        result = run_probe(self.settings.probe, when, secrets=[self.settings.api_key])
+        self.probes.append(result)
+        warning = result.warning()
+        if warning:
+            self.report_lines.append(warning)
+
+    def describe_server(self, runtime: Runtime) -> dict[str, Any]:
+        """The server's ``/version`` or ``/get_server_info``, read once (API key masked)."""
+        if self.server_info is None:
+            from pytest_ddtree.machine import server_info
+
+            info = server_info(
+                runtime.client.http, runtime.client.root_url, secrets=[self.settings.api_key]
+            )
+            self.server_info = info.to_json()
+            self.report_lines.extend(f"ddtree: WARNING: {p}" for p in info.problems)
+        return self.server_info
+
+    def machine_state(self) -> dict[str, Any]:
+        """The probe runs and the server's description, as JSON ({} when there is neither)."""
+        state: dict[str, Any] = {}
+        if self.probes:
+            state["probe"] = [p.to_json() for p in self.probes]
+        if self.server_info:
+            state["server_info"] = self.server_info
+        return state
 
     def end_phase(self, item: pytest.Item, report: pytest.TestReport) -> None:
         """Commit the phase's samples; a failed test leaves no timing behind."""
@@ -273,6 +311,10 @@ class DDTreeSession:
             output: dict[str, Any] = self.config.workeroutput  # type: ignore[attr-defined]
             output[WORKER_OUTPUT_KEY] = WorkerPayload.of(self).to_json()
             return
+        if self.probes:  # the probe ran before the session (not under --collect-only)
+            self.probe_machine("after")
+        if self.metadata is not None and self.probes:
+            self.metadata.probes = [p.to_json() for p in self.probes]
         seed, report = self.settings.sweep_seed, self.settings.report
         outcome = analysis.conclude(
             self.samples,

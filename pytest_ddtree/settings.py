@@ -117,6 +117,8 @@ class Settings:
     reference_faults: tuple[str, ...] = ()
     reference_latency: bool = True
     reference_slowdown: float = 1.0
+    reference_slowdown_after: tuple[int, float] | None = None
+    probe: str | None = None
     slo: Any = None  # pytest_ddtree.load.slo.SLO
     load_concurrency: tuple[int, ...] = (1, 4, 16)
     load_rate: tuple[float, ...] = ()
@@ -427,6 +429,29 @@ def parse_load_requests(raw: str, source: str) -> int | None:
     return parse_positive_int(raw, source, "load-requests")
 
 
+def parse_slowdown_after(raw: str, source: str) -> tuple[int, float]:
+    """``N`` or ``N:F``: after N requests, costs times F (F > 0, default 3)."""
+    text = str(raw).strip()
+    m = re.fullmatch(r"(\d{1,9})(?::([0-9]*\.?[0-9]+))?", text)
+    factor = float(m.group(2)) if m and m.group(2) else 3.0
+    if not m or not math.isfinite(factor) or factor <= 0:
+        raise _fail("reference-slowdown-after", raw, source, "expected N or N:F, e.g. 40 or 40:2.5")
+    return int(m.group(1)), factor
+
+
+def parse_probe(raw: str, source: str) -> str:
+    """A command line, split like a shell would (checked here so a bad quote fails early)."""
+    import shlex
+
+    try:
+        words = shlex.split(str(raw))
+    except ValueError as exc:
+        raise _fail("probe", raw, source, f"cannot split it into words ({exc})") from None
+    if not words:
+        raise _fail("probe", raw, source, "expected a command, e.g. nvidia-smi")
+    return str(raw).strip()
+
+
 # --------------------------------------------------------------------------
 # the option table
 
@@ -716,6 +741,23 @@ OPTIONS: tuple[OptionDef, ...] = (
         parse=parse_slowdown,
     ),
     OptionDef(
+        "reference-slowdown-after",
+        "Embedded server only: after N generation requests, every simulated cost is "
+        "multiplied by F (default 3), a server that degrades mid-run (to see drift).",
+        metavar="N[:F]",
+        parse=parse_slowdown_after,
+    ),
+    OptionDef(
+        "probe",
+        "A command run before and after the session (e.g. nvidia-smi --query-gpu=clocks.sm,"
+        "temperature.gpu --format=csv); its output goes into the reports and pytest-benchmark's "
+        "machine_info. Split like a shell command line but run without a shell; bounded to "
+        "10 s and 64 KiB.",
+        metavar="CMD",
+        env=("DDTREE_PROBE",),
+        parse=parse_probe,
+    ),
+    OptionDef(
         "slo",
         "Service-level objective of ddtree_load tests: per-request limits ttft, itl, tpot, "
         "e2e (units us, ms, s) and the share of requests that must meet them all, e.g. "
@@ -907,6 +949,12 @@ def _cross_validate(values: dict[str, Any], sources: dict[str, str]) -> Settings
             f"invalid reference-fault (from {sources['reference_faults']}): faults can only be "
             "injected into the embedded server, but an endpoint is set "
             f"(from {sources['endpoint']})"
+        )
+    if values.get("endpoint") is not None and values.get("reference_slowdown_after"):
+        raise SettingsError(
+            "invalid reference-slowdown-after (from "
+            f"{sources['reference_slowdown_after']}): only the embedded server can be slowed "
+            f"down, but an endpoint is set (from {sources['endpoint']})"
         )
     return Settings(**values, sources=sources)
 

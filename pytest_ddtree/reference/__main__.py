@@ -32,6 +32,8 @@ _FLAGS = {
     "block_size": "--block-size",
     "hang_seconds": "--hang-seconds",
     "stats_dialect": "--stats-dialect",
+    "slowdown_after": "--slowdown-after",
+    "slowdown_factor": "--slowdown-factor",
     "CostModel.draft_ms": "--draft-ms",
     "CostModel.verify_base_ms": "--verify-base-ms",
     "CostModel.verify_free_nodes": "--verify-free-nodes",
@@ -139,6 +141,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="multiply every simulated cost by this factor",
     )
     p.add_argument(
+        "--slowdown-after",
+        type=int,
+        default=d.slowdown_after,
+        metavar="N",
+        help="after N generation requests, multiply every simulated cost by "
+        "--slowdown-factor (a server that degrades mid-run, to show drift)",
+    )
+    p.add_argument(
+        "--slowdown-factor",
+        type=float,
+        default=d.slowdown_factor,
+        metavar="F",
+        help="the factor of --slowdown-after (default %(default)s)",
+    )
+    p.add_argument(
         "--seed", type=int, default=d.seed, help="server seed (sampling without a request seed)"
     )
     p.add_argument(
@@ -215,6 +232,8 @@ def options_from_args(ns: argparse.Namespace) -> ServerOptions:
         stats_dialect=ns.stats_dialect,
         hang_seconds=ns.hang_seconds,
         model_id=ns.model_id,
+        slowdown_after=ns.slowdown_after,
+        slowdown_factor=ns.slowdown_factor,
     )
 
 

@@ -55,7 +55,9 @@ class ServerOptions:
     ``block_size - 1``). ``cost``: the simulated accelerator. ``seed``: seeds sampling of
     requests with ``temperature > 0`` and no ``seed``. ``stats_dialect``: where statistics
     are reported (``ddtree``, ``vllm``, ``omlx`` or ``none``). ``hang_seconds``: how long the
-    ``hang`` fault stalls. ``model_id``: the model id served.
+    ``hang`` fault stalls. ``model_id``: the model id served. ``slowdown_after``: after
+    this many generation requests, every simulated cost is multiplied by
+    ``slowdown_factor`` (a server that degrades mid-run: throttling, another tenant).
     """
 
     host: str = "127.0.0.1"
@@ -70,8 +72,11 @@ class ServerOptions:
     stats_dialect: str = "ddtree"
     hang_seconds: float = 600.0
     model_id: str = MODEL_ID
+    slowdown_after: int | None = None
+    slowdown_factor: float = 3.0
 
     def __post_init__(self) -> None:
+        _check_slowdown_after(self.slowdown_after, self.slowdown_factor)
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ValueError(f"port: must be an integer in 0..65535, got {self.port!r}")
         b = self.default_tree_budget
@@ -94,6 +99,15 @@ class ServerOptions:
         faults = (raw,) if isinstance(raw, str) else tuple(raw)
         parse_faults(faults, "faults")
         object.__setattr__(self, "faults", faults)
+
+
+def _check_slowdown_after(after: object, factor: object) -> None:
+    if after is not None and (not isinstance(after, int) or isinstance(after, bool) or after < 0):
+        raise ValueError(f"slowdown_after: must be an integer >= 0, got {after!r}")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)):
+        raise ValueError(f"slowdown_factor: must be a number > 0, got {factor!r}")
+    if not math.isfinite(factor) or factor <= 0:
+        raise ValueError(f"slowdown_factor: must be a number > 0, got {factor!r}")
 
 
 class _RequestError(Exception):
@@ -345,12 +359,23 @@ class _Engine:
         self.server_faults = parse_faults(options.faults, "server options")
         self._lock = threading.Lock()
         self._counter = 0
+        self._generations = 0
         self._fault_counters: dict[str, int] = {}
         self._last_prompt: int | None = None
         self._last_tail: tuple[int, int, int] | None = None
         self._rng = random.Random(options.seed)
         # concurrent requests share one simulated accelerator (a batch on a GPU)
         self.accelerator = Accelerator()
+
+    def cost_now(self) -> CostModel:
+        """The cost model of the generation request starting now (``slowdown_after`` applied)."""
+        opts = self.options
+        with self._lock:
+            self._generations += 1
+            n = self._generations
+        if opts.slowdown_after is None or n <= opts.slowdown_after:
+            return opts.cost
+        return replace(opts.cost, slowdown=opts.cost.slowdown * opts.slowdown_factor)
 
     def next_id(self) -> int:
         with self._lock:
@@ -421,7 +446,7 @@ class _Engine:
         else:
             budget = req.tree_budget
         result.tree_budget = budget
-        cost = opts.cost
+        cost = self.cost_now()
         latency = opts.simulated_latency
         prompt_tokens = result.prompt_tokens = len(model.encode(req.rendered))
         hide_reasoning = plan.think and req.think  # reasoning goes to reasoning_content
@@ -683,7 +708,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # /models only under /v1, like the completion routes: a base URL without /v1 must
     # fail the start-up probe instead of failing every request later
-    _GET: ClassVar[frozenset[str]] = frozenset({"/health", "/v1/health", "/v1/models"})
+    _GET: ClassVar[frozenset[str]] = frozenset({"/health", "/v1/health", "/v1/models", "/version"})
     _POST: ClassVar[frozenset[str]] = frozenset(
         {
             "/v1/chat/completions",
@@ -824,6 +849,9 @@ class _Handler(BaseHTTPRequestHandler):
         engine = self.server.engine
         if path.endswith("health"):
             self._send_json(200, json.dumps({"status": "ok"}).encode())
+            return
+        if path == "/version":  # at the root, as vLLM serves it
+            self._send_json(200, json.dumps({"version": self.server_version}).encode())
             return
         body = {
             "object": "list",
@@ -1270,6 +1298,9 @@ def options_to_argv(options: ServerOptions) -> list[str]:
         argv.append("--no-simulated-latency")
     for f in options.faults:
         argv += ["--fault", f]
+    if options.slowdown_after is not None:
+        argv += ["--slowdown-after", str(options.slowdown_after)]
+        argv += ["--slowdown-factor", repr(options.slowdown_factor)]
     return argv
 
 

@@ -15,6 +15,7 @@ measured nothing and must not blend in with the timings.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -384,7 +385,8 @@ def _charts(run: SweepRun, summary: SweepSummary, colors: dict[str, str]) -> lis
     best = summary.recommendation.tree_budget
     tied = summary.recommendation.tied
     invalid = _invalid_marks(samples)
-    valid = [s for s in samples if s.valid]
+    # the drift blocks are not the budget's statistics: the Drift card shows them
+    valid = [s for s in samples if s.valid and s.drift_mark is None]
     groups = _by_budget(valid)
 
     def points(value: Callable[[SweepSample], float | None], scale: float = 1.0) -> list[_Point]:
@@ -532,6 +534,47 @@ def _stats_table(summary: SweepSummary) -> str:
     )
 
 
+def _drift_section(summary: SweepSummary) -> str:
+    """The drift check: the first budget measured again at the end ("" without one)."""
+    if not summary.drift:
+        return ""
+    danger = " danger" if any(c.drifting for c in summary.drift) else ""
+    items = "".join(f"<li>{escape(c.line())}</li>" for c in summary.drift)
+    return (
+        f'<section class="card{danger}"><h2>Drift</h2><ul>{items}</ul>'
+        '<p class="muted">The first budget of the sweep is measured in a block right after '
+        "the warm-up and in the same block again after the last round; each request of the "
+        "end block is paired with the same prompt's request in the start block. The sweep is "
+        "drifting when the 99% bootstrap interval of the median end/start ratio of decode "
+        "tokens/s excludes 1 and that ratio is more than 5% away from 1; the blocks are "
+        "not counted in the budget's statistics.</p></section>"
+    )
+
+
+def _machine_section(run: SweepRun) -> str:
+    """The ``--ddtree-probe`` output before and after, and the server's own description."""
+    meta = run.metadata
+    parts: list[str] = []
+    for probe in meta.probes:
+        when = escape(str(probe.get("when", "")))
+        problem = probe.get("problem")
+        note = f' <span class="pill bad">{escape(str(problem))}</span>' if problem else ""
+        parts.append(
+            f"<h3>{when} the session: <code>{escape(str(probe.get('command', '')))}</code>"
+            f"{note}</h3><pre>{escape(str(probe.get('output', '')))}</pre>"
+        )
+    for path, answer in (meta.server_info or {}).items():
+        text = json.dumps(answer, indent=2, sort_keys=True)
+        parts.append(f"<h3>server <code>{escape(path)}</code></h3><pre>{escape(text)}</pre>")
+    if not parts:
+        return ""
+    return (
+        '<section class="card"><h2>Machine state</h2><p class="muted">What --ddtree-probe '
+        "printed before and after the session, and what the server says about itself "
+        f"(keys masked).</p>{''.join(parts)}</section>"
+    )
+
+
 def _invalid_table(samples: Sequence[SweepSample]) -> str:
     bad = [s for s in samples if not s.valid]
     if not bad:
@@ -613,7 +656,7 @@ def _metadata(run: SweepRun, summary: SweepSummary) -> str:
     meta["requests"] = f"{len(run.samples)} ({sum(s.valid for s in run.samples)} valid)"
     rows = []
     for k, v in meta.items():
-        if v in (None, "", [], {}) or k == "notes":
+        if v in (None, "", [], {}) or k in ("notes", "probes", "server_info"):
             continue
         if isinstance(v, Mapping) and v and all(isinstance(x, Mapping) for x in v.values()):
             value = _counts_table(v)  # a table per client, not a Python dict
@@ -629,7 +672,7 @@ def _cards(run: SweepRun, summary: SweepSummary) -> str:
     if rec.tree_budget is None and rec.decode_median is None:
         rec_cls, big, sub = "none", "—", "no valid timings"
     else:
-        rec_cls = "decisive" if rec.decisive else "tied"
+        rec_cls = "drifting" if rec.drifting else "decisive" if rec.decisive else "tied"
         big = escape(budget_label(rec.tree_budget))
         sub = "" if rec.decode_median is None else f"{rec.decode_median:,.0f} tok/s median decode"
         if rec.decode_ci:
@@ -637,6 +680,7 @@ def _cards(run: SweepRun, summary: SweepSummary) -> str:
     badge = {
         "decisive": "clear winner",
         "tied": "statistically tied",
+        "drifting": "server drifted",
         "none": "no recommendation",
     }[rec_cls]
     total = len(run.samples)
@@ -702,6 +746,7 @@ font-weight:600}
 .card .big .of{font-size:22px;color:var(--muted);font-weight:500}
 .card.rec.decisive{background:linear-gradient(135deg,var(--best),var(--card) 70%)}
 .card.rec.tied{background:linear-gradient(135deg,var(--tie),var(--card) 70%)}
+.card.rec.drifting{background:linear-gradient(135deg,var(--bad-bg),var(--card) 70%)}
 .card.good .big{color:var(--good)}
 .card.bad .big{color:var(--bad)}
 .card.danger{border-color:var(--bad);background:var(--bad-bg)}
@@ -757,6 +802,7 @@ dl.meta{display:grid;grid-template-columns:max-content 1fr;gap:4px 18px;margin:0
 dl.meta dt{color:var(--muted)}
 dl.meta dd{margin:0;word-break:break-all}
 footer{color:var(--muted);font-size:12px;margin-top:24px}
+pre{font-size:12px;overflow-x:auto;background:var(--bg);padding:8px;border-radius:6px}
 """
 
 
@@ -842,9 +888,11 @@ def render_html(
         "acceptance length; acceptance rate is not used because it falls arithmetically as "
         "the budget grows.</p></section>"
     )
+    body.append(_drift_section(summary))
     body.append(_invalid_table(run.samples))
     body.append(_diagnoses(run.diagnoses))
     body.append(load_cards)
+    body.append(_machine_section(run))
     body.append(f'<section class="card"><h2>Run</h2>{_metadata(run, summary)}</section>')
     return _page(model, body)
 

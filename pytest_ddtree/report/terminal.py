@@ -97,8 +97,14 @@ def table_lines(summary: SweepSummary, *, notes: Sequence[str] = ()) -> list[str
         )
     lines.extend(f"note: {n}" for n in notes)
     lines.extend(f"WARNING: {w}" for w in never_drafted_lines(summary.budgets))
+    lines.extend(drift_lines(summary))
     lines.append(summary.recommendation.message)
     deeper = deeper_line([(st.tree_budget, st.depth) for st in summary.budgets if st.depth])
     if deeper is not None:
         lines.append(deeper)
     return lines
+
+
+def drift_lines(summary: SweepSummary) -> list[str]:
+    """One line per drift check: the first budget measured again at the end."""
+    return [c.line() for c in summary.drift]

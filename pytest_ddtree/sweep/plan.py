@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from pytest_ddtree.sweep.drift import DRIFT_PAIRS
 from pytest_ddtree.sweep.samples import SweepSample
 from pytest_ddtree.violation import Violation
 from pytest_ddtree.wire.completion import Completion
@@ -26,6 +28,8 @@ class PlannedRequest:
     tree_budget: int
     prompt_id: str
     warmup: bool
+    #: ``"start"``/``"end"``: the two measurements of the drift check (see ``SweepPlan.recheck``)
+    drift_mark: str | None = None
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,11 @@ class SweepPlan:
     server or the machine (heating, caches, background load) spreads over all
     budgets instead of favouring the ones measured first. ``order="fixed"``
     keeps the given budget order in every round (useful to reproduce a drift).
+    With ``recheck``, the first budget is also measured in two extra blocks,
+    one right after the warm-up (``drift_mark="start"``) and one after the
+    last round (``"end"``), each :attr:`drift_repeats` passes over the
+    prompts, so the drift check (:mod:`~pytest_ddtree.sweep.drift`) has at
+    least :data:`~pytest_ddtree.sweep.drift.DRIFT_PAIRS` start/end pairs.
     Iteration is deterministic: the same plan always yields the same requests.
     """
 
@@ -46,6 +55,7 @@ class SweepPlan:
     warmup_rounds: int = 1
     seed: int = 0
     order: SweepOrder = "shuffled"
+    recheck: bool = False
 
     def __post_init__(self) -> None:
         if not self.budgets:
@@ -75,16 +85,35 @@ class SweepPlan:
         random.Random(f"ddtree-sweep:{self.seed}:{round}").shuffle(order)
         return tuple(order)
 
+    @property
+    def first_budget(self) -> int:
+        """The budget measured first (the one the drift check measures again)."""
+        return self.budget_order(0)[0]
+
+    @property
+    def drift_repeats(self) -> int:
+        """Passes over the prompts in each drift block (0 without ``recheck``)."""
+        return -(-DRIFT_PAIRS // len(self.prompts)) if self.recheck else 0
+
+    def _drift_block(self, round: int, mark: str) -> Iterator[PlannedRequest]:
+        for _ in range(self.drift_repeats):
+            for prompt in self.prompts:
+                yield PlannedRequest(round, self.first_budget, prompt, False, mark)
+
     def __iter__(self) -> Iterator[PlannedRequest]:
         for r in range(-self.warmup_rounds, self.rounds):
+            if r == 0:
+                yield from self._drift_block(0, "start")
             for budget in self.budget_order(r):
                 for prompt in self.prompts:
                     yield PlannedRequest(
                         round=r, tree_budget=budget, prompt_id=prompt, warmup=r < 0
                     )
+        yield from self._drift_block(self.rounds, "end")
 
     def __len__(self) -> int:
-        return (self.rounds + self.warmup_rounds) * len(self.budgets) * len(self.prompts)
+        blocks = 2 * self.drift_repeats * len(self.prompts)
+        return (self.rounds + self.warmup_rounds) * len(self.budgets) * len(self.prompts) + blocks
 
 
 def run_sweep(
@@ -116,6 +145,8 @@ def run_sweep(
             concurrent=concurrent,
             prompt_id=planned.prompt_id,
         )
+        if planned.drift_mark is not None:
+            sample = dataclasses.replace(sample, drift_mark=planned.drift_mark)
         samples.append(sample)
         if on_sample is not None:
             on_sample(sample)

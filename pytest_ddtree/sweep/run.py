@@ -63,9 +63,11 @@ class RunMetadata(_ReadsAsMapping):
     """What describes a sweep run (all plain JSON values, secrets never included).
 
     ``endpoint`` is already redacted; ``server_models`` is what the server's
-    ``GET /models`` lists. Keys this version does not know (from another
-    version's ``sweep.json``) are kept in ``extra``. Reads like a mapping of
-    the non-empty values, which is also its JSON form.
+    ``GET /models`` lists; ``server_info`` and ``probes`` the machine's and
+    the server's state (see :mod:`pytest_ddtree.machine`). Keys this version
+    does not know (from another version's ``sweep.json``) are kept in
+    ``extra``. Reads like a mapping of the non-empty values, which is also
+    its JSON form.
     """
 
     endpoint: str | None = None
@@ -85,6 +87,10 @@ class RunMetadata(_ReadsAsMapping):
     seed: int | None = None
     interrupted: bool = False
     notes: list[str] = field(default_factory=list)
+    #: the server's own description (``/version``, ``/get_server_info``), keys masked
+    server_info: dict[str, Any] | None = None
+    #: the ``--ddtree-probe`` runs, before and after the session
+    probes: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     #: What must match for two runs to compare like for like (``compare`` warns otherwise).

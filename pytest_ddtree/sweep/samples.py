@@ -54,6 +54,8 @@ class SweepSample:
     drafted_tokens: int | None = None
     acceptance_histogram: tuple[int, ...] = ()
     depth_source: str | None = None
+    #: the drift check: "start" (first measurement of the first budget), "end" (its repeat)
+    drift_mark: str | None = None
 
     @classmethod
     def from_completion(

@@ -20,6 +20,13 @@ from typing import Any
 
 from pytest_ddtree.settings import budget_label
 from pytest_ddtree.sweep.depth import DepthProfile, depth_profile
+from pytest_ddtree.sweep.drift import (
+    DRIFT_CONFIDENCE,
+    DRIFT_PAIRS,
+    DriftCheck,
+    drift_message,
+    without_repeats,
+)
 from pytest_ddtree.sweep.samples import SweepSample
 
 #: Resamples per bootstrap; 2,000 keeps a 95% percentile interval stable to a
@@ -335,11 +342,19 @@ class Recommendation:
     excluded: tuple[int | None, ...]
     message: str
     partial: bool = False
+    #: the server changed during the sweep (see :mod:`~pytest_ddtree.sweep.drift`)
+    drifting: bool = False
 
     @property
     def decisive(self) -> bool:
-        """True when a budget was recommended, no other ties with it, and the run is complete."""
-        return self.tree_budget is not None and not self.tied and not self.partial
+        """True when a budget was recommended, no other ties with it, the run is complete
+        and did not drift."""
+        return (
+            self.tree_budget is not None
+            and not self.tied
+            and not self.partial
+            and not self.drifting
+        )
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form for ``sweep.json``."""
@@ -351,6 +366,7 @@ class Recommendation:
             "excluded": list(self.excluded),
             "decisive": self.decisive,
             "partial": self.partial,
+            "drifting": self.drifting,
             "message": self.message,
         }
 
@@ -437,6 +453,52 @@ def recommend(stats: Sequence[BudgetStats], *, seed: int = 0) -> Recommendation:
     )
 
 
+def _drift_pairs(samples: Sequence[SweepSample]) -> list[tuple[float, float]]:
+    """The i-th start and i-th end request of each prompt (and worker), both valid and timed."""
+    blocks: dict[tuple[str, str, str], list[float | None]] = {}
+    for s in samples:
+        if s.drift_mark in ("start", "end"):
+            rate = s.decode_tokens_per_second if s.valid else None
+            blocks.setdefault((s.drift_mark, s.worker or "", s.prompt_id), []).append(rate)
+    pairs: list[tuple[float, float]] = []
+    for (mark, worker, prompt), starts in blocks.items():
+        if mark != "start":
+            continue
+        for a, b in zip(starts, blocks.get(("end", worker, prompt), []), strict=False):
+            if a is not None and b is not None and a > 0:
+                pairs.append((a, b))
+    return pairs
+
+
+def check_drift(samples: Sequence[SweepSample], *, seed: int = 0) -> tuple[DriftCheck, ...]:
+    """One drift check per budget measured again at the end (none without drift blocks).
+
+    See :mod:`~pytest_ddtree.sweep.drift` for the rule: the ratios are paired by prompt.
+    """
+    rechecked = dict.fromkeys(s.tree_budget for s in samples if s.drift_mark == "end")
+    checks: list[DriftCheck] = []
+    for budget in rechecked:
+        pairs = _drift_pairs([s for s in samples if s.tree_budget == budget])
+        ratios = [b / a for a, b in pairs]
+        ci = (
+            bootstrap_median_ci(
+                ratios, seed=seed, salt=f"drift{budget}", confidence=DRIFT_CONFIDENCE
+            )
+            if len(ratios) >= DRIFT_PAIRS
+            else None
+        )
+        checks.append(
+            DriftCheck(
+                budget,
+                tuple(a for a, _ in pairs),
+                tuple(b for _, b in pairs),
+                statistics.median(ratios) if ci is not None else None,
+                ci,
+            )
+        )
+    return tuple(checks)
+
+
 def never_drafted_lines(stats: Sequence[BudgetStats]) -> list[str]:
     """One warning for the budgets whose requests drafted no token at all, with the counts."""
     idle = [s for s in stats if s.never_drafted]
@@ -458,22 +520,31 @@ class SweepSummary:
 
     budgets: tuple[BudgetStats, ...]
     recommendation: Recommendation
+    #: the drift checks of the sweep (empty when no budget was measured again)
+    drift: tuple[DriftCheck, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form for ``sweep.json``."""
-        return {
+        out = {
             "budgets": [b.to_json() for b in self.budgets],
             "recommendation": self.recommendation.to_json(),
         }
+        if self.drift:
+            out["drift"] = [c.to_json() for c in self.drift]
+        return out
 
 
 def summarize(samples: Sequence[SweepSample], *, seed: int = 0) -> SweepSummary:
-    """Group ``samples`` by requested budget, compute statistics and verdicts."""
+    """Group ``samples`` by requested budget, compute statistics, verdicts and drift."""
     groups: dict[int | None, list[SweepSample]] = {}
-    for s in samples:
+    for s in without_repeats(samples):
         groups.setdefault(s.tree_budget, []).append(s)
     raw = [budget_stats(b, groups[b], seed=seed) for b in sorted(groups, key=_budget_key)]
     rec = recommend(raw, seed=seed)
+    drift = check_drift(samples, seed=seed)
+    drifted = {c.tree_budget for c in drift if c.drifting}
+    if drifted:
+        rec = replace(rec, drifting=True, message=rec.message + drift_message(drift))
     tied = set(rec.tied)
     with_verdicts: list[BudgetStats] = []
     for st in raw:
@@ -490,5 +561,7 @@ def summarize(samples: Sequence[SweepSample], *, seed: int = 0) -> SweepSummary:
             verdict = "slower"
         if st.echoed_mismatch and st.all_valid:
             verdict += " (echoed budget differs)"
+        if st.tree_budget in drifted:
+            verdict += " (DRIFTING)"
         with_verdicts.append(replace(st, verdict=verdict))
-    return SweepSummary(tuple(with_verdicts), rec)
+    return SweepSummary(tuple(with_verdicts), rec, drift)

@@ -34,6 +34,7 @@ samples = st.lists(
         echoed_tree_budget=st.one_of(st.none(), st.integers(1, 4096)),
         worker=st.one_of(st.none(), st.sampled_from(["gw0", "gw1"])),
         concurrent=st.booleans(),
+        drift_mark=st.sampled_from([None, "start", "end"]),
     ),
     max_size=30,
 )
