@@ -260,6 +260,10 @@ class DDTreeSession:
             self.metadata.dialect = runtime.dialect
             # retries, 429s and counter failures: never hidden
             _guard.transport_metadata(self.metadata, runtime)
+            if runtime.server_metrics is not None:
+                self.metadata.extra["server_counters"] = runtime.server_metrics.to_json()
+                if runtime.server_metrics.reader.warning:
+                    self.metadata.notes.append(runtime.server_metrics.reader.warning)
         if self.is_worker:
             output: dict[str, Any] = self.config.workeroutput  # type: ignore[attr-defined]
             output[WORKER_OUTPUT_KEY] = WorkerPayload.of(self).to_json()

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_ddtree import __version__
 from pytest_ddtree.report._atomic import write_text_atomic
+from pytest_ddtree.report.counters_html import server_counters_section, shared_notices
 from pytest_ddtree.report.terminal import acceptance_cell
 from pytest_ddtree.sweep import (
     BudgetStats,
@@ -612,7 +613,7 @@ def _metadata(run: SweepRun, summary: SweepSummary) -> str:
     meta["requests"] = f"{len(run.samples)} ({sum(s.valid for s in run.samples)} valid)"
     rows = []
     for k, v in meta.items():
-        if v in (None, "", [], {}) or k == "notes":
+        if v in (None, "", [], {}) or k in ("notes", "server_counters"):
             continue
         if isinstance(v, Mapping) and v and all(isinstance(x, Mapping) for x in v.values()):
             value = _counts_table(v)  # a table per client, not a Python dict
@@ -797,6 +798,7 @@ def render_html(
         )
     notices.extend(meta.notes)
     notices.extend(never_drafted_lines(summary.budgets))
+    notices.extend(shared_notices(meta.extra.get("server_counters")))
     charts = _charts(run, summary, colors)
     if load_cards and not run.samples:  # load tests only: no empty sweep sections
         return _page(
@@ -841,6 +843,7 @@ def render_html(
         "the budget grows.</p></section>"
     )
     body.append(_invalid_table(run.samples))
+    body.append(server_counters_section(meta.extra.get("server_counters")))
     body.append(_diagnoses(run.diagnoses))
     body.append(load_cards)
     body.append(f'<section class="card"><h2>Run</h2>{_metadata(run, summary)}</section>')

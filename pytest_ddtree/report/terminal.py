@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pytest_ddtree.sweep import BudgetStats, SweepSummary, budget_label
 from pytest_ddtree.sweep.statistics import never_drafted_lines
@@ -68,7 +68,12 @@ def _row(st: BudgetStats) -> tuple[str, ...]:
     )
 
 
-def table_lines(summary: SweepSummary, *, notes: Sequence[str] = ()) -> list[str]:
+def table_lines(
+    summary: SweepSummary,
+    *,
+    notes: Sequence[str] = (),
+    shared: Mapping[int | None, str] | None = None,
+) -> list[str]:
     """The sweep table plus the recommendation line, ready for ``write_line``.
 
     ``accept len/rate`` is the mean acceptance length (tokens committed per decode
@@ -78,7 +83,7 @@ def table_lines(summary: SweepSummary, *, notes: Sequence[str] = ()) -> list[str
     per request, ``srv/cli`` the server-reported decode rate over the client-measured
     one (close to 1.0 when the server's figure is honest).
     """
-    rows = [HEADERS, *(_row(st) for st in summary.budgets)]
+    rows = [HEADERS, *(_shared_row(_row(st), st, shared) for st in summary.budgets)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(HEADERS))]
     lines: list[str] = []
     for n, row in enumerate(rows):
@@ -97,5 +102,36 @@ def table_lines(summary: SweepSummary, *, notes: Sequence[str] = ()) -> list[str
         )
     lines.extend(f"note: {n}" for n in notes)
     lines.extend(f"WARNING: {w}" for w in never_drafted_lines(summary.budgets))
+    lines.extend(shared_server_lines(shared))
     lines.append(summary.recommendation.message)
+    lines.extend(shared_recommendation(shared))
     return lines
+
+
+def _shared_row(
+    row: tuple[str, ...], st: BudgetStats, shared: Mapping[int | None, str] | None
+) -> tuple[str, ...]:
+    """The verdict cell marked ``shared server`` when other traffic was seen."""
+    if not shared or st.tree_budget not in shared:
+        return row
+    return (*row[:-1], f"{row[-1]} (shared server)".strip())
+
+
+def shared_server_lines(shared: Mapping[int | None, str] | None) -> list[str]:
+    """One warning per budget timed while another client used the server."""
+    return [
+        f"WARNING: tree_budget {budget_label(b)}: shared server: {why}"
+        for b, why in (shared or {}).items()
+    ]
+
+
+def shared_recommendation(shared: Mapping[int | None, str] | None) -> list[str]:
+    """What the recommendation is worth when other traffic disturbed some budgets."""
+    if not shared:
+        return []
+    budgets = ", ".join(budget_label(b) for b in shared)
+    return [
+        f"recommendation caveat: another client shared the server while tree_budget "
+        f"{budgets} was timed; those timings include its load, so the recommendation "
+        "cannot be trusted as is: rerun on a server nobody else uses"
+    ]
