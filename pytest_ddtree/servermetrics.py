@@ -352,6 +352,14 @@ def other_traffic(change: CounterDelta, sent: int, *, serial: bool) -> str | Non
 
 
 @dataclass(frozen=True)
+class Counts:
+    """One request's reported draft counts, where no ``SpecStats`` is kept (load samples)."""
+
+    num_draft_tokens: int | None
+    num_accepted_draft_tokens: int | None
+
+
+@dataclass(frozen=True)
 class RequestSums:
     """The per-request statistics of the same requests, summed (None: some did not report)."""
 
@@ -466,8 +474,12 @@ class CounterLog:
         label: str,
         stats: Sequence[Any],
         serial: bool = True,
+        check_stats: bool = True,
     ) -> CounterRecord | None:
-        """Close a group of ``len(stats)`` requests (their ``SpecStats`` or None)."""
+        """Close a group of ``len(stats)`` requests (their ``SpecStats`` or None).
+
+        ``check_stats`` False records the deltas without the consistency verdict.
+        """
         if before is None:
             return None
         after = self.reader.scrape()
@@ -476,7 +488,7 @@ class CounterLog:
         change = delta(before, after)
         shared = other_traffic(change, len(stats), serial=serial) if self.judge else None
         inconsistent: tuple[str, ...] = ()
-        if self.judge and shared is None:
+        if self.judge and check_stats and shared is None:
             inconsistent = tuple(stats_disagreement(change, RequestSums.of(stats)))
         record = CounterRecord(
             scope, test, tree_budget, label, len(stats), change, shared, inconsistent
@@ -549,17 +561,31 @@ class GroupWatch:
         """Take the snapshot before a group (measured rounds only)."""
         self._before = self.log.before() if round >= 0 else None
 
-    def end(self, round: int, tree_budget: int | None, completions: Sequence[Any]) -> None:
-        """Take the snapshot after the group and record the delta."""
+    def end(
+        self,
+        round: int,
+        tree_budget: int | None,
+        completions: Sequence[Any],
+        *,
+        label: str | None = None,
+    ) -> None:
+        """Take the snapshot after the group and record the delta.
+
+        ``completions`` have a ``stats`` (``SpecStats`` or None) or are
+        :class:`Counts` themselves.
+        """
         before, self._before = self._before, None
+        default = f"round {round}" if self.scope == "sweep" else "timed rounds"
         record = self.log.after(
             before,
             scope=self.scope,
             test=self.test,
             tree_budget=tree_budget,
-            label=f"round {round}" if self.scope == "sweep" else "timed rounds",
-            stats=[getattr(c, "stats", None) for c in completions],
+            label=label or default,
+            stats=[c if isinstance(c, Counts) else getattr(c, "stats", None) for c in completions],
             serial=self.serial,
+            # a load point's abandoned requests may finish on the server during the next one
+            check_stats=self.scope != "load",
         )
         if record is not None:
             self.records.append(record)

@@ -39,46 +39,72 @@ def _row(b: Mapping[str, Any], shared: Mapping[Any, str]) -> str:
     return f"<tr>{tds}{mark}</tr>"
 
 
+def _table(head: tuple[str, ...], rows: str) -> str:
+    heads = "".join(f"<th>{escape(h)}</th>" for h in head)
+    return f'<table class="stats"><thead><tr>{heads}</tr></thead><tbody>{rows}</tbody></table>'
+
+
+_BUDGET_HEAD = (
+    "tree_budget",
+    "requests",
+    "verify steps",
+    "draft tokens",
+    "accepted",
+    "accept len",
+    "accepted by position (rate)",
+    "running / waiting before",
+    "other traffic",
+)
+_LOAD_HEAD = ("test", "load point", "tree_budget", "sent", "requests", "accept len", "note")
+
+
+def _load_rows(records: list[Mapping[str, Any]]) -> str:
+    rows = []
+    for r in records:
+        d = r.get("delta") if isinstance(r.get("delta"), Mapping) else {}
+        assert isinstance(d, Mapping)
+        budget = r.get("tree_budget")
+        cells = (
+            str(r.get("test", "")),
+            str(r.get("label", "")),
+            budget_label(budget if isinstance(budget, int) else None),
+            _num(r.get("sent")),
+            _num(d.get("requests")),
+            _num(d.get("acceptance_length"), 2),
+            str(r.get("shared") or "-"),
+        )
+        rows.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
+    return "".join(rows)
+
+
 def server_counters_section(doc: Any) -> str:
     """The section for ``metadata.server_counters`` (empty when the counters were not read)."""
     if not isinstance(doc, Mapping):
         return ""
     status = escape(str(doc.get("status") or ""))
     budgets = [b for b in doc.get("budgets") or () if isinstance(b, Mapping)]
-    if not budgets:
-        return (
-            '<section class="card"><h2>Server counters</h2>'
-            f'<p class="muted">/metrics: {status}</p></section>'
-        )
-    shared = {
-        s.get("tree_budget"): str(s.get("why", ""))
-        for s in doc.get("shared") or ()
-        if isinstance(s, Mapping)
-    }
-    head = "".join(
-        f"<th>{h}</th>"
-        for h in (
-            "tree_budget",
-            "requests",
-            "verify steps",
-            "draft tokens",
-            "accepted",
-            "accept len",
-            "accepted by position (rate)",
-            "running / waiting before",
-            "other traffic",
-        )
-    )
-    rows = "".join(_row(b, shared) for b in budgets)
-    return (
-        '<section class="card"><h2>Server counters</h2>'
-        f'<p class="muted">Deltas of the server\'s own Prometheus counters ({status}) over '
-        "each budget's timed requests, added over the rounds. Server-wide counters include "
-        "every client's requests: a budget marked <strong>shared server</strong> was timed "
-        "while another client used the server, so its timings include that load.</p>"
-        f'<table class="stats"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
-        "</section>"
-    )
+    load = [
+        r for r in doc.get("records") or () if isinstance(r, Mapping) and r.get("scope") == "load"
+    ]
+    parts = [
+        '<section class="card"><h2>Server counters</h2>',
+        f'<p class="muted">/metrics: {status}. Deltas of the server\'s own Prometheus counters '
+        "over each budget's timed requests, added over the rounds. Server-wide counters "
+        "include every client's requests: a budget marked <strong>shared server</strong> was "
+        "timed while another client used the server, so its timings include that load.</p>",
+    ]
+    if budgets:
+        shared = {
+            s.get("tree_budget"): str(s.get("why", ""))
+            for s in doc.get("shared") or ()
+            if isinstance(s, Mapping)
+        }
+        parts.append(_table(_BUDGET_HEAD, "".join(_row(b, shared) for b in budgets)))
+    if load:
+        parts.append("<h3>Load points</h3>")
+        parts.append(_table(_LOAD_HEAD, _load_rows(load)))
+    parts.append("</section>")
+    return "".join(parts)
 
 
 def shared_notices(doc: Any) -> list[str]:

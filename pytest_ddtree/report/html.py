@@ -809,6 +809,7 @@ def render_html(
                 f'<div class="meta-line">{escape(endpoint)}</div></header>',
                 *(f'<div class="notice">{escape(n)}</div>' for n in notices),
                 load_cards,
+                server_counters_section(meta.extra.get("server_counters")),
                 f'<section class="card"><h2>Run</h2>{_metadata(run, summary)}</section>',
             ],
         )

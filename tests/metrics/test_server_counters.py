@@ -302,3 +302,30 @@ def test_reference_server_metrics_page_is_prometheus(vllm_server: Any) -> None:
     snap = parse(page.text)
     assert snap.prefix == "vllm"
     assert snap.total("vllm:num_requests_waiting") == 0
+
+
+LOAD = """
+def test_load(ddtree_load):
+    ddtree_load(["Write a short essay about rivers.", "Say hello."], requests=6,
+                concurrencies=[1, 3], tree_budgets=[32], max_tokens=24)
+"""
+
+
+def test_load_points_record_the_counter_deltas(
+    pytester: pytest.Pytester, ddtree_server: Any
+) -> None:
+    pytester.makepyfile(test_load=LOAD)
+    report = pytester.path / "report"
+    result = pytester.runpytest(*_args(ddtree_server, f"--ddtree-report={report}"))
+    result.assert_outcomes(passed=1)
+    doc = json.loads((report / "sweep.json").read_text())
+    records = doc["metadata"]["server_counters"]["records"]
+    assert [(r["scope"], r["label"], r["tree_budget"], r["sent"]) for r in records] == [
+        ("load", "C=1", 32, 6),
+        ("load", "C=3", 32, 6),
+    ]
+    for r in records:
+        assert r["delta"]["requests"] == 6 and "shared" not in r
+        assert r["delta"]["acceptance_length"] > 1
+    html = (report / "sweep.html").read_text()
+    assert "Server counters" in html and "C=3" in html
