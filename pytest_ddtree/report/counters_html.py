@@ -18,7 +18,10 @@ def _num(x: Any, digits: int = 0) -> str:
 def _positions(rates: Any) -> str:
     if not isinstance(rates, Mapping) or not rates:
         return "-"
-    return " ".join(f"{escape(str(p))}:{_num(r, 2)}" for p, r in rates.items())
+    items = list(rates.items())
+    while len(items) > 1 and items[-1][1] == 0:
+        items.pop()  # llama.cpp lists every position up to its draft limit: the zero tail
+    return " ".join(f"{escape(str(p))}:{_num(r, 2)}" for p, r in items)
 
 
 def _row(b: Mapping[str, Any], shared: Mapping[Any, str]) -> str:
