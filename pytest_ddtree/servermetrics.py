@@ -31,6 +31,8 @@ from prometheus_client.parser import text_string_to_metric_families
 MAX_METRICS_BYTES = 4 * 1024 * 1024
 #: a scrape slower than this (seconds, whole page) is abandoned
 METRICS_TIMEOUT = 5.0
+#: how long (seconds) the counters may take to count a group's last request
+SETTLE_SECONDS = 1.0
 #: per-request sums and counter deltas may differ by this share of the counter (rounding
 #: of a server that reports rates, not counts), and by at least one token
 STATS_TOLERANCE = 0.01
@@ -332,6 +334,19 @@ def delta(before: Snapshot, after: Snapshot) -> CounterDelta:
 # ------------------------------------------------------------------ verdicts
 
 
+def _uncounted(change: CounterDelta, sent: int) -> bool:
+    """True when the server has not counted every request the suite sent."""
+    return change.requests is not None and change.requests < sent
+
+
+def _lagging(change: CounterDelta, sent: int, *, serial: bool) -> bool:
+    """True while the counters do not yet show the group's requests as finished."""
+    if _uncounted(change, sent):
+        return True
+    busy = (change.running_after or 0.0) + (change.waiting_after or 0.0)
+    return serial and busy > 0
+
+
 def other_traffic(change: CounterDelta, sent: int, *, serial: bool) -> str | None:
     """Why the server was shared during these requests, or None when nothing shows it.
 
@@ -429,6 +444,8 @@ class CounterRecord:
     delta: CounterDelta
     shared: str | None = None
     inconsistent: tuple[str, ...] = ()
+    #: False: the server had not counted every request in time; no verdict was drawn
+    settled: bool = True
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON for ``sweep.json``, the HTML and ``extra_info``."""
@@ -444,6 +461,11 @@ class CounterRecord:
             out["shared"] = self.shared
         if self.inconsistent:
             out["inconsistent"] = list(self.inconsistent)
+        if not self.settled:
+            out["not_judged"] = (
+                f"the server had not counted every request {SETTLE_SECONDS:g} s after the "
+                "last answer"
+            )
         return out
 
 
@@ -482,19 +504,39 @@ class CounterLog:
         """
         if before is None:
             return None
-        after = self.reader.scrape()
-        if after is None:
+        change = self._settled(before, len(stats), serial=serial)
+        if change is None:
             return None
-        change = delta(before, after)
-        shared = other_traffic(change, len(stats), serial=serial) if self.judge else None
+        # still busy after the wait is other traffic (judged); requests not counted are not
+        settled = not _uncounted(change, len(stats))
+        judge = self.judge and settled
+        shared = other_traffic(change, len(stats), serial=serial) if judge else None
         inconsistent: tuple[str, ...] = ()
-        if self.judge and check_stats and shared is None:
+        if judge and check_stats and shared is None:
             inconsistent = tuple(stats_disagreement(change, RequestSums.of(stats)))
         record = CounterRecord(
-            scope, test, tree_budget, label, len(stats), change, shared, inconsistent
+            scope, test, tree_budget, label, len(stats), change, shared, inconsistent, settled
         )
         self.records.append(record)
         return record
+
+    def _settled(self, before: Snapshot, sent: int, *, serial: bool) -> CounterDelta | None:
+        """The delta once the server has counted the group's requests (bounded wait).
+
+        A server may update its counters just after it sends the last byte (vLLM
+        records its statistics after handing the output over): read again until
+        every request is counted and, for a serial group, nothing runs any more,
+        or :data:`SETTLE_SECONDS` have passed.
+        """
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while True:
+            after = self.reader.scrape()
+            if after is None:
+                return None
+            change = delta(before, after)
+            if not _lagging(change, sent, serial=serial) or time.monotonic() >= deadline:
+                return change
+            time.sleep(0.05)
 
     def shared_budgets(self) -> dict[int | None, str]:
         """Sweep and benchmark budgets another client shared the server during: the first reason."""

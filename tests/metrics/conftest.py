@@ -17,7 +17,8 @@ HUGE_BYTES = 6 * 1024 * 1024
 
 
 class _Bad(BaseHTTPRequestHandler):
-    """``/html``: not Prometheus; ``/huge``: 6 MiB; ``/slow``: a byte every 0.2 s; else 404."""
+    """``/html``: not Prometheus; ``/huge``: 6 MiB; ``/slow``: a byte every 0.2 s;
+    ``/lag``, ``/stuck``: a request counter that counts late, or never; else 404."""
 
     def log_message(self, format: str, *args: Any) -> None:
         return
@@ -30,6 +31,14 @@ class _Bad(BaseHTTPRequestHandler):
         elif self.path == "/huge":
             line = b'vllm:num_requests_running{model_name="m"} 0.0\n'
             self._send(line * (HUGE_BYTES // len(line) + 1))
+        elif self.path in ("/lag", "/stuck"):
+            # a finished-requests counter that counts late: one more per scrape, up to 3
+            n = min(self.server.hits[self.path], 3) if self.path == "/lag" else 1  # type: ignore[attr-defined]
+            self._send(
+                b"# TYPE vllm:request_success_total counter\n"
+                + f"vllm:request_success_total {n}\n".encode()
+                + b"vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n"
+            )
         elif self.path == "/slow":
             self.send_response(200)
             self.send_header("Content-Type", "text/plain")

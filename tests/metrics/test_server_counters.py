@@ -329,3 +329,21 @@ def test_load_points_record_the_counter_deltas(
         assert r["delta"]["acceptance_length"] > 1
     html = (report / "sweep.html").read_text()
     assert "Server counters" in html and "C=3" in html
+
+
+def test_counters_that_count_late_are_waited_for_and_never_judged_unsettled(
+    bad_metrics: Any,
+) -> None:
+    late = CounterLog(MetricsReader(bad_metrics.url("/lag")))
+    before = late.before()  # counter at 1
+    record = late.after(
+        before, scope="sweep", test="t", tree_budget=16, label="r", stats=[None] * 2
+    )
+    # read again until both requests were counted: no false "fewer counted" or spill-over
+    assert record is not None and record.settled and record.delta.requests == 2
+    assert record.shared is None
+    stuck = CounterLog(MetricsReader(bad_metrics.url("/stuck")))
+    before = stuck.before()
+    record = stuck.after(before, scope="sweep", test="t", tree_budget=16, label="r", stats=[None])
+    assert record is not None and not record.settled and record.shared is None
+    assert "not_judged" in record.to_json()
