@@ -133,6 +133,8 @@ class MetricsReader:
     """
 
     url: str | None
+    #: False for the default URL: a page there that is not Prometheus text means "no metrics"
+    explicit: bool = True
     timeout: float = METRICS_TIMEOUT
     max_bytes: int = MAX_METRICS_BYTES
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
@@ -156,6 +158,10 @@ class MetricsReader:
             self.url = None
             return None
         except ScrapeError as exc:
+            if not self.explicit and str(exc).startswith("not Prometheus"):
+                self.status = f"off: {self.url} is {exc}"
+                self.url = None
+                return None
             self._fail(exc)
             return None
         self.status = f"{self.url} ({snapshot.prefix or 'no speculative counters'})"
@@ -173,7 +179,7 @@ class MetricsReader:
 
     def _fail(self, exc: Exception) -> None:
         self.warning = f"server metrics {self.url}: {exc}; the run goes on without them"
-        self.status = f"off: {self.warning}"
+        self.status = f"off: {self.url}: {exc} (see the warning at the end)"
 
     def _fetch(self) -> Snapshot:
         assert self.url is not None
@@ -578,7 +584,9 @@ def open_log(
         reader = MetricsReader(None, status="off (--ddtree-metrics-url off)")
     else:
         reader = MetricsReader(
-            setting or default_metrics_url(base_url), headers=dict(headers or {})
+            setting or default_metrics_url(base_url),
+            explicit=setting is not None,
+            headers=dict(headers or {}),
         )
     reader.probe()
     return CounterLog(reader, judge=judge)

@@ -262,9 +262,11 @@ def test_a_bad_metrics_page_is_one_warning_and_the_run_goes_on(
     result = pytester.runpytest(*_args(ddtree_server, f"--ddtree-metrics-url={url}"))
     result.assert_outcomes(passed=1)
     out = result.stdout.str()
-    warning = f"server metrics {url}: {why}"
-    assert out.count(warning) == 2, out  # the header line at start and one WARNING at the end
-    assert out.count("WARNING: " + warning) == 1, out
+    result.stdout.fnmatch_lines(
+        [f"ddtree: server metrics: off: {url}: {why}* (see the warning at the end)"]
+    )
+    assert out.count("WARNING: server metrics") == 1, out  # one warning, naming the URL
+    assert f"ddtree: WARNING: server metrics {url}: {why}" in out, out
     assert "Traceback" not in out
     assert bad_metrics.hits[path] == 1  # probed once, never again after the failure
 
@@ -347,3 +349,12 @@ def test_counters_that_count_late_are_waited_for_and_never_judged_unsettled(
     record = stuck.after(before, scope="sweep", test="t", tree_budget=16, label="r", stats=[None])
     assert record is not None and not record.settled and record.shared is None
     assert "not_judged" in record.to_json()
+
+
+def test_a_default_url_that_is_not_prometheus_means_no_metrics(bad_metrics: Any) -> None:
+    """The endpoint root's /metrics may be anyone's page (a proxy's HTML): off, no warning."""
+    default = MetricsReader(bad_metrics.url("/html"), explicit=False)
+    assert default.probe() is None and default.warning is None
+    assert default.status.startswith(f"off: {bad_metrics.url('/html')} is not Prometheus text")
+    chosen = MetricsReader(bad_metrics.url("/html"))
+    assert chosen.probe() is None and chosen.warning is not None
