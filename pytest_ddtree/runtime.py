@@ -83,6 +83,8 @@ class Runtime:
         self.client.close()
         if self.baseline is not None:
             self.baseline.close()
+        if self.server_metrics is not None:
+            self.server_metrics.reader.close()
         for server in self.servers:
             # stopping must never mask the run's result
             with contextlib.suppress(Exception):
