@@ -37,20 +37,25 @@ SETTLE_SECONDS = 1.0
 #: of a server that reports rates, not counts), and by at least one token
 STATS_TOLERANCE = 0.01
 
-#: engine prefix -> (drafts, draft tokens, accepted tokens, accepted per position)
-_SPEC = {
-    prefix: (
-        f"{prefix}:spec_decode_num_drafts",
-        f"{prefix}:spec_decode_num_draft_tokens",
-        f"{prefix}:spec_decode_num_accepted_tokens",
-        f"{prefix}:spec_decode_num_accepted_tokens_per_pos",
-    )
-    for prefix in ("vllm", "llamacpp")
+#: engine prefix -> (drafts, draft tokens, accepted tokens, accepted per position); None: the
+#: engine has no such counter (SGLang keeps its acceptance in gauges, which cannot be differenced)
+_SPEC: dict[str, tuple[str | None, ...]] = {
+    **{
+        prefix: (
+            f"{prefix}:spec_decode_num_drafts",
+            f"{prefix}:spec_decode_num_draft_tokens",
+            f"{prefix}:spec_decode_num_accepted_tokens",
+            f"{prefix}:spec_decode_num_accepted_tokens_per_pos",
+        )
+        for prefix in ("vllm", "llamacpp")
+    },
+    "sglang": ("sglang:spec_verify_calls", None, None, None),
 }
 #: engine prefix -> (finished-requests counter or None, running gauge, waiting gauge)
-_LOAD = {
+_LOAD: dict[str, tuple[str | None, str, str]] = {
     "vllm": ("vllm:request_success", "vllm:num_requests_running", "vllm:num_requests_waiting"),
     "llamacpp": (None, "llamacpp:requests_processing", "llamacpp:requests_deferred"),
+    "sglang": (None, "sglang:num_running_reqs", "sglang:num_queue_reqs"),
 }
 
 
@@ -84,7 +89,7 @@ class Snapshot:
 
     @property
     def prefix(self) -> str | None:
-        """Which engine's names the page uses (``vllm``, ``llamacpp``), if either."""
+        """Which engine's names the page uses (``vllm``, ``llamacpp``, ``sglang``), if any."""
         for prefix, (_, running, _) in ((p, _LOAD[p]) for p in _LOAD):
             if running in self.values or _SPEC[prefix][0] in self.values:
                 return prefix
@@ -260,7 +265,9 @@ def default_metrics_url(base_url: str) -> str:
 # ------------------------------------------------------------------ deltas
 
 
-def _diff(before: Snapshot, after: Snapshot, name: str) -> float | None:
+def _diff(before: Snapshot, after: Snapshot, name: str | None) -> float | None:
+    if name is None:
+        return None
     a, b = after.total(name), before.total(name)
     if a is None:
         return None
@@ -353,8 +360,8 @@ def delta(before: Snapshot, after: Snapshot) -> CounterDelta:
     drafts, drafted, accepted, per_pos = _SPEC[prefix]
     finished, running, waiting = _LOAD[prefix]
     positions: dict[int, float] = {}
-    old = before.by_label(per_pos, "position")
-    for pos, value in after.by_label(per_pos, "position").items():
+    old = before.by_label(per_pos, "position") if per_pos else {}
+    for pos, value in (after.by_label(per_pos, "position") if per_pos else {}).items():
         if pos.isdigit():
             positions[int(pos)] = value - old.get(pos, 0.0)
     return CounterDelta(

@@ -358,3 +358,19 @@ def test_a_default_url_that_is_not_prometheus_means_no_metrics(bad_metrics: Any)
     assert default.status.startswith(f"off: {bad_metrics.url('/html')} is not Prometheus text")
     chosen = MetricsReader(bad_metrics.url("/html"))
     assert chosen.probe() is None and chosen.warning is not None
+
+
+def test_sglang_gauges_show_other_traffic() -> None:
+    """SGLang has no differenceable acceptance counters; its queue gauges still show a tenant."""
+    page = (
+        "# TYPE sglang:spec_verify_calls_total counter\nsglang:spec_verify_calls_total {n}\n"
+        "sglang:spec_accept_length 3.2\n"
+        'sglang:num_running_reqs{{model_name="m"}} {running}\n'
+        'sglang:num_queue_reqs{{model_name="m"}} 0\n'
+    )
+    before = parse(page.format(n=10, running=2))
+    after = parse(page.format(n=25, running=0))
+    d = delta(before, after)
+    assert (d.prefix, d.drafts, d.draft_tokens, d.requests) == ("sglang", 15, None, None)
+    assert d.acceptance_length is None  # no accepted-token counter: never invented
+    assert other_traffic(d, 4, serial=True) == "2 running and 0 waiting before a serial timing"
