@@ -374,3 +374,40 @@ def test_sglang_gauges_show_other_traffic() -> None:
     assert (d.prefix, d.drafts, d.draft_tokens, d.requests) == ("sglang", 15, None, None)
     assert d.acceptance_length is None  # no accepted-token counter: never invented
     assert other_traffic(d, 4, serial=True) == "2 running and 0 waiting before a serial timing"
+
+
+UNDERCOUNT = """
+import dataclasses
+
+def test_sweep(ddtree_sweep, ddtree_runtime):
+    client = ddtree_runtime.client
+    real = client.request
+
+    def request(prompt, **kwargs):
+        # the responses claim three accepted tokens more than the server counted
+        c = real(prompt, **kwargs)
+        s = c.stats
+        claimed = dataclasses.replace(s, num_accepted_draft_tokens=s.num_accepted_draft_tokens + 3)
+        return dataclasses.replace(c, stats=claimed)
+
+    client.request = request
+    ddtree_sweep({"a": "Write a short essay about rivers."}, budgets=[64], max_tokens=48,
+                 rounds=2, warmup_rounds=0)
+"""
+
+
+def test_responses_that_disagree_with_the_counters_are_stats_inconsistent(
+    pytester: pytest.Pytester, vllm_server: Any
+) -> None:
+    pytester.makepyfile(test_undercount=UNDERCOUNT)
+    result = pytester.runpytest(*_args(vllm_server))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*server counters disagree with the responses' statistics*",
+            "*[[]stats-inconsistent[]] the per-request speculation statistics do not add up to "
+            "the server's own counters over the same requests",
+            "*where: tree_budget 64, round 0: accepted tokens: the responses report *, the "
+            "server's counters grew by * (tolerance 1)",
+        ]
+    )
