@@ -261,9 +261,14 @@ class DDTreeSession:
             # retries, 429s and counter failures: never hidden
             _guard.transport_metadata(self.metadata, runtime)
             if runtime.server_metrics is not None:
-                self.metadata.extra["server_counters"] = runtime.server_metrics.to_json()
-                if runtime.server_metrics.reader.warning:
-                    self.metadata.notes.append(runtime.server_metrics.reader.warning)
+                from pytest_ddtree.report.terminal import shared_caveat_notes
+
+                log = runtime.server_metrics
+                self.metadata.extra["server_counters"] = log.to_json()
+                # the warnings and the caveat on the recommendation go with sweep.json
+                self.metadata.notes.extend(shared_caveat_notes(log.shared_budgets()))
+                if log.reader.warning:
+                    self.metadata.notes.append(log.reader.warning)
         if self.is_worker:
             output: dict[str, Any] = self.config.workeroutput  # type: ignore[attr-defined]
             output[WORKER_OUTPUT_KEY] = WorkerPayload.of(self).to_json()

@@ -108,17 +108,3 @@ def server_counters_section(doc: Any) -> str:
         parts.append(_table(_LOAD_HEAD, _load_rows(load)))
     parts.append("</section>")
     return "".join(parts)
-
-
-def shared_notices(doc: Any) -> list[str]:
-    """The page's notices: each shared budget, and what it means for the recommendation."""
-    from pytest_ddtree.report.terminal import shared_recommendation, shared_server_lines
-
-    if not isinstance(doc, Mapping):
-        return []
-    shared = {
-        s.get("tree_budget"): str(s.get("why", ""))
-        for s in doc.get("shared") or ()
-        if isinstance(s, Mapping)
-    }
-    return [*shared_server_lines(shared), *shared_recommendation(shared)]

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_ddtree import __version__
 from pytest_ddtree.report._atomic import write_text_atomic
-from pytest_ddtree.report.counters_html import server_counters_section, shared_notices
+from pytest_ddtree.report.counters_html import server_counters_section
 from pytest_ddtree.report.terminal import acceptance_cell
 from pytest_ddtree.sweep import (
     BudgetStats,
@@ -798,7 +798,6 @@ def render_html(
         )
     notices.extend(meta.notes)
     notices.extend(never_drafted_lines(summary.budgets))
-    notices.extend(shared_notices(meta.extra.get("server_counters")))
     charts = _charts(run, summary, colors)
     if load_cards and not run.samples:  # load tests only: no empty sweep sections
         return _page(

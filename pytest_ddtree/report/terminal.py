@@ -135,3 +135,11 @@ def shared_recommendation(shared: Mapping[int | None, str] | None) -> list[str]:
         f"{budgets} was timed; those timings include its load, so the recommendation "
         "cannot be trusted as is: rerun on a server nobody else uses"
     ]
+
+
+def shared_caveat_notes(shared: Mapping[int | None, str] | None) -> list[str]:
+    """The shared-server warnings and the recommendation's caveat, as report notes."""
+    return [
+        *(line.removeprefix("WARNING: ") for line in shared_server_lines(shared)),
+        *shared_recommendation(shared),
+    ]

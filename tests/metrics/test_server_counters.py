@@ -208,6 +208,9 @@ def test_a_second_client_is_flagged_on_the_budgets_it_overlapped(
     doc = json.loads((report / "sweep.json").read_text())
     counters = doc["metadata"]["server_counters"]
     assert [s["tree_budget"] for s in counters["shared"]] == [64]
+    notes = doc["metadata"]["notes"]
+    assert any(n.startswith("tree_budget 64: shared server: ") for n in notes), notes
+    assert any(n.startswith("recommendation caveat: ") for n in notes), notes
     by_budget = {b["tree_budget"]: b for b in counters["budgets"]}
     assert set(by_budget) == {16, 64, 256}
     # the suite's own requests alone: one prompt x two rounds per budget
