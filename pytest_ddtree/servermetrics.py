@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 #: a ``/metrics`` page larger than this is not read (vLLM's is ~100 KiB with many models)
 MAX_METRICS_BYTES = 4 * 1024 * 1024
@@ -98,6 +97,9 @@ class Snapshot:
 
 def parse(text: str) -> Snapshot:
     """Parse Prometheus text; ``ScrapeError`` when it is not Prometheus or holds no sample."""
+    # loaded on the first page read: a run whose server has no /metrics never needs it
+    from prometheus_client.parser import text_string_to_metric_families
+
     values: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
     try:
         for family in text_string_to_metric_families(text):
