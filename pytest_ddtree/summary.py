@@ -170,6 +170,11 @@ def _write_sweep(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     shared = log.shared_budgets() if log is not None else None
     for line in table_lines(session.summary, notes=notes, shared=shared):
         tr.write_line(line)
+    if log is not None:
+        from pytest_ddtree.report.terminal import server_counter_lines
+
+        for line in server_counter_lines(log.by_budget(), shared):
+            tr.write_line(line)
     for v in session.budget_ignored:
         tr.write_line(f"FAILED sweep: [{v.code}] {v.message}", red=True)
 

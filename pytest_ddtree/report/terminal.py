@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pytest_ddtree.sweep import BudgetStats, SweepSummary, budget_label
 from pytest_ddtree.sweep.statistics import never_drafted_lines
@@ -143,3 +144,26 @@ def shared_caveat_notes(shared: Mapping[int | None, str] | None) -> list[str]:
         *(line.removeprefix("WARNING: ") for line in shared_server_lines(shared)),
         *shared_recommendation(shared),
     ]
+
+
+def server_counter_lines(
+    by_budget: Mapping[int | None, Any], shared: Mapping[int | None, str] | None = None
+) -> list[str]:
+    """One line per budget: the acceptance the server's own counters show (``CounterDelta``);
+    a shared budget's counters include the other client's requests, and say so."""
+    lines = []
+    for budget, d in by_budget.items():
+        length = d.acceptance_length
+        if length is None:
+            continue
+        rates = list(d.position_rates.values())
+        while len(rates) > 1 and rates[-1] == 0:
+            rates.pop()  # llama.cpp lists every position up to its draft limit
+        shown = " ".join(f"{r:.2f}" for r in rates[:8]) + (" ..." if len(rates) > 8 else "")
+        by_pos = f"; accepted at draft positions 0, 1, ...: {shown}" if rates else ""
+        lines.append(
+            f"server counters, tree_budget {budget_label(budget)}: accept len {length:.2f} "
+            f"over {d.drafts:g} verify steps{by_pos}"
+            + (" (includes another client's requests)" if shared and budget in shared else "")
+        )
+    return lines
