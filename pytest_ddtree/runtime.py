@@ -26,6 +26,7 @@ from pytest_ddtree.wire.protocol import EndpointConfig
 
 if TYPE_CHECKING:
     from pytest_ddtree.diagnose import Diagnoser, Diagnosis
+    from pytest_ddtree.servermetrics import CounterLog
     from pytest_ddtree.wire import _net
     from pytest_ddtree.wire.completion import Completion
     from pytest_ddtree.wire.tokens import TokenCounter
@@ -51,6 +52,8 @@ class Runtime:
     servers: list[Any] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     diagnoser: Diagnoser | None = None  # created on the first failure to diagnose
+    #: the server's Prometheus counters (--ddtree-metrics-url), probed once at start
+    server_metrics: CounterLog | None = None
 
     def diagnose(
         self,
@@ -80,6 +83,8 @@ class Runtime:
         self.client.close()
         if self.baseline is not None:
             self.baseline.close()
+        if self.server_metrics is not None:
+            self.server_metrics.reader.close()
         for server in self.servers:
             # stopping must never mask the run's result
             with contextlib.suppress(Exception):
@@ -242,6 +247,7 @@ def start_runtime(settings: Settings) -> Runtime:
             servers=servers,
             notes=notes,
         )
+        _open_server_metrics(runtime)
         if not counter.exact:
             runtime.notes.append(
                 "token counts are approximate (no tokenizer): usage checks use a wider tolerance"
@@ -251,6 +257,18 @@ def start_runtime(settings: Settings) -> Runtime:
         for server in servers:
             server.stop()
         raise
+
+
+def _open_server_metrics(runtime: Runtime) -> None:
+    """Probe ``/metrics`` once; the header says where the counters come from, or why not."""
+    from pytest_ddtree.servermetrics import open_log
+
+    settings = runtime.settings
+    key = settings.api_key
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    log = open_log(settings.metrics_url, runtime.endpoint, headers=headers)
+    runtime.server_metrics = log
+    runtime.notes.append(f"server metrics: {log.reader.status}")
 
 
 def expectation_kwargs(

@@ -307,6 +307,15 @@ class DDTreeSession:
             self.metadata.dialect = runtime.dialect
             # retries, 429s and counter failures: never hidden
             _guard.transport_metadata(self.metadata, runtime)
+            if runtime.server_metrics is not None:
+                from pytest_ddtree.report.terminal import shared_caveat_notes
+
+                log = runtime.server_metrics
+                self.metadata.extra["server_counters"] = log.to_json()
+                # the warnings and the caveat on the recommendation go with sweep.json
+                self.metadata.notes.extend(shared_caveat_notes(log.shared_budgets()))
+                if log.reader.warning:
+                    self.metadata.notes.append(log.reader.warning)
         if self.is_worker:
             output: dict[str, Any] = self.config.workeroutput  # type: ignore[attr-defined]
             output[WORKER_OUTPUT_KEY] = WorkerPayload.of(self).to_json()

@@ -127,6 +127,8 @@ class Settings:
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     retry_429: int = 0
     prompts: Any = None  # pytest_ddtree.prompts.PromptSet
+    #: None: the endpoint root's /metrics, probed once; "off": never scraped
+    metrics_url: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def source_of(self, name: str) -> str:
@@ -409,6 +411,13 @@ def parse_slowdown(raw: str, source: str) -> float:
             "expected a factor between 0.1 and 10 (1 is as built)",
         )
     return value
+
+
+def parse_metrics_url(raw: str, source: str) -> str:
+    """``off`` or an http(s) URL of a Prometheus ``/metrics`` page."""
+    if str(raw).strip().lower() == "off":
+        return "off"
+    return parse_url(str(raw), source, "metrics-url")
 
 
 def parse_burstiness(raw: str, source: str) -> float:
@@ -796,6 +805,15 @@ OPTIONS: tuple[OptionDef, ...] = (
         metavar="N",
         default="auto",
         parse=parse_load_requests,
+    ),
+    OptionDef(
+        "metrics-url",
+        "The server's Prometheus page, scraped before and after each budget group and load "
+        "point (counter deltas, shared-server warnings), or off. Default: the endpoint "
+        "root's /metrics, probed once; off when absent.",
+        metavar="URL|off",
+        env=("DDTREE_METRICS_URL",),
+        parse=parse_metrics_url,
     ),
 )
 

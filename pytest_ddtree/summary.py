@@ -128,6 +128,8 @@ def write_summary(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     runtime = session.runtime
     if runtime is None:
         return
+    if runtime.server_metrics is not None and runtime.server_metrics.reader.warning:
+        tr.write_line(f"ddtree: WARNING: {runtime.server_metrics.reader.warning}", yellow=True)
     client = runtime.client
     if not client.requests_sent:  # a load test alone: only what went wrong on the wire
         _write_transport(tr, runtime)
@@ -164,8 +166,15 @@ def _write_sweep(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
         notes.append("interrupted: partial run, the recommendation is not final")
     if session.smoke_failure:
         notes.append(f"benchmarks skipped: {session.smoke_failure}")
-    for line in table_lines(session.summary, notes=notes):
+    log = session.runtime.server_metrics if session.runtime is not None else None
+    shared = log.shared_budgets() if log is not None else None
+    for line in table_lines(session.summary, notes=notes, shared=shared):
         tr.write_line(line)
+    if log is not None:
+        from pytest_ddtree.report.terminal import server_counter_lines
+
+        for line in server_counter_lines(log.by_budget(), shared):
+            tr.write_line(line)
     for v in session.budget_ignored:
         tr.write_line(f"FAILED sweep: [{v.code}] {v.message}", red=True)
 

@@ -28,6 +28,7 @@ from pytest_ddtree.load.runner import (
     validate,
 )
 from pytest_ddtree.load.slo import SLO
+from pytest_ddtree.servermetrics import Counts, GroupWatch
 from pytest_ddtree.settings import budget_label
 from pytest_ddtree.wire.protocol import StallGuard
 
@@ -229,8 +230,11 @@ class LoadTester:
         shares: int = 1,
         worker: str = "main",
         sink: Callable[[LoadResult], None] | None = None,
+        watch: GroupWatch | None = None,
     ) -> None:
         self.endpoint = endpoint
+        #: the server's counters around each load point (None: /metrics not read)
+        self.watch = watch
         self.judge = judge
         self.tree_budgets = tuple(tree_budgets)
         self.concurrencies = tuple(concurrencies)
@@ -394,6 +398,8 @@ class LoadTester:
                     )
                     for k in which
                 ]
+                if self.watch is not None:
+                    self.watch.start(0, budget)
                 raws, wall0, perf0, h = asyncio.run(
                     run_point(
                         self.endpoint,
@@ -419,6 +425,9 @@ class LoadTester:
                 )
                 tokens = sum(s.output_tokens or 0 for s in got)
                 h = replace(h, tokens=tokens, validation_cpu_seconds=time.thread_time() - cpu0)
+                if self.watch is not None:
+                    counts = [Counts(s.drafted, s.accepted) for s in got]
+                    self.watch.end(0, budget, counts, label=whole.label)
                 samples.extend(got)
                 health.setdefault((whole, budget), []).append(h)
 

@@ -22,6 +22,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar
 
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    generate_latest,
+)
+
 from .cost import Accelerator, CostModel
 from .faults import SPECULATION_FAULTS, TEMPLATE_FAULTS, parse_faults
 from .model import MODEL_ID, GenerationPlan, ReferenceModel, get_model
@@ -349,6 +357,62 @@ class _Result:
     first_content_sent: float | None = None  # when its first content chunk was written
 
 
+class _Metrics:
+    """The ``/metrics`` page under vLLM's names, counted from the server's own rounds.
+
+    A drafted round is one verification step (``num_drafts``) of ``block_size - 1``
+    draft tokens; the tokens it commits beyond the target's bonus token are the
+    accepted ones, at positions 0, 1, ... of the draft. These are the counts the
+    ``vllm`` statistics dialect reports per request. There is no queue, so
+    ``num_requests_waiting`` stays 0.
+    """
+
+    def __init__(self, model_id: str) -> None:
+        self.registry = CollectorRegistry()
+        reg, labels = self.registry, ["model_name"]
+        self.model = model_id
+        self.drafts = Counter(
+            "vllm:spec_decode_num_drafts", "Verification steps", labels, registry=reg
+        )
+        self.draft_tokens = Counter(
+            "vllm:spec_decode_num_draft_tokens", "Draft tokens", labels, registry=reg
+        )
+        self.accepted = Counter(
+            "vllm:spec_decode_num_accepted_tokens", "Accepted draft tokens", labels, registry=reg
+        )
+        self.per_pos = Counter(
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            "Accepted draft tokens by position in the draft",
+            ["model_name", "position"],
+            registry=reg,
+        )
+        self.success = Counter(
+            "vllm:request_success",
+            "Finished requests",
+            ["model_name", "finished_reason"],
+            registry=reg,
+        )
+        self.running = Gauge(
+            "vllm:num_requests_running", "Requests generating", labels, registry=reg
+        )
+        self.waiting = Gauge("vllm:num_requests_waiting", "Requests queued", labels, registry=reg)
+        for series in (self.drafts, self.draft_tokens, self.accepted, self.running, self.waiting):
+            series.labels(model_id)  # present at 0 from the start, as vLLM's are
+
+    def drafted_round(self, draft_len: int, committed: int) -> None:
+        """One verification step of ``draft_len`` draft tokens that committed ``committed``."""
+        accepted = max(committed - 1, 0)
+        self.drafts.labels(self.model).inc()
+        self.draft_tokens.labels(self.model).inc(draft_len)
+        self.accepted.labels(self.model).inc(accepted)
+        for pos in range(accepted):
+            self.per_pos.labels(self.model, str(pos)).inc()
+
+    def page(self) -> bytes:
+        """The Prometheus text exposition."""
+        return bytes(generate_latest(self.registry))
+
+
 class _Engine:
     """Request-independent state: the model, options, counters and the drafter's cache."""
 
@@ -366,6 +430,7 @@ class _Engine:
         self._rng = random.Random(options.seed)
         # concurrent requests share one simulated accelerator (a batch on a GPU)
         self.accelerator = Accelerator()
+        self.metrics = _Metrics(options.model_id)
 
     def cost_now(self) -> CostModel:
         """The cost model of the generation request starting now (``slowdown_after`` applied)."""
@@ -428,9 +493,13 @@ class _Engine:
     def run(self, req: _Request, faults: frozenset[str], result: _Result) -> Iterator[_Event]:
         """Generate on the shared accelerator; yield text per round (see ``_generate``)."""
         result.slot = self.accelerator.join()
+        running = self.metrics.running.labels(self.metrics.model)
+        running.inc()
         try:
             yield from self._generate(req, faults, result)
+            self.metrics.success.labels(self.metrics.model, result.finish_reason).inc()
         finally:
+            running.dec()
             self.accelerator.leave(result.slot)
 
     def _generate(self, req: _Request, faults: frozenset[str], result: _Result) -> Iterator[_Event]:
@@ -492,6 +561,8 @@ class _Engine:
             if toks:  # a round that only emits the end-of-turn token commits no output
                 result.cycles += 1
                 result.accepted.append(len(toks) - 1)
+                if i > 0 and budget is not None:
+                    self.metrics.drafted_round(opts.block_size - 1, len(toks))
             tail.extend(toks)
             deadline += target
             now = time.perf_counter()
@@ -708,7 +779,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     # /models only under /v1, like the completion routes: a base URL without /v1 must
     # fail the start-up probe instead of failing every request later
-    _GET: ClassVar[frozenset[str]] = frozenset({"/health", "/v1/health", "/v1/models", "/version"})
+    _GET: ClassVar[frozenset[str]] = frozenset(
+        {"/health", "/v1/health", "/v1/models", "/version", "/metrics"}
+    )
     _POST: ClassVar[frozenset[str]] = frozenset(
         {
             "/v1/chat/completions",
@@ -825,6 +898,14 @@ class _Handler(BaseHTTPRequestHandler):
             raise _RequestError(400, "request body must be a JSON object", "invalid_type")
         return body
 
+    def _send_metrics(self, body: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
     def _send_json(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -847,6 +928,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _get(self, path: str) -> None:
         engine = self.server.engine
+        if path == "/metrics":
+            self._send_metrics(engine.metrics.page())
+            return
         if path.endswith("health"):
             self._send_json(200, json.dumps({"status": "ok"}).encode())
             return

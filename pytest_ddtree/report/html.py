@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_ddtree import __version__
 from pytest_ddtree.report._atomic import write_text_atomic
+from pytest_ddtree.report.counters_html import server_counters_section
 from pytest_ddtree.report.depth_chart import depth_section
 from pytest_ddtree.report.terminal import acceptance_cell
 from pytest_ddtree.sweep import (
@@ -656,7 +657,7 @@ def _metadata(run: SweepRun, summary: SweepSummary) -> str:
     meta["requests"] = f"{len(run.samples)} ({sum(s.valid for s in run.samples)} valid)"
     rows = []
     for k, v in meta.items():
-        if v in (None, "", [], {}) or k in ("notes", "probes", "server_info"):
+        if v in (None, "", [], {}) or k in ("notes", "probes", "server_info", "server_counters"):
             continue
         if isinstance(v, Mapping) and v and all(isinstance(x, Mapping) for x in v.values()):
             value = _counts_table(v)  # a table per client, not a Python dict
@@ -854,6 +855,7 @@ def render_html(
                 f'<div class="meta-line">{escape(endpoint)}</div></header>',
                 *(f'<div class="notice">{escape(n)}</div>' for n in notices),
                 load_cards,
+                server_counters_section(meta.extra.get("server_counters")),
                 f'<section class="card"><h2>Run</h2>{_metadata(run, summary)}</section>',
             ],
         )
@@ -890,6 +892,7 @@ def render_html(
     )
     body.append(_drift_section(summary))
     body.append(_invalid_table(run.samples))
+    body.append(server_counters_section(meta.extra.get("server_counters")))
     body.append(_diagnoses(run.diagnoses))
     body.append(load_cards)
     body.append(_machine_section(run))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pytest_ddtree.sweep import BudgetStats, SweepSummary, budget_label, deeper_line
 from pytest_ddtree.sweep.statistics import never_drafted_lines
@@ -68,7 +69,12 @@ def _row(st: BudgetStats) -> tuple[str, ...]:
     )
 
 
-def table_lines(summary: SweepSummary, *, notes: Sequence[str] = ()) -> list[str]:
+def table_lines(
+    summary: SweepSummary,
+    *,
+    notes: Sequence[str] = (),
+    shared: Mapping[int | None, str] | None = None,
+) -> list[str]:
     """The sweep table plus the recommendation line, ready for ``write_line``.
 
     ``accept len/rate`` is the mean acceptance length (tokens committed per decode
@@ -78,7 +84,7 @@ def table_lines(summary: SweepSummary, *, notes: Sequence[str] = ()) -> list[str
     per request, ``srv/cli`` the server-reported decode rate over the client-measured
     one (close to 1.0 when the server's figure is honest).
     """
-    rows = [HEADERS, *(_row(st) for st in summary.budgets)]
+    rows = [HEADERS, *(_shared_row(_row(st), st, shared) for st in summary.budgets)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(HEADERS))]
     lines: list[str] = []
     for n, row in enumerate(rows):
@@ -98,10 +104,72 @@ def table_lines(summary: SweepSummary, *, notes: Sequence[str] = ()) -> list[str
     lines.extend(f"note: {n}" for n in notes)
     lines.extend(f"WARNING: {w}" for w in never_drafted_lines(summary.budgets))
     lines.extend(drift_lines(summary))
+    lines.extend(shared_server_lines(shared))
     lines.append(summary.recommendation.message)
+    lines.extend(shared_recommendation(shared))
     deeper = deeper_line([(st.tree_budget, st.depth) for st in summary.budgets if st.depth])
     if deeper is not None:
         lines.append(deeper)
+    return lines
+
+
+def _shared_row(
+    row: tuple[str, ...], st: BudgetStats, shared: Mapping[int | None, str] | None
+) -> tuple[str, ...]:
+    """The verdict cell marked ``shared server`` when other traffic was seen."""
+    if not shared or st.tree_budget not in shared:
+        return row
+    return (*row[:-1], f"{row[-1]} (shared server)".strip())
+
+
+def shared_server_lines(shared: Mapping[int | None, str] | None) -> list[str]:
+    """One warning per budget timed while another client used the server."""
+    return [
+        f"WARNING: tree_budget {budget_label(b)}: shared server: {why}"
+        for b, why in (shared or {}).items()
+    ]
+
+
+def shared_recommendation(shared: Mapping[int | None, str] | None) -> list[str]:
+    """What the recommendation is worth when other traffic disturbed some budgets."""
+    if not shared:
+        return []
+    budgets = ", ".join(budget_label(b) for b in shared)
+    return [
+        f"recommendation caveat: another client shared the server while tree_budget "
+        f"{budgets} was timed; those timings include its load, so the recommendation "
+        "cannot be trusted as is: rerun on a server nobody else uses"
+    ]
+
+
+def shared_caveat_notes(shared: Mapping[int | None, str] | None) -> list[str]:
+    """The shared-server warnings and the recommendation's caveat, as report notes."""
+    return [
+        *(line.removeprefix("WARNING: ") for line in shared_server_lines(shared)),
+        *shared_recommendation(shared),
+    ]
+
+
+def server_counter_lines(
+    by_budget: Mapping[int | None, Any], shared: Mapping[int | None, str] | None = None
+) -> list[str]:
+    """One line per budget: the acceptance the server's own counters show (``CounterDelta``);
+    a shared budget's counters include the other client's requests, and say so."""
+    lines = []
+    for budget, d in by_budget.items():
+        length = d.acceptance_length
+        if length is None:
+            continue
+        rates = list(d.position_rates.values())
+        while len(rates) > 1 and rates[-1] == 0:
+            rates.pop()  # llama.cpp lists every position up to its draft limit
+        shown = " ".join(f"{r:.2f}" for r in rates[:8]) + (" ..." if len(rates) > 8 else "")
+        by_pos = f"; accepted at draft positions 0, 1, ...: {shown}" if rates else ""
+        lines.append(
+            f"server counters, tree_budget {budget_label(budget)}: accept len {length:.2f} "
+            f"over {d.drafts:g} verify steps{by_pos}"
+            + (" (includes another client's requests)" if shared and budget in shared else "")
+        )
     return lines
 
 

@@ -6,7 +6,7 @@ import dataclasses
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from pytest_ddtree.sweep.drift import DRIFT_PAIRS
 from pytest_ddtree.sweep.samples import SweepSample
@@ -116,6 +116,16 @@ class SweepPlan:
         return (self.rounds + self.warmup_rounds) * len(self.budgets) * len(self.prompts) + blocks
 
 
+class GroupWatch(Protocol):
+    """Told when a round's visit of one budget starts and ends (server counters)."""
+
+    def start(self, round: int, tree_budget: int | None) -> None:
+        """Before the group's first request."""
+
+    def end(self, round: int, tree_budget: int | None, completions: Sequence[Completion]) -> None:
+        """After the group's last request."""
+
+
 def run_sweep(
     plan: SweepPlan,
     request: Callable[[int, str], Completion],
@@ -124,16 +134,26 @@ def run_sweep(
     worker: str | None = None,
     concurrent: bool = False,
     on_sample: Callable[[SweepSample], None] | None = None,
+    watch: GroupWatch | None = None,
 ) -> list[SweepSample]:
     """Run ``plan`` with ``request(tree_budget, prompt_id)`` and validate each answer.
 
     Warm-up requests are validated too (an invalid warm-up is recorded as an
     invalid sample of round -1, -2, ..., so a broken server cannot hide in the
-    warm-up) but valid warm-ups are not recorded.
+    warm-up) but valid warm-ups are not recorded. ``watch`` is told where each
+    round's visit of a budget (every prompt at it) starts and ends.
     """
     samples: list[SweepSample] = []
+    group: list[Completion] = []
+    key: tuple[int, int] | None = None
     for planned in plan:
+        if watch is not None and key != (planned.round, planned.tree_budget):
+            if key is not None:
+                watch.end(*key, group)
+            key, group = (planned.round, planned.tree_budget), []
+            watch.start(*key)
         completion = request(planned.tree_budget, planned.prompt_id)
+        group.append(completion)
         violations = list(validate(completion))
         if planned.warmup and not violations:
             continue
@@ -150,4 +170,6 @@ def run_sweep(
         samples.append(sample)
         if on_sample is not None:
             on_sample(sample)
+    if watch is not None and key is not None:
+        watch.end(*key, group)
     return samples

@@ -1,0 +1,110 @@
+"""The "Server counters" section of ``sweep.html``: what the server's ``/metrics`` counted."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from html import escape
+from typing import Any
+
+from pytest_ddtree.settings import budget_label
+
+
+def _num(x: Any, digits: int = 0) -> str:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return "-"
+    return f"{x:,.{digits}f}"
+
+
+def _positions(rates: Any) -> str:
+    if not isinstance(rates, Mapping) or not rates:
+        return "-"
+    items = list(rates.items())
+    while len(items) > 1 and items[-1][1] == 0:
+        items.pop()  # llama.cpp lists every position up to its draft limit: the zero tail
+    return " ".join(f"{escape(str(p))}:{_num(r, 2)}" for p, r in items)
+
+
+def _row(b: Mapping[str, Any], shared: Mapping[Any, str]) -> str:
+    budget = b.get("tree_budget")
+    flag = shared.get(budget)
+    cells = [
+        budget_label(budget if isinstance(budget, int) else None),
+        _num(b.get("requests")),
+        _num(b.get("drafts")),
+        _num(b.get("draft_tokens")),
+        _num(b.get("accepted_tokens")),
+        _num(b.get("acceptance_length"), 2),
+        _positions(b.get("position_rates")),
+        f"{_num(b.get('running_before'))} / {_num(b.get('waiting_before'))}",
+    ]
+    tds = "".join(f"<td>{escape(c) if i != 6 else c}</td>" for i, c in enumerate(cells))
+    mark = f"<td><strong>shared server</strong>: {escape(flag)}</td>" if flag else "<td>-</td>"
+    return f"<tr>{tds}{mark}</tr>"
+
+
+def _table(head: tuple[str, ...], rows: str) -> str:
+    heads = "".join(f"<th>{escape(h)}</th>" for h in head)
+    return f'<table class="stats"><thead><tr>{heads}</tr></thead><tbody>{rows}</tbody></table>'
+
+
+_BUDGET_HEAD = (
+    "tree_budget",
+    "requests",
+    "verify steps",
+    "draft tokens",
+    "accepted",
+    "accept len",
+    "accepted by position (rate)",
+    "running / waiting before",
+    "other traffic",
+)
+_LOAD_HEAD = ("test", "load point", "tree_budget", "sent", "requests", "accept len", "note")
+
+
+def _load_rows(records: list[Mapping[str, Any]]) -> str:
+    rows = []
+    for r in records:
+        d = r.get("delta") if isinstance(r.get("delta"), Mapping) else {}
+        assert isinstance(d, Mapping)
+        budget = r.get("tree_budget")
+        cells = (
+            str(r.get("test", "")),
+            str(r.get("label", "")),
+            budget_label(budget if isinstance(budget, int) else None),
+            _num(r.get("sent")),
+            _num(d.get("requests")),
+            _num(d.get("acceptance_length"), 2),
+            str(r.get("shared") or "-"),
+        )
+        rows.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
+    return "".join(rows)
+
+
+def server_counters_section(doc: Any) -> str:
+    """The section for ``metadata.server_counters`` (empty when the counters were not read)."""
+    if not isinstance(doc, Mapping):
+        return ""
+    status = escape(str(doc.get("status") or ""))
+    budgets = [b for b in doc.get("budgets") or () if isinstance(b, Mapping)]
+    load = [
+        r for r in doc.get("records") or () if isinstance(r, Mapping) and r.get("scope") == "load"
+    ]
+    parts = [
+        '<section class="card"><h2>Server counters</h2>',
+        f'<p class="muted">/metrics: {status}. Deltas of the server\'s own Prometheus counters '
+        "over each budget's timed requests, added over the rounds. Server-wide counters "
+        "include every client's requests: a budget marked <strong>shared server</strong> was "
+        "timed while another client used the server, so its timings include that load.</p>",
+    ]
+    if budgets:
+        shared = {
+            s.get("tree_budget"): str(s.get("why", ""))
+            for s in doc.get("shared") or ()
+            if isinstance(s, Mapping)
+        }
+        parts.append(_table(_BUDGET_HEAD, "".join(_row(b, shared) for b in budgets)))
+    if load:
+        parts.append("<h3>Load points</h3>")
+        parts.append(_table(_LOAD_HEAD, _load_rows(load)))
+    parts.append("</section>")
+    return "".join(parts)
