@@ -156,7 +156,8 @@ def server_counter_lines(
     """One line per budget: the acceptance the server's own counters show (``CounterDelta``);
     a shared budget's counters include the other client's requests, and say so."""
     lines = []
-    for budget, d in by_budget.items():
+    # in budget order, the table's (the server's own budget first), not the visiting order
+    for budget, d in sorted(by_budget.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
         length = d.acceptance_length
         if length is None:
             continue
