@@ -34,6 +34,7 @@ from pytest_ddtree.load.arrivals import LoadPoint
 from pytest_ddtree.load.slo import SLO
 from pytest_ddtree.settings import budget_label
 from pytest_ddtree.sweep import quantile
+from pytest_ddtree.sweep.statistics import acceptance_text
 
 __all__ = [
     "PERCENTILES",
@@ -477,16 +478,8 @@ def summarize_point(
 
 
 def acceptance_cell(s: PointStats) -> str:
-    """Mean acceptance length, else the acceptance rate (``rate 0.42``), ``no drafts``, or ``-``.
-
-    A server that reports drafted and accepted tokens but not its rounds
-    (llama.cpp) has no honest length; its rate is shown, marked as such.
-    """
-    if s.mean_acceptance is not None:
-        return f"{s.mean_acceptance:.2f}"
-    if s.mean_acceptance_rate is not None:
-        return f"rate {s.mean_acceptance_rate:.2f}"
-    return "no drafts" if s.never_drafted else "-"
+    """The load point's acceptance cell (see ``sweep.statistics.acceptance_text``)."""
+    return acceptance_text(s.mean_acceptance, s.mean_acceptance_rate, s.never_drafted)
 
 
 def never_drafted_lines(stats: Sequence[PointStats]) -> list[str]:

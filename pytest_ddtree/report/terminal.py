@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_ddtree.sweep import BudgetStats, SweepSummary, budget_label, deeper_line
-from pytest_ddtree.sweep.statistics import never_drafted_lines
+from pytest_ddtree.sweep.statistics import acceptance_text, never_drafted_lines
 
 HEADERS = (
     "tree_budget",
@@ -37,16 +37,8 @@ def _ms(x: float | None) -> str:
 
 
 def acceptance_cell(st: BudgetStats) -> str:
-    """Mean acceptance length, else the acceptance rate (``rate 0.85``), ``no drafts``, or ``-``.
-
-    A server that reports drafted and accepted tokens but not its rounds
-    (llama.cpp) has no honest length; its rate is shown, marked as such.
-    """
-    if st.mean_acceptance_length is not None:
-        return f"{st.mean_acceptance_length:.2f}"
-    if st.mean_acceptance_rate is not None:
-        return f"rate {st.mean_acceptance_rate:.2f}"
-    return "no drafts" if st.never_drafted else "-"
+    """The budget's acceptance cell (see ``acceptance_text``)."""
+    return acceptance_text(st.mean_acceptance_length, st.mean_acceptance_rate, st.never_drafted)
 
 
 def _row(st: BudgetStats) -> tuple[str, ...]:

@@ -499,6 +499,20 @@ def check_drift(samples: Sequence[SweepSample], *, seed: int = 0) -> tuple[Drift
     return tuple(checks)
 
 
+def acceptance_text(length: float | None, rate: float | None, never_drafted: bool) -> str:
+    """The acceptance cell of the sweep and load tables: the mean acceptance length, else
+    the acceptance rate (``rate 0.85``), ``no drafts``, or ``-``.
+
+    A server that reports drafted and accepted tokens but not its rounds
+    (llama.cpp) has no honest length; its rate is shown, marked as such.
+    """
+    if length is not None:
+        return f"{length:.2f}"
+    if rate is not None:
+        return f"rate {rate:.2f}"
+    return "no drafts" if never_drafted else "-"
+
+
 def never_drafted_lines(stats: Sequence[BudgetStats]) -> list[str]:
     """One warning for the budgets whose requests drafted no token at all, with the counts."""
     idle = [s for s in stats if s.never_drafted]
