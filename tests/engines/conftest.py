@@ -7,6 +7,7 @@ the missing package.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -20,6 +21,17 @@ BROKEN_TEMPLATE = (
 )
 
 _WHY = engines.missing()
+
+# what a user's shell may set that would change an inner pytest run
+USER_ENV_PREFIXES = ("DDTREE_", "OPENAI_", "PYTEST_ADDOPTS", "PYTEST_XDIST")
+
+
+@pytest.fixture
+def user_env_cleared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``DDTREE_*``, ``OPENAI_*`` or pytest option variables reach an inner run."""
+    for name in list(os.environ):
+        if name.startswith(USER_ENV_PREFIXES):
+            monkeypatch.delenv(name)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

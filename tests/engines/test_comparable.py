@@ -9,7 +9,6 @@ speculative decoding.
 
 from __future__ import annotations
 
-import os
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,12 +82,9 @@ def test_example_suite_blames_no_speculation_on_another_template(
     plain_ngram: engines.LlamaCppServer,
     target: engines.LlamaCppServer,
     pytester: pytest.Pytester,
-    monkeypatch: pytest.MonkeyPatch,
+    user_env_cleared: None,
 ) -> None:
     """``pytest example_suite`` against the plain-template server, ChatML baseline."""
-    for name in list(os.environ):
-        if name.startswith(("DDTREE_", "OPENAI_", "PYTEST_ADDOPTS", "PYTEST_XDIST")):
-            monkeypatch.delenv(name)
     root = Path(__file__).resolve().parents[2]
     junit = pytester.path / "suite.xml"
     result = pytester.runpytest_subprocess(

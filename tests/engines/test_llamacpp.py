@@ -12,7 +12,6 @@ through the plugin, pooled connections and all, with no ``http-error``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import httpx
@@ -223,15 +222,12 @@ def test_example_suite_through_the_plugin(
     draft: engines.LlamaCppServer,
     target: engines.LlamaCppServer,
     pytester: pytest.Pytester,
-    monkeypatch: pytest.MonkeyPatch,
+    user_env_cleared: None,
 ) -> None:
     """``pytest example_suite`` as a user runs it: the verdicts per prompt, no http-error."""
     import xml.etree.ElementTree as ET
     from pathlib import Path
 
-    for name in list(os.environ):
-        if name.startswith(("DDTREE_", "OPENAI_", "PYTEST_ADDOPTS", "PYTEST_XDIST")):
-            monkeypatch.delenv(name)
     root = Path(__file__).resolve().parents[2]
     junit = pytester.path / "suite.xml"
     result = pytester.runpytest_subprocess(

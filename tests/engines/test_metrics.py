@@ -9,7 +9,6 @@ exactly, under n-gram and under draft-model speculation.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import httpx
@@ -91,14 +90,11 @@ def test_bench(ddtree_benchmark):
 
 
 def test_the_plugin_reads_llamacpps_counters(
-    ngram: engines.LlamaCppServer, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    ngram: engines.LlamaCppServer, pytester: pytest.Pytester, user_env_cleared: None
 ) -> None:
     """Through the plugin: the header names the page, extra_info holds the deltas, no alarm."""
     import json
 
-    for name in list(os.environ):
-        if name.startswith(("DDTREE_", "OPENAI_", "PYTEST_ADDOPTS", "PYTEST_XDIST")):
-            monkeypatch.delenv(name)
     pytester.makepyfile(test_bench=SWEEP)
     saved = pytester.path / "bench.json"
     result = pytester.runpytest_subprocess(
