@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from pytest_ddtree.runtime import Runtime
@@ -96,6 +96,8 @@ class Conclusion:
     samples: list[SweepSample]
     summary: SweepSummary | None
     budget_ignored: list[Violation]
+    #: one summary per temperature, lowest first (``summary`` is the lowest's)
+    summaries: Mapping[float, SweepSummary] = field(default_factory=dict)
 
 
 def _with_lossy(samples: list[SweepSample], lossy: Mapping[int | None, str]) -> list[SweepSample]:
@@ -152,20 +154,28 @@ def conclude(
     interrupted: bool,
 ) -> Conclusion:
     """Samples that count, the budget-ignored verdict and the (maybe partial) summary."""
+    from pytest_ddtree.sweep.temperature import by_temperature
+
     samples = _with_lossy(samples, lossy)
     if not samples:
         return Conclusion(samples, None, [])
-    ignored = budget_ignored(samples, skip_checks)
-    summary = summarize(samples, seed=seed)
+    groups = by_temperature(samples)
+    # a budget that makes no difference shows at each temperature alone: never pooled
+    ignored = [v for group in groups.values() for v in budget_ignored(group, skip_checks)]
+    summaries = {t: summarize(group, seed=seed) for t, group in groups.items()}
     if interrupted:
-        rec = summary.recommendation
-        summary = replace(
-            summary,
-            recommendation=replace(
-                rec, partial=True, message=f"Partial run (interrupted): {rec.message}"
-            ),
-        )
-    return Conclusion(samples, summary, ignored)
+        summaries = {t: _partial(s) for t, s in summaries.items()}
+    return Conclusion(samples, next(iter(summaries.values())), ignored, summaries)
+
+
+def _partial(summary: SweepSummary) -> SweepSummary:
+    rec = summary.recommendation
+    return replace(
+        summary,
+        recommendation=replace(
+            rec, partial=True, message=f"Partial run (interrupted): {rec.message}"
+        ),
+    )
 
 
 def conclude_load(records: Sequence[LoadRecord], *, seed: int) -> list[LoadTestResult]:
@@ -199,13 +209,14 @@ def write(
     directory: str,
     summary: SweepSummary | None,
     load: Sequence[LoadTestResult] = (),
+    summaries: Mapping[float, SweepSummary] | None = None,
 ) -> str:
     """Write ``sweep.json`` and ``sweep.html`` (with any load results); the line saying where."""
     # the report writers load jsonschema: only when a report is written
     from pytest_ddtree.report import write_report
 
     try:
-        paths = write_report(run, directory, summary, load=load)
+        paths = write_report(run, directory, summary, load=load, summaries=summaries)
     except (OSError, ValueError) as exc:
         return f"ddtree: could not write the report to {directory}: {exc}"
     with_load = " (with the load results)" if load else ""

@@ -29,9 +29,11 @@ from pytest_ddtree.wire.completion import Completion
 _VOLATILE_MODEL_FIELDS = frozenset({"created", "id_created", "uptime", "pid", "port"})
 
 
-def group_name(tree_budget: int | None) -> str:
-    """The pytest-benchmark group of a budget, e.g. ``"tree_budget=64"``."""
-    return f"tree_budget={budget_label(tree_budget)}"
+def group_name(tree_budget: int | None, temperature: float | None = None) -> str:
+    """The pytest-benchmark group of a budget, e.g. ``"tree_budget=64"``, or with a
+    temperature ``"tree_budget=64 temperature=0.7"`` (never compared across temperatures)."""
+    group = f"tree_budget={budget_label(tree_budget)}"
+    return group if temperature is None else f"{group} temperature={temperature:g}"
 
 
 @dataclass

@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from pytest_ddtree.session import DDTreeSession
-from pytest_ddtree.settings import Settings, budget_id
+from pytest_ddtree.settings import Settings, budget_id, temperature_id
+
+#: The parameter (and fixture) of a timed test's sampling temperature.
+TEMPERATURE_PARAM = "ddtree_temperature"
 
 
 def parametrize_budgets(metafunc: pytest.Metafunc, session: DDTreeSession) -> None:
@@ -22,6 +25,18 @@ def parametrize_budgets(metafunc: pytest.Metafunc, session: DDTreeSession) -> No
         if settings.budget_mode == "endpoints":
             budgets = [b for b in budgets if b in settings.budget_endpoints]
     metafunc.parametrize("tree_budget", budgets, ids=[budget_id(b) for b in budgets])
+
+
+def parametrize_temperatures(metafunc: pytest.Metafunc, settings: Settings) -> None:
+    """One timed test per temperature (``temperature=0.7``) when more than 0 is asked for.
+
+    With ``--ddtree-temperatures 0`` (the default) nothing is parametrised: ids and
+    pytest-benchmark groups stay as they were, so saved benchmarks still compare.
+    """
+    if settings.temperatures == (0.0,):
+        return
+    temps = list(settings.temperatures)
+    metafunc.parametrize(TEMPERATURE_PARAM, temps, ids=[temperature_id(t) for t in temps])
 
 
 def check_markers(items: list[pytest.Item], session: DDTreeSession) -> None:
@@ -56,9 +71,16 @@ def order_benchmarks(items: list[pytest.Item], settings: Settings) -> None:
             return None
         return (item.parent, item.originalname)
 
-    def budget_rank(item: pytest.Item) -> int:
+    temps: dict[object, int] = {t: i for i, t in enumerate(settings.temperatures)}
+
+    def budget_rank(item: pytest.Item) -> tuple[int, int]:
+        # one temperature's budgets together, in the configured temperature order
         assert isinstance(item, pytest.Function)
-        return rank.get(item.callspec.params["tree_budget"], len(rank))
+        params = item.callspec.params
+        return (
+            temps.get(params.get(TEMPERATURE_PARAM, 0.0), 0),
+            rank.get(params["tree_budget"], len(rank)),
+        )
 
     start = 0
     while start < len(items):

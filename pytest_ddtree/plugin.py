@@ -152,6 +152,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         from pytest_ddtree.collection import parametrize_budgets
 
         parametrize_budgets(metafunc, metafunc.config.stash[SESSION_KEY])
+    if "ddtree_temperature" in metafunc.fixturenames:
+        from pytest_ddtree.collection import parametrize_temperatures
+
+        parametrize_temperatures(metafunc, metafunc.config.stash[SETTINGS_KEY])
 
 
 @pytest.hookimpl(trylast=True)
@@ -289,8 +293,19 @@ def ddtree_determinism(_ddtree_gate: fixtures.Gate) -> fixtures.DDTreeDeterminis
 
 
 @pytest.fixture
+def ddtree_temperature() -> float:
+    """The sampling temperature of a timed test: one of ``--ddtree-temperatures``, by which
+    tests using ``ddtree_benchmark``, ``ddtree_sweep`` or ``ddtree_load`` are parametrised
+    (``temperature=0.7`` in their ids); 0 when only 0 is asked for."""
+    return 0.0
+
+
+@pytest.fixture
 def ddtree_benchmark(
-    request: pytest.FixtureRequest, benchmark: Any, _ddtree_gate: fixtures.Gate
+    request: pytest.FixtureRequest,
+    benchmark: Any,
+    _ddtree_gate: fixtures.Gate,
+    ddtree_temperature: float,
 ) -> fixtures.DDTreeBenchmark:
     """A :class:`~pytest_ddtree.fixtures.DDTreeBenchmark`: ``ddtree_benchmark(prompt, ...)``."""
     from pytest_ddtree.fixtures import DDTreeBenchmark
@@ -298,20 +313,20 @@ def ddtree_benchmark(
     budget = (
         request.getfixturevalue("tree_budget") if "tree_budget" in request.fixturenames else None
     )
-    return DDTreeBenchmark(_ddtree_gate, benchmark, budget)
+    return DDTreeBenchmark(_ddtree_gate, benchmark, budget, ddtree_temperature)
 
 
 @pytest.fixture
-def ddtree_sweep(_ddtree_gate: fixtures.Gate) -> fixtures.DDTreeSweep:
+def ddtree_sweep(_ddtree_gate: fixtures.Gate, ddtree_temperature: float) -> fixtures.DDTreeSweep:
     """A :class:`~pytest_ddtree.fixtures.DDTreeSweep`: ``ddtree_sweep(prompts, ...)``."""
     from pytest_ddtree.fixtures import DDTreeSweep
 
-    return DDTreeSweep(_ddtree_gate)
+    return DDTreeSweep(_ddtree_gate, ddtree_temperature)
 
 
 @pytest.fixture
-def ddtree_load(_ddtree_gate: fixtures.Gate) -> LoadTester:
+def ddtree_load(_ddtree_gate: fixtures.Gate, ddtree_temperature: float) -> LoadTester:
     """A :class:`~pytest_ddtree.LoadTester`: ``ddtree_load(prompts, concurrencies=...)``."""
     from pytest_ddtree.fixtures.load import load_tester
 
-    return load_tester(_ddtree_gate)
+    return load_tester(_ddtree_gate, ddtree_temperature)

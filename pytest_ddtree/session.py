@@ -149,6 +149,10 @@ class DDTreeSession:
         self.smoke_failure: str | None = None
         self.interrupted = False
         self.summary: SweepSummary | None = None
+        #: one summary per temperature (``summary`` is the lowest temperature's)
+        self.summaries: dict[float, SweepSummary] = {}
+        #: what the sampling check found at each temperature above 0 (``pytest_ddtree.sampling``)
+        self.sampling: dict[float, Any] = {}
         self.budget_ignored: list[Violation] = []
         self.report_lines: list[str] = []
         # one record of raw samples per ddtree_load call (and process); merged in finish()
@@ -333,6 +337,7 @@ class DDTreeSession:
             interrupted=self.interrupted,
         )
         self.samples, self.summary = outcome.samples, outcome.summary
+        self.summaries = dict(outcome.summaries)
         self.budget_ignored = outcome.budget_ignored
         # the load tests: merged from the raw samples of every process, analysed once
         self.load = analysis.conclude_load(self.load_records, seed=seed)
@@ -342,7 +347,9 @@ class DDTreeSession:
             self._report_sweep_failure(self.budget_ignored)
         if report and (self.summary is not None or self.load):
             run = analysis.sweep_run(self.samples, self.metadata, seed, outcome, self.diagnoses)
-            self.report_lines.append(analysis.write(run, report, self.summary, self.load))
+            self.report_lines.append(
+                analysis.write(run, report, self.summary, self.load, self.summaries)
+            )
         elif report and self.outcomes.passed | self.outcomes.failed:
             self.report_lines.append(analysis.no_report_line(report))
 

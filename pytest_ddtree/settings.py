@@ -18,6 +18,8 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 DEFAULT_BUDGETS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024)
+#: Sampling temperatures the OpenAI API accepts; the sweep and load points run at each given.
+MAX_TEMPERATURE = 2.0
 # Sane bounds: past them a value is a typo, not a setting. No speculative tree verifies a
 # million nodes a round, and no served model writes a million tokens in one answer.
 MAX_BUDGET = 1_048_576
@@ -93,6 +95,7 @@ class Settings:
     model: str | None = None
     api_key: str | None = field(default=None, repr=False)
     budgets: tuple[int, ...] = DEFAULT_BUDGETS
+    temperatures: tuple[float, ...] = (0.0,)
     budget_mode: Literal["field", "endpoints", "none"] = "field"
     budget_field: str = "tree_budget"
     budget_endpoints: Mapping[int, str] = field(default_factory=dict)
@@ -204,6 +207,30 @@ def parse_budgets(raw: str, source: str) -> tuple[int, ...]:
         if int(item) in out:
             raise _fail("budgets", raw, source, f"{item} is listed twice")
         out.append(int(item))
+    return tuple(out)
+
+
+def parse_temperatures(raw: str, source: str) -> tuple[float, ...]:
+    """Comma-separated temperatures in [0, 2], kept in the given order, no repeats."""
+    items = [p.strip() for p in str(raw).split(",")]
+    if not any(items):
+        raise _fail("temperatures", raw, source, "expected a comma-separated list like 0,0.7,1")
+    if "" in items:
+        where = items.index("") + 1
+        raise _fail("temperatures", raw, source, f"item {where} is empty (expected e.g. 0,0.7,1)")
+    out: list[float] = []
+    for item in items:
+        try:
+            value = float(item)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or not re.fullmatch(r"[0-9.eE+-]+", item):
+            raise _fail("temperatures", raw, source, f"{item!r} is not a number")
+        if not 0.0 <= value <= MAX_TEMPERATURE:
+            raise _fail("temperatures", raw, source, f"{item} is outside [0, {MAX_TEMPERATURE:g}]")
+        if value in out:
+            raise _fail("temperatures", raw, source, f"{item} is listed twice")
+        out.append(value + 0.0)  # -0.0 is 0
     return tuple(out)
 
 
@@ -536,6 +563,17 @@ OPTIONS: tuple[OptionDef, ...] = (
         default="16,32,64,128,256,512,1024",
         env=("DDTREE_BUDGETS",),
         parse=parse_budgets,
+    ),
+    OptionDef(
+        "temperatures",
+        "Sampling temperatures of the timed tests (ddtree_benchmark, ddtree_sweep, "
+        "ddtree_load): each runs once per temperature, with its own table and "
+        "recommendation. Above 0 every request carries a seed (the same at every budget). "
+        "Losslessness and determinism stay at 0.",
+        metavar="T,T,...",
+        default="0",
+        env=("DDTREE_TEMPERATURES",),
+        parse=parse_temperatures,
     ),
     OptionDef(
         "budget-mode",
@@ -1004,6 +1042,16 @@ def budget_label(tree_budget: int | None) -> str:
 def budget_id(budget: int | None) -> str:
     """The test id (and benchmark group) of one budget: ``tree_budget=64``."""
     return f"tree_budget={budget_label(budget)}"
+
+
+def temperature_label(temperature: float) -> str:
+    """How a temperature is named in ids, groups and tables: ``0.7``, ``1``."""
+    return f"{temperature:g}"
+
+
+def temperature_id(temperature: float) -> str:
+    """The test id part of one temperature: ``temperature=0.7``."""
+    return f"temperature={temperature_label(temperature)}"
 
 
 #: Keywords allowed in ``@pytest.mark.ddtree(...)``: each overrides the setting of that name.

@@ -10,6 +10,7 @@ the line of a failure in pytest's short test summary, codes first.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 import pytest
 
@@ -158,8 +159,6 @@ def _write_transport(tr: pytest.TerminalReporter, runtime: Runtime) -> None:
 def _write_sweep(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     if session.summary is None:
         return
-    from pytest_ddtree.report import table_lines
-
     tr.write_sep("-", "pytest-ddtree budget sweep")
     notes: list[str] = []
     if session.interrupted:
@@ -168,7 +167,7 @@ def _write_sweep(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
         notes.append(f"benchmarks skipped: {session.smoke_failure}")
     log = session.runtime.server_metrics if session.runtime is not None else None
     shared = log.shared_budgets() if log is not None else None
-    for line in table_lines(session.summary, notes=notes, shared=shared):
+    for line in _tables(session, notes, shared):
         tr.write_line(line)
     if log is not None:
         from pytest_ddtree.report.terminal import server_counter_lines
@@ -177,6 +176,25 @@ def _write_sweep(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
             tr.write_line(line)
     for v in session.budget_ignored:
         tr.write_line(f"FAILED sweep: [{v.code}] {v.message}", red=True)
+
+
+def _tables(
+    session: DDTreeSession, notes: list[str], shared: Mapping[int | None, str] | None
+) -> list[str]:
+    """The sweep table, or above temperature 0 one table per temperature, headed with it."""
+    from pytest_ddtree.report import table_lines
+    from pytest_ddtree.sweep.temperature import heading, sampling_problems, zero_only
+
+    assert session.summary is not None
+    if zero_only(session.summaries):
+        return table_lines(session.summary, notes=notes, shared=shared)
+    lines: list[str] = []
+    for t, part in session.summaries.items():
+        problems = sampling_problems([s for s in session.samples if s.temperature == t])
+        lines.append(f"-- {heading(t)} --")
+        lines.extend(f"WARNING: {p}" for p in problems)
+        lines.extend(table_lines(part, notes=notes, shared=shared))
+    return lines
 
 
 def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
@@ -188,7 +206,8 @@ def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     tr.write_sep("-", "pytest-ddtree load")
     for test in session.load:
         cut = " (interrupted: partial results)" if test.partial else ""
-        tr.write_line(f"{test.nodeid}: merged from {test.where}; total load per point{cut}")
+        at = f" at temperature {test.temperature:g}" if test.temperature else ""
+        tr.write_line(f"{test.nodeid}{at}: merged from {test.where}; total load per point{cut}")
         for line in render_table(test.stats, test.schedule).splitlines():
             tr.write_line("  " + line)
         for line in never_drafted_lines(test.stats):

@@ -54,6 +54,12 @@ CODES: dict[str, str] = {
         "answers that were to be compared did not arrive whole or saw different prompts: "
         "no verdict drawn"
     ),
+    "temperature-ignored": (
+        "above temperature 0, requests with distinct seeds all got the temperature-0 answer"
+    ),
+    "seed-ignored": (
+        "above temperature 0, the same seed gave different answers, or every seed one answer"
+    ),
 }
 """Every stable code mapped to a one-line meaning (documentation is generated from it)."""
 
@@ -94,6 +100,8 @@ CODE_LAYERS: dict[str, str | None] = {
     "not-lossless": "speculation",
     "budget-ignored": "speculation",
     "not-comparable": None,
+    "temperature-ignored": "server",
+    "seed-ignored": "server",
 }
 
 #: Codes that judge no layer at all: the answers could not be compared, so neither their

@@ -152,6 +152,10 @@ def _never_drafted(stats: Sequence[PointStats]) -> str:
     return "".join(f'<div class="notice">{escape(line)}</div>' for line in lines)
 
 
+def _at(temperature: float) -> str:
+    return f" at temperature {temperature:g}" if temperature else ""
+
+
 def render_load_section(tests: Sequence[LoadTestResult]) -> str:
     """One card per load test: the schedule, the charts and the table."""
     out = []
@@ -161,7 +165,7 @@ def render_load_section(tests: Sequence[LoadTestResult]) -> str:
         where = test.where
         out.append(
             '<section class="card"><h2>Load: '
-            f"{escape(nodeid)}</h2>"
+            f"{escape(nodeid)}{_at(test.temperature)}</h2>"
             f'<p class="muted">Every request validated before it counts; merged from raw '
             f"samples of {escape(where)}; loads are totals.</p>"
             f"<p><strong>Schedule: {escape(schedule.text())}</strong>"

@@ -33,11 +33,14 @@ class LoadRecord:
     shares: int = 1
     partial: bool = False
     slo: SLO | None = None
+    #: the sampling temperature of the call
+    temperature: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON (what execnet carries from a worker)."""
         return {
             "nodeid": self.nodeid,
+            "temperature": self.temperature,
             "shares": self.shares,
             "partial": self.partial,
             "slo": str(self.slo) if self.slo is not None else None,
@@ -59,6 +62,7 @@ class LoadRecord:
             shares=int(doc.get("shares", 1)),
             partial=bool(doc.get("partial", False)),
             slo=parse_slo(str(raw_slo), "load record") if raw_slo else None,
+            temperature=float(doc.get("temperature") or 0.0),
         )
 
 
@@ -73,6 +77,8 @@ class LoadTestResult:
     stats: tuple[PointStats, ...]
     schedule: Schedule
     samples: tuple[LoadSample, ...]
+    #: the sampling temperature of the test's calls
+    temperature: float = 0.0
 
     @property
     def unreliable(self) -> bool:
@@ -90,6 +96,7 @@ class LoadTestResult:
         """The test's entry in the ``load`` part of ``sweep.json``."""
         return {
             "nodeid": self.nodeid,
+            "temperature": self.temperature,
             "processes": self.processes,
             "workers": list(self.workers),
             "partial": self.partial,
@@ -103,11 +110,11 @@ def merge_records(records: Iterable[LoadRecord], *, seed: int) -> list[LoadTestR
     """One analysis per test, from the raw samples of every process that ran it."""
     from pytest_ddtree.load.tester import analyse
 
-    by_test: dict[str, list[LoadRecord]] = {}
-    for record in records:
-        by_test.setdefault(record.nodeid, []).append(record)
+    by_test: dict[tuple[str, float], list[LoadRecord]] = {}
+    for record in records:  # calls at two temperatures are two analyses, never pooled
+        by_test.setdefault((record.nodeid, record.temperature), []).append(record)
     out = []
-    for nodeid, group in by_test.items():
+    for (nodeid, _), group in by_test.items():
         samples = tuple(s for r in group for s in r.samples)
         if not samples:
             continue
@@ -125,6 +132,7 @@ def merge_records(records: Iterable[LoadRecord], *, seed: int) -> list[LoadTestR
                 stats=stats,
                 schedule=schedule,
                 samples=samples,
+                temperature=group[0].temperature,
             )
         )
     return out

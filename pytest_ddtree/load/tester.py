@@ -231,6 +231,8 @@ class LoadTester:
         worker: str = "main",
         sink: Callable[[LoadResult], None] | None = None,
         watch: GroupWatch | None = None,
+        temperature: float = 0.0,
+        before: Callable[[float], None] | None = None,
     ) -> None:
         self.endpoint = endpoint
         #: the server's counters around each load point (None: /metrics not read)
@@ -252,6 +254,10 @@ class LoadTester:
         self.shares = max(1, shares)
         self.worker = worker
         self.sink = sink
+        #: the default temperature of a call; above 0 each request carries a seed
+        self.temperature = temperature
+        #: called with a call's temperature before its first request (the sampling check)
+        self.before = before
 
     def points(
         self, concurrencies: Sequence[int] | None = None, rates: Sequence[float] | None = None
@@ -286,7 +292,7 @@ class LoadTester:
         requests: int | None = None,
         max_tokens: int | None = None,
         slo: SLO | None = None,
-        temperature: float = 0.0,
+        temperature: float | None = None,
         expect: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> LoadResult:
@@ -298,7 +304,9 @@ class LoadTester:
         and point (default: the configured count, else 8 × C, at least 16, or 32
         at a rate). ``slo`` replaces the configured SLO for this call. ``expect``:
         keyword arguments of the invariants (``min_tokens=64``) for every prompt, or a
-        list with one mapping per prompt.
+        list with one mapping per prompt. ``temperature``: default the tester's (the
+        test's, ``--ddtree-temperatures``); above 0 the i-th request of a load point
+        carries the same seed at every budget.
         """
         __tracebackhide__ = True  # a failure shows the test, not this method
         if isinstance(prompts, str) or not prompts:
@@ -315,6 +323,9 @@ class LoadTester:
                 )
         budgets = tuple(tree_budgets) if tree_budgets is not None else self.tree_budgets
         slo = slo if slo is not None else self.slo
+        temperature = self.temperature if temperature is None else temperature
+        if self.before is not None:
+            self.before(temperature)
         mt = max_tokens or self.max_tokens
         samples: list[LoadSample] = []
         health: dict[Key, list[ClientHealth]] = {}
@@ -393,10 +404,12 @@ class LoadTester:
                         max_tokens=mt,
                         temperature=temperature,
                         prompt_id=f"p{k}",
-                        extra=extra,
+                        extra=_seeded(
+                            extra, temperature, self.seed, f"p{k}", self.share + i * self.shares
+                        ),
                         dialect=self.dialect,
                     )
-                    for k in which
+                    for i, k in enumerate(which)
                 ]
                 if self.watch is not None:
                     self.watch.start(0, budget)
@@ -430,6 +443,17 @@ class LoadTester:
                     self.watch.end(0, budget, counts, label=whole.label)
                 samples.extend(got)
                 health.setdefault((whole, budget), []).append(h)
+
+
+def _seeded(
+    extra: Mapping[str, Any] | None, temperature: float, base: int, pid: str, i: int
+) -> Mapping[str, Any] | None:
+    """Above temperature 0: the body with the seed of the i-th request (same at every budget)."""
+    if temperature <= 0:
+        return extra
+    from pytest_ddtree.sampling import request_seed
+
+    return {"seed": request_seed(base, pid, f"load-{i}"), **(extra or {})}
 
 
 #: codes of requests that hit the client's own limits: no verdict on the outputs

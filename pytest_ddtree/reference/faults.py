@@ -42,6 +42,10 @@ FAULTS: dict[str, str] = {
     "stream-no-done": "the stream ends without [DONE], its last event cut mid-JSON "
     "(non-streaming bodies are cut mid-JSON)",
     "intermittent-5xx": "every second request carrying this fault gets HTTP 503",
+    "temperature-ignored": "requests above temperature 0 are decoded as at temperature 0 "
+    "(seed and temperature never reach the sampler); also in target-only mode",
+    "seed-ignored": "requests above temperature 0 are sampled with a fresh random seed, "
+    "never the request's; also in target-only mode",
     "hang": "the response stalls after a few chunks until the client disconnects, "
     "the server stops, or hang_seconds (default 600 s, longer than any sane read timeout) pass",
 }

@@ -461,6 +461,10 @@ class _Engine:
         return frozenset(faults)
 
     def make_plan(self, req: _Request, faults: frozenset[str]) -> GenerationPlan:
+        if "temperature-ignored" in faults:
+            req = replace(req, temperature=0.0, seed=None)
+        elif "seed-ignored" in faults:
+            req = replace(req, seed=None)
         salt = 0
         if req.temperature > 0 and req.seed is None:
             with self._lock:

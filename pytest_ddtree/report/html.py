@@ -19,7 +19,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
@@ -39,6 +39,7 @@ from pytest_ddtree.sweep import (
     budget_label,
 )
 from pytest_ddtree.sweep.statistics import never_drafted_lines
+from pytest_ddtree.sweep.temperature import heading, sampling_problems, zero_only
 
 if TYPE_CHECKING:
     from pytest_ddtree.load import LoadTestResult
@@ -812,8 +813,10 @@ def render_html(
     summary: SweepSummary | None = None,
     *,
     load: Sequence[LoadTestResult] = (),
+    summaries: Mapping[float, SweepSummary] | None = None,
 ) -> str:
-    """The complete ``sweep.html`` document as a string (one card per load test in ``load``)."""
+    """The complete ``sweep.html`` document as a string (one card per load test in ``load``;
+    one set of cards, charts and tables per temperature in ``summaries`` above 0)."""
     summary = summary or run.summary()
     load_cards = ""
     if load:
@@ -863,9 +866,35 @@ def render_html(
         '<header><div class="eyebrow">pytest-ddtree · tree-budget sweep</div>',
         f"<h1>{escape(model)}</h1>",
         f'<div class="meta-line">{escape(line)}</div></header>',
-        _cards(run, summary),
     ]
-    body.extend(f'<div class="notice">{escape(n)}</div>' for n in notices)
+    if summaries is None or zero_only(summaries):
+        body.append(_cards(run, summary))
+        body.extend(f'<div class="notice">{escape(n)}</div>' for n in notices)
+        body.extend(_sweep_sections(run, summary, charts, colors))
+    else:
+        body.extend(f'<div class="notice">{escape(n)}</div>' for n in notices)
+        for t, part in summaries.items():
+            sub = replace(run, samples=[x for x in run.samples if x.temperature == t])
+            body.append(f'<h2 class="temperature">Sampling {escape(heading(t))}</h2>')
+            body.append(_cards(sub, part))
+            body.extend(
+                f'<div class="notice">{escape(p)}</div>' for p in sampling_problems(sub.samples)
+            )
+            body.extend(_sweep_sections(sub, part, _charts(sub, part, colors), colors))
+    body.append(_invalid_table(run.samples))
+    body.append(server_counters_section(meta.extra.get("server_counters")))
+    body.append(_diagnoses(run.diagnoses))
+    body.append(load_cards)
+    body.append(_machine_section(run))
+    body.append(f'<section class="card"><h2>Run</h2>{_metadata(run, summary)}</section>')
+    return _page(model, body)
+
+
+def _sweep_sections(
+    run: SweepRun, summary: SweepSummary, charts: list[str], colors: dict[str, str]
+) -> list[str]:
+    """The charts, the per-budget table and the drift check of one temperature's sweep."""
+    body: list[str] = []
     if charts:
         body.append(
             '<section class="card"><h2>Decode throughput</h2>'
@@ -891,13 +920,7 @@ def render_html(
         "the budget grows.</p></section>"
     )
     body.append(_drift_section(summary))
-    body.append(_invalid_table(run.samples))
-    body.append(server_counters_section(meta.extra.get("server_counters")))
-    body.append(_diagnoses(run.diagnoses))
-    body.append(load_cards)
-    body.append(_machine_section(run))
-    body.append(f'<section class="card"><h2>Run</h2>{_metadata(run, summary)}</section>')
-    return _page(model, body)
+    return body
 
 
 def _page(model: str, body: list[str]) -> str:
@@ -919,6 +942,7 @@ def write_sweep_html(
     summary: SweepSummary | None = None,
     *,
     load: Sequence[LoadTestResult] = (),
+    summaries: Mapping[float, SweepSummary] | None = None,
 ) -> Path:
     """Write ``sweep.html`` atomically."""
-    return write_text_atomic(path, render_html(run, summary, load=load))
+    return write_text_atomic(path, render_html(run, summary, load=load, summaries=summaries))

@@ -19,13 +19,18 @@ Version 1 layout::
       "recommendation": Recommendation.to_json(),
       "load": {"tests": [LoadTestResult.to_json(), ...]}   (only when load tests ran)
     }
+
+A run above temperature 0 has no top-level ``budgets`` and ``recommendation``: it has
+``"temperatures": [{"temperature": 0.7, "budgets": [...], "recommendation": {...},
+"sampling": ["[seed-ignored] ..."]}, ...]``, one entry per temperature, and every
+sample carries its ``temperature`` (a sample without one, from an older file, is at 0).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
@@ -36,6 +41,7 @@ import jsonschema
 from pytest_ddtree import __version__
 from pytest_ddtree.report._atomic import write_text_atomic
 from pytest_ddtree.sweep import DiagnosisRecord, RunMetadata, SweepRun, SweepSample, SweepSummary
+from pytest_ddtree.sweep.temperature import sampling_problems, summarize_temperatures, zero_only
 
 if TYPE_CHECKING:
     from pytest_ddtree.load import LoadTestResult
@@ -68,6 +74,14 @@ SWEEP_JSON_SCHEMA: dict[str, Any] = {
         },
         "budgets": {"type": "array", "items": {"type": "object"}},
         "recommendation": {"type": ["object", "null"]},
+        "temperatures": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["temperature", "budgets", "recommendation"],
+                "properties": {"temperature": {"type": "number", "minimum": 0}},
+            },
+        },
         "load": {
             "type": "object",
             "required": ["tests"],
@@ -89,9 +103,15 @@ def sweep_to_json(
     summary: SweepSummary | None = None,
     *,
     load: Sequence[LoadTestResult] = (),
+    summaries: Mapping[float, SweepSummary] | None = None,
 ) -> dict[str, Any]:
-    """The ``sweep.json`` document for ``run`` (``summary`` computed if not given)."""
-    summary = summary or run.summary()
+    """The ``sweep.json`` document for ``run`` (``summary`` computed if not given).
+
+    ``summaries`` (one per temperature, computed if not given): above temperature 0
+    the statistics are written per temperature.
+    """
+    if summaries is None:
+        summaries = summarize_temperatures(run.samples, seed=run.seed)
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "generator": f"pytest-ddtree {__version__}",
@@ -101,7 +121,17 @@ def sweep_to_json(
         "samples": [s.to_json() for s in run.samples],
         "diagnoses": [d.to_json() for d in run.diagnoses],
     }
-    doc.update(summary.to_json())
+    if zero_only(summaries):
+        doc.update((summary or run.summary()).to_json())
+    else:
+        doc["temperatures"] = [
+            {
+                "temperature": t,
+                **s.to_json(),
+                "sampling": sampling_problems([x for x in run.samples if x.temperature == t]),
+            }
+            for t, s in summaries.items()
+        ]
     if load:
         from pytest_ddtree.load.record import load_json
 
@@ -115,9 +145,10 @@ def write_sweep_json(
     summary: SweepSummary | None = None,
     *,
     load: Sequence[LoadTestResult] = (),
+    summaries: Mapping[float, SweepSummary] | None = None,
 ) -> Path:
     """Write ``sweep.json`` atomically (temporary file, then rename)."""
-    doc = sweep_to_json(run, summary, load=load)
+    doc = sweep_to_json(run, summary, load=load, summaries=summaries)
     text = json.dumps(doc, indent=2, sort_keys=False, allow_nan=False) + "\n"
     return write_text_atomic(path, text)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from pytest_ddtree.report.html import write_sweep_html
 from pytest_ddtree.report.jsonfile import write_sweep_json
 from pytest_ddtree.sweep import SweepRun, SweepSummary
+from pytest_ddtree.sweep.temperature import summarize_temperatures
 
 if TYPE_CHECKING:
     from pytest_ddtree.load import LoadTestResult
@@ -30,17 +31,22 @@ def write_report(
     summary: SweepSummary | None = None,
     *,
     load: Sequence[LoadTestResult] = (),
+    summaries: Mapping[float, SweepSummary] | None = None,
 ) -> ReportPaths:
     """Write ``sweep.json`` and ``sweep.html`` into ``directory`` (created if missing).
 
     The statistics are computed once (or taken from ``summary``) and shared,
     so both files agree exactly. ``load``: the merged load tests, written into
     both files in the same write (a run with load tests and no sweep still
-    writes a valid ``sweep.json``, with no samples).
+    writes a valid ``sweep.json``, with no samples). ``summaries``: one per
+    temperature (computed when not given); a run above temperature 0 gets a
+    table and a recommendation per temperature.
     """
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     summary = summary or run.summary()
-    json_path = write_sweep_json(run, out / "sweep.json", summary, load=load)
-    html_path = write_sweep_html(run, out / "sweep.html", summary, load=load)
+    if summaries is None:
+        summaries = summarize_temperatures(run.samples, seed=run.seed)
+    json_path = write_sweep_json(run, out / "sweep.json", summary, load=load, summaries=summaries)
+    html_path = write_sweep_html(run, out / "sweep.html", summary, load=load, summaries=summaries)
     return ReportPaths(json=json_path, html=html_path)

@@ -135,15 +135,21 @@ def run_sweep(
     concurrent: bool = False,
     on_sample: Callable[[SweepSample], None] | None = None,
     watch: GroupWatch | None = None,
+    seeded: Callable[[int, str, str], Completion] | None = None,
 ) -> list[SweepSample]:
     """Run ``plan`` with ``request(tree_budget, prompt_id)`` and validate each answer.
 
     Warm-up requests are validated too (an invalid warm-up is recorded as an
     invalid sample of round -1, -2, ..., so a broken server cannot hide in the
     warm-up) but valid warm-ups are not recorded. ``watch`` is told where each
-    round's visit of a budget (every prompt at it) starts and ends.
+    round's visit of a budget (every prompt at it) starts and ends. ``seeded``,
+    when given, is called instead of ``request`` with a third argument, the key of
+    the request's sampling seed: its round (``"3"``, the same at every budget), or
+    ``"drift-2"`` for the third request of a prompt in a drift block, so the end
+    block samples as the start block did.
     """
     samples: list[SweepSample] = []
+    drift_seen: dict[tuple[str, str], int] = {}
     group: list[Completion] = []
     key: tuple[int, int] | None = None
     for planned in plan:
@@ -152,7 +158,15 @@ def run_sweep(
                 watch.end(*key, group)
             key, group = (planned.round, planned.tree_budget), []
             watch.start(*key)
-        completion = request(planned.tree_budget, planned.prompt_id)
+        if seeded is None:
+            completion = request(planned.tree_budget, planned.prompt_id)
+        else:
+            seed_key = str(planned.round)
+            if planned.drift_mark is not None:
+                k = drift_seen.get((planned.drift_mark, planned.prompt_id), 0)
+                drift_seen[(planned.drift_mark, planned.prompt_id)] = k + 1
+                seed_key = f"drift-{k}"
+            completion = seeded(planned.tree_budget, planned.prompt_id, seed_key)
         group.append(completion)
         violations = list(validate(completion))
         if planned.warmup and not violations:

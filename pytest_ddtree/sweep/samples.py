@@ -56,6 +56,10 @@ class SweepSample:
     depth_source: str | None = None
     #: the drift check: "start" (first measurement of the first budget), "end" (its repeat)
     drift_mark: str | None = None
+    #: the sampling temperature (0 in reports written before temperatures were recorded)
+    temperature: float = 0.0
+    #: the request's sampling seed above temperature 0 (None: none was sent)
+    seed: int | None = None
 
     @classmethod
     def from_completion(
@@ -98,6 +102,8 @@ class SweepSample:
             drafted_tokens=None if stats is None else _int(stats.num_draft_tokens),
             acceptance_histogram=() if stats is None else stats.acceptance_histogram or (),
             depth_source=None if stats is None else stats.depth_source,
+            temperature=_finite(completion.request.temperature) or 0.0,
+            seed=_int(completion.request.body.get("seed")),
         )
 
     @property
@@ -194,6 +200,7 @@ class _Kind:
 _KINDS: dict[str, _Kind] = {
     "int": _Kind(_is_int, "an integer", {"type": "integer"}),
     "int | None": _Kind(_is_int, "an integer or null", {"type": ["integer", "null"]}, True),
+    "float": _Kind(_is_number, "a finite number", {"type": "number"}, False, float),
     "float | None": _Kind(
         _is_number, "a finite number or null", {"type": ["number", "null"]}, True, float
     ),
@@ -230,6 +237,7 @@ def merge_samples(*groups: Iterable[SweepSample]) -> list[SweepSample]:
     merged.sort(
         key=lambda s: (
             s.round,
+            s.temperature,
             -1 if s.tree_budget is None else s.tree_budget,
             s.prompt_id,
             s.worker or "",

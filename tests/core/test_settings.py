@@ -207,3 +207,49 @@ def test_budget_field_rejected_in_one_line(value: str) -> None:
     message = str(info.value)
     assert "\n" not in message
     assert repr(value) in message and "ini" in message
+
+
+def test_temperatures_default_and_sources() -> None:
+    assert run().temperatures == (0.0,)
+    s = run(cli={"ddtree_temperatures": "0, 0.7,1.0"})
+    assert s.temperatures == (0.0, 0.7, 1.0)
+    assert run(env={"DDTREE_TEMPERATURES": "1"}).temperatures == (1.0,)
+    assert run(ini={"ddtree_temperatures": "2,0"}).temperatures == (2.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("cli", "ini", "env", "needle"),
+    [
+        (
+            {"ddtree_temperatures": "0,2.5"},
+            {},
+            {},
+            "invalid temperatures '0,2.5' (from option --ddtree-temperatures): "
+            "2.5 is outside [0, 2]",
+        ),
+        (
+            {},
+            {"ddtree_temperatures": "-0.1"},
+            {},
+            "(from ini key ddtree_temperatures): -0.1 is outside [0, 2]",
+        ),
+        (
+            {},
+            {},
+            {"DDTREE_TEMPERATURES": "0,warm"},
+            "(from environment variable DDTREE_TEMPERATURES): 'warm' is not a number",
+        ),
+        ({"ddtree_temperatures": "0,nan"}, {}, {}, "'nan' is not a number"),
+        ({"ddtree_temperatures": "0,inf"}, {}, {}, "'inf' is not a number"),
+        ({"ddtree_temperatures": "0,,1"}, {}, {}, "item 2 is empty"),
+        ({"ddtree_temperatures": "0.7,"}, {}, {}, "item 2 is empty"),
+        ({"ddtree_temperatures": " , "}, {}, {}, "expected a comma-separated list"),
+        ({"ddtree_temperatures": "0.7,0.70"}, {}, {}, "0.70 is listed twice"),
+        ({"ddtree_temperatures": "0,-0"}, {}, {}, "-0 is listed twice"),
+    ],
+)
+def test_bad_temperatures_name_value_and_source(cli, ini, env, needle) -> None:
+    with pytest.raises(SettingsError) as info:
+        run(cli=cli, ini=ini, env=env)
+    assert needle in str(info.value)
+    assert "\n" not in str(info.value)
