@@ -5,7 +5,8 @@ Usage::
     python -m pytest_ddtree.report.compare BASELINE.json CANDIDATE.json [--threshold 10%]
                                     [--metric decode|ttft] [--seed N]
 
-For each budget present in both files the medians of the chosen metric are
+For each budget present in both files (at each temperature: a budget at
+temperature 0.7 is never compared with one at 0) the medians of the chosen metric are
 compared with a seeded bootstrap of the relative change on the raw
 per-request samples stored in the files (resampled within each prompt when
 every prompt has at least two samples). A budget *regresses* when the change
@@ -30,8 +31,8 @@ from pytest_ddtree.sweep import (
     SweepSample,
     bootstrap_median_difference,
     budget_label,
-    summarize,
 )
+from pytest_ddtree.sweep.temperature import summarize_temperatures
 
 Metric = Literal["decode", "ttft"]
 
@@ -73,6 +74,8 @@ class BudgetComparison:
     change: float | None
     ci: tuple[float, float] | None
     verdict: str
+    #: the sampling temperature both sides were measured at
+    temperature: float = 0.0
 
     @property
     def regression(self) -> bool:
@@ -91,6 +94,8 @@ class Comparison:
     baseline_recommendation: int | None
     candidate_recommendation: int | None
     setup_differences: tuple[str, ...]
+    #: above temperature 0: (temperature, baseline's, candidate's recommendation) for each
+    recommendations: tuple[tuple[float, int | None, int | None], ...] = ()
 
     @property
     def regressions(self) -> list[BudgetComparison]:
@@ -110,10 +115,11 @@ class Comparison:
         out.extend(f"warning: setups differ: {d}" for d in self.setup_differences)
         header = ("tree_budget", "baseline", "candidate", "change", "95% CI", "verdict")
         rows: list[tuple[str, ...]] = [header]
+        hot = any(r.temperature for r in self.rows)
         for r in self.rows:
             rows.append(
                 (
-                    budget_label(r.tree_budget),
+                    budget_label(r.tree_budget) + (f" T={r.temperature:g}" if hot else ""),
                     _med(r.baseline_median, r.baseline_n, r.baseline_invalid),
                     _med(r.candidate_median, r.candidate_n, r.candidate_invalid),
                     "-" if r.change is None else f"{r.change:+.1%}",
@@ -130,13 +136,21 @@ class Comparison:
             out.append("  ".join(cells).rstrip())
             if n == 0:
                 out.append("  ".join("-" * w for w in widths))
-        out.append(
-            "recommended tree_budget: "
-            f"{_rec(self.baseline_recommendation)} -> {_rec(self.candidate_recommendation)}"
-        )
+        if not self.recommendations:
+            out.append(
+                "recommended tree_budget: "
+                f"{_rec(self.baseline_recommendation)} -> {_rec(self.candidate_recommendation)}"
+            )
+        for t, rec_a, rec_b in self.recommendations:
+            out.append(
+                f"recommended tree_budget at temperature {t:g}: {_rec(rec_a)} -> {_rec(rec_b)}"
+            )
         bad = self.regressions
         if bad:
-            names = ", ".join(budget_label(r.tree_budget) for r in bad)
+            names = ", ".join(
+                budget_label(r.tree_budget) + (f" (temperature {r.temperature:g})" if hot else "")
+                for r in bad
+            )
             out.append(f"FAIL: {len(bad)} budget(s) regressed: tree_budget={names}")
         else:
             out.append("OK: no significant regression beyond the threshold")
@@ -191,16 +205,17 @@ def compare_runs(
         raise ValueError(f"metric must be 'decode' or 'ttft', got {metric!r}")
     # Higher decode throughput is better; higher TTFT is worse.
     sign = 1.0 if metric == "decode" else -1.0
-    groups_a: dict[int | None, list[SweepSample]] = {}
-    groups_b: dict[int | None, list[SweepSample]] = {}
+    groups_a: dict[tuple[float, int | None], list[SweepSample]] = {}
+    groups_b: dict[tuple[float, int | None], list[SweepSample]] = {}
     for s in baseline.samples:
-        groups_a.setdefault(s.tree_budget, []).append(s)
+        groups_a.setdefault((s.temperature, s.tree_budget), []).append(s)
     for s in candidate.samples:
-        groups_b.setdefault(s.tree_budget, []).append(s)
-    budgets = sorted(set(groups_a) | set(groups_b), key=lambda b: -1 if b is None else b)
+        groups_b.setdefault((s.temperature, s.tree_budget), []).append(s)
+    keys = sorted(set(groups_a) | set(groups_b), key=lambda k: (k[0], -1 if k[1] is None else k[1]))
     rows: list[BudgetComparison] = []
-    for budget in budgets:
-        sa, sb = groups_a.get(budget, []), groups_b.get(budget, [])
+    for temperature, budget in keys:
+        sa = groups_a.get((temperature, budget), [])
+        sb = groups_b.get((temperature, budget), [])
         (va, pa), (vb, pb) = _values(sa, metric), _values(sb, metric)
         ma = _median(va)
         mb = _median(vb)
@@ -220,7 +235,7 @@ def compare_runs(
                 vb,
                 seed=seed,
                 relative=True,
-                salt=f"compare-{budget}",
+                salt=f"compare-{budget}" if not temperature else f"compare-{budget}-{temperature}",
                 strata_a=pa,
                 strata_b=pb,
             )
@@ -240,12 +255,29 @@ def compare_runs(
                 else:
                     verdict = "better"
         rows.append(
-            BudgetComparison(budget, ma, mb, len(va), len(vb), bad_a, bad_b, change, ci, verdict)
+            BudgetComparison(
+                budget, ma, mb, len(va), len(vb), bad_a, bad_b, change, ci, verdict, temperature
+            )
         )
-    rec_a = summarize(baseline.samples, seed=seed).recommendation.tree_budget
-    rec_b = summarize(candidate.samples, seed=seed).recommendation.tree_budget
+    recs_a = summarize_temperatures(baseline.samples, seed=seed)
+    recs_b = summarize_temperatures(candidate.samples, seed=seed)
+    recs = tuple(
+        (
+            t,
+            recs_a[t].recommendation.tree_budget if t in recs_a else None,
+            recs_b[t].recommendation.tree_budget if t in recs_b else None,
+        )
+        for t in sorted(set(recs_a) | set(recs_b))
+    )
+    first = recs[0] if recs else (0.0, None, None)
     return Comparison(
-        metric, threshold, tuple(rows), rec_a, rec_b, tuple(_setup_differences(baseline, candidate))
+        metric,
+        threshold,
+        tuple(rows),
+        first[1],
+        first[2],
+        tuple(_setup_differences(baseline, candidate)),
+        () if all(t == 0 for t, _, _ in recs) else recs,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -235,3 +236,22 @@ def test_a_server_that_ignores_sampling_is_named_and_not_timed(
         *_args(server, "--ddtree-temperatures=0.7", f"--ddtree-skip-check={code}")
     )
     again.assert_outcomes(passed=2)
+
+
+def test_compare_never_compares_across_temperatures() -> None:
+    from pytest_ddtree.report.compare import compare_runs
+    from pytest_ddtree.sweep import SweepRun
+
+    baseline = SweepRun(samples=_samples(0.0, 64))
+    # at 0.7 budget 64 is far slower than at 0: pooled, it would read as a regression
+    slow = [replace(s, decode_tokens_per_second=10.0) for s in _samples(0.7, 16)]
+    candidate = SweepRun(samples=_samples(0.0, 64) + slow)
+    result = compare_runs(baseline, candidate)
+    rows = {(r.temperature, r.tree_budget): r.verdict for r in result.rows}
+    assert rows[(0.0, 64)] == rows[(0.0, 16)] == "no significant change"
+    assert rows[(0.7, 64)] == rows[(0.7, 16)] == "only in candidate"
+    assert not result.regressions
+    lines = result.lines()
+    assert "64 T=0.7" in "\n".join(lines)
+    assert "recommended tree_budget at temperature 0: 64 -> 64" in lines
+    assert "recommended tree_budget at temperature 0.7: none -> 16" in lines
