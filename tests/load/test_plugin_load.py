@@ -258,3 +258,60 @@ def test_the_api_key_never_leaves_the_load_path(
     assert written
     for path in written:
         assert secret not in path.read_text(errors="replace"), path
+
+
+def test_temperatures_give_one_load_test_each(pytester: pytest.Pytester, fast_server: Any) -> None:
+    pytester.makepyfile(test_load=TEST_FILE)
+    report = pytester.path / "report"
+    result = pytester.runpytest(
+        *_args(
+            fast_server,
+            "--ddtree-load-concurrency=2",
+            "--ddtree-load-requests=4",
+            "--ddtree-temperatures=0,0.7",
+            f"--ddtree-report={report}",
+        ),
+        "-v",
+    )
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_load?temperature=0? PASSED*",
+            "*test_load?temperature=0.7? PASSED*",
+            "test_load.py::test_load[[]temperature=0.7[]] at temperature 0.7: merged from*",
+        ]
+    )
+    doc = json.loads((report / "sweep.json").read_text())
+    temps = {t["nodeid"].split("[")[1]: t["temperature"] for t in doc["load"]["tests"]}
+    assert temps == {"temperature=0]": 0.0, "temperature=0.7]": 0.7}
+    html = (report / "sweep.html").read_text()
+    assert "test_load[temperature=0.7] at temperature 0.7</h2>" in html
+
+
+def test_load_at_a_temperature_the_server_ignores_sends_nothing(
+    pytester: pytest.Pytester,
+) -> None:
+    from pytest_ddtree.reference import spawn_reference_server
+
+    pytester.makepyfile(test_load=TEST_FILE)
+    with spawn_reference_server(simulated_latency=False, faults=("temperature-ignored",)) as srv:
+        result = pytester.runpytest(
+            *_args(srv, "--ddtree-load-requests=4", "--ddtree-temperatures=0.7"), "-rf"
+        )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*sampling check before the load at temperature 0.7: nothing sent*",
+            "*[[]temperature-ignored[]] the server ignores temperature*",
+        ]
+    )
+    assert "pytest-ddtree load" not in result.stdout.str()
+
+
+def test_load_seeds_are_the_same_at_every_budget() -> None:
+    from pytest_ddtree.load.tester import _seeded
+
+    assert _seeded({"x": 1}, 0.0, 0, "p0", 3) == {"x": 1}
+    hot = _seeded(None, 0.7, 0, "p0", 3)
+    assert hot is not None and hot == _seeded(None, 0.7, 0, "p0", 3)
+    assert hot != _seeded(None, 0.7, 0, "p0", 4)
