@@ -44,6 +44,9 @@ def header_lines(session: DDTreeSession) -> list[str]:
         f"ddtree: endpoint {where}; model {settings.model or 'first listed'}; "
         f"dialect {settings.dialect}; budgets {budgets}; tokenizer {settings.tokenizer}"
     ]
+    if settings.temperatures != (0.0,):
+        temps = ",".join(f"{t:g}" for t in settings.temperatures)
+        lines[0] += f"; timed at temperatures {temps}"
     if settings.skip_checks:
         lines.append(f"ddtree: WEAKENED run, checks skipped: {', '.join(settings.skip_checks)}")
     if _load_in_header(session):
@@ -171,9 +174,12 @@ def _write_sweep(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
         tr.write_line(line)
     if log is not None:
         from pytest_ddtree.report.terminal import server_counter_lines
+        from pytest_ddtree.sweep.temperature import zero_only
 
+        # the counters are read per budget group, not per temperature: said so, not split
+        pooled = "" if zero_only(session.summaries) else " (every temperature together)"
         for line in server_counter_lines(log.by_budget(), shared):
-            tr.write_line(line)
+            tr.write_line(line + pooled)
     for v in session.budget_ignored:
         tr.write_line(f"FAILED sweep: [{v.code}] {v.message}", red=True)
 

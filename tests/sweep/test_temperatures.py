@@ -170,6 +170,7 @@ def test_temperatures_parametrise_timings_with_seeds_per_temperature(
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(
         [
+            "ddtree: endpoint *; timed at temperatures 0,0.7",
             "*test_timed?tree_budget=16-temperature=0? PASSED*",
             "*test_timed?tree_budget=16-temperature=0.7? PASSED*",
             "*-- temperature 0 --*",
