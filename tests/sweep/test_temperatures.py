@@ -256,3 +256,39 @@ def test_compare_never_compares_across_temperatures() -> None:
     assert "64 T=0.7" in "\n".join(lines)
     assert "recommended tree_budget at temperature 0: 64 -> 64" in lines
     assert "recommended tree_budget at temperature 0.7: none -> 16" in lines
+
+
+def test_ddtree_sweep_at_a_temperature_seeds_rounds_and_drift_pairs(
+    pytester: pytest.Pytester, healthy_server: Any
+) -> None:
+    pytester.makepyfile(
+        test_s=textwrap.dedent(
+            """
+            def test_sweep(ddtree_sweep, ddtree_temperature):
+                summary = ddtree_sweep(
+                    {"a": "Write an essay about rivers.", "b": "Write a story about a train."},
+                    rounds=2,
+                    warmup_rounds=0,
+                )
+                assert summary.recommendation.tree_budget is not None
+            """
+        )
+    )
+    report = pytester.path / "report"
+    result = pytester.runpytest(
+        *_args(healthy_server, "--ddtree-temperatures=0.7", f"--ddtree-report={report}"), "-v"
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_sweep?temperature=0.7? PASSED*"])
+    run = read_sweep_json(report / "sweep.json")
+    assert {s.temperature for s in run.samples} == {0.7}
+    timed = [s for s in run.samples if s.drift_mark is None]
+    seeds = {(s.round, s.prompt_id, s.tree_budget): s.seed for s in timed}
+    for r in (0, 1):
+        for p in ("a", "b"):
+            assert seeds[(r, p, 16)] == seeds[(r, p, 64)] is not None
+    assert seeds[(0, "a", 16)] != seeds[(1, "a", 16)] != seeds[(1, "b", 16)]
+    # the drift check's end block samples as its start block did, request for request
+    starts = [s.seed for s in run.samples if s.drift_mark == "start"]
+    ends = [s.seed for s in run.samples if s.drift_mark == "end"]
+    assert starts and starts == ends
