@@ -804,6 +804,7 @@ dl.meta{display:grid;grid-template-columns:max-content 1fr;gap:4px 18px;margin:0
 dl.meta dt{color:var(--muted)}
 dl.meta dd{margin:0;word-break:break-all}
 footer{color:var(--muted);font-size:12px;margin-top:24px}
+h2.temperature{margin:28px 0 12px;font-size:20px;border-bottom:1px solid var(--line)}
 pre{font-size:12px;overflow-x:auto;background:var(--bg);padding:8px;border-radius:6px}
 """
 
