@@ -161,7 +161,11 @@ def conclude(
         return Conclusion(samples, None, [])
     groups = by_temperature(samples)
     # a budget that makes no difference shows at each temperature alone: never pooled
-    ignored = [v for group in groups.values() for v in budget_ignored(group, skip_checks)]
+    ignored = [
+        v if list(groups) == [0.0] else replace(v, message=f"at temperature {t:g}: {v.message}")
+        for t, group in groups.items()
+        for v in budget_ignored(group, skip_checks)
+    ]
     summaries = {t: summarize(group, seed=seed) for t, group in groups.items()}
     if interrupted:
         summaries = {t: _partial(s) for t, s in summaries.items()}

@@ -292,3 +292,41 @@ def test_ddtree_sweep_at_a_temperature_seeds_rounds_and_drift_pairs(
     starts = [s.seed for s in run.samples if s.drift_mark == "start"]
     ends = [s.seed for s in run.samples if s.drift_mark == "end"]
     assert starts and starts == ends
+
+
+def test_budget_ignored_is_judged_per_temperature_and_says_which(
+    pytester: pytest.Pytester, server_factory: Any
+) -> None:
+    server = server_factory(simulated_latency=False, faults=("budget-ignored",))
+    pytester.makepyfile(
+        test_b=textwrap.dedent(
+            """
+            import pytest
+
+            PROMPTS = {
+                "rivers": "Write a long essay about rivers and the valleys they shape.",
+                "bees": "Write a detailed article about bees and their hives.",
+            }
+
+            @pytest.mark.parametrize("name", sorted(PROMPTS))
+            def test_gen(ddtree_benchmark, tree_budget, name):
+                ddtree_benchmark(PROMPTS[name], max_tokens=48, rounds=3, warmup_rounds=0,
+                                 prompt_id=name, stream=False)
+            """
+        )
+    )
+    result = pytester.runpytest(
+        f"--ddtree-endpoint={server.base_url}",
+        f"--ddtree-tokenizer={tokenizer_path()}",
+        "--ddtree-budgets=16,64,256",
+        "--ddtree-temperatures=0,0.7",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=12, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*FAILED sweep: [[]budget-ignored[]] at temperature 0: *",
+            "*FAILED sweep: [[]budget-ignored[]] at temperature 0.7: *",
+        ]
+    )
