@@ -330,3 +330,22 @@ def test_budget_ignored_is_judged_per_temperature_and_says_which(
             "*FAILED sweep: [[]budget-ignored[]] at temperature 0.7: *",
         ]
     )
+
+
+def test_under_xdist_each_temperature_is_merged_apart(
+    pytester: pytest.Pytester, healthy_server: Any
+) -> None:
+    pytester.makepyfile(test_b=_BENCH)
+    report = pytester.path / "report"
+    result = pytester.runpytest(
+        *_args(healthy_server, "--ddtree-temperatures=0,0.7", f"--ddtree-report={report}"),
+        "-n",
+        "2",
+    )
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["*-- temperature 0 --*", "*-- temperature 0.7 --*"])
+    doc = json.loads((report / "sweep.json").read_text())
+    assert [t["temperature"] for t in doc["temperatures"]] == [0.0, 0.7]
+    for entry in doc["temperatures"]:
+        assert {b["tree_budget"] for b in entry["budgets"]} == {16, 64}
+        assert all(b["valid"] == b["total"] == 2 for b in entry["budgets"])
