@@ -349,3 +349,18 @@ def test_under_xdist_each_temperature_is_merged_apart(
     for entry in doc["temperatures"]:
         assert {b["tree_budget"] for b in entry["budgets"]} == {16, 64}
         assert all(b["valid"] == b["total"] == 2 for b in entry["budgets"])
+
+
+def test_a_bad_temperature_stops_the_run_in_one_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_b=_BENCH)
+    pytester.makeini("[pytest]\nddtree_temperatures = 0,hot\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert [line for line in result.stderr.lines if line] == [
+        "ERROR: invalid temperatures '0,hot' (from ini key ddtree_temperatures): "
+        "'hot' is not a number"
+    ]
+    result = pytester.runpytest("-p", "no:cacheprovider", "--ddtree-temperatures=0,2.5")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: invalid temperatures '0,2.5' (from option *): 2.5 is*"])
+    assert "Traceback" not in result.stderr.str()
