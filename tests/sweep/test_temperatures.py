@@ -364,3 +364,35 @@ def test_a_bad_temperature_stops_the_run_in_one_line(pytester: pytest.Pytester) 
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: invalid temperatures '0,2.5' (from option *): 2.5 is*"])
     assert "Traceback" not in result.stderr.str()
+
+
+class _Answer:
+    """What the check reads of an answer: its text, and whether the request failed."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.error = text, None
+
+
+def test_a_repeat_parted_once_by_numerics_is_not_called_seed_ignored() -> None:
+    # a sampler that honors the seed, whose second ask of one seed parts late (a numeric
+    # flip, as a cached prefix can cause): the third ask agrees, so no verdict against it
+    asked: list[int | None] = []
+
+    def send(seed: int | None, t: float) -> Any:
+        asked.append(seed)
+        flip = asked.count(seed) == 2
+        return _Answer(f"answer {seed}" + (" parted late" if flip else ""))
+
+    check = check_sampling(send, 0.7, 0)
+    assert (check.temperature_honored, check.seed_honored) == (True, True), check.line()
+    assert "asked three times gave two answers" in check.detail
+    assert len(asked) == 6  # four seeds, the first again, and once more
+
+    def deaf(seed: int | None, t: float) -> Any:
+        asked.append(seed)
+        return _Answer(f"answer {len(asked)}")  # a fresh sample every time
+
+    check = check_sampling(deaf, 0.7, 0)
+    assert check.seed_honored is False
+    assert [v.code for v in check.violations()] == ["seed-ignored"]
+    assert "asked three times gave three answers" in check.violations()[0].message
