@@ -106,15 +106,16 @@ def _texts(answers: Sequence[Completion]) -> list[str] | str:
 
 
 def check_sampling(send: ProbeSend, temperature: float, base_seed: int) -> SamplingCheck:
-    """Probe the server at ``temperature`` (at most 12 short requests).
+    """Probe the server at ``temperature`` (at most 11 short requests).
 
     ``PROBE_SEEDS`` distinct seeds, then the first seed again. Distinct seeds that
     part ways and a repeated seed that gives its answer again: both honored. A
     repeated seed with another answer is asked a third time: when that answer too
-    is new, the seed is ignored. Distinct seeds with one
-    answer: compared with the temperature-0 answer; at a low temperature a peaked
-    model may answer alike whatever the seed, so the seeds are asked again at
-    ``ESCALATION_TEMPERATURE`` before the temperature is called ignored.
+    is new, the seed is ignored. Distinct seeds with one answer: a low temperature
+    can be that peaked on a healthy model, so below ``ESCALATION_TEMPERATURE`` the
+    seeds are asked again there; still one answer, it is compared with the
+    temperature-0 answer: the same, the temperature is ignored; another, the server
+    samples with a seed of its own (the request's is ignored).
     """
     seeds = [request_seed(base_seed, "sampling-check", i) for i in range(PROBE_SEEDS)]
     first = _texts([send(s, temperature) for s in seeds])
@@ -140,6 +141,18 @@ def check_sampling(send: ProbeSend, temperature: float, base_seed: int) -> Sampl
     if distinct > 1:
         detail = f"{seed_note}; {distinct} answers to {PROBE_SEEDS} distinct seeds"
         return SamplingCheck(temperature, True, same_seed, detail)
+    if temperature < ESCALATION_TEMPERATURE:
+        # a low temperature can be that peaked on a healthy model: ask where it cannot be
+        hot = _texts([send(s, ESCALATION_TEMPERATURE) for s in seeds])
+        if isinstance(hot, str):
+            return SamplingCheck(temperature, None, None, problem=hot)
+        if len(set(hot)) > 1:
+            detail = (
+                f"{seed_note}; {PROBE_SEEDS} distinct seeds gave one answer at "
+                f"{temperature_label(temperature)} but {len(set(hot))} answers at "
+                f"{ESCALATION_TEMPERATURE:g}: a peaked model, not a deaf server"
+            )
+            return SamplingCheck(temperature, True, same_seed, detail)
     greedy = _texts([send(None, 0.0)])
     if isinstance(greedy, str):
         return SamplingCheck(temperature, None, None, problem=greedy)
@@ -147,16 +160,7 @@ def check_sampling(send: ProbeSend, temperature: float, base_seed: int) -> Sampl
         # one answer whatever the seed, yet not the greedy one: sampled with a seed of its own
         detail = f"{PROBE_SEEDS} distinct seeds gave one answer, not the temperature-0 one"
         return SamplingCheck(temperature, True, False, detail)
-    if temperature < ESCALATION_TEMPERATURE:
-        hot = _texts([send(s, ESCALATION_TEMPERATURE) for s in seeds])
-        if isinstance(hot, str):
-            return SamplingCheck(temperature, None, None, problem=hot)
-        if len(set(hot)) > 1:
-            detail = (
-                f"{seed_note}; {PROBE_SEEDS} distinct seeds gave the temperature-0 answer at "
-                f"{temperature_label(temperature)} but {len(set(hot))} answers at "
-                f"{ESCALATION_TEMPERATURE:g}: a peaked model, not a deaf server"
-            )
-            return SamplingCheck(temperature, True, same_seed, detail)
     detail = f"{PROBE_SEEDS} distinct seeds all gave the temperature-0 answer"
+    if temperature < ESCALATION_TEMPERATURE:
+        detail += f", at {ESCALATION_TEMPERATURE:g} too"
     return SamplingCheck(temperature, False, None, detail)

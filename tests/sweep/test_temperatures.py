@@ -396,3 +396,28 @@ def test_a_repeat_parted_once_by_numerics_is_not_called_seed_ignored() -> None:
     assert check.seed_honored is False
     assert [v.code for v in check.violations()] == ["seed-ignored"]
     assert "asked three times gave three answers" in check.violations()[0].message
+
+
+def test_a_peaked_model_at_a_low_temperature_is_not_called_deaf() -> None:
+    # one answer for every seed at 0.2, several at 1: honored (the model is just sure)
+    def peaked(seed: int | None, t: float) -> Any:
+        return _Answer("greedy" if t < 1 or seed is None else f"sampled {seed}")
+
+    check = check_sampling(peaked, 0.2, 0)
+    assert (check.temperature_honored, check.seed_honored) == (True, True), check.line()
+    assert "a peaked model, not a deaf server" in check.detail
+
+    # one answer at 1 too, and not the greedy one: the server's own seed, not the request's
+    def fixed(seed: int | None, t: float) -> Any:
+        return _Answer("greedy" if t == 0 else "its own seed's answer")
+
+    check = check_sampling(fixed, 0.2, 0)
+    assert (check.temperature_honored, check.seed_honored) == (True, False)
+    assert [v.code for v in check.violations()] == ["seed-ignored"]
+
+    def greedy(seed: int | None, t: float) -> Any:
+        return _Answer("greedy")
+
+    check = check_sampling(greedy, 0.2, 0)
+    assert check.temperature_honored is False
+    assert check.detail == "4 distinct seeds all gave the temperature-0 answer, at 1 too"
