@@ -8,14 +8,16 @@ every arm is compared with the *leader* (the arm with the best prompt-balanced
 geometric mean) by a confidence interval of its relative *slowdown* (positive:
 the arm is slower than the leader):
 
-- **out**: the arm is clearly slower (the whole interval lies above zero)
-  and by more than the practical margin (the estimate lies above it). It
-  leaves the race and gets no more requests.
+- **out**: the arm is clearly slower by more than the practical margin (the
+  whole interval lies above the margin). It leaves the race and gets no more
+  requests. An estimate above the margin is not enough: looking every few
+  rounds, an arm truly 1% slower would now and then show 2.5% and leave.
 - **as fast**: the whole interval lies within plus or minus the margin - the
   arm is as fast as the leader for every practical purpose.
 - **close enough**: once the interval is narrower than the margin itself,
   more requests cannot change the practical answer: the arm is *out* when its
-  estimate lies above the margin, else *as fast*. Without this an arm truly
+  estimate lies above the margin, else *as fast* (only an arm truly within
+  half the margin of the margin's edge can be put on the wrong side). Without this an arm truly
   at the margin's edge (2.3% slower with a 2% margin) would keep the race
   going until the request budget is spent.
 - **in contention**: anything else; it gets the next round.
@@ -408,10 +410,10 @@ def _standing(key: K, arm: _Arm, lead: _Arm, rule: RaceRule, look: int) -> Stand
         return Standing(key, n, median, "in contention", d, "too few values a prompt")
     conf = f"{100 * confidence:.3g}%"
     where = f"{_interval(d)} ({conf}, n={n} vs {len(lead.values)})"
-    # an interval narrower than the margin that has its estimate above it lies above zero
     close = d[2] - d[1] < m
-    if d[0] > m and d[1] > 0:
-        why = f"slower than the leader by {where}, more than the {m:.0%} margin"
+    if d[1] > m or (close and d[0] > m):
+        how = "more than the" if d[1] > m else "an interval narrower than the"
+        why = f"slower than the leader by {where}, {how} {m:.0%} margin"
         return Standing(key, n, median, "out", d, why)
     if (-m < d[1] and d[2] < m) or close:
         why = f"within the {m:.0%} margin of the leader: {where}"
