@@ -46,6 +46,7 @@ from pathlib import Path
 from pytest_ddtree.prompts import load_prompts
 from pytest_ddtree.reference.cost import CostModel, jitter_factor
 from pytest_ddtree.reference.model import get_model
+from pytest_ddtree.sweep.adaptive import AUTO_ROUNDS
 from pytest_ddtree.sweep.race import Judgement, Race, RaceRule, judge
 from pytest_ddtree.sweep.statistics import bootstrap_median_difference
 
@@ -170,13 +171,18 @@ def main() -> None:
     parser.add_argument("--margin", type=float, default=0.02)
     parser.add_argument("--confidence", type=float, default=RaceRule().confidence)
     parser.add_argument("--min-n", type=int, default=RaceRule().min_n)
-    parser.add_argument("--max-rounds", type=int, default=40, help="the race's request budget")
+    parser.add_argument(
+        "--max-rounds",
+        type=int,
+        default=AUTO_ROUNDS,
+        help="the race's request budget, in exhaustive rounds (default: the plugin's auto)",
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     costs = prompt_costs(BUDGETS)
     prompts = tuple(dict.fromkeys(p for p, _ in costs))
     world = World(costs, prompts, args.jitter)
-    cap = args.max_rounds * len(BUDGETS) * len(prompts)
+    cap = args.max_rounds * len(BUDGETS) * len(prompts)  # auto_requests() at the default
     rule = RaceRule(args.margin, args.min_n, args.confidence, max_requests=cap)
     truth = right_answer(world, BUDGETS, args.margin)
     print(

@@ -408,7 +408,7 @@ def _standing(key: K, arm: _Arm, lead: _Arm, rule: RaceRule, look: int) -> Stand
     m = rule.equivalence
     if d is None or not all(math.isfinite(x) for x in d):
         return Standing(key, n, median, "in contention", d, "too few values a prompt")
-    conf = f"{100 * confidence:.3g}%"
+    conf = f"{100 * confidence:.4g}%"
     where = f"{_interval(d)} ({conf}, n={n} vs {len(lead.values)})"
     close = d[2] - d[1] < m
     if d[1] > m or (close and d[0] > m):
@@ -531,6 +531,13 @@ class Race(Generic[K]):
                 self._leave(s, j.leader)
         self._last = None
         self._next_look = max(self.rounds + 1, math.ceil(self.rounds * LOOK_GROWTH))
+        return self.judgement()
+
+    def finish(self) -> Judgement[K]:
+        """A last look at what was measured since the previous one (a driver that ran out
+        of rounds to give, e.g. of benchmark tests); the final verdict."""
+        if self._looked_at != self.requests and self.rounds >= self.min_rounds:
+            self._look()
         return self.judgement()
 
     def next_round(self) -> list[K]:
