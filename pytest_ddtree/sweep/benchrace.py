@@ -48,7 +48,10 @@ class BenchRace:
         reason = gone.reason
         if gone.leader is not None:
             reason = reason.replace("the leader", f"tree_budget={budget_label(gone.leader)}", 1)
-        return f"left the race after {gone.after_requests} requests: {reason}"
+        return (
+            f"tree_budget={budget_label(budget)} left the race after {gone.after_requests} "
+            f"requests: {reason}"
+        )
 
     def _why_over(self) -> str:
         j = self.race.judgement()

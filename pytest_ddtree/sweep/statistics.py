@@ -543,11 +543,12 @@ def _undecided(
     n = len(lead.decode)
     open_ = [s for s in j.standings if s.status == "in contention"]
     parts = ", ".join(f"tree_budget={budget_label(s.key)} ({standing_text(s)})" for s in open_)
-    why = (
-        f"the request budget ({record.max_requests}) was spent first"
-        if record.spent
-        else "more rounds (--ddtree-rounds) or --ddtree-sweep adaptive would decide"
-    )
+    if record.spent:
+        why = f"the request budget ({record.max_requests}) was spent first"
+    elif record.mode == "adaptive":
+        why = "the benchmark tests ran out first: more prompts or --ddtree-rounds would decide"
+    else:
+        why = "more rounds (--ddtree-rounds) or --ddtree-sweep adaptive would decide"
     message = (
         f"Undecided: tree_budget={budget_label(j.leader)} leads with median decode "
         f"{_fmt_rate(lead.decode_median)} tok/s (n={n}), but {parts or 'no budget'} "

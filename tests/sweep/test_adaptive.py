@@ -191,7 +191,7 @@ def test_benchmark_tests_race_prompt_by_prompt_and_a_budget_that_left_is_skipped
     assert outcomes.get("skipped", 0) >= 1 and outcomes.get("failed", 0) == 0, outcomes
     skips = [line for line in result.outlines if line.startswith("SKIPPED")]
     left = (
-        ": left the race after 18 requests: slower than tree_budget=",
+        "tree_budget=1024 left the race after 18 requests: slower than tree_budget=",
         ": race decided after 18 requests: tree_budget=",
     )
     assert any(why in line for line in skips for why in left), skips
