@@ -383,14 +383,15 @@ def _judge(
         if arm.excluded is not None:
             standings.append(Standing(key, len(arm.values), median, "excluded", None, arm.excluded))
             continue
-        if key == leader:
+        if live and key == leader:
             standings.append(Standing(key, len(arm.values), median, "leader"))
             continue
-        if leader is None or not arm.values:
+        if not live or not arm.values:
             standings.append(Standing(key, len(arm.values), median, "in contention"))
             continue
         standings.append(_standing(key, arm, arms[leader], rule, look))
-    decided = leader is not None and not any(s.status == "in contention" for s in standings)
+    # a key may be None (the server's own budget): whether there is a leader is ``live``
+    decided = bool(live) and not any(s.status == "in contention" for s in standings)
     recommended: K | None = None
     if decided:
         pool = [s.key for s in standings if s.status in ("leader", "as fast")]

@@ -466,7 +466,7 @@ def recommend(
     excluded = tuple(s.tree_budget for s in stats if s.total > 0 and not s.all_valid)
     by_budget = {st.tree_budget: st for st in stats}
     tail = f" Excluded for invalid responses: {_names(excluded)}." if excluded else ""
-    if j.leader is None:
+    if not any(s.status == "leader" for s in j.standings):
         why = "no budget produced valid timed requests"
         if excluded:
             why += f" (invalid requests at {_names(excluded)})"
@@ -678,7 +678,7 @@ def _verdict(st: BudgetStats, record: RaceRecord[int | None] | None, rec: Recomm
         s = record.judgement.standing(st.tree_budget)
     except KeyError:
         return "not raced"
-    if st.tree_budget == rec.tree_budget:
+    if rec.decided and st.tree_budget == rec.tree_budget:
         return "best" if s.status == "leader" else "best (smallest as fast)"
     gone = record.exit_of(st.tree_budget)
     return {

@@ -285,6 +285,6 @@ def test_a_tripped_compare_gate_ends_in_one_line_per_regression(
             line,
         ), line
     # the ddtree summary and pytest's closing line are still there
-    result.stdout.fnmatch_lines(["*pytest-ddtree budget sweep*", "Recommended tree_budget=*"])
+    result.stdout.fnmatch_lines(["*pytest-ddtree budget sweep*", "Undecided: tree_budget=*"])
     result.stdout.fnmatch_lines(["ddtree: add --ddtree-report DIR for sweep.json and sweep.html*"])
     result.stdout.fnmatch_lines(["*2 passed*"])
