@@ -17,23 +17,26 @@ the arm is slower than the leader):
 - **close enough**: once the interval is narrower than the margin itself,
   more requests cannot change the practical answer: the arm is *out* when its
   estimate lies above the margin, else *as fast* (only an arm truly within
-  half the margin of the margin's edge can be put on the wrong side). Without this an arm truly
-  at the margin's edge (2.3% slower with a 2% margin) would keep the race
-  going until the request budget is spent.
+  half the margin of the margin's edge can land on the wrong side). Without
+  this an arm truly at the margin's edge (2.3% slower with a 2% margin) would
+  keep the race going until the request budget is spent.
 - **in contention**: anything else; it gets the next round.
 
 The interval is a stratified t-interval on the logarithm of the values: each
 prompt's mean log value per arm, the difference averaged over the prompts both
 arms share (so the prompt mix cancels, as the prompts differ in speed far more
 than repeated requests do), with the within-prompt variance of each arm and
-Welch's degrees of freedom. Noise on timings is multiplicative (a request runs
-a few percent slower), which is additive in logs. It costs a few arithmetic
-operations per look, where a bootstrap at every round of every race was the
-slowest part of a sweep, and it is honest at two values a prompt, where a
-within-prompt bootstrap was far too narrow. Each look uses the rule's
-``confidence`` (99% by default): a race looks after every round, and the
-calibration (``benchmarks/bench_race.py``) showed 95% per look let a truly
-equal arm be called slower too often over many looks.
+Welch's degrees of freedom; a stray value (a stalled request) is first pulled
+in to 3.5 robust SDs of its prompt's median. Noise on timings is
+multiplicative (a request runs a few percent slower), which is additive in
+logs. It costs a few arithmetic operations per look, where a bootstrap of the
+medians at every look made a seven-budget race take seconds, and it is honest
+at two values a prompt, where a within-prompt bootstrap was far too narrow (a
+truly best arm could leave). A race looks after :attr:`Race.min_rounds` and
+then whenever its rounds have grown by a quarter; the k-th look has the
+confidence ``1 - alpha / (k (k + 1))`` (:meth:`RaceRule.look_confidence`), so
+the error rates of all looks add up to at most ``alpha``. The calibration is
+``benchmarks/bench_race.py``.
 
 The race is *decided* when no arm is in contention. It then recommends the
 **smallest** budget among the leader and the arms as fast as it: a win inside
@@ -76,7 +79,7 @@ K = TypeVar("K", bound=Hashable)
 DEFAULT_EQUIVALENCE = 0.02
 #: Requests an arm gets before any claim about it (and the least n behind a "faster").
 DEFAULT_MIN_N = 6
-#: Confidence of a race's claims over all its looks together (see :meth:`RaceRule.look_confidence`).
+#: Confidence of a race's claims over all its looks together (:meth:`RaceRule.look_confidence`).
 DEFAULT_CONFIDENCE = 0.95
 #: Robust SDs beyond which a value's residual is clipped (see ``_tamed``).
 CLIP = 3.5
@@ -370,9 +373,10 @@ def _judge(
     """Judge every arm against the leader; ``frozen`` arms keep the standing they left with."""
     live = {k: a for k, a in arms.items() if a.excluded is None and a.values and k not in frozen}
     sign = 1.0 if rule.higher_is_better else -1.0
-    leader: K | None = None
-    if live:
-        leader = min(live, key=lambda k: (-sign * _score(live[k]), _order(k)))
+    # ordered best first; a key may be None (the server's own budget), so "is there a
+    # leader" is ``ranked``, never ``leader is None``
+    ranked = sorted(live, key=lambda k: (-sign * _score(live[k]), _order(k)))
+    leader: K | None = ranked[0] if ranked else None
     standings: list[Standing[K]] = []
     for key in sorted(arms, key=_order):
         arm = arms[key]
@@ -383,15 +387,14 @@ def _judge(
         if arm.excluded is not None:
             standings.append(Standing(key, len(arm.values), median, "excluded", None, arm.excluded))
             continue
-        if live and key == leader:
+        if ranked and key == ranked[0]:
             standings.append(Standing(key, len(arm.values), median, "leader"))
             continue
-        if not live or not arm.values:
+        if not ranked or not arm.values:
             standings.append(Standing(key, len(arm.values), median, "in contention"))
             continue
-        standings.append(_standing(key, arm, arms[leader], rule, look))
-    # a key may be None (the server's own budget): whether there is a leader is ``live``
-    decided = bool(live) and not any(s.status == "in contention" for s in standings)
+        standings.append(_standing(key, arm, live[ranked[0]], rule, look))
+    decided = bool(ranked) and not any(s.status == "in contention" for s in standings)
     recommended: K | None = None
     if decided:
         pool = [s.key for s in standings if s.status in ("leader", "as fast")]

@@ -2,10 +2,10 @@
 
 Only the standard library: medians and interquartile ranges, and seeded
 percentile-bootstrap confidence intervals, so the same samples and seed always
-give the same report. Budgets are ranked by measured decode throughput, then by
-mean acceptance *length* (tokens committed per decode round); acceptance
-*rate* is never used because it falls arithmetically as the budget grows,
-whatever the server does.
+give the same report. The recommendation follows the racing rule
+(:mod:`~pytest_ddtree.sweep.race`) on measured decode throughput, for an
+exhaustive sweep as for an adaptive one; acceptance *rate* is never used
+because it falls arithmetically as the budget grows, whatever the server does.
 """
 
 from __future__ import annotations
