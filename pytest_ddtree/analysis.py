@@ -24,6 +24,7 @@ from pytest_ddtree.sweep import (
     redact_endpoint,
     summarize,
 )
+from pytest_ddtree.sweep.race import RaceRecord, RaceRule
 from pytest_ddtree.violation import Violation
 
 if TYPE_CHECKING:
@@ -152,6 +153,8 @@ def conclude(
     seed: int,
     skip_checks: Sequence[str],
     interrupted: bool,
+    rule: RaceRule | None = None,
+    races: Mapping[float, RaceRecord[int | None]] | None = None,
 ) -> Conclusion:
     """Samples that count, the budget-ignored verdict and the (maybe partial) summary."""
     from pytest_ddtree.sweep.temperature import by_temperature
@@ -166,7 +169,10 @@ def conclude(
         for t, group in groups.items()
         for v in budget_ignored(group, skip_checks)
     ]
-    summaries = {t: summarize(group, seed=seed) for t, group in groups.items()}
+    summaries = {
+        t: summarize(group, seed=seed, rule=rule, race=(races or {}).get(t))
+        for t, group in groups.items()
+    }
     if interrupted:
         summaries = {t: _partial(s) for t, s in summaries.items()}
     return Conclusion(samples, next(iter(summaries.values())), ignored, summaries)

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from pytest_ddtree.load import LoadRecord, LoadTestResult
     from pytest_ddtree.machine import ProbeResult
     from pytest_ddtree.sweep import DiagnosisRecord, RunMetadata, SweepSample, SweepSummary
+    from pytest_ddtree.sweep.benchrace import BenchRace
+    from pytest_ddtree.sweep.race import RaceRecord
     from pytest_ddtree.violation import Violation
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
@@ -153,6 +155,11 @@ class DDTreeSession:
         self.summaries: dict[float, SweepSummary] = {}
         #: what the sampling check found at each temperature above 0 (``pytest_ddtree.sampling``)
         self.sampling: dict[float, Any] = {}
+        # the adaptive sweeps' races (who left when, and why), for the end-of-session report
+        # (the last race of each temperature)
+        self.races: dict[float, RaceRecord[int | None]] = {}
+        # the races of the parametrised benchmark tests, one per test function and temperature
+        self.bench_races: dict[tuple[str, float], BenchRace] = {}
         self.budget_ignored: list[Violation] = []
         self.report_lines: list[str] = []
         # one record of raw samples per ddtree_load call (and process); merged in finish()
@@ -300,6 +307,7 @@ class DDTreeSession:
     def finish(self, session: pytest.Session) -> None:
         """Hand the records to the controller (xdist worker), or check and report the sweep."""
         from pytest_ddtree import _guard, analysis
+        from pytest_ddtree.sweep.race import RaceRule
 
         self.pending.clear()
         # a signal counts even when a second one muddled pytest's exit status
@@ -328,11 +336,16 @@ class DDTreeSession:
             self.probe_machine("after")
         if self.metadata is not None and self.probes:
             self.metadata.probes = [p.to_json() for p in self.probes]
+        for (_, temperature), bench in self.bench_races.items():
+            bench.race.finish()
+            self.races[temperature] = bench.race.record()
         seed, report = self.settings.sweep_seed, self.settings.report
         outcome = analysis.conclude(
             self.samples,
             self.lossy,
             seed=seed,
+            rule=RaceRule(equivalence=self.settings.equivalence),
+            races=self.races,
             skip_checks=self.settings.skip_checks,
             interrupted=self.interrupted,
         )

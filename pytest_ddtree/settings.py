@@ -117,10 +117,15 @@ class Settings:
     warmup_rounds: int = 1
     sweep_seed: int = 0
     sweep_order: Literal["shuffled", "fixed"] = "shuffled"
+    sweep: Literal["exhaustive", "adaptive"] = "exhaustive"
+    equivalence: float = 0.02
+    #: None: auto (an exhaustive sweep's requests at SWEEP_AUTO_ROUNDS rounds)
+    sweep_requests: int | None = None
     reference_faults: tuple[str, ...] = ()
     reference_latency: bool = True
     reference_slowdown: float = 1.0
     reference_slowdown_after: tuple[int, float] | None = None
+    reference_jitter: float = 0.0
     probe: str | None = None
     slo: Any = None  # pytest_ddtree.load.slo.SLO
     load_concurrency: tuple[int, ...] = (1, 4, 16)
@@ -438,6 +443,42 @@ def parse_slowdown(raw: str, source: str) -> float:
             "expected a factor between 0.1 and 10 (1 is as built)",
         )
     return value
+
+
+def parse_jitter(raw: str, source: str) -> float:
+    """A coefficient of variation between 0 and 1 (``0.05`` or ``5%``)."""
+    text = str(raw).strip()
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0 <= value <= 1:
+        raise _fail(
+            "reference-jitter",
+            raw,
+            source,
+            "expected a coefficient of variation between 0 and 1, e.g. 0.05 or 5%",
+        )
+    return value
+
+
+def parse_equivalence(raw: str, source: str) -> float:
+    """The race's practical margin: ``2%`` or ``0.02``, within (0, 50%)."""
+    text = str(raw).strip()
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0 < value < 0.5:
+        raise _fail("equivalence", raw, source, "expected a margin above 0% and below 50%, e.g. 2%")
+    return value
+
+
+def parse_sweep_requests(raw: str, source: str) -> int | None:
+    """``auto`` or an integer >= 1 (checked against the budgets in ``_cross_validate``)."""
+    if str(raw).strip().lower() == "auto":
+        return None
+    return parse_positive_int(raw, source, "sweep-requests")
 
 
 def parse_metrics_url(raw: str, source: str) -> str:
@@ -766,6 +807,35 @@ OPTIONS: tuple[OptionDef, ...] = (
         parse=lambda raw, src: parse_choice(raw, src, "sweep-order", ("shuffled", "fixed")),
     ),
     OptionDef(
+        "sweep",
+        "exhaustive (every budget gets every round) or adaptive (the budgets race: a clearly "
+        "slower budget leaves, the rest get more requests until the best is known or "
+        "--ddtree-sweep-requests is spent).",
+        metavar="MODE",
+        default="exhaustive",
+        env=("DDTREE_SWEEP",),
+        parse=lambda raw, src: parse_choice(raw, src, "sweep", ("exhaustive", "adaptive")),
+    ),
+    OptionDef(
+        "equivalence",
+        "The sweep's practical margin: budgets within it of the best are as fast, and the "
+        "smallest of them is recommended (2% or 0.02; above 0, below 50%).",
+        metavar="MARGIN",
+        default="2%",
+        env=("DDTREE_EQUIVALENCE",),
+        parse=parse_equivalence,
+    ),
+    OptionDef(
+        "sweep-requests",
+        "The adaptive sweep's request budget (warm-up and smoke requests not counted); spent "
+        "before the best is known, the sweep is undecided. auto: what an exhaustive sweep of "
+        "30 rounds would send (a cap: a decided race stops sooner).",
+        metavar="N",
+        default="auto",
+        env=("DDTREE_SWEEP_REQUESTS",),
+        parse=parse_sweep_requests,
+    ),
+    OptionDef(
         "reference-fault",
         "Embedded server only: inject this fault (repeatable), to see how a broken server fails.",
         metavar="FAULT",
@@ -793,6 +863,15 @@ OPTIONS: tuple[OptionDef, ...] = (
         "multiplied by F (default 3), a server that degrades mid-run (to see drift).",
         metavar="N[:F]",
         parse=parse_slowdown_after,
+    ),
+    OptionDef(
+        "reference-jitter",
+        "Embedded server only: seeded multiplicative noise on each request's simulated costs, "
+        "with this coefficient of variation (0.05 or 5%; 0 is none), as a real accelerator "
+        "has.",
+        metavar="CV",
+        default="0",
+        parse=parse_jitter,
     ),
     OptionDef(
         "probe",
@@ -1011,6 +1090,22 @@ def _cross_validate(values: dict[str, Any], sources: dict[str, str]) -> Settings
             "invalid reference-slowdown-after (from "
             f"{sources['reference_slowdown_after']}): only the embedded server can be slowed "
             f"down, but an endpoint is set (from {sources['endpoint']})"
+        )
+    if values.get("sweep_requests") is not None:
+        from pytest_ddtree.sweep.race import DEFAULT_MIN_N  # late: sweep imports settings
+
+        arms = max(len(values.get("budgets", DEFAULT_BUDGETS)), 1)
+        if values["sweep_requests"] < DEFAULT_MIN_N * arms:
+            raise SettingsError(
+                f"invalid sweep-requests {values['sweep_requests']} (from "
+                f"{sources['sweep_requests']}): below the minimum n ({DEFAULT_MIN_N}) x "
+                f"{arms} budget(s) = {DEFAULT_MIN_N * arms}, so no budget could be judged"
+            )
+    if values.get("endpoint") is not None and values.get("reference_jitter"):
+        raise SettingsError(
+            f"invalid reference-jitter (from {sources['reference_jitter']}): only the embedded "
+            f"server has simulated costs to jitter, but an endpoint is set "
+            f"(from {sources['endpoint']})"
         )
     return Settings(**values, sources=sources)
 

@@ -116,6 +116,17 @@ class SweepPlan:
         return (self.rounds + self.warmup_rounds) * len(self.budgets) * len(self.prompts) + blocks
 
 
+def seed_key(planned: PlannedRequest, drift_seen: dict[tuple[str, str], int]) -> str:
+    """The key of a request's sampling seed: its round (``"3"``, the same at every budget),
+    or ``"drift-2"`` for the third request of a prompt in a drift block, so the end block
+    samples as the start block did. ``drift_seen`` counts a run's drift requests so far."""
+    if planned.drift_mark is None:
+        return str(planned.round)
+    k = drift_seen.get((planned.drift_mark, planned.prompt_id), 0)
+    drift_seen[(planned.drift_mark, planned.prompt_id)] = k + 1
+    return f"drift-{k}"
+
+
 class GroupWatch(Protocol):
     """Told when a round's visit of one budget starts and ends (server counters)."""
 
@@ -161,12 +172,8 @@ def run_sweep(
         if seeded is None:
             completion = request(planned.tree_budget, planned.prompt_id)
         else:
-            seed_key = str(planned.round)
-            if planned.drift_mark is not None:
-                k = drift_seen.get((planned.drift_mark, planned.prompt_id), 0)
-                drift_seen[(planned.drift_mark, planned.prompt_id)] = k + 1
-                seed_key = f"drift-{k}"
-            completion = seeded(planned.tree_budget, planned.prompt_id, seed_key)
+            key_ = seed_key(planned, drift_seen)
+            completion = seeded(planned.tree_budget, planned.prompt_id, key_)
         group.append(completion)
         violations = list(validate(completion))
         if planned.warmup and not violations:

@@ -149,7 +149,7 @@ def test_only_zero_keeps_todays_ids_groups_and_report(
     groups = {b["group"] for b in json.loads(out.read_text())["benchmarks"]}
     assert groups == {"tree_budget=16", "tree_budget=64"}
     doc = json.loads((report / "sweep.json").read_text())
-    assert "temperatures" not in doc and doc["recommendation"]["tree_budget"] in (16, 64)
+    assert "temperatures" not in doc and doc["recommendation"]["leader"] in (16, 64)
 
 
 def test_temperatures_parametrise_timings_with_seeds_per_temperature(
@@ -196,7 +196,7 @@ def test_temperatures_parametrise_timings_with_seeds_per_temperature(
     doc = json.loads((report / "sweep.json").read_text())
     assert "recommendation" not in doc
     assert [t["temperature"] for t in doc["temperatures"]] == [0.0, 0.7]
-    assert all(t["recommendation"]["tree_budget"] in (16, 64) for t in doc["temperatures"])
+    assert all(t["recommendation"]["leader"] in (16, 64) for t in doc["temperatures"])
     html = (report / "sweep.html").read_text()
     assert "Sampling temperature 0.7" in html and "Sampling temperature 0<" in html
 
@@ -231,7 +231,7 @@ def test_a_server_that_ignores_sampling_is_named_and_not_timed(
     assert hot["sampling"] and hot["sampling"][0].startswith(f"[{code}]")
     assert {b["verdict"] for b in hot["budgets"]} == {f"INVALID ({code})"}
     cold = next(t for t in doc["temperatures"] if t["temperature"] == 0.0)
-    assert cold["recommendation"]["tree_budget"] in (16, 64)
+    assert cold["recommendation"]["leader"] in (16, 64)
     # skipped, the run is timed (and reported as weakened)
     again = pytester.runpytest(
         *_args(server, "--ddtree-temperatures=0.7", f"--ddtree-skip-check={code}")
@@ -270,7 +270,7 @@ def test_ddtree_sweep_at_a_temperature_seeds_rounds_and_drift_pairs(
                     rounds=2,
                     warmup_rounds=0,
                 )
-                assert summary.recommendation.tree_budget is not None
+                assert summary.recommendation.leader is not None
             """
         )
     )
