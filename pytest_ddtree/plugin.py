@@ -289,6 +289,14 @@ def ddtree_determinism(_ddtree_gate: fixtures.Gate) -> fixtures.DDTreeDeterminis
 
 
 @pytest.fixture
+def ddtree_distribution(_ddtree_gate: fixtures.Gate) -> fixtures.DDTreeDistribution:
+    """A :class:`~pytest_ddtree.fixtures.DDTreeDistribution`: ``(prompt, temperature=0.7)``."""
+    from pytest_ddtree.fixtures import DDTreeDistribution
+
+    return DDTreeDistribution(_ddtree_gate)
+
+
+@pytest.fixture
 def ddtree_benchmark(
     request: pytest.FixtureRequest, benchmark: Any, _ddtree_gate: fixtures.Gate
 ) -> fixtures.DDTreeBenchmark:

@@ -11,6 +11,13 @@ lowest budget is the reference) and fails with ``not-lossless`` at the first div
 token index and character offset, both continuations around it, and which budgets diverge.
 ``--ddtree-lossless prefix:N`` tolerates divergence after N tokens (for stacks known to flip
 near-ties); ``off`` skips the losslessness tests.
+
+Above temperature 0 speculation need only keep the *distribution* of answers:
+``ddtree_distribution`` samples ``--ddtree-distribution-samples`` answers from the server and
+as many from the baseline, each with its own seed, and fails with
+``not-lossless-in-distribution`` when a permutation test tells them apart at
+``--ddtree-distribution-alpha``. It runs on the first sweep prompt (long prose, where a
+verifier that favours the drafter shows most), at the largest budget.
 """
 
 from __future__ import annotations
@@ -18,8 +25,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 if TYPE_CHECKING:
     from pytest_ddtree.prompts import Prompt
+
+# the temperatures at which losslessness is tested in distribution (0 is test_lossless's)
+DISTRIBUTION_TEMPERATURES = (0.7,)
 
 
 def test_deterministic_and_stateless(
@@ -33,3 +45,13 @@ def test_deterministic_and_stateless(
 
 def test_lossless(prompt: Prompt, ddtree_lossless: Callable[..., Any]) -> None:
     ddtree_lossless(prompt.messages, prompt_id=prompt.id)
+
+
+@pytest.mark.parametrize("temperature", DISTRIBUTION_TEMPERATURES)
+def test_lossless_in_distribution(
+    temperature: float, sweep_prompts: list[Prompt], ddtree_distribution: Callable[..., Any]
+) -> None:
+    if not sweep_prompts:
+        pytest.skip("no sweep prompt to sample")
+    prompt = sweep_prompts[0]
+    ddtree_distribution(prompt.messages, temperature=temperature, prompt_id=prompt.id)
