@@ -31,6 +31,9 @@ FAULTS: dict[str, str] = {
     "drafter gives it probability 0.5 or more, even where the target sampled another token, "
     "so sampled output leans towards the drafter's favourites; temperature 0 is unchanged "
     "(speculative decoding only)",
+    "seed-dropped": "speculative decoding drops the request's seed: above temperature 0 every "
+    "request is sampled with one fixed seed, so distinct seeds give one answer "
+    "(speculative decoding only)",
     "nondeterministic": "temperature-0 output differs between identical requests",
     "state-leak": "drafter/context cache not reset: a request that follows a different "
     "request starts from the previous one's context; an identical repeat is fine "
@@ -53,7 +56,15 @@ FAULTS: dict[str, str] = {
 TEMPLATE_FAULTS = frozenset({"early-eos", "role-leak", "think-leak"})
 # a drafter's cache does not exist in target-only decoding, so state-leak is speculative too
 SPECULATION_FAULTS = frozenset(
-    {"lossy", "draft-confidence", "overrun", "stats-inflated", "budget-ignored", "state-leak"}
+    {
+        "lossy",
+        "draft-confidence",
+        "seed-dropped",
+        "overrun",
+        "stats-inflated",
+        "budget-ignored",
+        "state-leak",
+    }
 )
 WIRE_FAULTS = frozenset(FAULTS) - TEMPLATE_FAULTS - SPECULATION_FAULTS
 

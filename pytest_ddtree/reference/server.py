@@ -475,7 +475,7 @@ class _Engine:
             think=req.think,
             temperature=req.temperature,
             top_p=req.top_p,
-            seed=req.seed,
+            seed=0 if "seed-dropped" in faults else req.seed,
             faults=frozenset(f for f in faults if f in TEMPLATE_FAULTS or f in _MODEL_FAULTS),
             salt=salt,
         )

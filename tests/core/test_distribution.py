@@ -1,0 +1,201 @@
+"""Losslessness in distribution: the permutation test, and ``ddtree_distribution`` end to end."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from pytest_ddtree.distribution import compare_answers, opening, run_distribution, words
+from pytest_ddtree.reference import ReferenceServer
+from pytest_ddtree.wire.client import DDTreeClient
+
+FAST = ("--ddtree-reference-latency=off",)
+VOCAB = [f"w{i}" for i in range(40)]
+
+
+def _answers(rng: random.Random, n: int, weights: list[float]) -> list[str]:
+    return [" ".join(rng.choices(VOCAB, weights, k=rng.randint(20, 40))) + "." for _ in range(n)]
+
+
+def test_words_and_opening() -> None:
+    assert words("The river, at Dawn!") == ["the", "river", ",", "at", "dawn", "!"]
+    assert opening("The river, at Dawn!") == "the river"
+    assert opening("") == ""
+
+
+def test_the_same_answers_give_the_same_p_value() -> None:
+    rng = random.Random(1)
+    flat = [1.0] * len(VOCAB)
+    a, b = _answers(rng, 20, flat), _answers(rng, 20, flat)
+    first = compare_answers(a, b, permutations=199)
+    assert compare_answers(a, b, permutations=199) == first
+    assert 0 < first.p_value <= 1
+    assert [s.name for s in first.statistics] == ["opening", "words", "bigrams", "length"]
+
+
+def test_identical_sides_are_never_told_apart() -> None:
+    rng = random.Random(2)
+    a = _answers(rng, 15, [1.0] * len(VOCAB))
+    assert compare_answers(a, list(a), permutations=199).p_value > 0.5
+
+
+def test_a_sharper_side_is_found_and_named() -> None:
+    rng = random.Random(3)
+    flat = [1.0] * len(VOCAB)
+    sharp = [8.0 if i < 3 else 1.0 for i in range(len(VOCAB))]
+    result = compare_answers(_answers(rng, 30, sharp), _answers(rng, 30, flat), permutations=499)
+    assert result.differs and result.p_value <= 0.01
+    assert {w for w, _, _ in result.words[:3]} == {"w0", "w1", "w2"}
+    diff = result.differences()
+    assert "more frequent on the server" in diff["words"]
+    assert "N = 30 server and 30 baseline answers, 499 permutations" in result.summary()
+
+
+def test_false_alarms_stay_near_alpha_under_the_null() -> None:
+    # the permutation test is exact: 200 pairs of samples from one distribution
+    rng = random.Random(4)
+    weights = [1.0 / (i + 1) for i in range(len(VOCAB))]  # Zipf-like, as words are
+    rejected = sum(
+        compare_answers(_answers(rng, 12, weights), _answers(rng, 12, weights), permutations=99)
+        .differs
+        for _ in range(200)
+    )
+    assert rejected <= 20  # expected 10 at alpha 0.05; 20 is 3 standard deviations above
+
+
+def test_bad_arguments_are_one_line() -> None:
+    with pytest.raises(ValueError, match="both sides need at least one answer"):
+        compare_answers([], ["a"])
+    with pytest.raises(ValueError, match="permutations must be >= 1"):
+        compare_answers(["a"], ["b"], permutations=0)
+
+
+def test_temperature_0_is_refused(reference_server: ReferenceServer) -> None:
+    client = DDTreeClient(reference_server.base_url, model="ddtree-reference")
+    try:
+        with pytest.raises(ValueError, match=r"temperature must be above 0 .* ddtree_lossless"):
+            run_distribution(
+                client, client, "hi", temperature=0, samples=5, alpha=0.05, max_tokens=8
+            )
+    finally:
+        client.close()
+
+
+DISTRIBUTION_TESTS = """
+import pytest
+
+PROMPT = "Write a detailed essay about harbours and ships."
+
+@pytest.mark.parametrize("fault", ["", "draft-confidence"])
+def test_distribution(ddtree_distribution, fault):
+    headers = {"X-DDTree-Fault": fault} if fault else {}
+    result = ddtree_distribution(PROMPT, temperature=0.7, max_tokens=96, headers=headers)
+    assert not result.differs and result.samples == (40, 40)
+"""
+
+
+def test_healthy_passes_and_a_verifier_that_favours_the_drafter_fails(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(DISTRIBUTION_TESTS)
+    result = pytester.runpytest("--ddtree-budgets=1024", "--junitxml=out.xml", *FAST)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*not lossless in distribution at temperature 0.7",
+            "*[[]not-lossless-in-distribution[]] at temperature 0.7 the server's 40 answers are "
+            "not distributed as the target-only baseline's 40 (p = 0.0* <= alpha 0.05)",
+            "*test: p = 0.0* (alpha 0.05; N = 40 server and 40 baseline answers, 999 "
+            "permutations; opening p=*, words p=*, bigrams p=*, length p=*)",
+            "*openings: more frequent on the server (of 40 vs 40 answers): '*' * vs *",
+            "*words: more frequent on the server (count in all answers): *",
+            "*seeds: server 1..40, baseline 41..80",
+            "*diagnosis: speculative decoding*",
+        ]
+    )
+    xml = (pytester.path / "out.xml").read_text()
+    assert 'name="ddtree_distribution_p"' in xml
+    # the budget is not lossless: the session never times or recommends it
+    assert "INVALID (not-lossless)" in result.stdout.str()
+
+
+def test_a_server_that_drops_the_seed_is_named_not_judged(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        def test_distribution(ddtree_distribution):
+            ddtree_distribution("Write a detailed essay about harbours and ships.",
+                                samples=6, max_tokens=32,
+                                headers={"X-DDTree-Fault": "seed-dropped"})
+        """
+    )
+    result = pytester.runpytest("--ddtree-budgets=64", *FAST)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*not comparable: the server's and the baseline's samples at temperature 0.7 cannot "
+            "be compared; no verdict on losslessness in distribution",
+            "*[[]not-comparable[]] no verdict on losslessness at temperature 0.7: the server gave "
+            "one answer to 6 distinct seeds: it ignores seed (the same sample whatever the seed)",
+        ]
+    )
+    assert "not-lossless-in-distribution" not in result.stdout.str()
+
+
+def test_answers_cut_short_are_not_comparable(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        def test_distribution(ddtree_distribution):
+            ddtree_distribution("Write a detailed essay about harbours and ships.",
+                                samples=5, max_tokens=32,
+                                headers={"X-DDTree-Fault": "stream-no-done"})
+        """
+    )
+    result = pytester.runpytest("--ddtree-budgets=64", *FAST)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*[[]not-comparable[]] no verdict on losslessness at temperature 0.7: 5 of the "
+            "server's 5 answers did not arrive whole (first: stream-integrity: the stream ended "
+            "without [[]DONE[]]*",
+        ]
+    )
+
+
+def test_without_a_baseline_it_skips(
+    pytester: pytest.Pytester, reference_server: ReferenceServer
+) -> None:
+    pytester.makepyfile(
+        """
+        def test_distribution(ddtree_distribution):
+            ddtree_distribution("Write a detailed essay about harbours and ships.", samples=5)
+        """
+    )
+    result = pytester.runpytest(f"--ddtree-endpoint={reference_server.base_url}", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*needs a target-only baseline*--ddtree-baseline-endpoint*"])
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (
+            "--ddtree-distribution-samples=2",
+            "invalid distribution-samples '2' (from option --ddtree-distribution-samples): "
+            "expected an integer >= 5",
+        ),
+        (
+            "--ddtree-distribution-alpha=0.7",
+            "invalid distribution-alpha '0.7' (from option --ddtree-distribution-alpha): "
+            "expected a level above 0 and at most 0.5",
+        ),
+    ],
+)
+def test_bad_options_stop_the_run_in_one_line(
+    pytester: pytest.Pytester, option: str, message: str
+) -> None:
+    pytester.makepyfile("def test_a(): pass")
+    result = pytester.runpytest(option)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
+    assert "Traceback" not in result.stderr.str()
