@@ -57,8 +57,9 @@ def test_false_alarms_stay_near_alpha_under_the_null() -> None:
     rng = random.Random(4)
     weights = [1.0 / (i + 1) for i in range(len(VOCAB))]  # Zipf-like, as words are
     rejected = sum(
-        compare_answers(_answers(rng, 12, weights), _answers(rng, 12, weights), permutations=99)
-        .differs
+        compare_answers(
+            _answers(rng, 12, weights), _answers(rng, 12, weights), permutations=99
+        ).differs
         for _ in range(200)
     )
     assert rejected <= 20  # expected 10 at alpha 0.05; 20 is 3 standard deviations above
