@@ -1,7 +1,7 @@
 """False alarms and power of the losslessness-in-distribution test (``ddtree_distribution``).
 
     python benchmarks/bench_distribution.py [--reps 200] [--samples 40] [--max-tokens 96]
-        [--budget 1024] [--temperature 0.7] [--http-reps 20]
+        [--budget 1024] [--temperature 0.7] [--http-reps 20] [--engine-reps 0]
 
 Each repetition samples N answers from "the server" and N from the target-only baseline,
 each with its own seed (new seeds every repetition), and runs the test at alpha 0.05 as
@@ -13,6 +13,9 @@ suite's three sweep prompts (long prose).
 The bulk runs the reference model in-process (the same model and decoding loop the server
 runs, without HTTP); ``--http-reps`` repetitions then go through the real HTTP servers (the
 embedded server and its target-only twin, as child processes) via ``run_distribution``.
+``--engine-reps`` repetitions compare llama.cpp with draft-model speculation against its
+target-only twin (SmolLM2-135M, one thread each; ``--engine-samples`` answers of
+``--engine-max-tokens`` tokens per side): their false-alarm count and p-values.
 Seeded: the same arguments print the same figures.
 """
 
@@ -138,6 +141,59 @@ def over_http(args: argparse.Namespace) -> None:
         print(f"  {label}: {_interval(rejected[name], args.http_reps)}; p-values: {shown}")
 
 
+def on_llamacpp(args: argparse.Namespace) -> None:
+    import httpx
+
+    from pytest_ddtree import engines
+    from pytest_ddtree.wire.client import DDTreeClient
+    from pytest_ddtree.wire.tokens import ServerCounter
+
+    if (why := engines.missing()) is not None:
+        raise SystemExit(why)
+    draft = engines.start_llamacpp(speculation="draft")
+    target = engines.start_llamacpp(speculation="none")
+    http = httpx.Client(timeout=60)
+
+    def client(server: engines.LlamaCppServer) -> DDTreeClient:
+        counter = ServerCounter(server.root_url, http, shape="llamacpp")
+        return DDTreeClient(
+            server.base_url, model=server.model, budget_mode="none", counter=counter
+        )
+
+    ours, theirs = client(draft), client(target)
+    p_values: list[float] = []
+    start = time.perf_counter()
+    try:
+        for rep in range(args.engine_reps):
+            res = run_distribution(
+                ours,
+                theirs,
+                "Describe how bread is baked in a small kitchen.",
+                temperature=args.temperature,
+                samples=args.engine_samples,
+                alpha=DEFAULT_ALPHA,
+                max_tokens=args.engine_max_tokens,
+                seed=1 + rep * 1000,
+            )
+            if res.result is None:
+                raise SystemExit(f"repetition {rep}: {res.not_comparable}")
+            p_values.append(res.result.p_value)
+    finally:
+        ours.close()
+        theirs.close()
+        http.close()
+        draft.stop()
+        target.stop()
+    took = time.perf_counter() - start
+    alarms = sum(p <= DEFAULT_ALPHA for p in p_values)
+    print(
+        f"llama.cpp draft speculation vs target-only, {args.engine_reps} repetitions, "
+        f"N = {args.engine_samples}, max_tokens {args.engine_max_tokens} ({took:.0f} s)"
+    )
+    shown = " ".join(f"{p:.3f}" for p in p_values)
+    print(f"  false alarms: {_interval(alarms, len(p_values))}; p-values: {shown}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=200)
@@ -146,11 +202,16 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=1024)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--http-reps", type=int, default=20)
+    parser.add_argument("--engine-reps", type=int, default=0)
+    parser.add_argument("--engine-samples", type=int, default=24)
+    parser.add_argument("--engine-max-tokens", type=int, default=40)
     args = parser.parse_args()
     if args.reps:
         in_process(args)
     if args.http_reps:
         over_http(args)
+    if args.engine_reps:
+        on_llamacpp(args)
 
 
 if __name__ == "__main__":

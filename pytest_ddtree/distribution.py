@@ -69,6 +69,15 @@ OPENING_WORDS = 2
 
 #: The violation code of a failed test.
 CODE = "not-lossless-in-distribution"
+SAMPLING_ADVICE = (
+    "pass the request's seed and temperature through to the sampler (some stacks drop a "
+    "per-request seed with speculative decoding); until distinct seeds give distinct answers "
+    "on both sides, their distributions cannot be compared"
+)
+OPEN_PROMPT_ADVICE = (
+    "test with an open-ended prompt (an essay, a story), or a higher temperature, where "
+    "sampled answers differ"
+)
 
 _WORD = re.compile(r"\w+|[^\w\s]")
 
@@ -284,6 +293,7 @@ class DistributionRun:
     server: tuple[Completion, ...]
     baseline: tuple[Completion, ...]
     not_comparable: str | None = None
+    advice: str = ""  # what to do when not comparable
     result: DistributionResult | None = None
 
 
@@ -341,7 +351,7 @@ def run_distribution(
     run = DistributionRun(temperature, first, tuple(ours), tuple(theirs))
     why = _not_comparable(run) or _one_answer(run, client, baseline, prompt, kw)
     if why is not None:
-        return _with(run, not_comparable=why)
+        return _with(run, not_comparable=why[0], advice=why[1])
     result = compare_answers(
         [c.text for c in ours], [c.text for c in theirs], alpha=alpha, permutations=permutations
     )
@@ -352,16 +362,19 @@ def _with(run: DistributionRun, **changes: Any) -> DistributionRun:
     return replace(run, **changes)
 
 
-def _not_comparable(run: DistributionRun) -> str | None:
-    """Why the two sides' answers cannot be compared at all, or None."""
+def _not_comparable(run: DistributionRun) -> tuple[str, str] | None:
+    """Why the two sides' answers cannot be compared at all, and what to do; or None."""
+    from pytest_ddtree.diagnose import NOT_WHOLE_ADVICE, PROMPT_MISMATCH_ADVICE
+
     for side, answers in (("server", run.server), ("baseline", run.baseline)):
         cut = [(c, why) for c in answers if (why := why_not_whole(c)) is not None]
         if cut:
             return (
                 f"{len(cut)} of the {side}'s {len(answers)} answers did not arrive whole "
                 f"(first: {cut[0][1]})"
-            )
-    return prompt_mismatch(run.server[0], run.baseline[0])
+            ), NOT_WHOLE_ADVICE
+    mismatch = prompt_mismatch(run.server[0], run.baseline[0])
+    return None if mismatch is None else (mismatch, PROMPT_MISMATCH_ADVICE)
 
 
 def _one_answer(
@@ -370,7 +383,7 @@ def _one_answer(
     baseline: DDTreeClient,
     prompt: Messages,
     kw: dict[str, Any],
-) -> str | None:
+) -> tuple[str, str] | None:
     """Name a side that gives one answer to every seed: it ignores seed or temperature."""
     single = {
         side: answers[0].text
@@ -382,9 +395,8 @@ def _one_answer(
         return (
             f"the server and the baseline each gave one and the same answer to {n} seeds at "
             f"temperature {run.temperature:g}: either the answer to this prompt is certain at "
-            "this temperature or neither side honours seed and temperature; test with an "
-            "open-ended prompt"
-        )
+            "this temperature or neither side honours seed and temperature"
+        ), OPEN_PROMPT_ADVICE
     named = []
     for side, text in single.items():
         target = client if side == "server" else baseline
@@ -395,4 +407,4 @@ def _one_answer(
             else "it ignores seed (the same sample whatever the seed)"
         )
         named.append(f"the {side} gave one answer to {n} distinct seeds: {what}")
-    return "; ".join(named) or None
+    return ("; ".join(named), SAMPLING_ADVICE) if named else None

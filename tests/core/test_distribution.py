@@ -138,6 +138,8 @@ def test_a_server_that_drops_the_seed_is_named_not_judged(pytester: pytest.Pytes
             "be compared; no verdict on losslessness in distribution",
             "*[[]not-comparable[]] no verdict on losslessness at temperature 0.7: the server gave "
             "one answer to 6 distinct seeds: it ignores seed (the same sample whatever the seed)",
+            "*diagnosis: undetermined - not comparable",
+            "*what to do: pass the request's seed and temperature through to the sampler*",
         ]
     )
     assert "not-lossless-in-distribution" not in result.stdout.str()
