@@ -202,3 +202,13 @@ def test_bad_options_stop_the_run_in_one_line(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert message in result.stderr.str()
     assert "Traceback" not in result.stderr.str()
+
+
+def test_options_resolve_with_their_source() -> None:
+    from pytest_ddtree.settings import SettingsError, resolve
+
+    settings = resolve({}, {"ddtree_distribution_samples": "60"}, {})
+    assert (settings.distribution_samples, settings.distribution_alpha) == (60, 0.05)
+    assert settings.source_of("distribution_samples") == "ini key ddtree_distribution_samples"
+    with pytest.raises(SettingsError, match=r"\(from ini key ddtree_distribution_alpha\)"):
+        resolve({}, {"ddtree_distribution_alpha": "nan"}, {})
