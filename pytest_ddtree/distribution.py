@@ -47,7 +47,6 @@ __all__ = [
     "CODE",
     "DEFAULT_ALPHA",
     "DEFAULT_PERMUTATIONS",
-    "DEFAULT_SAMPLES",
     "OPENING_WORDS",
     "DistributionResult",
     "DistributionRun",
@@ -58,10 +57,9 @@ __all__ = [
     "words",
 ]
 
-#: The false-alarm rate the test is run at unless told otherwise.
+#: The false-alarm rate of :func:`compare_answers` unless told otherwise (the fixture's own
+#: defaults, N = 40 and alpha 0.05, are --ddtree-distribution-samples and -alpha).
 DEFAULT_ALPHA = 0.05
-#: Answers per side unless told otherwise (power measured in benchmarks/bench_distribution.py).
-DEFAULT_SAMPLES = 40
 #: Random splits of the pooled answers; the p-value's resolution is 1 / (this + 1).
 DEFAULT_PERMUTATIONS = 999
 #: How many words make an answer's opening.
