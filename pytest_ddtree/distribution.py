@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
-from pytest_ddtree.comparable import prompt_mismatch, why_not_whole
+from pytest_ddtree.comparable import why_not_whole
 
 if TYPE_CHECKING:
     from pytest_ddtree.wire.client import DDTreeClient, Messages
@@ -324,45 +324,74 @@ def run_distribution(
         raise ValueError(f"ddtree_distribution: samples must be at least 2, got {samples!r}")
     kw: dict[str, Any] = {"max_tokens": max_tokens, "temperature": temperature, **extra}
     first = (seed, seed + samples)
+    # unrecorded: the prompt cached on both sides, and a look at the prompts each side sees
+    warm = _both(client, baseline, prompt, [seed + 2 * samples], [seed + 2 * samples + 1], kw)
+    run = DistributionRun(temperature, first, tuple(warm[0]), tuple(warm[1]))
+    why = _prompts_differ(run)
+    if why is None:
+        ours, theirs = _both(
+            client,
+            baseline,
+            prompt,
+            range(first[0], first[0] + samples),
+            range(first[1], first[1] + samples),
+            kw,
+        )
+        run = DistributionRun(temperature, first, tuple(ours), tuple(theirs))
+        why = _not_comparable(run) or _one_answer(run, client, baseline, prompt, kw)
+    if why is not None:
+        return replace(run, not_comparable=why[0], advice=why[1])
+    result = compare_answers(
+        [c.text for c in run.server],
+        [c.text for c in run.baseline],
+        alpha=alpha,
+        permutations=permutations,
+    )
+    return replace(run, result=result)
+
+
+def _both(
+    client: DDTreeClient,
+    baseline: DDTreeClient,
+    prompt: Messages,
+    ours: Sequence[int],
+    theirs: Sequence[int],
+    kw: dict[str, Any],
+) -> tuple[list[Completion], list[Completion]]:
+    """One request per seed on each side; the two sides (two servers) in parallel threads."""
     stop = threading.Event()
 
-    def sample(side: DDTreeClient, start: int, warm: int) -> list[Completion]:
-        side.request(prompt, seed=warm, **kw)
+    def sample(side: DDTreeClient, seeds: Sequence[int]) -> list[Completion]:
         out = []
-        for s in range(start, start + samples):
+        for s in seeds:
             if stop.is_set():
                 break
             out.append(side.request(prompt, seed=s, **kw))
         return out
 
-    # the two sides are two servers: each samples in its own thread, in seed order
     with ThreadPoolExecutor(max_workers=2) as pool:
-        jobs = [
-            pool.submit(sample, client, first[0], seed + 2 * samples),
-            pool.submit(sample, baseline, first[1], seed + 2 * samples + 1),
-        ]
+        jobs = [pool.submit(sample, client, ours), pool.submit(sample, baseline, theirs)]
         try:
-            ours, theirs = (job.result() for job in jobs)
+            return jobs[0].result(), jobs[1].result()
         except BaseException:  # Ctrl-C: no new request starts, the ones in flight end
             stop.set()
             raise
-    run = DistributionRun(temperature, first, tuple(ours), tuple(theirs))
-    why = _not_comparable(run) or _one_answer(run, client, baseline, prompt, kw)
-    if why is not None:
-        return _with(run, not_comparable=why[0], advice=why[1])
-    result = compare_answers(
-        [c.text for c in ours], [c.text for c in theirs], alpha=alpha, permutations=permutations
-    )
-    return _with(run, result=result)
 
 
-def _with(run: DistributionRun, **changes: Any) -> DistributionRun:
-    return replace(run, **changes)
+def _prompts_differ(run: DistributionRun) -> tuple[str, str] | None:
+    """Why the two sides do not see the same prompt (``usage.prompt_tokens``), or None."""
+    from pytest_ddtree.diagnose import comparability
+
+    ours, theirs = run.server[0], run.baseline[0]
+    if why_not_whole(ours) is not None or why_not_whole(theirs) is not None:
+        return None  # a cut answer says nothing about the prompt; _not_comparable names it
+    why = comparability(theirs, ours, "target-only baseline")
+    return None if why is None else (why.reason, why.advice)
 
 
 def _not_comparable(run: DistributionRun) -> tuple[str, str] | None:
     """Why the two sides' answers cannot be compared at all, and what to do; or None."""
-    from pytest_ddtree.diagnose import NOT_WHOLE_ADVICE, PROMPT_MISMATCH_ADVICE
+    from pytest_ddtree.diagnose import NOT_WHOLE_ADVICE
 
     for side, answers in (("server", run.server), ("baseline", run.baseline)):
         cut = [(c, why) for c in answers if (why := why_not_whole(c)) is not None]
@@ -371,8 +400,7 @@ def _not_comparable(run: DistributionRun) -> tuple[str, str] | None:
                 f"{len(cut)} of the {side}'s {len(answers)} answers did not arrive whole "
                 f"(first: {cut[0][1]})"
             ), NOT_WHOLE_ADVICE
-    mismatch = prompt_mismatch(run.server[0], run.baseline[0])
-    return None if mismatch is None else (mismatch, PROMPT_MISMATCH_ADVICE)
+    return _prompts_differ(run)
 
 
 def _one_answer(
