@@ -212,3 +212,39 @@ def test_options_resolve_with_their_source() -> None:
     assert settings.source_of("distribution_samples") == "ini key ddtree_distribution_samples"
     with pytest.raises(SettingsError, match=r"\(from ini key ddtree_distribution_alpha\)"):
         resolve({}, {"ddtree_distribution_alpha": "nan"}, {})
+
+
+class _Side:
+    """A server that reports ``prompt_tokens`` for every prompt (the engine tier shows the real
+    case: llama.cpp behind another chat template); the reference server cannot differ so."""
+
+    def __init__(self, prompt_tokens: int) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.seeds: list[int] = []
+
+    def request(self, prompt: str, *, seed: int, **kw: object) -> object:
+        from tests.invariants.factories import completion
+
+        self.seeds.append(seed)
+        text = f"An answer drawn with seed {seed} about harbours and the ships in them."
+        return completion(text, prompt_tokens=self.prompt_tokens, temperature=0.7)
+
+
+def test_another_prompt_is_named_before_any_sampling() -> None:
+    server, baseline = _Side(13), _Side(37)
+    run = run_distribution(
+        server,  # type: ignore[arg-type]
+        baseline,  # type: ignore[arg-type]
+        "Write about harbours.",
+        temperature=0.7,
+        samples=40,
+        alpha=0.05,
+        max_tokens=32,
+    )
+    assert run.result is None
+    assert run.not_comparable == (
+        "the target-only baseline sees 37 prompt tokens, the server 13 (usage.prompt_tokens): "
+        "a different chat template or tokenizer"
+    )
+    assert "serve the baseline with the same chat template" in run.advice
+    assert (server.seeds, baseline.seeds) == ([81], [82])  # the warm-ups only
