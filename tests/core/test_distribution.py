@@ -223,7 +223,7 @@ class _Side:
         self.seeds: list[int] = []
 
     def request(self, prompt: str, *, seed: int, **kw: object) -> object:
-        from tests.invariants.factories import completion
+        from invariants.factories import completion
 
         self.seeds.append(seed)
         text = f"An answer drawn with seed {seed} about harbours and the ships in them."
