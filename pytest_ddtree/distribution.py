@@ -322,6 +322,8 @@ def run_distribution(
         )
     if samples < 2:
         raise ValueError(f"ddtree_distribution: samples must be at least 2, got {samples!r}")
+    if not 0 < alpha <= 0.5:
+        raise ValueError(f"ddtree_distribution: alpha must be in (0, 0.5], got {alpha!r}")
     kw: dict[str, Any] = {"max_tokens": max_tokens, "temperature": temperature, **extra}
     first = (seed, seed + samples)
     # unrecorded: the prompt cached on both sides, and a look at the prompts each side sees

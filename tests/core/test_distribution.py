@@ -8,7 +8,6 @@ import pytest
 
 from pytest_ddtree.distribution import compare_answers, opening, run_distribution, words
 from pytest_ddtree.reference import ReferenceServer
-from pytest_ddtree.wire.client import DDTreeClient
 
 FAST = ("--ddtree-reference-latency=off",)
 VOCAB = [f"w{i}" for i in range(40)]
@@ -72,15 +71,21 @@ def test_bad_arguments_are_one_line() -> None:
         compare_answers(["a"], ["b"], permutations=0)
 
 
-def test_temperature_0_is_refused(reference_server: ReferenceServer) -> None:
-    client = DDTreeClient(reference_server.base_url, model="ddtree-reference")
-    try:
-        with pytest.raises(ValueError, match=r"temperature must be above 0 .* ddtree_lossless"):
-            run_distribution(
-                client, client, "hi", temperature=0, samples=5, alpha=0.05, max_tokens=8
-            )
-    finally:
-        client.close()
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"temperature": 0}, r"temperature must be above 0 .* ddtree_lossless"),
+        ({"temperature": 2.5}, r"temperature must be above 0 and at most 2, got 2.5"),
+        ({"samples": 1}, "samples must be at least 2, got 1"),
+        ({"alpha": 0.9}, r"alpha must be in \(0, 0.5\], got 0.9"),
+    ],
+)
+def test_bad_arguments_are_refused_before_any_request(kw: dict[str, float], message: str) -> None:
+    server = _Side(13)
+    args = {"temperature": 0.7, "samples": 5, "alpha": 0.05, **kw}
+    with pytest.raises(ValueError, match=message):
+        run_distribution(server, server, "hi", max_tokens=8, **args)  # type: ignore[arg-type]
+    assert server.seeds == []
 
 
 DISTRIBUTION_TESTS = """
