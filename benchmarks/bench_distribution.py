@@ -25,7 +25,12 @@ import argparse
 import math
 import time
 
-from pytest_ddtree.distribution import DEFAULT_ALPHA, compare_answers, run_distribution
+from pytest_ddtree.distribution import (
+    DEFAULT_ALPHA,
+    compare_answers,
+    request_seeds,
+    run_distribution,
+)
 from pytest_ddtree.reference.model import ReferenceModel, get_model
 
 PROMPTS = (
@@ -76,11 +81,10 @@ def in_process(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     for rep in range(args.reps):
         prompt = PROMPTS[rep % len(PROMPTS)]
-        seed = 1 + rep * 2 * n  # fresh seeds every repetition
-
-        baseline = [_answer(model, prompt, seed + n + i, args, None) for i in range(n)]
+        seeds = request_seeds(1 + rep, 2 * n)  # fresh seeds every repetition, as the fixture's
+        baseline = [_answer(model, prompt, s, args, None) for s in seeds[n:]]
         for name, faults in (("healthy", frozenset()), (FAULT, frozenset({FAULT}))):
-            ours = [_answer(model, prompt, seed + i, args, args.budget, faults) for i in range(n)]
+            ours = [_answer(model, prompt, s, args, args.budget, faults) for s in seeds[:n]]
             result = compare_answers(ours, baseline, seed=rep)
             rejected[name] += result.differs
     took = time.perf_counter() - start
@@ -117,7 +121,7 @@ def over_http(args: argparse.Namespace) -> None:
                     samples=n,
                     alpha=DEFAULT_ALPHA,
                     max_tokens=args.max_tokens,
-                    seed=1_000_000 + rep * 4 * n,
+                    seed=1_000_000 + rep,
                     tree_budget=args.budget,
                     headers=headers,
                 )
@@ -173,7 +177,7 @@ def on_llamacpp(args: argparse.Namespace) -> None:
                 samples=args.engine_samples,
                 alpha=DEFAULT_ALPHA,
                 max_tokens=args.engine_max_tokens,
-                seed=1 + rep * 1000,
+                seed=1 + rep,
             )
             if res.result is None:
                 raise SystemExit(f"repetition {rep}: {res.not_comparable}")

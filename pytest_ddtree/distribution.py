@@ -26,6 +26,7 @@ No pytest here.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
 import threading
@@ -53,6 +54,7 @@ __all__ = [
     "Statistic",
     "compare_answers",
     "opening",
+    "request_seeds",
     "run_distribution",
     "words",
 ]
@@ -287,7 +289,7 @@ class DistributionRun:
     """
 
     temperature: float
-    seeds: tuple[int, int]  # the first seed of the server's answers, of the baseline's
+    seeds: tuple[tuple[int, ...], tuple[int, ...]]  # the server's seeds, the baseline's
     server: tuple[Completion, ...]
     baseline: tuple[Completion, ...]
     not_comparable: str | None = None
@@ -310,10 +312,11 @@ def run_distribution(
 ) -> DistributionRun:
     """Sample ``samples`` answers per side at ``temperature`` and test them (see module doc).
 
-    The server's answers use seeds ``seed .. seed+N-1``, the baseline's the next N, so the
-    2N answers are independent draws. Each side samples in its own thread (two servers),
-    after one unrecorded request (a server that caches prompts answers every recorded
-    request with the prompt cached). ``extra`` goes into every request body.
+    The 2N requests carry 2N distinct seeds from :func:`request_seeds`, the first N for the
+    server: hashed, so that nothing is assumed about how a server's generator treats nearby
+    seeds, and the 2N answers are independent draws. Each side samples in its own thread
+    (two servers), after one unrecorded request (a server that caches prompts answers every
+    recorded request with the prompt cached). ``extra`` goes into every request body.
     """
     if not 0 < temperature <= 2:
         raise ValueError(
@@ -325,21 +328,15 @@ def run_distribution(
     if not 0 < alpha <= 0.5:
         raise ValueError(f"ddtree_distribution: alpha must be in (0, 0.5], got {alpha!r}")
     kw: dict[str, Any] = {"max_tokens": max_tokens, "temperature": temperature, **extra}
-    first = (seed, seed + samples)
+    every = request_seeds(seed, 2 * samples + 2)
+    seeds = (tuple(every[:samples]), tuple(every[samples : 2 * samples]))
     # unrecorded: the prompt cached on both sides, and a look at the prompts each side sees
-    warm = _both(client, baseline, prompt, [seed + 2 * samples], [seed + 2 * samples + 1], kw)
-    run = DistributionRun(temperature, first, tuple(warm[0]), tuple(warm[1]))
+    warm = _both(client, baseline, prompt, every[-2:-1], every[-1:], kw)
+    run = DistributionRun(temperature, seeds, tuple(warm[0]), tuple(warm[1]))
     why = _prompts_differ(run)
     if why is None:
-        ours, theirs = _both(
-            client,
-            baseline,
-            prompt,
-            range(first[0], first[0] + samples),
-            range(first[1], first[1] + samples),
-            kw,
-        )
-        run = DistributionRun(temperature, first, tuple(ours), tuple(theirs))
+        ours, theirs = _both(client, baseline, prompt, seeds[0], seeds[1], kw)
+        run = DistributionRun(temperature, seeds, tuple(ours), tuple(theirs))
         why = _not_comparable(run) or _one_answer(run, client, baseline, prompt, kw)
     if why is not None:
         return replace(run, not_comparable=why[0], advice=why[1])
@@ -350,6 +347,19 @@ def run_distribution(
         permutations=permutations,
     )
     return replace(run, result=result)
+
+
+def request_seeds(base: int, count: int) -> list[int]:
+    """``count`` distinct request seeds (31 bits: every server takes them) derived from ``base``."""
+    out: list[int] = []
+    i = 0
+    while len(out) < count:
+        digest = hashlib.blake2b(f"ddtree-distribution:{base}:{i}".encode(), digest_size=4)
+        value = int.from_bytes(digest.digest(), "big") & 0x7FFFFFFF
+        if value not in out:
+            out.append(value)
+        i += 1
+    return out
 
 
 def _both(

@@ -6,7 +6,13 @@ import random
 
 import pytest
 
-from pytest_ddtree.distribution import compare_answers, opening, run_distribution, words
+from pytest_ddtree.distribution import (
+    compare_answers,
+    opening,
+    request_seeds,
+    run_distribution,
+    words,
+)
 from pytest_ddtree.reference import ReferenceServer
 
 FAST = ("--ddtree-reference-latency=off",)
@@ -21,6 +27,13 @@ def test_words_and_opening() -> None:
     assert words("The river, at Dawn!") == ["the", "river", ",", "at", "dawn", "!"]
     assert opening("The river, at Dawn!") == "the river"
     assert opening("") == ""
+
+
+def test_request_seeds_are_distinct_31_bit_and_repeatable() -> None:
+    seeds = request_seeds(1, 500)
+    assert len(set(seeds)) == 500 and all(0 <= s < 2**31 for s in seeds)
+    assert request_seeds(1, 500) == seeds and request_seeds(2, 500) != seeds
+    assert request_seeds(1, 10) == seeds[:10]
 
 
 def test_the_same_answers_give_the_same_p_value() -> None:
@@ -116,7 +129,8 @@ def test_healthy_passes_and_a_verifier_that_favours_the_drafter_fails(
             "permutations; opening p=*, words p=*, bigrams p=*, length p=*)",
             "*openings: more frequent on the server (of 40 vs 40 answers): '*' * vs *",
             "*words: more frequent on the server (count in all answers): *",
-            "*seeds: server 1..40, baseline 41..80",
+            "*seeds: server *, *, ... (40 seeds), baseline *, *, ... (40 seeds): "
+            "pytest_ddtree.distribution.request_seeds(1, 82)",
             "*diagnosis: speculative decoding*",
         ]
     )
@@ -252,4 +266,5 @@ def test_another_prompt_is_named_before_any_sampling() -> None:
         "a different chat template or tokenizer"
     )
     assert "serve the baseline with the same chat template" in run.advice
-    assert (server.seeds, baseline.seeds) == ([81], [82])  # the warm-ups only
+    warm = request_seeds(1, 82)[80:]
+    assert (server.seeds, baseline.seeds) == ([warm[0]], [warm[1]])  # the warm-ups only
