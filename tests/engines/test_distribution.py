@@ -1,10 +1,10 @@
 """Losslessness in distribution on llama.cpp: draft-model speculation against its target-only twin.
 
 llama.cpp verifies a draft by sampling the target at each drafted position and keeping the
-draft while it agrees, so its sampled answers are distributed as target-only decoding's: the
-distribution test must not raise a false alarm at temperature 0.7. Both servers run
-SmolLM2-135M with one thread; N and max_tokens are kept modest to bound the time (about a
-minute on two cores).
+draft while it agrees: at one seed it gives exactly the target-only answer (checked below), so
+its sampled answers are distributed as target-only decoding's and the distribution test must
+not raise a false alarm at temperature 0.7. Both servers run SmolLM2-135M with one thread; N
+and max_tokens are kept modest: both tests take about a minute on two cores.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from pytest_ddtree import engines
-from pytest_ddtree.distribution import run_distribution
+from pytest_ddtree.distribution import request_seeds, run_distribution
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.tokens import ServerCounter
 
@@ -70,3 +70,19 @@ def test_draft_speculation_is_lossless_in_distribution_at_0_7(
     )
     print(run.result.summary())
     assert not run.result.differs, run.result.summary()
+
+
+def test_draft_speculation_samples_what_the_target_samples_at_the_same_seed(
+    draft: engines.LlamaCppServer, target: engines.LlamaCppServer, http: httpx.Client
+) -> None:
+    # why no false alarm is possible here: llama.cpp samples the target at every drafted
+    # position and keeps the draft while it agrees, so one seed gives one answer on both
+    client, baseline = _client(draft, http), _client(target, http)
+    try:
+        for seed in request_seeds(7, 8):
+            ours = client.request(PROMPT, max_tokens=MAX_TOKENS, temperature=0.7, seed=seed)
+            theirs = baseline.request(PROMPT, max_tokens=MAX_TOKENS, temperature=0.7, seed=seed)
+            assert ours.text and ours.text == theirs.text, seed
+    finally:
+        client.close()
+        baseline.close()
