@@ -165,6 +165,7 @@ FIXTURE_CLASSES = (
     ("ddtree_sweep", "DDTreeSweep"),
     ("ddtree_lossless", "DDTreeLossless"),
     ("ddtree_determinism", "DDTreeDeterminism"),
+    ("ddtree_distribution", "DDTreeDistribution"),
     ("ddtree_load", "LoadTester"),
 )
 

@@ -7,8 +7,8 @@ producing a misleading number.
 Public API: ``check`` and ``assert_valid`` (the invariants), ``Expectation``,
 ``Completion``, ``Violation``, ``InvariantError``, ``DDTreeClient``, the
 fixture objects ``DDTreeCheck``, ``DDTreeBenchmark``, ``DDTreeSweep``,
-``DDTreeLossless``, ``DDTreeDeterminism`` and ``LoadTester`` (for
-annotations), and what a load run hands back or raises: ``LoadResult``,
+``DDTreeLossless``, ``DDTreeDeterminism``, ``DDTreeDistribution`` and ``LoadTester``
+(for annotations), and what a load run hands back or raises: ``LoadResult``,
 ``PointStats``, ``LoadPoint``, ``SLO`` and ``LoadError``. They
 are imported on first use, so ``python -m pytest_ddtree.reference`` starts
 without loading the plugin's dependencies.
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         DDTreeBenchmark,
         DDTreeCheck,
         DDTreeDeterminism,
+        DDTreeDistribution,
         DDTreeLossless,
         DDTreeSweep,
     )
@@ -49,6 +50,7 @@ _EXPORTS = {
     "DDTreeBenchmark": "pytest_ddtree.fixtures",
     "DDTreeCheck": "pytest_ddtree.fixtures",
     "DDTreeDeterminism": "pytest_ddtree.fixtures",
+    "DDTreeDistribution": "pytest_ddtree.fixtures",
     "DDTreeLossless": "pytest_ddtree.fixtures",
     "DDTreeSweep": "pytest_ddtree.fixtures",
     "LoadTester": "pytest_ddtree.load.tester",
@@ -74,6 +76,7 @@ __all__ = [
     "DDTreeCheck",
     "DDTreeClient",
     "DDTreeDeterminism",
+    "DDTreeDistribution",
     "DDTreeLossless",
     "DDTreeSweep",
     "Expectation",

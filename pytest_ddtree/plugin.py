@@ -298,6 +298,14 @@ def ddtree_lossless(_ddtree_gate: fixtures.Gate) -> fixtures.DDTreeLossless:
 
 
 @pytest.fixture
+def ddtree_distribution(_ddtree_gate: fixtures.Gate) -> fixtures.DDTreeDistribution:
+    """A :class:`~pytest_ddtree.fixtures.DDTreeDistribution`: ``(prompt, temperature=0.7)``."""
+    from pytest_ddtree.fixtures import DDTreeDistribution
+
+    return DDTreeDistribution(_ddtree_gate)
+
+
+@pytest.fixture
 def ddtree_determinism(_ddtree_gate: fixtures.Gate) -> fixtures.DDTreeDeterminism:
     """A :class:`~pytest_ddtree.fixtures.DDTreeDeterminism`: ``(prompt, other_prompt, ...)``."""
     from pytest_ddtree.fixtures import DDTreeDeterminism

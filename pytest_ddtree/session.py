@@ -61,6 +61,7 @@ ENDPOINT_FIXTURES = frozenset(
         "ddtree_benchmark",
         "ddtree_lossless",
         "ddtree_determinism",
+        "ddtree_distribution",
         "ddtree_load",
     }
 )

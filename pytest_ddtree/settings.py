@@ -112,6 +112,8 @@ class Settings:
     allow_markers: tuple[str, ...] = ()
     baseline_endpoint: str | None = None
     lossless: Lossless = field(default_factory=Lossless)
+    distribution_samples: int = 40
+    distribution_alpha: float = 0.05
     report: str | None = None
     rounds: int = 3
     warmup_rounds: int = 1
@@ -481,6 +483,17 @@ def parse_sweep_requests(raw: str, source: str) -> int | None:
     return parse_positive_int(raw, source, "sweep-requests")
 
 
+def parse_alpha(raw: str, source: str) -> float:
+    """A significance level in (0, 0.5]."""
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0 < value <= 0.5:
+        raise _fail("distribution-alpha", raw, source, "expected a level above 0 and at most 0.5")
+    return value
+
+
 def parse_metrics_url(raw: str, source: str) -> str:
     """``off`` or an http(s) URL of a Prometheus ``/metrics`` page."""
     if str(raw).strip().lower() == "off":
@@ -770,6 +783,22 @@ OPTIONS: tuple[OptionDef, ...] = (
         metavar="MODE",
         default="exact",
         parse=parse_lossless,
+    ),
+    OptionDef(
+        "distribution-samples",
+        "Losslessness above temperature 0 (ddtree_distribution): answers per side, each with "
+        "its own seed, from the server and from the target-only baseline.",
+        metavar="N",
+        default="40",
+        parse=lambda raw, src: parse_positive_int(raw, src, "distribution-samples", 5, 10_000),
+    ),
+    OptionDef(
+        "distribution-alpha",
+        "Losslessness above temperature 0: the false-alarm rate of its two-sample test "
+        "(greater than 0, at most 0.5).",
+        metavar="A",
+        default="0.05",
+        parse=parse_alpha,
     ),
     OptionDef(
         "report",

@@ -47,6 +47,10 @@ CODES: dict[str, str] = {
     "not-lossless": (
         "at temperature 0 the output differs from target-only decoding or between tree budgets"
     ),
+    "not-lossless-in-distribution": (
+        "above temperature 0 the sampled answers are not distributed as target-only decoding's "
+        "(a two-sample permutation test over whole answers rejects at alpha)"
+    ),
     "budget-ignored": (
         "no echoed budget and timing and acceptance indistinguishable across every budget"
     ),
@@ -98,6 +102,7 @@ CODE_LAYERS: dict[str, str | None] = {
     "nondeterministic": None,
     "state-leak": None,
     "not-lossless": "speculation",
+    "not-lossless-in-distribution": "speculation",
     "budget-ignored": "speculation",
     "not-comparable": None,
     "temperature-ignored": "server",

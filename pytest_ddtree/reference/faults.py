@@ -27,6 +27,13 @@ FAULTS: dict[str, str] = {
     "total_tokens != prompt_tokens + completion_tokens",
     "lossy": "above budget 64 the verifier commits one drafter token the target rejected, "
     "so output diverges from target-only decoding (speculative decoding only)",
+    "draft-confidence": "at temperature > 0 the verifier accepts a drafted token whenever the "
+    "drafter gives it probability 0.5 or more, even where the target sampled another token, "
+    "so sampled output leans towards the drafter's favourites; temperature 0 is unchanged "
+    "(speculative decoding only)",
+    "seed-dropped": "speculative decoding drops the request's seed: above temperature 0 every "
+    "request is sampled with one fixed seed, so distinct seeds give one answer "
+    "(speculative decoding only)",
     "nondeterministic": "temperature-0 output differs between identical requests",
     "state-leak": "drafter/context cache not reset: a request that follows a different "
     "request starts from the previous one's context; an identical repeat is fine "
@@ -53,7 +60,15 @@ FAULTS: dict[str, str] = {
 TEMPLATE_FAULTS = frozenset({"early-eos", "role-leak", "think-leak"})
 # a drafter's cache does not exist in target-only decoding, so state-leak is speculative too
 SPECULATION_FAULTS = frozenset(
-    {"lossy", "overrun", "stats-inflated", "budget-ignored", "state-leak"}
+    {
+        "lossy",
+        "draft-confidence",
+        "seed-dropped",
+        "overrun",
+        "stats-inflated",
+        "budget-ignored",
+        "state-leak",
+    }
 )
 WIRE_FAULTS = frozenset(FAULTS) - TEMPLATE_FAULTS - SPECULATION_FAULTS
 

@@ -56,6 +56,8 @@ _DRAFT_TOPK = 24
 _TREE_CACHE = 256
 _DRAFT_CACHE = 4096
 _DIST_CACHE = 100_000
+# the draft-confidence fault accepts a drafted token the drafter gives at least this probability
+_CONFIDENT = 0.5
 
 # phases of the target's state machine
 _ANSWER, _THINK, _FORCED, _FRESH = 0, 1, 2, 3
@@ -595,6 +597,10 @@ class ReferenceModel:
         n = 1
         c2, c3 = self.start[2], tok
         lossy_armed = "lossy" in plan.faults and budget is not None and budget > 64
+        # a verifier bug that only sampling shows: at temperature 0 nothing changes
+        confident = (
+            "draft-confidence" in plan.faults and budget is not None and plan.temperature > 0
+        )
         while n < max_tokens:
             if budget is None:
                 tok, s = step(plan, s)
@@ -607,11 +613,19 @@ class ReferenceModel:
             children = tree.children
             node = 0
             out: list[int] = []
+            liked = self._liked(c2, c3, block_size) if confident else ()
             while True:
                 tok, s2 = step(plan, s)
+                fc = tree.first_child[node]
+                d = len(out)
+                if d < len(liked) and liked[d] and fc > 0 and _free(s, s2, tree.tokens[fc], tok):
+                    # the bug: the drafter liked its token, so it stands for the target's sample
+                    out.append(tree.tokens[fc])
+                    s = self.advance(plan, s, tree.tokens[fc])
+                    node = fc
+                    continue
                 child = children.get((node, tok))
                 if child is None:
-                    fc = tree.first_child[node]
                     if lossy_armed and n + len(out) >= 10 and fc > 0 and tok != eos:
                         # a verifier bug: the drafter's own token is committed once
                         lossy_armed = False
@@ -633,6 +647,16 @@ class ReferenceModel:
                 c2, c3 = out[-2], out[-1]
             else:
                 c2, c3 = c3, out[-1]
+
+    def _liked(self, c2: int, c3: int, block_size: int) -> tuple[bool, ...]:
+        """Per draft depth: does the drafter give its top token at least ``_CONFIDENT``?"""
+        block = self.draft_block(c2, c3, block_size - 1)[: block_size - 1]
+        return tuple(bool(toks) and math.exp(lps[0]) >= _CONFIDENT for toks, lps in block)
+
+
+def _free(s: _State, s2: _State, drafted: int, tok: int) -> bool:
+    """True when the target sampled ``tok``, not ``drafted``, freely (no rule, stop, sentence)."""
+    return tok != drafted and s[5] == s2[5] != _FORCED and s[4] == s2[4] and s2[0] == s[0] + 1
 
 
 _MODEL: ReferenceModel | None = None

@@ -48,7 +48,9 @@ MAX_MODEL_LEN = 32768
 STATS_DIALECTS = ("ddtree", "vllm", "omlx", "none")
 _URL_PREFIX = "ddtree reference server listening on "
 _MID_STREAM = 2  # content chunks sent before a mid-stream fault strikes
-_MODEL_FAULTS = frozenset({"degenerate", "lossy"})  # applied inside the model itself
+_MODEL_FAULTS = frozenset(
+    {"degenerate", "lossy", "draft-confidence"}
+)  # applied inside the model itself
 
 
 @dataclass(frozen=True)
@@ -485,7 +487,7 @@ class _Engine:
             think=req.think,
             temperature=req.temperature,
             top_p=req.top_p,
-            seed=req.seed,
+            seed=0 if "seed-dropped" in faults else req.seed,
             faults=frozenset(f for f in faults if f in TEMPLATE_FAULTS or f in _MODEL_FAULTS),
             salt=salt,
         )

@@ -73,6 +73,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "sweep_prompt" in metafunc.fixturenames:
         chosen = _usable(config, prompt_set.sweep_prompts())
         metafunc.parametrize("sweep_prompt", chosen, ids=[p.id for p in chosen])
+    if "sampled_temperature" in metafunc.fixturenames:
+        # the temperatures users serve (--ddtree-temperatures above 0), else 0.7
+        temps = [t for t in settings_of(config).temperatures if t > 0] or [0.7]
+        metafunc.parametrize(
+            "sampled_temperature", temps, ids=[f"temperature={t:g}" for t in temps]
+        )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -11,12 +11,22 @@ lowest budget is the reference) and fails with ``not-lossless`` at the first div
 token index and character offset, both continuations around it, and which budgets diverge.
 ``--ddtree-lossless prefix:N`` tolerates divergence after N tokens (for stacks known to flip
 near-ties); ``off`` skips the losslessness tests.
+
+Above temperature 0 speculation need only keep the *distribution* of answers:
+``ddtree_distribution`` samples ``--ddtree-distribution-samples`` answers from the server and
+as many from the baseline, each with its own seed, and fails with
+``not-lossless-in-distribution`` when a permutation test tells them apart at
+``--ddtree-distribution-alpha``. It runs on the first sweep prompt (long prose, where a
+verifier that favours the drafter shows most), at the largest budget, at each temperature of
+``--ddtree-temperatures`` above 0 (0.7 when there is none).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+import pytest
 
 if TYPE_CHECKING:
     from pytest_ddtree.prompts import Prompt
@@ -33,3 +43,14 @@ def test_deterministic_and_stateless(
 
 def test_lossless(prompt: Prompt, ddtree_lossless: Callable[..., Any]) -> None:
     ddtree_lossless(prompt.messages, prompt_id=prompt.id)
+
+
+def test_lossless_in_distribution(
+    sampled_temperature: float,
+    sweep_prompts: list[Prompt],
+    ddtree_distribution: Callable[..., Any],
+) -> None:
+    if not sweep_prompts:
+        pytest.skip("no sweep prompt to sample")
+    prompt = sweep_prompts[0]
+    ddtree_distribution(prompt.messages, temperature=sampled_temperature, prompt_id=prompt.id)

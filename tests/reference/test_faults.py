@@ -141,6 +141,48 @@ def test_lossy_diverges_above_64(client: httpx.Client, target_client: httpx.Clie
     assert diverged == len(prompts)
 
 
+SAMPLED_PROMPTS = (LONG, "Explain in detail how trains cross the mountains.", "List 12 steps.")
+
+
+@pytest.mark.parametrize("budget", [16, 64, 1024])
+def test_draft_confidence_changes_nothing_at_temperature_0(
+    client: httpx.Client, target_client: httpx.Client, budget: int
+) -> None:
+    # only a test of the output's distribution above 0 can find this fault
+    for prompt in SAMPLED_PROMPTS:
+        base = _content(post(target_client, prompt, max_tokens=96))
+        faulty = post(client, prompt, fault="draft-confidence", max_tokens=96, tree_budget=budget)
+        assert _content(faulty) == base
+
+
+def test_draft_confidence_leans_towards_the_drafter_above_0(
+    client: httpx.Client, target_client: httpx.Client
+) -> None:
+    changed = 0
+    for seed in range(10):
+        kw: dict[str, Any] = {"max_tokens": 96, "temperature": 0.7, "seed": seed}
+        base = _content(post(target_client, LONG, **kw))
+        # healthy speculation samples exactly what the target samples at the same seed
+        assert _content(post(client, LONG, tree_budget=64, **kw)) == base
+        faulty = _content(post(client, LONG, fault="draft-confidence", tree_budget=64, **kw))
+        changed += faulty != base
+    assert changed >= 8
+
+
+def test_seed_dropped_gives_one_answer_whatever_the_seed(
+    client: httpx.Client, target_client: httpx.Client
+) -> None:
+    kw: dict[str, Any] = {"max_tokens": 32, "temperature": 0.7}
+    dropped = {_content(post(client, LONG, fault="seed-dropped", seed=s, **kw)) for s in range(4)}
+    assert len(dropped) == 1
+    assert len({_content(post(client, LONG, seed=s, **kw)) for s in range(4)}) == 4
+    # speculation only: the target-only twin keeps honouring the seed
+    twin = {
+        _content(post(target_client, LONG, fault="seed-dropped", seed=s, **kw)) for s in range(4)
+    }
+    assert len(twin) == 4
+
+
 def test_nondeterministic(client: httpx.Client) -> None:
     assert _content(post(client, LONG)) == _content(post(client, LONG))
     outs = {_content(post(client, LONG, fault="nondeterministic")) for _ in range(3)}
