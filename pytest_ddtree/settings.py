@@ -114,6 +114,9 @@ class Settings:
     warmup_rounds: int = 1
     sweep_seed: int = 0
     sweep_order: Literal["shuffled", "fixed"] = "shuffled"
+    sweep_mode: Literal["exhaustive", "adaptive"] = "exhaustive"
+    equivalence: float = 0.02
+    sweep_requests: int | None = None
     reference_faults: tuple[str, ...] = ()
     reference_latency: bool = True
     reference_slowdown: float = 1.0
@@ -431,6 +434,18 @@ def parse_burstiness(raw: str, source: str) -> float:
     return value
 
 
+def parse_equivalence(raw: str, source: str) -> float:
+    """A practical margin within (0, 50%): ``2%`` or ``0.02``."""
+    text = str(raw).strip()
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0 < value < 0.5:
+        raise _fail("equivalence", raw, source, "expected a margin within (0, 50%), e.g. 2%")
+    return value
+
+
 def parse_load_requests(raw: str, source: str) -> int | None:
     """``auto`` or an integer >= 1."""
     if str(raw).strip().lower() == "auto":
@@ -483,6 +498,7 @@ class OptionDef:
     secret: bool = False
     path: bool = False  # its ini value is a path relative to the ini file, as pytest's are
     parse: Callable[[Any, str], Any] | None = None
+    attr_name: str | None = None  # the Settings attribute, when not the name's
 
     @property
     def cli(self) -> str:
@@ -497,6 +513,8 @@ class OptionDef:
     @property
     def attr(self) -> str:
         """The ``Settings`` attribute this option sets."""
+        if self.attr_name:
+            return self.attr_name
         return self.name.replace("-", "_") + ("s" if self.repeatable else "")
 
     @property
@@ -726,6 +744,29 @@ OPTIONS: tuple[OptionDef, ...] = (
         metavar="ORDER",
         default="shuffled",
         parse=lambda raw, src: parse_choice(raw, src, "sweep-order", ("shuffled", "fixed")),
+    ),
+    OptionDef(
+        "sweep",
+        "exhaustive (every budget gets the same requests) or adaptive (budgets are raced: "
+        "clearly slower ones stop getting requests).",
+        metavar="MODE",
+        default="exhaustive",
+        parse=lambda raw, src: parse_choice(raw, src, "sweep", ("exhaustive", "adaptive")),
+        attr_name="sweep_mode",
+    ),
+    OptionDef(
+        "equivalence",
+        "Practical margin of an adaptive sweep: budgets within it of the best are as fast, "
+        "and the smallest of them is recommended.",
+        metavar="PCT",
+        default="2%",
+        parse=parse_equivalence,
+    ),
+    OptionDef(
+        "sweep-requests",
+        "Request budget of an adaptive sweep; spent before the race is decided, it is undecided.",
+        metavar="N",
+        parse=lambda raw, src: parse_positive_int(raw, src, "sweep-requests"),
     ),
     OptionDef(
         "reference-fault",

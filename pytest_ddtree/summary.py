@@ -189,6 +189,8 @@ def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     for test in session.load:
         cut = " (interrupted: partial results)" if test.partial else ""
         tr.write_line(f"{test.nodeid}: merged from {test.where}; total load per point{cut}")
+        if test.note:
+            tr.write_line(f"  note: {test.note}")
         for line in render_table(test.stats, test.schedule).splitlines():
             tr.write_line("  " + line)
         for line in never_drafted_lines(test.stats):
