@@ -107,7 +107,7 @@ def start_embedded(settings: Settings) -> tuple[Any, Any]:
         "cost": CostModel(slowdown=settings.reference_slowdown),
         "faults": tuple(settings.reference_faults),
     }
-    main_only: dict[str, Any] = {}
+    main_only: dict[str, Any] = {"jitter": settings.reference_jitter}
     if settings.reference_slowdown_after is not None:
         main_only["slowdown_after"], main_only["slowdown_factor"] = (
             settings.reference_slowdown_after

@@ -121,6 +121,7 @@ class Settings:
     reference_latency: bool = True
     reference_slowdown: float = 1.0
     reference_slowdown_after: tuple[int, float] | None = None
+    reference_jitter: float = 0.0
     probe: str | None = None
     slo: Any = None  # pytest_ddtree.load.slo.SLO
     load_concurrency: tuple[int, ...] = (1, 4, 16)
@@ -412,6 +413,23 @@ def parse_slowdown(raw: str, source: str) -> float:
             raw,
             source,
             "expected a factor between 0.1 and 10 (1 is as built)",
+        )
+    return value
+
+
+def parse_jitter(raw: str, source: str) -> float:
+    """A coefficient of variation between 0 and 1 (``0.05`` or ``5%``)."""
+    text = str(raw).strip()
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0 <= value <= 1:
+        raise _fail(
+            "reference-jitter",
+            raw,
+            source,
+            "expected a coefficient of variation between 0 and 1, e.g. 0.05 or 5%",
         )
     return value
 
@@ -798,6 +816,15 @@ OPTIONS: tuple[OptionDef, ...] = (
         parse=parse_slowdown_after,
     ),
     OptionDef(
+        "reference-jitter",
+        "Embedded server only: seeded multiplicative noise on each request's simulated costs, "
+        "with this coefficient of variation (0.05 or 5%; 0 is none), as a real accelerator "
+        "has.",
+        metavar="CV",
+        default="0",
+        parse=parse_jitter,
+    ),
+    OptionDef(
         "probe",
         "A command run before and after the session (e.g. nvidia-smi --query-gpu=clocks.sm,"
         "temperature.gpu --format=csv); its output goes into the reports and pytest-benchmark's "
@@ -1014,6 +1041,12 @@ def _cross_validate(values: dict[str, Any], sources: dict[str, str]) -> Settings
             "invalid reference-slowdown-after (from "
             f"{sources['reference_slowdown_after']}): only the embedded server can be slowed "
             f"down, but an endpoint is set (from {sources['endpoint']})"
+        )
+    if values.get("endpoint") is not None and values.get("reference_jitter"):
+        raise SettingsError(
+            f"invalid reference-jitter (from {sources['reference_jitter']}): only the embedded "
+            f"server has simulated costs to jitter, but an endpoint is set "
+            f"(from {sources['endpoint']})"
         )
     return Settings(**values, sources=sources)
 

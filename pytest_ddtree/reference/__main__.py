@@ -34,6 +34,7 @@ _FLAGS = {
     "stats_dialect": "--stats-dialect",
     "slowdown_after": "--slowdown-after",
     "slowdown_factor": "--slowdown-factor",
+    "jitter": "--jitter",
     "CostModel.draft_ms": "--draft-ms",
     "CostModel.verify_base_ms": "--verify-base-ms",
     "CostModel.verify_free_nodes": "--verify-free-nodes",
@@ -156,6 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="the factor of --slowdown-after (default %(default)s)",
     )
     p.add_argument(
+        "--jitter",
+        type=float,
+        default=d.jitter,
+        metavar="CV",
+        help="seeded multiplicative noise on each request's simulated costs: lognormal with "
+        "mean 1 and this coefficient of variation, 0 to 1 (default %(default)s: none)",
+    )
+    p.add_argument(
         "--seed", type=int, default=d.seed, help="server seed (sampling without a request seed)"
     )
     p.add_argument(
@@ -234,6 +243,7 @@ def options_from_args(ns: argparse.Namespace) -> ServerOptions:
         model_id=ns.model_id,
         slowdown_after=ns.slowdown_after,
         slowdown_factor=ns.slowdown_factor,
+        jitter=ns.jitter,
     )
 
 

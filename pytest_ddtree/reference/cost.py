@@ -14,11 +14,20 @@ concurrency C stays computable (``optimal_budget(..., concurrency=C)``, ``optima
 from __future__ import annotations
 
 import math
+import random
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_PROMPTS", "Accelerator", "CostModel", "optimal_budget", "optimal_schedule"]
+__all__ = [
+    "DEFAULT_PROMPTS",
+    "Accelerator",
+    "CostModel",
+    "check_jitter",
+    "jitter_factor",
+    "optimal_budget",
+    "optimal_schedule",
+]
 
 
 @dataclass(frozen=True)
@@ -84,6 +93,32 @@ class CostModel:
         """Cost of the prefill pass that also yields the first token."""
         ms = self.prefill_ms_per_token * prompt_tokens + self.verify_base_ms
         return ms * self.slowdown / 1000.0
+
+
+def check_jitter(cv: object) -> float:
+    """``cv`` as a float when it is a usable coefficient of variation (0 to 1), else ValueError."""
+    if isinstance(cv, bool) or not isinstance(cv, (int, float)):
+        raise ValueError(f"jitter: must be a number between 0 and 1, got {cv!r}")
+    if not math.isfinite(cv) or not 0 <= cv <= 1:
+        raise ValueError(f"jitter: must be a number between 0 and 1, got {cv!r}")
+    return float(cv)
+
+
+def jitter_factor(cv: float, seed: int, request: int) -> float:
+    """The noise on every simulated cost of the ``request``-th generation request.
+
+    Lognormal with mean 1 and coefficient of variation ``cv`` (0: exactly 1), drawn
+    from a stream seeded by ``seed`` and the request's ordinal, so a run is
+    reproducible and an in-process simulation can draw the very same factors.
+    Multiplicative and per request, as a real accelerator's run-to-run noise is
+    (clocks, other tenants, memory placement): a whole request runs a bit faster
+    or slower, rounds within it alike.
+    """
+    if cv == 0:
+        return 1.0
+    sigma = math.sqrt(math.log1p(cv * cv))
+    rng = random.Random(f"ddtree-jitter:{seed}:{request}")
+    return math.exp(rng.gauss(-sigma * sigma / 2, sigma))
 
 
 class Accelerator:

@@ -30,7 +30,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from .cost import Accelerator, CostModel
+from .cost import Accelerator, CostModel, check_jitter, jitter_factor
 from .faults import SPECULATION_FAULTS, TEMPLATE_FAULTS, parse_faults
 from .model import MODEL_ID, GenerationPlan, ReferenceModel, get_model
 
@@ -66,6 +66,8 @@ class ServerOptions:
     ``hang`` fault stalls. ``model_id``: the model id served. ``slowdown_after``: after
     this many generation requests, every simulated cost is multiplied by
     ``slowdown_factor`` (a server that degrades mid-run: throttling, another tenant).
+    ``jitter``: the coefficient of variation of a seeded, multiplicative noise on each
+    generation request's simulated costs (0: none; see :func:`~.cost.jitter_factor`).
     """
 
     host: str = "127.0.0.1"
@@ -82,9 +84,11 @@ class ServerOptions:
     model_id: str = MODEL_ID
     slowdown_after: int | None = None
     slowdown_factor: float = 3.0
+    jitter: float = 0.0
 
     def __post_init__(self) -> None:
         _check_slowdown_after(self.slowdown_after, self.slowdown_factor)
+        object.__setattr__(self, "jitter", check_jitter(self.jitter))
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ValueError(f"port: must be an integer in 0..65535, got {self.port!r}")
         b = self.default_tree_budget
@@ -433,14 +437,18 @@ class _Engine:
         self.metrics = _Metrics(options.model_id)
 
     def cost_now(self) -> CostModel:
-        """The cost model of the generation request starting now (``slowdown_after`` applied)."""
+        """The cost model of the generation request starting now (``slowdown_after`` and
+        ``jitter`` applied)."""
         opts = self.options
         with self._lock:
             self._generations += 1
             n = self._generations
-        if opts.slowdown_after is None or n <= opts.slowdown_after:
+        factor = jitter_factor(opts.jitter, opts.seed, n)
+        if opts.slowdown_after is not None and n > opts.slowdown_after:
+            factor *= opts.slowdown_factor
+        if factor == 1.0:
             return opts.cost
-        return replace(opts.cost, slowdown=opts.cost.slowdown * opts.slowdown_factor)
+        return replace(opts.cost, slowdown=opts.cost.slowdown * factor)
 
     def next_id(self) -> int:
         with self._lock:
@@ -1385,6 +1393,8 @@ def options_to_argv(options: ServerOptions) -> list[str]:
     if options.slowdown_after is not None:
         argv += ["--slowdown-after", str(options.slowdown_after)]
         argv += ["--slowdown-factor", repr(options.slowdown_factor)]
+    if options.jitter:
+        argv += ["--jitter", repr(options.jitter)]
     return argv
 
 

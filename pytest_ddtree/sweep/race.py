@@ -1,19 +1,37 @@
 """Racing: spend requests where they decide.
 
-A race compares *arms* (tree budgets, or the budgets of one load point) by the
-median of one per-request figure (decode tokens/s, higher is better; TPOT,
-lower is better). Every arm first gets :attr:`RaceRule.min_n` requests. From
-then on, after each round, every arm is compared with the *leader* (the arm
-with the best median) by a seeded bootstrap interval of the relative
-difference of the medians, expressed as a *slowdown* (positive: the arm is
-slower than the leader):
+A race compares *arms* (tree budgets, or the budgets of one load point) by one
+per-request figure (decode tokens/s, higher is better; TPOT, lower is better).
+Every arm first gets :attr:`RaceRule.min_n` requests (and at least two rounds,
+so every prompt has a within-prompt spread). From then on, after each round,
+every arm is compared with the *leader* (the arm with the best prompt-balanced
+geometric mean) by a confidence interval of its relative *slowdown* (positive:
+the arm is slower than the leader):
 
 - **out**: the arm is clearly slower (the whole interval lies above zero)
   and by more than the practical margin (the estimate lies above it). It
   leaves the race and gets no more requests.
 - **as fast**: the whole interval lies within plus or minus the margin - the
   arm is as fast as the leader for every practical purpose.
+- **close enough**: once the interval is narrower than the margin itself,
+  more requests cannot change the practical answer: the arm is *out* when its
+  estimate lies above the margin, else *as fast*. Without this an arm truly
+  at the margin's edge (2.3% slower with a 2% margin) would keep the race
+  going until the request budget is spent.
 - **in contention**: anything else; it gets the next round.
+
+The interval is a stratified t-interval on the logarithm of the values: each
+prompt's mean log value per arm, the difference averaged over the prompts both
+arms share (so the prompt mix cancels, as the prompts differ in speed far more
+than repeated requests do), with the within-prompt variance of each arm and
+Welch's degrees of freedom. Noise on timings is multiplicative (a request runs
+a few percent slower), which is additive in logs. It costs a few arithmetic
+operations per look, where a bootstrap at every round of every race was the
+slowest part of a sweep, and it is honest at two values a prompt, where a
+within-prompt bootstrap was far too narrow. Each look uses the rule's
+``confidence`` (99% by default): a race looks after every round, and the
+calibration (``benchmarks/bench_race.py``) showed 95% per look let a truly
+equal arm be called slower too often over many looks.
 
 The race is *decided* when no arm is in contention. It then recommends the
 **smallest** budget among the leader and the arms as fast as it: a win inside
@@ -32,11 +50,11 @@ import math
 import statistics
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Any, Generic, Literal, TypeVar
 
-from pytest_ddtree.sweep.statistics import bootstrap_median_difference
-
 __all__ = [
+    "DEFAULT_CONFIDENCE",
     "DEFAULT_EQUIVALENCE",
     "DEFAULT_MIN_N",
     "Exit",
@@ -45,6 +63,7 @@ __all__ = [
     "RaceRule",
     "Standing",
     "judge",
+    "slowdown_interval",
 ]
 
 K = TypeVar("K", bound=Hashable)
@@ -53,8 +72,13 @@ K = TypeVar("K", bound=Hashable)
 DEFAULT_EQUIVALENCE = 0.02
 #: Requests an arm gets before any claim about it (and the least n behind a "faster").
 DEFAULT_MIN_N = 6
-#: Resamples per comparison inside a race (looks happen every round, so fewer than a report's).
-RACE_RESAMPLES = 1000
+#: Confidence of a race's claims over all its looks together (see :meth:`RaceRule.look_confidence`).
+DEFAULT_CONFIDENCE = 0.95
+#: A race looks again once it has this many times the rounds of its previous look.
+LOOK_GROWTH = 1.25
+#: Fewest degrees of freedom behind an interval (the t quantile's expansion is exact to
+#: a few tenths of a percent from 3 on; below it an interval would be too narrow).
+MIN_DF = 3.0
 
 Status = Literal["leader", "as fast", "out", "in contention", "excluded"]
 
@@ -69,10 +93,9 @@ class RaceRule:
 
     equivalence: float = DEFAULT_EQUIVALENCE
     min_n: int = DEFAULT_MIN_N
-    confidence: float = 0.95
+    confidence: float = DEFAULT_CONFIDENCE
     max_requests: int | None = None
     higher_is_better: bool = True
-    resamples: int = RACE_RESAMPLES
 
     def __post_init__(self) -> None:
         e = self.equivalence
@@ -84,6 +107,15 @@ class RaceRule:
             raise ValueError(f"race: confidence must be within (0.5, 1), got {self.confidence!r}")
         if self.max_requests is not None and self.max_requests < 1:
             raise ValueError(f"race: max_requests must be >= 1, got {self.max_requests!r}")
+
+    def look_confidence(self, look: int) -> float:
+        """The confidence of the ``look``-th look (from 1): ``1 - alpha / (look * (look + 1))``.
+
+        The error rates of all looks add up to at most ``alpha = 1 - confidence``
+        (the sum of ``1 / (k (k + 1))`` over k is 1), so looking again never buys
+        a claim the data does not support. An exhaustive sweep looks once.
+        """
+        return 1 - (1 - self.confidence) / (look * (look + 1))
 
 
 @dataclass(frozen=True)
@@ -154,6 +186,8 @@ class Judgement(Generic[K]):
     decided: bool
     recommended: K | None
     rule: RaceRule
+    #: the look this verdict was taken at (1 for an exhaustive sweep)
+    look: int = 1
 
     @property
     def contending(self) -> tuple[K, ...]:
@@ -181,6 +215,8 @@ class Judgement(Generic[K]):
             "equivalence": self.rule.equivalence,
             "min_n": self.rule.min_n,
             "confidence": self.rule.confidence,
+            "look": self.look,
+            "look_confidence": self.rule.look_confidence(self.look),
             "standings": [s.to_json() for s in self.standings],
         }
 
@@ -205,37 +241,110 @@ def _interval(d: tuple[float, float, float]) -> str:
     return f"{_pct(d[0])} [{_pct(d[1])}, {_pct(d[2])}]"
 
 
-def _slowdown(
-    arm: _Arm, leader: _Arm, rule: RaceRule, seed: int, salt: str
-) -> tuple[float, float, float] | None:
-    diff = bootstrap_median_difference(
-        leader.values,
-        arm.values,
-        seed=seed,
-        resamples=rule.resamples,
-        confidence=rule.confidence,
-        relative=True,
-        salt=salt,
-        strata_a=leader.strata,
-        strata_b=arm.strata,
+def _t_quantile(p: float, df: float) -> float:
+    """The p-quantile of Student's t (Cornish-Fisher expansion; df >= 3, p > 0.5)."""
+    z = NormalDist().inv_cdf(p)
+    if math.isinf(df):
+        return z
+    z3, z5, z7, z9 = z**3, z**5, z**7, z**9
+    return (
+        z
+        + (z3 + z) / (4 * df)
+        + (5 * z5 + 16 * z3 + 3 * z) / (96 * df**2)
+        + (3 * z7 + 19 * z5 + 17 * z3 - 15 * z) / (384 * df**3)
+        + (79 * z9 + 776 * z7 + 1482 * z5 - 1920 * z3 - 945 * z) / (92160 * df**4)
     )
-    if diff is None:
+
+
+def _by_prompt(values: Sequence[float], strata: Sequence[str]) -> dict[str, list[float]]:
+    groups: dict[str, list[float]] = {}
+    for v, key in zip(values, strata, strict=True):
+        groups.setdefault(key, []).append(math.log(v))
+    return groups
+
+
+def _spread(groups: Mapping[str, list[float]], prompts: Iterable[str]) -> tuple[float, float]:
+    """Pooled within-prompt variance of the logs, and its degrees of freedom."""
+    ss = df = 0.0
+    for p in prompts:
+        g = groups[p]
+        mean = statistics.fmean(g)
+        ss += sum((x - mean) ** 2 for x in g)
+        df += len(g) - 1
+    return (ss / df if df > 0 else math.nan), df
+
+
+def log_ratio_interval(
+    a: Sequence[float],
+    strata_a: Sequence[str],
+    b: Sequence[float],
+    strata_b: Sequence[str],
+    confidence: float,
+) -> tuple[float, float, float] | None:
+    """``(estimate, low, high)`` of log(b / a), balanced over the prompts both share.
+
+    None when a value is not positive, no prompt is shared, or the interval would rest
+    on fewer than :data:`MIN_DF` degrees of freedom.
+    """
+    if min(a, default=0.0) <= 0 or min(b, default=0.0) <= 0:
         return None
-    est, lo, hi = diff  # median(arm) / median(leader) - 1
+    ga, gb = _by_prompt(a, strata_a), _by_prompt(b, strata_b)
+    shared = sorted(set(ga) & set(gb))
+    if not shared:
+        return None
+    k = len(shared)
+    est = statistics.fmean(statistics.fmean(gb[p]) - statistics.fmean(ga[p]) for p in shared)
+    (va, dfa), (vb, dfb) = _spread(ga, shared), _spread(gb, shared)
+    if not (dfa > 0 and dfb > 0):
+        return None
+    # the variance of each side's prompt-balanced mean, and Welch's degrees of freedom
+    sa = va * sum(1 / len(ga[p]) for p in shared) / k**2
+    sb = vb * sum(1 / len(gb[p]) for p in shared) / k**2
+    se2 = sa + sb
+    df = math.inf if se2 == 0 else se2**2 / (sa**2 / dfa + sb**2 / dfb)
+    if df < MIN_DF:
+        return None
+    half = _t_quantile((1 + confidence) / 2, df) * math.sqrt(se2)
+    return est, est - half, est + half
+
+
+def slowdown_interval(
+    arm: Sequence[float],
+    arm_strata: Sequence[str],
+    leader: Sequence[float],
+    leader_strata: Sequence[str],
+    rule: RaceRule,
+    confidence: float | None = None,
+) -> tuple[float, float, float] | None:
+    """``(estimate, low, high)`` of how much slower ``arm`` is than ``leader`` (0.05: 5%),
+    at ``confidence`` (default: the rule's first look)."""
+    conf = rule.look_confidence(1) if confidence is None else confidence
+    d = log_ratio_interval(leader, leader_strata, arm, arm_strata, conf)
+    if d is None:
+        return None
+    est, lo, hi = d  # log(arm / leader)
     if rule.higher_is_better:
-        return -est, -hi, -lo
-    return est, lo, hi
+        return 1 - math.exp(est), 1 - math.exp(hi), 1 - math.exp(lo)
+    return math.exp(est) - 1, math.exp(lo) - 1, math.exp(hi) - 1
+
+
+def _score(arm: _Arm) -> float:
+    """The prompt-balanced mean log value (the leader has the best)."""
+    if min(arm.values) <= 0:
+        return statistics.median(arm.values)
+    groups = _by_prompt(arm.values, arm.strata)
+    return statistics.fmean(statistics.fmean(g) for g in groups.values())
 
 
 def _judge(
-    arms: Mapping[K, _Arm], rule: RaceRule, *, seed: int, frozen: Mapping[K, Standing[K]]
+    arms: Mapping[K, _Arm], rule: RaceRule, *, frozen: Mapping[K, Standing[K]], look: int = 1
 ) -> Judgement[K]:
     """Judge every arm against the leader; ``frozen`` arms keep the standing they left with."""
     live = {k: a for k, a in arms.items() if a.excluded is None and a.values and k not in frozen}
     sign = 1.0 if rule.higher_is_better else -1.0
     leader: K | None = None
     if live:
-        leader = min(live, key=lambda k: (-sign * statistics.median(live[k].values), _order(k)))
+        leader = min(live, key=lambda k: (-sign * _score(live[k]), _order(k)))
     standings: list[Standing[K]] = []
     for key in sorted(arms, key=_order):
         arm = arms[key]
@@ -252,34 +361,36 @@ def _judge(
         if leader is None or not arm.values:
             standings.append(Standing(key, len(arm.values), median, "in contention"))
             continue
-        standings.append(_standing(key, arm, arms[leader], leader, rule, seed))
+        standings.append(_standing(key, arm, arms[leader], rule, look))
     decided = leader is not None and not any(s.status == "in contention" for s in standings)
     recommended: K | None = None
     if decided:
         pool = [s.key for s in standings if s.status in ("leader", "as fast")]
         recommended = min(pool, key=_order)
-    return Judgement(tuple(standings), leader, decided, recommended, rule)
+    return Judgement(tuple(standings), leader, decided, recommended, rule, look)
 
 
-def _standing(key: K, arm: _Arm, lead: _Arm, leader: K, rule: RaceRule, seed: int) -> Standing[K]:
+def _standing(key: K, arm: _Arm, lead: _Arm, rule: RaceRule, look: int) -> Standing[K]:
     n = len(arm.values)
     median = statistics.median(arm.values)
     if n < rule.min_n or len(lead.values) < rule.min_n:
         return Standing(key, n, median, "in contention", None, f"n={n} below the minimum")
-    d = _slowdown(arm, lead, rule, seed, f"race:{leader}:{key}:{n}:{len(lead.values)}")
+    confidence = rule.look_confidence(look)
+    d = slowdown_interval(arm.values, arm.strata, lead.values, lead.strata, rule, confidence)
     m = rule.equivalence
     if d is None or not all(math.isfinite(x) for x in d):
-        return Standing(key, n, median, "in contention", d, "no interval")
-    conf = f"{round(100 * rule.confidence)}%"
-    if d[1] > 0 and d[0] > m:
-        why = f"slower than the leader by {_interval(d)} ({conf}), more than the {m:.0%} margin"
+        return Standing(key, n, median, "in contention", d, "too few values a prompt")
+    conf = f"{100 * confidence:.3g}%"
+    where = f"{_interval(d)} ({conf}, n={n} vs {len(lead.values)})"
+    # an interval narrower than the margin that has its estimate above it lies above zero
+    close = d[2] - d[1] < m
+    if d[0] > m and d[1] > 0:
+        why = f"slower than the leader by {where}, more than the {m:.0%} margin"
         return Standing(key, n, median, "out", d, why)
-    if -m < d[1] and d[2] < m:
-        why = f"within the {m:.0%} margin of the leader: {_interval(d)} ({conf})"
+    if (-m < d[1] and d[2] < m) or close:
+        why = f"within the {m:.0%} margin of the leader: {where}"
         return Standing(key, n, median, "as fast", d, why)
-    return Standing(
-        key, n, median, "in contention", d, f"{_interval(d)} ({conf}) crosses the margin"
-    )
+    return Standing(key, n, median, "in contention", d, f"{where} crosses the margin")
 
 
 def judge(
@@ -292,14 +403,15 @@ def judge(
     """Judge arms measured in full (an exhaustive sweep) by the race's rule.
 
     ``samples`` maps each key to its ``(value, stratum)`` pairs (the stratum is
-    the prompt id: resampling stays within prompts); ``excluded`` maps keys to
-    why they may not win (an invalid request).
+    the prompt id: comparisons are balanced over the prompts); ``excluded`` maps
+    keys to why they may not win (an invalid request). ``seed`` is accepted for
+    symmetry with the reports' bootstrap; the race's interval is deterministic.
     """
     rule = rule or RaceRule()
     arms = {k: _Arm([v for v, _ in vs], [s for _, s in vs]) for k, vs in samples.items()}
     for k, why in (excluded or {}).items():
         arms.setdefault(k, _Arm()).excluded = why
-    return _judge(arms, rule, seed=seed, frozen={})
+    return _judge(arms, rule, frozen={})
 
 
 class Race(Generic[K]):
@@ -331,12 +443,15 @@ class Race(Generic[K]):
         self.requests = 0
         self.rounds = 0
         self.spent = False
+        self.looks = 0
+        self._looked_at = -1
+        self._next_look = 0
         self._last: Judgement[K] | None = None
 
     @property
     def min_rounds(self) -> int:
-        """Rounds every arm gets before any arm may leave."""
-        return -(-self.rule.min_n // self.per_round)
+        """Rounds every arm gets before any arm may leave (two at least: a spread a prompt)."""
+        return max(2, -(-self.rule.min_n // self.per_round))
 
     def add(self, key: K, value: float, stratum: str = "") -> None:
         """One measured request of arm ``key`` (a valid one; see :meth:`exclude`)."""
@@ -359,9 +474,10 @@ class Race(Generic[K]):
         self._last = None
 
     def judgement(self) -> Judgement[K]:
-        """The verdict on what was measured so far."""
+        """The verdict on what was measured so far (at the latest look's confidence)."""
         if self._last is None:
-            self._last = _judge(self._arms, self.rule, seed=self.seed, frozen=self._frozen)
+            look = max(self.looks, 1)
+            self._last = _judge(self._arms, self.rule, frozen=self._frozen, look=look)
         return self._last
 
     def _leave(self, s: Standing[K], leader: K | None) -> None:
@@ -370,28 +486,42 @@ class Race(Generic[K]):
             Exit(s.key, self.rounds, self.requests, s.n, s.status, s.slowdown, leader, s.reason)
         )
 
+    def _look(self) -> Judgement[K]:
+        """Judge at a new look; the arms found out leave the race."""
+        self.looks += 1
+        self._looked_at = self.requests
+        self._last = None
+        j = self.judgement()
+        for s in j.standings:
+            if s.status == "out" and s.key not in self._frozen:
+                self._leave(s, j.leader)
+        self._last = None
+        self._next_look = max(self.rounds + 1, math.ceil(self.rounds * LOOK_GROWTH))
+        return self.judgement()
+
     def next_round(self) -> list[K]:
-        """The arms to measure next (in key order); empty when the race is over."""
+        """The arms to measure next (in key order); empty when the race is over.
+
+        The race looks (judges, and lets arms go) after :attr:`min_rounds` and then
+        whenever the rounds have grown by :data:`LOOK_GROWTH`: fewer looks spend the
+        confidence on fewer, better-informed verdicts.
+        """
         live = [k for k in sorted(self._arms, key=_order) if k not in self._frozen]
-        if self.rounds < self.min_rounds:
-            keys = live
-        else:
-            j = self.judgement()
+        keys = live
+        if self.rounds >= self.min_rounds and self.rounds >= self._next_look:
+            j = self._look()
             if j.decided or not live:
-                return []
-            for s in j.standings:
-                if s.status == "out" and s.key not in self._frozen:
-                    self._leave(s, j.leader)
-            self._last = None
-            j = self.judgement()
-            if j.decided:
                 return []
             keys = [
                 s.key for s in j.standings if s.status in ("leader", "in contention", "as fast")
             ]
+        if not keys:
+            return []
         cost = len(keys) * self.per_round
         if self.rule.max_requests is not None and self.requests + cost > self.rule.max_requests:
-            self.spent = True
+            if self._looked_at != self.requests:
+                self._look()  # what was measured since the last look is judged, too
+            self.spent = not self.judgement().decided
             return []
         self.rounds += 1
         return keys

@@ -8,6 +8,8 @@ import httpx
 import pytest
 
 from pytest_ddtree.reference import CostModel, optimal_budget, start_reference_server
+from pytest_ddtree.reference.cost import DEFAULT_PROMPTS, jitter_factor
+from pytest_ddtree.reference.server import ServerOptions, options_to_argv
 
 BUDGETS = [16, 32, 64, 128, 256, 512, 1024]
 
@@ -73,3 +75,63 @@ def test_measured_sweep_agrees_with_the_optimum() -> None:
     assert max(med, key=lambda b: med[b]) == best == 16
     for b in budgets:  # the simulated time is what is observed
         assert med[b] == pytest.approx(table[b]["tok_per_sec"], rel=0.25), (b, med, table)
+
+
+# ---------------------------------------------------------------- jitter
+
+
+def _verify_ms(jitter: float, seed: int, n: int = 12) -> list[float]:
+    server = start_reference_server(jitter=jitter, seed=seed, simulated_latency=False)
+    try:
+        with httpx.Client(base_url=server.base_url, timeout=30) as client:
+            out = []
+            for _ in range(n):
+                r = client.post(
+                    "/chat/completions",
+                    json={
+                        "model": "ddtree-reference",
+                        "messages": [{"role": "user", "content": DEFAULT_PROMPTS[0]}],
+                        "max_tokens": 48,
+                        "temperature": 0,
+                        "tree_budget": 64,
+                    },
+                )
+                out.append(float(r.json()["ddtree_stats"]["verify_ms"]))
+            return out
+    finally:
+        server.stop()
+
+
+def test_jitter_is_seeded_multiplicative_noise_on_each_request() -> None:
+    steady = _verify_ms(0.0, seed=0)
+    assert len(set(steady)) == 1  # no jitter: the same request costs the same
+    noisy = _verify_ms(0.2, seed=0)
+    assert noisy == _verify_ms(0.2, seed=0)  # seeded: the same run twice
+    assert noisy != _verify_ms(0.2, seed=1)
+    ratios = [x / steady[0] for x in noisy]
+    assert len(set(ratios)) == len(ratios)
+    assert 0.05 < statistics.stdev(ratios) < 0.4  # a spread of about the CV asked for
+
+
+def test_jitter_factor_has_mean_one_and_the_coefficient_of_variation() -> None:
+    xs = [jitter_factor(0.05, 3, i) for i in range(1, 4001)]
+    assert statistics.fmean(xs) == pytest.approx(1.0, abs=0.005)
+    assert statistics.stdev(xs) == pytest.approx(0.05, rel=0.1)
+    assert jitter_factor(0.0, 3, 1) == 1.0
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan"), "0.1", True])
+def test_bad_jitter_is_refused(bad: object) -> None:
+    with pytest.raises(ValueError, match="jitter: must be a number between 0 and 1"):
+        ServerOptions(jitter=bad)  # type: ignore[arg-type]
+
+
+def test_jitter_on_the_command_line() -> None:
+    from pytest_ddtree.reference.__main__ import build_parser, main, options_from_args
+
+    opts = options_from_args(build_parser().parse_args(["--jitter", "0.05"]))
+    assert opts.jitter == 0.05
+    assert options_to_argv(opts)[-2:] == ["--jitter", "0.05"]
+    with pytest.raises(SystemExit) as exc:
+        main(["--jitter", "-1"])
+    assert exc.value.code == 2

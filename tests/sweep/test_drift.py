@@ -222,3 +222,16 @@ def test_plugin_slowdown_option_is_for_the_embedded_server_only() -> None:
             {},
             {},
         )
+
+
+def test_plugin_jitter_option_is_for_the_embedded_server_only() -> None:
+    assert resolve({"ddtree_reference_jitter": "5%"}, {}, {}).reference_jitter == 0.05
+    assert resolve({"ddtree_reference_jitter": "0.1"}, {}, {}).reference_jitter == 0.1
+    with pytest.raises(SettingsError, match=r"invalid reference-jitter '-1' \(from"):
+        resolve({"ddtree_reference_jitter": "-1"}, {}, {})
+    with pytest.raises(SettingsError, match="only the embedded server has simulated costs"):
+        resolve(
+            {"ddtree_reference_jitter": "0.05", "ddtree_endpoint": "http://127.0.0.1:9/v1"},
+            {},
+            {},
+        )
