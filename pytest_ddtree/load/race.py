@@ -10,10 +10,12 @@ within the margin is recommended. A spent budget is *undecided*: no winner
 is forced.
 
 A chunk is sent as one run at the point's load, so it is at least C requests
-at a concurrency C (fewer would never reach C in flight), and a quarter of the
-point's exhaustive requests, so the closing tail of each run stays a small part
-of it. The request budget of a point is what the exhaustive grid would send
-there (budgets × requests): racing never costs more.
+at a concurrency C (fewer would never reach C in flight; the ``C seen`` column
+shows what each budget got), and an eighth of the point's exhaustive requests:
+with the default 8 × C requests a chunk is one wave of C, and the race's first
+batch (two rounds at least) a quarter of the exhaustive count. The request
+budget of a point is what the exhaustive grid would send there (budgets ×
+requests): racing never costs more.
 
 An invalid request excludes its budget at the point, as in the exhaustive grid;
 a request that hit the client's own limits (a timeout, not sent) excludes it
@@ -38,12 +40,12 @@ __all__ = ["Left", "PointRace", "chunk_size", "race_point", "race_rule"]
 Budget = int | None
 Outcome = Literal["decided", "undecided", "interrupted"]
 
-#: the share of a point's exhaustive requests one chunk is (1/4: at least four looks)
-CHUNKS_PER_BUDGET = 4
+#: a chunk is at least this share of a point's exhaustive requests per budget (1/8)
+CHUNKS_PER_BUDGET = 8
 
 
 def chunk_size(point: LoadPoint, requests: int) -> int:
-    """Requests sent in one run of one budget: at least C, and a quarter of ``requests``."""
+    """Requests sent in one run of one budget: at least C, and an eighth of ``requests``."""
     return max(point.concurrency or 1, -(-requests // CHUNKS_PER_BUDGET))
 
 

@@ -58,12 +58,13 @@ class Server:
         return sum(k for b, k in self.runs if b == budget)
 
 
-def test_a_run_is_at_least_c_requests_and_a_quarter_of_the_point() -> None:
-    assert chunk_size(C1, 16) == 4
-    assert chunk_size(C4, 32) == 8
-    assert chunk_size(C16, 128) == 32
+def test_a_run_is_at_least_c_requests_and_an_eighth_of_the_point() -> None:
+    assert chunk_size(C1, 16) == 2
+    assert chunk_size(C4, 32) == 4  # the default 8 x C: one wave of C
+    assert chunk_size(C16, 128) == 16
     assert chunk_size(C16, 20) == 16  # never fewer than C in flight
-    assert chunk_size(LoadPoint("rate", 2.0), 32) == 8
+    assert chunk_size(C4, 100) == 13
+    assert chunk_size(LoadPoint("rate", 2.0), 32) == 4
 
 
 def test_a_clearly_slower_budget_stops_getting_requests() -> None:
@@ -74,7 +75,7 @@ def test_a_clearly_slower_budget_stops_getting_requests() -> None:
     left = {x.tree_budget: x for x in race.left}
     assert set(left) == {16, 256} and {x.status for x in left.values()} == {"out"}
     assert "more than the 2% margin" in left[256].reason
-    # each loser got the first batch only (min n 6 in runs of 8), and no more
+    # each loser got the first batch only (min n 6: two runs of 4), and no more
     assert server.sent(16) == server.sent(256) == 8 == left[16].n
     assert race.requests == sum(k for _, k in server.runs) < race.max_requests == 3 * 32
     assert race.verdict() == f"race decided after {race.requests} of 96 requests"
@@ -114,8 +115,10 @@ def test_an_invalid_request_excludes_its_budget_at_the_point() -> None:
     race = race_point(C4, (16, 64), 32, server, equivalence=0.02)
     (gone,) = race.left
     assert gone.tree_budget == 64 and gone.status == "excluded"
-    assert gone.reason == "1 invalid request(s) (early-stop)" and gone.after_requests == 16
-    assert server.sent(64) == 8  # the first run only
+    first = [b for b, _ in server.runs].index(64)
+    assert gone.reason == "1 invalid request(s) (early-stop)"
+    assert gone.after_requests == 4 * (first + 1) and gone.n == 3  # right after its first run
+    assert server.sent(64) == 4  # the first run only
     assert race.decided and race.recommended == 16
 
 
@@ -133,7 +136,7 @@ def test_every_budget_invalid_leaves_no_winner() -> None:
     race = race_point(C4, (16, 64), 32, server, equivalence=0.02)
     assert race.outcome == "undecided" and race.leader is None
     assert "no budget had every request valid" in race.verdict()
-    assert race.requests == 16  # nothing sent after both were excluded
+    assert race.requests == 8  # nothing sent after both were excluded
 
 
 def test_the_choice_is_the_races_not_the_best_median() -> None:
