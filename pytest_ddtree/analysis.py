@@ -24,6 +24,7 @@ from pytest_ddtree.sweep import (
     redact_endpoint,
     summarize,
 )
+from pytest_ddtree.sweep.race import RaceRecord, RaceRule
 from pytest_ddtree.violation import Violation
 
 if TYPE_CHECKING:
@@ -150,13 +151,15 @@ def conclude(
     seed: int,
     skip_checks: Sequence[str],
     interrupted: bool,
+    rule: RaceRule | None = None,
+    race: RaceRecord[int | None] | None = None,
 ) -> Conclusion:
     """Samples that count, the budget-ignored verdict and the (maybe partial) summary."""
     samples = _with_lossy(samples, lossy)
     if not samples:
         return Conclusion(samples, None, [])
     ignored = budget_ignored(samples, skip_checks)
-    summary = summarize(samples, seed=seed)
+    summary = summarize(samples, seed=seed, rule=rule, race=race)
     if interrupted:
         rec = summary.recommendation
         summary = replace(

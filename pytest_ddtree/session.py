@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from pytest_ddtree.load import LoadRecord, LoadTestResult
     from pytest_ddtree.machine import ProbeResult
     from pytest_ddtree.sweep import DiagnosisRecord, RunMetadata, SweepSample, SweepSummary
+    from pytest_ddtree.sweep.race import RaceRecord
     from pytest_ddtree.violation import Violation
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
@@ -149,6 +150,8 @@ class DDTreeSession:
         self.smoke_failure: str | None = None
         self.interrupted = False
         self.summary: SweepSummary | None = None
+        # the adaptive sweeps' races (who left when, and why), for the end-of-session report
+        self.races: list[RaceRecord[int | None]] = []
         self.budget_ignored: list[Violation] = []
         self.report_lines: list[str] = []
         # one record of raw samples per ddtree_load call (and process); merged in finish()
@@ -296,6 +299,7 @@ class DDTreeSession:
     def finish(self, session: pytest.Session) -> None:
         """Hand the records to the controller (xdist worker), or check and report the sweep."""
         from pytest_ddtree import _guard, analysis
+        from pytest_ddtree.sweep.race import RaceRule
 
         self.pending.clear()
         # a signal counts even when a second one muddled pytest's exit status
@@ -329,6 +333,8 @@ class DDTreeSession:
             self.samples,
             self.lossy,
             seed=seed,
+            rule=RaceRule(equivalence=self.settings.equivalence),
+            race=self.races[-1] if self.races else None,
             skip_checks=self.settings.skip_checks,
             interrupted=self.interrupted,
         )

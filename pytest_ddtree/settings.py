@@ -114,8 +114,9 @@ class Settings:
     warmup_rounds: int = 1
     sweep_seed: int = 0
     sweep_order: Literal["shuffled", "fixed"] = "shuffled"
-    sweep_mode: Literal["exhaustive", "adaptive"] = "exhaustive"
+    sweep: Literal["exhaustive", "adaptive"] = "exhaustive"
     equivalence: float = 0.02
+    #: None: auto (an exhaustive sweep's requests at SWEEP_AUTO_ROUNDS rounds)
     sweep_requests: int | None = None
     reference_faults: tuple[str, ...] = ()
     reference_latency: bool = True
@@ -434,6 +435,25 @@ def parse_jitter(raw: str, source: str) -> float:
     return value
 
 
+def parse_equivalence(raw: str, source: str) -> float:
+    """The race's practical margin: ``2%`` or ``0.02``, within (0, 50%)."""
+    text = str(raw).strip()
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0 < value < 0.5:
+        raise _fail("equivalence", raw, source, "expected a margin above 0% and below 50%, e.g. 2%")
+    return value
+
+
+def parse_sweep_requests(raw: str, source: str) -> int | None:
+    """``auto`` or an integer >= 1 (checked against the budgets in ``_cross_validate``)."""
+    if str(raw).strip().lower() == "auto":
+        return None
+    return parse_positive_int(raw, source, "sweep-requests")
+
+
 def parse_metrics_url(raw: str, source: str) -> str:
     """``off`` or an http(s) URL of a Prometheus ``/metrics`` page."""
     if str(raw).strip().lower() == "off":
@@ -449,18 +469,6 @@ def parse_burstiness(raw: str, source: str) -> float:
         value = math.nan
     if not math.isfinite(value) or value <= 0:
         raise _fail("load-burstiness", raw, source, "expected a number > 0 (1 is Poisson)")
-    return value
-
-
-def parse_equivalence(raw: str, source: str) -> float:
-    """A practical margin within (0, 50%): ``2%`` or ``0.02``."""
-    text = str(raw).strip()
-    try:
-        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or not 0 < value < 0.5:
-        raise _fail("equivalence", raw, source, "expected a margin within (0, 50%), e.g. 2%")
     return value
 
 
@@ -516,7 +524,6 @@ class OptionDef:
     secret: bool = False
     path: bool = False  # its ini value is a path relative to the ini file, as pytest's are
     parse: Callable[[Any, str], Any] | None = None
-    attr_name: str | None = None  # the Settings attribute, when not the name's
 
     @property
     def cli(self) -> str:
@@ -531,8 +538,6 @@ class OptionDef:
     @property
     def attr(self) -> str:
         """The ``Settings`` attribute this option sets."""
-        if self.attr_name:
-            return self.attr_name
         return self.name.replace("-", "_") + ("s" if self.repeatable else "")
 
     @property
@@ -765,26 +770,32 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "sweep",
-        "exhaustive (every budget gets the same requests) or adaptive (budgets are raced: "
-        "clearly slower ones stop getting requests).",
+        "exhaustive (every budget gets every round) or adaptive (the budgets race: a clearly "
+        "slower budget leaves, the rest get more requests until the best is known or "
+        "--ddtree-sweep-requests is spent).",
         metavar="MODE",
         default="exhaustive",
+        env=("DDTREE_SWEEP",),
         parse=lambda raw, src: parse_choice(raw, src, "sweep", ("exhaustive", "adaptive")),
-        attr_name="sweep_mode",
     ),
     OptionDef(
         "equivalence",
-        "Practical margin of an adaptive sweep: budgets within it of the best are as fast, "
-        "and the smallest of them is recommended.",
-        metavar="PCT",
+        "The sweep's practical margin: budgets within it of the best are as fast, and the "
+        "smallest of them is recommended (2% or 0.02; above 0, below 50%).",
+        metavar="MARGIN",
         default="2%",
+        env=("DDTREE_EQUIVALENCE",),
         parse=parse_equivalence,
     ),
     OptionDef(
         "sweep-requests",
-        "Request budget of an adaptive sweep; spent before the race is decided, it is undecided.",
+        "The adaptive sweep's request budget (warm-up and smoke requests not counted); spent "
+        "before the best is known, the sweep is undecided. auto: what an exhaustive sweep of "
+        "10 rounds would send.",
         metavar="N",
-        parse=lambda raw, src: parse_positive_int(raw, src, "sweep-requests"),
+        default="auto",
+        env=("DDTREE_SWEEP_REQUESTS",),
+        parse=parse_sweep_requests,
     ),
     OptionDef(
         "reference-fault",
@@ -1042,6 +1053,16 @@ def _cross_validate(values: dict[str, Any], sources: dict[str, str]) -> Settings
             f"{sources['reference_slowdown_after']}): only the embedded server can be slowed "
             f"down, but an endpoint is set (from {sources['endpoint']})"
         )
+    if values.get("sweep_requests") is not None:
+        from pytest_ddtree.sweep.race import DEFAULT_MIN_N  # late: sweep imports settings
+
+        arms = max(len(values.get("budgets", DEFAULT_BUDGETS)), 1)
+        if values["sweep_requests"] < DEFAULT_MIN_N * arms:
+            raise SettingsError(
+                f"invalid sweep-requests {values['sweep_requests']} (from "
+                f"{sources['sweep_requests']}): below the minimum n ({DEFAULT_MIN_N}) x "
+                f"{arms} budget(s) = {DEFAULT_MIN_N * arms}, so no budget could be judged"
+            )
     if values.get("endpoint") is not None and values.get("reference_jitter"):
         raise SettingsError(
             f"invalid reference-jitter (from {sources['reference_jitter']}): only the embedded "

@@ -187,7 +187,7 @@ def render_load_section(tests: Sequence[LoadTestResult]) -> str:
         if races:
             spent, full = sum(r.requests for r in races), sum(r.max_requests for r in races)
             raced = (
-                f'<p class="muted">Adaptive: budgets raced at each load point by median TPOT '
+                f'<p class="muted">Adaptive: budgets raced at each load point by TPOT '
                 f"(margin {races[0].equivalence:.0%}, minimum n {races[0].min_n}); "
                 f"{spent} requests of the {full} sent in full.</p>"
             )

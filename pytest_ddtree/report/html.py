@@ -29,7 +29,7 @@ from pytest_ddtree import __version__
 from pytest_ddtree.report._atomic import write_text_atomic
 from pytest_ddtree.report.counters_html import server_counters_section
 from pytest_ddtree.report.depth_chart import depth_section
-from pytest_ddtree.report.terminal import acceptance_cell
+from pytest_ddtree.report.terminal import acceptance_cell, race_cell, race_lines
 from pytest_ddtree.sweep import (
     BudgetStats,
     DiagnosisRecord,
@@ -510,6 +510,7 @@ def _stats_table(summary: SweepSummary) -> str:
     for st in summary.budgets:
         decode = "-" if st.decode_median is None else f"{st.decode_median:,.0f}"
         ci = "" if st.decode_ci is None else f"{st.decode_ci[0]:,.0f}–{st.decode_ci[1]:,.0f}"
+        ci += f" <small>n={len(st.decode)}</small>"
         iqr = "" if st.decode_iqr is None else f"{st.decode_iqr:,.0f}"
         ttft = "-" if st.ttft_p50 is None else f"{st.ttft_p50 * 1000:,.0f}"
         ttft90 = "-" if st.ttft_p90 is None else f"{st.ttft_p90 * 1000:,.0f}"
@@ -517,12 +518,20 @@ def _stats_table(summary: SweepSummary) -> str:
         rounds = "-" if st.mean_decode_rounds is None else f"{st.mean_decode_rounds:.1f}"
         ratio = "-" if st.server_client_ratio is None else f"{st.server_client_ratio:.2f}"
         kind = st.verdict.split(" ")[0].lower().strip("()")
-        cls = {"best": "best", "tied": "tied", "invalid": "bad", "slower": "slow"}.get(kind, "none")
+        cls = {
+            "best": "best",
+            "tied": "tied",
+            "as": "tied",
+            "leads": "tied",
+            "invalid": "bad",
+            "slower": "slow",
+        }.get(kind, "none")
         row_cls = ' class="row-bad"' if not st.all_valid else ""
         rows.append(
             f"<tr{row_cls}><td>{escape(budget_label(st.tree_budget))}</td>"
             f"<td>{st.valid}/{st.total}</td><td><b>{decode}</b></td><td>{ci}</td><td>{iqr}</td>"
             f"<td>{ttft} / {ttft90}</td><td>{acc}</td><td>{rounds}</td><td>{ratio}</td>"
+            f"<td>{escape(race_cell(st, summary.race))}</td>"
             f'<td><span class="pill {cls}">{escape(st.verdict)}</span></td></tr>'
         )
     return (
@@ -531,7 +540,31 @@ def _stats_table(summary: SweepSummary) -> str:
         "<th>TTFT ms<br><small>p50 / p90</small></th>"
         "<th>acceptance<br><small>length (or rate)</small></th>"
         "<th>verify<br><small>steps</small></th><th>server/client<br><small>tok/s</small></th>"
+        "<th>slower than leader<br><small>[interval] n</small></th>"
         f"<th>verdict</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _race_section(summary: SweepSummary) -> str:
+    """The rule, and for an adaptive sweep who left the race when and why."""
+    race = summary.race
+    if race is None:
+        return ""
+    rule = race.judgement.rule
+    items = "".join(f"<li>{escape(line.removeprefix('race: '))}</li>" for line in race_lines(race))
+    how = (
+        f"An adaptive sweep: every budget got {rule.min_n} requests at least, then a round "
+        "at a time only the budgets still in contention got more."
+        if race.mode == "adaptive"
+        else "An exhaustive sweep: every budget got every round, judged once."
+    )
+    return (
+        '<section class="card"><h2>Race</h2>'
+        f"<p>{escape(how)} Margin {rule.equivalence:.0%}: a budget whose whole interval of "
+        "the slowdown against the leader lies within it is as fast, and the smallest of "
+        "those is recommended; a budget clearly slower by more than the margin leaves; "
+        f"no claim below n={rule.min_n}. {rule.confidence:.0%} confidence over all "
+        f"looks.</p><ul>{items}</ul></section>"
     )
 
 
@@ -890,6 +923,7 @@ def render_html(
         "acceptance length; acceptance rate is not used because it falls arithmetically as "
         "the budget grows.</p></section>"
     )
+    body.append(_race_section(summary))
     body.append(_drift_section(summary))
     body.append(_invalid_table(run.samples))
     body.append(server_counters_section(meta.extra.get("server_counters")))

@@ -6,25 +6,28 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_ddtree.sweep import BudgetStats, SweepSummary, budget_label, deeper_line
-from pytest_ddtree.sweep.statistics import acceptance_text, never_drafted_lines
+from pytest_ddtree.sweep.race import RaceRecord
+from pytest_ddtree.sweep.statistics import acceptance_text, never_drafted_lines, standing_text
 
 HEADERS = (
     "tree_budget",
     "valid",
-    "decode tok/s median [95% CI]",
+    "decode tok/s median [95% CI] n",
     "TTFT p50/p90 ms",
     "accept len/rate",
     "verify steps",
     "srv/cli",
+    "slower than leader [CI] n",
     "verdict",
 )
 # Numbers read best right-aligned; the verdict is prose.
-_RIGHT = (True, True, True, True, True, True, True, False)
+_RIGHT = (True, True, True, True, True, True, True, True, False)
 #: what the columns mean, printed under the table; docs/sweep.md has the long form
 LEGEND = (
     "accept len: tokens committed per decode round (rate: accepted/drafted; 'no drafts': "
     "speculation never drafted); verify steps: decode rounds per request; srv/cli: server's "
-    "decode rate over the client's, near 1.00 when honest (docs: sweep.md#columns)"
+    "decode rate over the client's, near 1.00 when honest; slower than leader: the race's "
+    "interval of the budget's slowdown against the fastest (docs: sweep.md#columns)"
 )
 
 
@@ -41,10 +44,21 @@ def acceptance_cell(st: BudgetStats) -> str:
     return acceptance_text(st.mean_acceptance_length, st.mean_acceptance_rate, st.never_drafted)
 
 
-def _row(st: BudgetStats) -> tuple[str, ...]:
+def race_cell(st: BudgetStats, race: RaceRecord[int | None] | None) -> str:
+    """The budget's slowdown against the leader with its interval and n (``leader``, ``-``)."""
+    if race is None or st.tree_budget not in {s.key for s in race.judgement.standings}:
+        return "-"
+    s = race.judgement.standing(st.tree_budget)
+    if s.status == "leader":
+        return f"leader n={s.n}"
+    return standing_text(s)
+
+
+def _row(st: BudgetStats, race: RaceRecord[int | None] | None = None) -> tuple[str, ...]:
     decode = _rate(st.decode_median)
     if st.decode_ci is not None:
         decode += f" [{_rate(st.decode_ci[0])}-{_rate(st.decode_ci[1])}]"
+    decode += f" n={len(st.decode)}"
     ttft = "-" if st.ttft_p50 is None else f"{_ms(st.ttft_p50)} / {_ms(st.ttft_p90)}"
     accept = acceptance_cell(st)
     rounds = "-" if st.mean_decode_rounds is None else f"{st.mean_decode_rounds:.1f}"
@@ -57,6 +71,7 @@ def _row(st: BudgetStats) -> tuple[str, ...]:
         accept,
         rounds,
         ratio,
+        race_cell(st, race),
         st.verdict,
     )
 
@@ -76,7 +91,10 @@ def table_lines(
     per request, ``srv/cli`` the server-reported decode rate over the client-measured
     one (close to 1.0 when the server's figure is honest).
     """
-    rows = [HEADERS, *(_shared_row(_row(st), st, shared) for st in summary.budgets)]
+    rows = [
+        HEADERS,
+        *(_shared_row(_row(st, summary.race), st, shared) for st in summary.budgets),
+    ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(HEADERS))]
     lines: list[str] = []
     for n, row in enumerate(rows):
@@ -97,11 +115,40 @@ def table_lines(
     lines.extend(f"WARNING: {w}" for w in never_drafted_lines(summary.budgets))
     lines.extend(drift_lines(summary))
     lines.extend(shared_server_lines(shared))
+    lines.extend(race_lines(summary.race))
     lines.append(summary.recommendation.message)
     lines.extend(shared_recommendation(shared))
     deeper = deeper_line([(st.tree_budget, st.depth) for st in summary.budgets if st.depth])
     if deeper is not None:
         lines.append(deeper)
+    return lines
+
+
+def race_lines(race: RaceRecord[int | None] | None) -> list[str]:
+    """The adaptive sweep's log: which budget left when (requests, round) and why."""
+    if race is None or race.mode != "adaptive":
+        return []
+    rule = race.judgement.rule
+    budget = "no request budget" if rule.max_requests is None else f"of {rule.max_requests}"
+    lines = [
+        f"race: {race.requests} requests ({budget}) in {race.rounds} rounds, "
+        f"{rule.equivalence:.0%} margin, min n {rule.min_n}, {rule.confidence:.0%} confidence "
+        "over all looks"
+    ]
+    for e in race.exits:
+        reason = e.reason
+        if e.leader is not None:
+            reason = reason.replace("the leader", f"tree_budget={budget_label(e.leader)}", 1)
+        lines.append(
+            f"race: tree_budget={budget_label(e.key)} left after {e.after_requests} requests "
+            f"(round {e.round}, n={e.n}): {reason}"
+        )
+    if race.spent:
+        still = ", ".join(budget_label(k) for k in race.judgement.contending) or "-"
+        lines.append(
+            f"race: undecided - the request budget ({rule.max_requests}) was spent with "
+            f"tree_budget={still} still in contention with the leader"
+        )
     return lines
 
 

@@ -28,7 +28,7 @@ def test_load(
     # question is whether a budget below the single-stream best wins, and big trees lose there
     # (each verification pass covers every request's tree); raced (--ddtree-sweep adaptive),
     # every budget: a slow one leaves after its first batch, so that is measured, not assumed
-    picked = (budgets if ddtree_settings.sweep_mode == "adaptive" else budgets[:3]) or None
+    picked = (budgets if ddtree_settings.sweep == "adaptive" else budgets[:3]) or None
     result = ddtree_load(
         [p.messages for p in chosen],
         tree_budgets=picked,

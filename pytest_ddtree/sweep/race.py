@@ -60,8 +60,10 @@ __all__ = [
     "Exit",
     "Judgement",
     "Race",
+    "RaceRecord",
     "RaceRule",
     "Standing",
+    "exhaustive_record",
     "judge",
     "slowdown_interval",
 ]
@@ -74,6 +76,8 @@ DEFAULT_EQUIVALENCE = 0.02
 DEFAULT_MIN_N = 6
 #: Confidence of a race's claims over all its looks together (see :meth:`RaceRule.look_confidence`).
 DEFAULT_CONFIDENCE = 0.95
+#: Robust SDs beyond which a value's residual is clipped (see ``_tamed``).
+CLIP = 3.5
 #: A race looks again once it has this many times the rounds of its previous look.
 LOOK_GROWTH = 1.25
 #: Fewest degrees of freedom behind an interval (the t quantile's expansion is exact to
@@ -257,10 +261,32 @@ def _t_quantile(p: float, df: float) -> float:
 
 
 def _by_prompt(values: Sequence[float], strata: Sequence[str]) -> dict[str, list[float]]:
+    """The log values of each prompt, a stray value pulled in (see :func:`_tamed`)."""
     groups: dict[str, list[float]] = {}
     for v, key in zip(values, strata, strict=True):
         groups.setdefault(key, []).append(math.log(v))
-    return groups
+    return _tamed(groups)
+
+
+def _tamed(groups: dict[str, list[float]]) -> dict[str, list[float]]:
+    """Each prompt's values with residuals beyond :data:`CLIP` robust SDs clipped to it.
+
+    A request the machine stalled (a scheduler hiccup, a page fault storm) is one
+    value far below the rest; a mean of logs would follow it. The residuals from
+    each prompt's median, pooled, give a robust SD (1.4826 MAD); clipping at 3.5 of
+    them leaves normal noise untouched (it almost never reaches that far) and keeps
+    one stray value from moving the estimate by more than a normal one could.
+    """
+    residuals = [x - statistics.median(g) for g in groups.values() for x in g]
+    spread = [abs(r) for r in residuals if r != 0]
+    if len(spread) < 4:
+        return groups
+    limit = CLIP * 1.4826 * statistics.median(spread)
+    out: dict[str, list[float]] = {}
+    for key, g in groups.items():
+        mid = statistics.median(g)
+        out[key] = [mid + max(-limit, min(limit, x - mid)) for x in g]
+    return out
 
 
 def _spread(groups: Mapping[str, list[float]], prompts: Iterable[str]) -> tuple[float, float]:
@@ -473,6 +499,12 @@ class Race(Generic[K]):
             self._leave(Standing(key, len(arm.values), None, "excluded", None, reason), None)
         self._last = None
 
+    def record(self) -> RaceRecord[K]:
+        """The race as a report shows it."""
+        return RaceRecord(
+            "adaptive", self.judgement(), tuple(self.exits), self.requests, self.rounds, self.spent
+        )
+
     def judgement(self) -> Judgement[K]:
         """The verdict on what was measured so far (at the latest look's confidence)."""
         if self._last is None:
@@ -525,3 +557,52 @@ class Race(Generic[K]):
             return []
         self.rounds += 1
         return keys
+
+
+Mode = Literal["exhaustive", "adaptive"]
+
+
+@dataclass(frozen=True)
+class RaceRecord(Generic[K]):
+    """What a report shows of a race: the verdict, who left when and why, what it cost.
+
+    An exhaustive sweep has a record too (``mode="exhaustive"``, no exits): its
+    verdict is :func:`judge` on every sample, by the same rule.
+    """
+
+    mode: Mode
+    judgement: Judgement[K]
+    exits: tuple[Exit[K], ...] = ()
+    requests: int = 0
+    rounds: int = 0
+    spent: bool = False
+
+    def exit_of(self, key: K) -> Exit[K] | None:
+        """When and why ``key`` left the race (None: it stayed to the end)."""
+        for e in self.exits:
+            if e.key == key:
+                return e
+        return None
+
+    @property
+    def max_requests(self) -> int | None:
+        """The request budget (None: none)."""
+        return self.judgement.rule.max_requests
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON (``sweep.json``'s ``race``)."""
+        return {
+            "mode": self.mode,
+            **self.judgement.to_json(),
+            "max_requests": self.max_requests,
+            "requests": self.requests,
+            "rounds": self.rounds,
+            "spent": self.spent,
+            "exits": [e.to_json() for e in self.exits],
+        }
+
+
+def exhaustive_record(judgement: Judgement[K]) -> RaceRecord[K]:
+    """The record of an exhaustive sweep judged by the race's rule."""
+    n = sum(s.n for s in judgement.standings)
+    return RaceRecord("exhaustive", judgement, requests=n)

@@ -27,6 +27,14 @@ from pytest_ddtree.sweep.drift import (
     drift_message,
     without_repeats,
 )
+from pytest_ddtree.sweep.race import (
+    DEFAULT_EQUIVALENCE,
+    RaceRecord,
+    RaceRule,
+    Standing,
+    exhaustive_record,
+    judge,
+)
 from pytest_ddtree.sweep.samples import SweepSample
 
 #: Resamples per bootstrap; 2,000 keeps a 95% percentile interval stable to a
@@ -328,11 +336,14 @@ def budget_stats(
 class Recommendation:
     """Which budget to deploy, and how sure the sweep is about it.
 
-    ``tree_budget`` is the budget with the best median decode throughput among
-    budgets whose every request was valid (None when there is none).
-    ``tied`` lists the other budgets the sweep cannot tell apart from it (a
-    bootstrap test of the median difference at 95%); ``excluded`` the budgets
-    left out because some request was invalid.
+    The rule is the race's (:mod:`~pytest_ddtree.sweep.race`), for an exhaustive
+    sweep as for an adaptive one: among the valid budgets as fast as the leader
+    within the margin, the smallest (``tree_budget``, with its median decode
+    throughput, its interval and its ``n``). ``tied`` lists the other budgets
+    as fast as it (decided) or still in contention with the leader
+    (undecided); ``excluded`` the budgets with an invalid request. When the
+    sweep is undecided, ``tree_budget`` is None (no forced winner) and
+    ``leader`` says which budget leads.
     """
 
     tree_budget: int | None
@@ -344,16 +355,20 @@ class Recommendation:
     partial: bool = False
     #: the server changed during the sweep (see :mod:`~pytest_ddtree.sweep.drift`)
     drifting: bool = False
+    #: the rule reached a verdict (False: more requests were needed, or none was valid)
+    decided: bool = True
+    #: the budget with the best measured figure (recommended or not)
+    leader: int | None = None
+    #: the recommended budget's timed requests
+    n: int | None = None
+    #: the practical margin of the rule
+    equivalence: float = DEFAULT_EQUIVALENCE
 
     @property
     def decisive(self) -> bool:
-        """True when a budget was recommended, no other ties with it, the run is complete
-        and did not drift."""
+        """True when the rule decided on a budget, the run is complete and did not drift."""
         return (
-            self.tree_budget is not None
-            and not self.tied
-            and not self.partial
-            and not self.drifting
+            self.tree_budget is not None and self.decided and not self.partial and not self.drifting
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -362,6 +377,10 @@ class Recommendation:
             "tree_budget": self.tree_budget,
             "decode_median": self.decode_median,
             "decode_ci95": None if self.decode_ci is None else list(self.decode_ci),
+            "n": self.n,
+            "leader": self.leader,
+            "decided": self.decided,
+            "equivalence": self.equivalence,
             "tied": list(self.tied),
             "excluded": list(self.excluded),
             "decisive": self.decisive,
@@ -397,59 +416,155 @@ def _fmt_rate(x: float | None) -> str:
     return "-" if x is None else f"{x:,.0f}"
 
 
-def recommend(stats: Sequence[BudgetStats], *, seed: int = 0) -> Recommendation:
-    """Pick the budget with the best median decode throughput, honestly.
+def judge_stats(
+    stats: Sequence[BudgetStats], rule: RaceRule | None = None
+) -> RaceRecord[int | None]:
+    """The race's verdict on an exhaustive sweep: every valid timed budget, every sample."""
+    samples = {
+        st.tree_budget: list(zip(st.decode, st.decode_prompts, strict=True))
+        for st in stats
+        if st.all_valid and st.decode
+    }
+    excluded = {st.tree_budget: "invalid responses" for st in stats if not st.all_valid}
+    return exhaustive_record(judge(samples, rule, excluded=excluded))
 
-    A budget with any invalid request is never recommended. When another
-    budget's median cannot be told apart from the best one (the 95% bootstrap
-    interval of the difference contains zero, or either side has too few
-    samples for an interval), the message says so plainly.
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.1f}%"
+
+
+def standing_text(s: Standing[int | None]) -> str:
+    """``+7.1% [+4.0%, +9.9%] n=9``: a budget's slowdown against the leader, with its n."""
+    if s.slowdown is None:
+        return f"n={s.n}"
+    est, lo, hi = s.slowdown
+    return f"{_pct(est)} [{_pct(lo)}, {_pct(hi)}] n={s.n}"
+
+
+def _names(keys: Iterable[int | None]) -> str:
+    return ", ".join(budget_label(b) for b in sorted(keys, key=_budget_key))
+
+
+def recommend(
+    stats: Sequence[BudgetStats],
+    *,
+    seed: int = 0,
+    rule: RaceRule | None = None,
+    race: RaceRecord[int | None] | None = None,
+) -> Recommendation:
+    """The recommendation by the race's rule (``race``: an adaptive sweep's own record).
+
+    A budget with any invalid request is never recommended. Among the budgets as
+    fast as the leader within the margin, the smallest is recommended; below the
+    rule's minimum n, or while a budget's interval still crosses the margin, the
+    sweep is undecided and says so, with n, instead of naming a winner.
     """
+    del seed  # the rule's interval is deterministic
+    record = race or judge_stats(stats, rule)
+    j = record.judgement
+    m = j.rule.equivalence
     excluded = tuple(s.tree_budget for s in stats if s.total > 0 and not s.all_valid)
-    ranked = rank(stats)
-    if not ranked:
+    by_budget = {st.tree_budget: st for st in stats}
+    tail = f" Excluded for invalid responses: {_names(excluded)}." if excluded else ""
+    if j.leader is None:
         why = "no budget produced valid timed requests"
         if excluded:
-            why += f" (invalid requests at {', '.join(budget_label(b) for b in excluded)})"
-        return Recommendation(None, None, None, (), excluded, f"No recommendation: {why}.")
-    best = ranked[0]
-    tied: list[int | None] = []
-    for other in ranked[1:]:
-        diff = bootstrap_median_difference(
-            other.decode,
-            best.decode,
-            seed=seed,
-            salt=f"{best.tree_budget}-{other.tree_budget}",
-            strata_a=other.decode_prompts,
-            strata_b=best.decode_prompts,
+            why += f" (invalid requests at {_names(excluded)})"
+        return Recommendation(
+            None,
+            None,
+            None,
+            (),
+            excluded,
+            f"No recommendation: {why}.",
+            decided=False,
+            equivalence=m,
         )
-        if diff is None or diff[1] <= 0.0:
-            tied.append(other.tree_budget)
+    if not j.decided:
+        return _undecided(record, by_budget, excluded, tail)
+    best = by_budget[j.recommended]
+    n = len(best.decode)
     ci = best.decode_ci
     ci_text = "" if ci is None else f" [95% CI {_fmt_rate(ci[0])}-{_fmt_rate(ci[1])}]"
     message = (
         f"Recommended tree_budget={budget_label(best.tree_budget)}: median decode "
-        f"{_fmt_rate(best.decode_median)} tok/s{ci_text}"
+        f"{_fmt_rate(best.decode_median)} tok/s{ci_text} (n={n})"
     )
     if best.mean_acceptance_length is not None:
         message += f", mean acceptance length {best.mean_acceptance_length:.2f}"
     message += "."
-    if tied:
-        names = ", ".join(budget_label(b) for b in sorted(tied, key=_budget_key))
-        message += (
-            f" Cannot be told apart from tree_budget={names} (95% bootstrap test of the median"
-            " difference): on this evidence they are as fast; more rounds would separate them."
+    others = [s for s in j.standings if s.key != j.recommended and s.status != "excluded"]
+    same = [s for s in others if s.status in ("leader", "as fast")]
+    if same:
+        names = ", ".join(
+            f"tree_budget={budget_label(s.key)} ({'leads' if s.status == 'leader' else 'as fast'}"
+            f"{'' if s.slowdown is None else ': ' + standing_text(s)})"
+            for s in same
         )
-    elif len(ranked) == 1:
+        message += (
+            f" As fast within the {m:.0%} margin: {names}; the smallest is recommended, as a "
+            "bigger tree costs more verification under load."
+        )
+    if any(s.status == "out" for s in others):
+        message += f" Every other valid budget is slower by more than the {m:.0%} margin."
+    elif not others:
         message += " It is the only budget with valid timings."
-    else:
-        message += " It is significantly faster than every other valid budget (95% bootstrap)."
-    if excluded:
-        message += (
-            f" Excluded for invalid responses: {', '.join(budget_label(b) for b in excluded)}."
-        )
+    message += f" ({_rule_text(record)}.){tail}"
     return Recommendation(
-        best.tree_budget, best.decode_median, best.decode_ci, tuple(tied), excluded, message
+        best.tree_budget,
+        best.decode_median,
+        best.decode_ci,
+        tuple(s.key for s in same),
+        excluded,
+        message,
+        leader=j.leader,
+        n=n,
+        equivalence=m,
+    )
+
+
+def _rule_text(record: RaceRecord[int | None]) -> str:
+    r = record.judgement.rule
+    what = f"{r.equivalence:.0%} margin, min n {r.min_n}, {r.confidence:.0%} confidence"
+    if record.mode == "adaptive":
+        budget = "" if r.max_requests is None else f" of {r.max_requests}"
+        return f"adaptive sweep, {record.requests}{budget} requests, {what}"
+    return f"exhaustive sweep, {what}"
+
+
+def _undecided(
+    record: RaceRecord[int | None],
+    by_budget: Mapping[int | None, BudgetStats],
+    excluded: tuple[int | None, ...],
+    tail: str,
+) -> Recommendation:
+    j = record.judgement
+    lead = by_budget[j.leader]
+    n = len(lead.decode)
+    open_ = [s for s in j.standings if s.status == "in contention"]
+    parts = ", ".join(f"tree_budget={budget_label(s.key)} ({standing_text(s)})" for s in open_)
+    why = (
+        f"the request budget ({record.max_requests}) was spent first"
+        if record.spent
+        else "more rounds (--ddtree-rounds) or --ddtree-sweep adaptive would decide"
+    )
+    message = (
+        f"Undecided: tree_budget={budget_label(j.leader)} leads with median decode "
+        f"{_fmt_rate(lead.decode_median)} tok/s (n={n}), but {parts or 'no budget'} "
+        f"cannot yet be told within the {j.rule.equivalence:.0%} margin or clearly slower; "
+        f"{why}. No budget is recommended ({_rule_text(record)}).{tail}"
+    )
+    return Recommendation(
+        None,
+        lead.decode_median,
+        lead.decode_ci,
+        tuple(s.key for s in open_),
+        excluded,
+        message,
+        decided=False,
+        leader=j.leader,
+        n=n,
+        equivalence=j.rule.equivalence,
     )
 
 
@@ -530,12 +645,14 @@ def never_drafted_lines(stats: Sequence[BudgetStats]) -> list[str]:
 
 @dataclass(frozen=True)
 class SweepSummary:
-    """Per-budget statistics (budget order ascending) and the recommendation."""
+    """Per-budget statistics (budget order ascending), the recommendation and the race."""
 
     budgets: tuple[BudgetStats, ...]
     recommendation: Recommendation
     #: the drift checks of the sweep (empty when no budget was measured again)
     drift: tuple[DriftCheck, ...] = ()
+    #: the rule's verdict on each budget and, for an adaptive sweep, who left when and why
+    race: RaceRecord[int | None] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form for ``sweep.json``."""
@@ -543,39 +660,63 @@ class SweepSummary:
             "budgets": [b.to_json() for b in self.budgets],
             "recommendation": self.recommendation.to_json(),
         }
+        if self.race is not None:
+            out["race"] = self.race.to_json()
         if self.drift:
             out["drift"] = [c.to_json() for c in self.drift]
         return out
 
 
-def summarize(samples: Sequence[SweepSample], *, seed: int = 0) -> SweepSummary:
-    """Group ``samples`` by requested budget, compute statistics, verdicts and drift."""
+def _verdict(st: BudgetStats, record: RaceRecord[int | None] | None, rec: Recommendation) -> str:
+    """The verdict cell of one budget: the rule's standing in words."""
+    if not st.all_valid:
+        return f"INVALID ({', '.join(sorted(st.codes)) or 'invalid'})"
+    if st.decode_median is None or record is None:
+        return "no timings"
+    try:
+        s = record.judgement.standing(st.tree_budget)
+    except KeyError:
+        return "not raced"
+    if st.tree_budget == rec.tree_budget:
+        return "best" if s.status == "leader" else "best (smallest as fast)"
+    gone = record.exit_of(st.tree_budget)
+    return {
+        "leader": "leads, undecided" if not rec.decided else "leads within the margin",
+        "as fast": "as fast",
+        "out": "slower" if gone is None else f"slower, left after round {gone.round}",
+        "in contention": "in contention",
+        "excluded": "excluded",
+    }[s.status]
+
+
+def summarize(
+    samples: Sequence[SweepSample],
+    *,
+    seed: int = 0,
+    rule: RaceRule | None = None,
+    race: RaceRecord[int | None] | None = None,
+) -> SweepSummary:
+    """Group ``samples`` by requested budget, compute statistics, verdicts and drift.
+
+    ``rule`` is the race's rule for an exhaustive sweep's verdict (default margin
+    2%); ``race`` an adaptive sweep's own record, whose verdict is kept as raced.
+    """
     groups: dict[int | None, list[SweepSample]] = {}
     for s in without_repeats(samples):
         groups.setdefault(s.tree_budget, []).append(s)
     raw = [budget_stats(b, groups[b], seed=seed) for b in sorted(groups, key=_budget_key)]
-    rec = recommend(raw, seed=seed)
+    record = race or judge_stats(raw, rule)
+    rec = recommend(raw, seed=seed, race=record)
     drift = check_drift(samples, seed=seed)
     drifted = {c.tree_budget for c in drift if c.drifting}
     if drifted:
         rec = replace(rec, drifting=True, message=rec.message + drift_message(drift))
-    tied = set(rec.tied)
     with_verdicts: list[BudgetStats] = []
     for st in raw:
-        if not st.all_valid:
-            codes = ", ".join(sorted(st.codes)) or "invalid"
-            verdict = f"INVALID ({codes})"
-        elif st.decode_median is None:
-            verdict = "no timings"
-        elif st.tree_budget == rec.tree_budget:
-            verdict = "best"
-        elif st.tree_budget in tied:
-            verdict = "tied with best"
-        else:
-            verdict = "slower"
+        verdict = _verdict(st, record, rec)
         if st.echoed_mismatch and st.all_valid:
             verdict += " (echoed budget differs)"
         if st.tree_budget in drifted:
             verdict += " (DRIFTING)"
         with_verdicts.append(replace(st, verdict=verdict))
-    return SweepSummary(tuple(with_verdicts), rec, drift)
+    return SweepSummary(tuple(with_verdicts), rec, drift, record)

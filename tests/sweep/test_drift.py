@@ -160,7 +160,8 @@ def test_mid_run_slowdown_of_the_embedded_server_is_flagged_as_drift(
     result.stdout.fnmatch_lines(
         ["*(DRIFTING)*", "DRIFT: tree_budget=* measured again at the end: median decode -*"]
     )
-    result.stdout.fnmatch_lines(["Recommended tree_budget=*cannot be trusted as is*"])
+    # a 4x slowdown mid-run leaves the race undecided or the winner in doubt: either way flagged
+    result.stdout.fnmatch_lines(["*tree_budget=*cannot be trusted as is*"])
     summary = run.summary()
     (check,) = summary.drift
     assert check.drifting and check.ratio is not None and check.ratio < 0.5, check.line()

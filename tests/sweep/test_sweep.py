@@ -21,6 +21,7 @@ from pytest_ddtree.sweep import (
     run_sweep,
     summarize,
 )
+from pytest_ddtree.sweep.race import RaceRule
 from pytest_ddtree.violation import Violation
 from pytest_ddtree.wire.completion import Completion
 
@@ -180,21 +181,48 @@ def test_recommend_picks_peak_and_says_when_decisive() -> None:
     means = {16: 500.0, 32: 700.0, 64: 900.0, 128: 650.0, 256: 400.0}
     summary = summarize(synthetic_sweep(means, spread=10.0))
     rec = summary.recommendation
-    assert rec.tree_budget == 64
+    assert rec.tree_budget == 64 and rec.n == 9
     assert rec.decisive and rec.tied == ()
-    assert "significantly faster" in rec.message
+    assert "(n=9)" in rec.message
+    assert "Every other valid budget is slower by more than the 2% margin" in rec.message
     verdicts = {b.tree_budget: b.verdict for b in summary.budgets}
     assert verdicts[64] == "best" and verdicts[32] == "slower"
+    assert summary.race is not None and summary.race.mode == "exhaustive"
 
 
-def test_recommend_reports_statistical_tie() -> None:
+def test_an_undecided_sweep_names_no_winner() -> None:
+    # 905 vs 900 at 4% noise and 9 requests a budget: the rule cannot tell
     summary = summarize(synthetic_sweep({32: 700.0, 64: 905.0, 128: 900.0}, spread=40.0))
     rec = summary.recommendation
-    assert rec.tree_budget in (64, 128)
-    assert not rec.decisive
-    assert set(rec.tied) == {64, 128} - {rec.tree_budget}
-    assert "Cannot be told apart" in rec.message
-    assert any(b.verdict == "tied with best" for b in summary.budgets)
+    assert rec.tree_budget is None and not rec.decided and not rec.decisive
+    assert rec.leader in (64, 128)
+    assert set(rec.tied) == {64, 128} - {rec.leader}
+    assert rec.message.startswith("Undecided:") and "n=9" in rec.message
+    assert any(b.verdict == "in contention" for b in summary.budgets)
+
+
+def test_the_smallest_budget_within_the_margin_is_recommended() -> None:
+    # 128 is 0.6% faster than 64: inside the 2% margin, so the smaller tree wins
+    summary = summarize(synthetic_sweep({32: 700.0, 64: 900.0, 128: 905.0}, spread=2.0))
+    rec = summary.recommendation
+    assert rec.tree_budget == 64 and rec.leader == 128 and rec.decided, rec.message
+    assert rec.tied == (128,)
+    assert "As fast within the 2% margin: tree_budget=128 (leads" in rec.message
+    verdicts = {b.tree_budget: b.verdict for b in summary.budgets}
+    assert verdicts[64] == "best (smallest as fast)"
+    assert verdicts[128] == "leads within the margin"
+    # a wider margin is the user's to choose: at 0.5% 128 is faster than the margin allows
+    strict = summarize(
+        synthetic_sweep({64: 900.0, 128: 905.0}, spread=2.0), rule=RaceRule(equivalence=0.001)
+    )
+    assert strict.recommendation.tree_budget != 64 or not strict.recommendation.decided
+
+
+def test_no_faster_claim_below_the_minimum_n() -> None:
+    # one round (n=3 a budget): a huge difference, but no interval below two values a prompt
+    samples = synthetic_sweep({32: 500.0, 64: 900.0}, spread=1.0, rounds=1)
+    rec = summarize(samples).recommendation
+    assert rec.tree_budget is None and rec.leader == 64 and "n=3" in rec.message
 
 
 def test_invalid_budget_is_never_recommended_even_if_fastest() -> None:
@@ -232,7 +260,7 @@ def test_rank_breaks_throughput_ties_by_acceptance_length_not_rate() -> None:
 def test_recommendation_is_deterministic_and_seeded() -> None:
     samples = synthetic_sweep({32: 880.0, 64: 900.0}, spread=30.0)
     assert summarize(samples, seed=3).to_json() == summarize(samples, seed=3).to_json()
-    assert recommend(summarize(samples).budgets).tree_budget == 64
+    assert recommend(summarize(samples).budgets).leader == 64
 
 
 def test_merge_is_independent_of_worker_finish_order() -> None:

@@ -1,0 +1,166 @@
+"""The adaptive sweep in real pytest runs against the embedded reference server, jitter on."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from pytest_ddtree.reference.cost import DEFAULT_PROMPTS
+
+PROMPTS = {f"p{i}": p for i, p in enumerate(DEFAULT_PROMPTS[:3])}
+
+
+def _suite(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_sweep=textwrap.dedent(
+            f"""
+            PROMPTS = {PROMPTS!r}
+
+            def test_sweep(ddtree_sweep):
+                ddtree_sweep(PROMPTS, max_tokens=64, warmup_rounds=1)
+            """
+        )
+    )
+
+
+def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "--ddtree-reference-slowdown=0.4",
+        "--ddtree-reference-jitter=5%",
+        f"--ddtree-report={pytester.path / 'report'}",
+        *args,
+    )
+
+
+@pytest.mark.serial
+def test_a_clearly_slow_budget_leaves_the_race_and_the_log_says_when_and_why(
+    pytester: pytest.Pytester,
+) -> None:
+    _suite(pytester)
+    # 32 is about 6% slower than 64 on these prompts: it takes a few rounds at 5% jitter,
+    # while 1024 (over 70% slower) is out at the first look
+    result = _run(pytester, "--ddtree-budgets=32,64,1024", "--ddtree-sweep=adaptive")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*decode tok/s median [[]95% CI[]] n*slower than leader [[]CI[]] n*",
+            "race: * requests (of 90) in * rounds, 2% margin, min n 6, 95% confidence*",
+            "race: tree_budget=1024 left after 18 requests (round 2, n=6): slower than "
+            "tree_budget=* by +*% [[]+*%, +*%[]] (*, n=6 vs 6), more than the 2% margin",
+        ]
+    )
+    # 32 against 64 depends on this machine's own noise on top of the jitter: decided, or
+    # undecided when the budget is spent - never a winner without the evidence
+    last = [line for line in result.outlines if line.startswith(("Recommended", "Undecided"))]
+    assert len(last) == 1 and "adaptive sweep, " in last[0] and " of 90 requests" in last[0]
+    doc = json.loads((pytester.path / "report" / "sweep.json").read_text())
+    race = doc["race"]
+    assert race["mode"] == "adaptive" and race["max_requests"] == 90
+    assert race["decided"] != race["spent"]
+    assert race["requests"] <= 90 and race["equivalence"] == 0.02
+    left = {e["key"]: e for e in race["exits"]}
+    assert left[1024]["status"] == "out" and left[1024]["round"] == 2
+    assert left[1024]["after_requests"] == 18  # two rounds of 3 prompts at 3 budgets
+    n = {s["key"]: s["n"] for s in race["standings"]}
+    assert n[1024] == 6 and n[race["leader"]] >= 6, n
+    rec = doc["recommendation"]
+    assert rec["n"] == n[rec["leader"] if rec["tree_budget"] is None else rec["tree_budget"]]
+    html = (pytester.path / "report" / "sweep.html").read_text()
+    assert "<h2>Race</h2>" in html and "tree_budget=1024 left after" in html
+
+
+@pytest.mark.serial
+def test_a_spent_request_budget_is_undecided_never_a_forced_winner(
+    pytester: pytest.Pytester,
+) -> None:
+    _suite(pytester)
+    # 64 and 66 are as good as equal: two rounds (the least allowed) cannot tell them apart
+    result = _run(
+        pytester,
+        "--ddtree-budgets=64,66",
+        "--ddtree-sweep=adaptive",
+        "--ddtree-sweep-requests=12",
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "race: undecided - the request budget (12) was spent with tree_budget=* still in "
+            "contention with the leader",
+            "Undecided: tree_budget=* leads with median decode * tok/s (n=6), but *; the request "
+            "budget (12) was spent first. No budget is recommended*",
+        ]
+    )
+    doc = json.loads((pytester.path / "report" / "sweep.json").read_text())
+    assert doc["recommendation"]["tree_budget"] is None
+    assert doc["race"]["spent"] and not doc["race"]["decided"]
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["--ddtree-equivalence=50%"],
+            "ERROR: invalid equivalence '50%' (from option --ddtree-equivalence): expected a "
+            "margin above 0% and below 50%, e.g. 2%",
+        ),
+        (
+            ["--ddtree-equivalence=0"],
+            "ERROR: invalid equivalence '0' (from option --ddtree-equivalence): *",
+        ),
+        (
+            ["--ddtree-budgets=16,64", "--ddtree-sweep-requests=11"],
+            "ERROR: invalid sweep-requests 11 (from option --ddtree-sweep-requests): below the "
+            "minimum n (6) x 2 budget(s) = 12, so no budget could be judged",
+        ),
+        (
+            ["--ddtree-sweep=fast"],
+            "ERROR: invalid sweep 'fast' (from option --ddtree-sweep): expected one of "
+            "exhaustive, adaptive",
+        ),
+        (
+            ["--ddtree-sweep=adaptive", "-n", "2"],
+            "ERROR: invalid sweep 'adaptive' (from option --ddtree-sweep): under pytest-xdist *",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_option(
+    pytester: pytest.Pytester, args: list[str], line: str
+) -> None:
+    _suite(pytester)
+    result = pytester.runpytest("-p", "no:cacheprovider", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([line])
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_a_request_budget_below_two_rounds_stops_the_sweep_in_one_line(
+    pytester: pytest.Pytester,
+) -> None:
+    four = {f"p{i}": p for i, p in enumerate(DEFAULT_PROMPTS[:4])}
+    pytester.makepyfile(
+        test_sweep=textwrap.dedent(
+            f"""
+            def test_sweep(ddtree_sweep):
+                ddtree_sweep({four!r}, max_tokens=32, warmup_rounds=0, recheck=False)
+            """
+        )
+    )
+    # 20 passes the option's own check (6 x 3 budgets = 18), but four prompts take two
+    # rounds of 4 x 3 = 24 requests before any budget has a spread a prompt
+    args = ["-p", "no:cacheprovider", "--ddtree-reference-latency=off"]
+    args += ["--ddtree-budgets=16,64,256", "--ddtree-sweep=adaptive"]
+    result = pytester.runpytest(*args, "--ddtree-sweep-requests=20")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*invalid sweep-requests 20 (from option --ddtree-sweep-requests): below the minimum "
+            "n x 3 budget(s) x 4 prompt(s) = 24 (two rounds at least, so every prompt has a "
+            "spread)"
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
+    pytester.runpytest(*args, "--ddtree-sweep-requests=24").assert_outcomes(passed=1)
