@@ -245,6 +245,11 @@ class PointRacer:
         self.race: Race[Budget] = Race(self.budgets, rule, per_round=self.chunk, seed=seed)
         self._rng = random.Random(f"ddtree-load-race:{seed}:{point.label}")
 
+    @property
+    def first_batch(self) -> int:
+        """Requests every budget gets before the race first looks."""
+        return self.race.min_rounds * self.chunk
+
     def run(self, measure: Measure) -> PointRace:
         """Race to the end: each round, the budgets still in it in a shuffled order."""
         while keys := self.race.next_round():

@@ -396,6 +396,7 @@ class LoadTester:
             extra=extra,
         )
         slo = slo if slo is not None else self.slo
+        self._check_race(call)
         samples: list[LoadSample] = []
         health: dict[Key, list[ClientHealth]] = {}
         try:
@@ -429,6 +430,26 @@ class LoadTester:
                 "(each worker sees only its share, so the workers cannot race together)"
             )
         return "adaptive sweep: one budget, nothing to race: its points run in full"
+
+    def _check_race(self, call: _Call) -> None:
+        """Before anything is sent: every point's requests cover the race's first batch."""
+        if not self.racing(call.budgets):
+            return
+        for whole in self.points(call.concurrencies, call.rates):
+            n = self._count(whole, call.requests)
+            first = self._racer(whole, call, n).first_batch
+            if first > n:
+                given = (
+                    f"requests={n}" if call.requests is not None else f"--ddtree-load-requests {n}"
+                )
+                raise ValueError(
+                    f"ddtree_load: {given} per budget at {whole.label} is below the race's first "
+                    f"batch of {first} (--ddtree-sweep adaptive): no budget could be judged; "
+                    f"give at least {first} requests, or --ddtree-sweep exhaustive"
+                )
+
+    def _racer(self, whole: LoadPoint, call: _Call, n: int) -> PointRacer:
+        return PointRacer(whole, call.budgets, n, equivalence=self.equivalence, seed=self.seed)
 
     def _result(
         self,
@@ -466,9 +487,7 @@ class LoadTester:
                 continue
             measure = functools.partial(self._send, call, whole, point, samples, health)
             if self.racing(call.budgets):
-                call.racer = PointRacer(
-                    whole, call.budgets, n, equivalence=self.equivalence, seed=self.seed
-                )
+                call.racer = self._racer(whole, call, n)
                 call.races.append(call.racer.run(measure))
                 call.racer = None
                 continue

@@ -198,3 +198,19 @@ def _later(s: LoadSample, by: float) -> LoadSample:
     from dataclasses import replace
 
     return replace(s, start=s.start + by, run=1)
+
+
+def test_too_few_requests_for_a_race_stop_before_anything_is_sent() -> None:
+    from pytest_ddtree.load import LoadTester
+
+    tester = LoadTester(None, judge=None, tree_budgets=(16, 64), sweep="adaptive")  # type: ignore[arg-type]
+    with pytest.raises(ValueError) as err:
+        tester(["Write about rivers."], concurrencies=[4], requests=6)
+    assert str(err.value) == (
+        "ddtree_load: requests=6 per budget at C=4 is below the race's first batch of 8 "
+        "(--ddtree-sweep adaptive): no budget could be judged; give at least 8 requests, "
+        "or --ddtree-sweep exhaustive"
+    )
+    tester.requests = 4
+    with pytest.raises(ValueError, match="--ddtree-load-requests 4 per budget at C=1 is below"):
+        tester(["Write about rivers."], concurrencies=[1])
