@@ -272,7 +272,9 @@ class LoadTester:
     when an SLO is missed; a miss measured while the client itself was saturated
     is reported as that, never as server latency. Under pytest-xdist with
     ``--dist each`` each worker sends its share of every load point and the
-    controller merges the raw samples of all of them.
+    controller merges the raw samples of all of them. With ``sweep="adaptive"``
+    (``--ddtree-sweep adaptive``) the budgets race at each load point instead of
+    all getting ``requests`` (see ``load.race``); under ``--dist each`` they run in full.
     """
 
     def __init__(
