@@ -214,3 +214,15 @@ def test_too_few_requests_for_a_race_stop_before_anything_is_sent() -> None:
     tester.requests = 4
     with pytest.raises(ValueError, match="--ddtree-load-requests 4 per budget at C=1 is below"):
         tester(["Write about rivers."], concurrencies=[1])
+
+
+def test_no_budget_is_called_faster_below_the_minimum_n() -> None:
+    server = Server(C1, {16: 0.010, 64: 0.006}, cv=0.01)
+    for budget in (16, 64):
+        server(budget, 4)
+    stats, schedule = analyse(server.samples)
+    choice = schedule.choice(C1)
+    assert choice.tree_budget == 64 and choice.n == choice.runner_up_n == 4
+    assert choice.margin is not None and choice.margin[1] > 0  # the interval alone would claim
+    assert not choice.decisive
+    assert "n=4 (too few requests for a claim: n < 6)" in render_table(stats, schedule)
