@@ -450,6 +450,18 @@ class LoadTester:
                     f"give at least {first} requests, or --ddtree-sweep exhaustive"
                 )
 
+    def _prompts(self, call: _Call, requests: range) -> list[int]:
+        """Which prompt each of a budget's ``requests`` at a point sends.
+
+        In turn, this process's share of them; in a race each prompt twice in a row, so
+        a budget has a spread within prompts from its first batch on (the race compares
+        budgets prompt by prompt, over the prompts both have).
+        """
+        k = len(call.prompts)
+        if self.racing(call.budgets):
+            return [(i // 2) % k for i in requests]
+        return [(self.share + i * self.shares) % k for i in requests]
+
     def _racer(self, whole: LoadPoint, call: _Call, n: int) -> PointRacer:
         return PointRacer(whole, call.budgets, n, equivalence=self.equivalence, seed=self.seed)
 
@@ -513,7 +525,7 @@ class LoadTester:
         prompts = call.prompts
         first = call.sent.get((whole, budget), 0)
         call.sent[(whole, budget)] = first + count
-        which = [(self.share + i * self.shares) % len(prompts) for i in range(first, first + count)]
+        which = self._prompts(call, range(first, first + count))
         specs = [
             self.endpoint.spec(
                 prompts[k],
