@@ -39,7 +39,7 @@ from pytest_ddtree.load.runner import CLIENT_TIMEOUT, NOT_SENT
 from pytest_ddtree.settings import budget_label
 from pytest_ddtree.sweep.race import Race, RaceRule, Standing
 
-__all__ = ["Left", "PointRace", "chunk_size", "race_point", "race_rule"]
+__all__ = ["Left", "PointRace", "PointRacer", "Run", "chunk_size", "race_point", "race_rule"]
 
 Budget = int | None
 Outcome = Literal["decided", "undecided", "interrupted"]
@@ -116,6 +116,8 @@ class PointRace:
     recommended: Budget
     left: tuple[Left, ...]
     standing: tuple[tuple[Budget, int, str, str], ...]  # (budget, n, status, reason)
+    #: runs whose timings did not race: the client was saturated while they ran
+    discarded: int = 0
 
     @property
     def decided(self) -> bool:
@@ -139,6 +141,11 @@ class PointRace:
     def verdict(self) -> str:
         """One line: decided after how many requests, or undecided and why."""
         spent = f"{self.requests} of {self.max_requests} requests"
+        if self.discarded:
+            spent += (
+                f" ({self.discarded} run(s) not raced: the client was saturated, "
+                "no verdict on a budget)"
+            )
         if self.decided:
             return f"race decided after {spent}"
         still = ", ".join(budget_label(b) for b in self.contending) or "none"
@@ -184,6 +191,7 @@ class PointRace:
             "decided": self.decided,
             "leader": self.leader,
             "recommended": self.recommended,
+            "discarded_runs": self.discarded,
             "verdict": self.verdict(),
             "left": [x.to_json() for x in self.left],
             "standing": [
@@ -211,6 +219,7 @@ class PointRace:
                 (s.get("tree_budget"), int(s["n"]), str(s["status"]), str(s.get("reason", "")))
                 for s in doc.get("standing", ())
             ),
+            discarded=int(doc.get("discarded_runs", 0)),
         )
 
 
@@ -226,8 +235,17 @@ def _exclusion(samples: Sequence[LoadSample]) -> str:
     return f"{len(bad)} invalid request(s) ({', '.join(codes)})"
 
 
+@dataclass(frozen=True)
+class Run:
+    """One run of one budget at a point: its validated samples, and whether the client was
+    saturated meanwhile (its own queueing may then be in the timings)."""
+
+    samples: Sequence[LoadSample]
+    saturated: bool = False
+
+
 #: sends ``count`` requests of one budget at the point, returns them validated
-Measure = Callable[[Budget, int], Sequence[LoadSample]]
+Measure = Callable[[Budget, int], Run]
 
 
 class PointRacer:
@@ -248,6 +266,7 @@ class PointRacer:
         rule = race_rule(equivalence, len(self.budgets), requests)
         self.race: Race[Budget] = Race(self.budgets, rule, per_round=self.chunk, seed=seed)
         self._rng = random.Random(f"ddtree-load-race:{seed}:{point.label}")
+        self.discarded = 0
 
     @property
     def first_batch(self) -> int:
@@ -262,10 +281,18 @@ class PointRacer:
                 self.feed(budget, measure(budget, self.chunk))
         return self.snapshot()
 
-    def feed(self, budget: Budget, samples: Sequence[LoadSample]) -> None:
-        """One chunk's validated samples: TPOTs race, an invalid request excludes the budget."""
+    def feed(self, budget: Budget, run: Run) -> None:
+        """One run's validated samples: TPOTs race, an invalid request excludes the budget.
+
+        A run measured while the client was saturated counts against the point's budget
+        but its timings do not race: the client's own queueing is no verdict on a budget
+        (the budget gets another run; the table still shows every request).
+        """
+        samples = run.samples
+        if run.saturated:
+            self.discarded += 1
         for s in samples:
-            tpot = s.tpot if s.valid else None
+            tpot = s.tpot if s.valid and not run.saturated else None
             if tpot is None:
                 self.race.count()
             else:
@@ -301,6 +328,7 @@ class PointRacer:
             recommended=j.recommended if outcome == "decided" else None,
             left=tuple(left),
             standing=tuple(_standing(s) for s in j.standings),
+            discarded=self.discarded,
         )
 
 

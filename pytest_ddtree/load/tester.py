@@ -20,7 +20,7 @@ from pytest_ddtree.load.metrics import (
     merge_health,
     summarize_point,
 )
-from pytest_ddtree.load.race import PointRace, PointRacer
+from pytest_ddtree.load.race import PointRace, PointRacer, Run
 from pytest_ddtree.load.recommend import Choice, Schedule, recommend
 from pytest_ddtree.load.runner import (
     CLIENT_TIMEOUT,
@@ -519,7 +519,7 @@ class LoadTester:
         health: dict[Key, list[ClientHealth]],
         budget: int | None,
         count: int,
-    ) -> list[LoadSample]:
+    ) -> Run:
         """Send ``count`` requests of ``budget`` at ``point`` (this process's share) as one run,
         validate them, keep them. A budget's runs at a point go on through the prompts."""
         prompts = call.prompts
@@ -573,7 +573,7 @@ class LoadTester:
             self.watch.end(0, budget, counts, label=whole.label)
         samples.extend(got)
         runs.append(h)
-        return got
+        return Run(got, h.saturated)
 
 
 #: codes of requests that hit the client's own limits: no verdict on the outputs

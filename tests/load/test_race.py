@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 
 import pytest
 
 from pytest_ddtree.load import LoadPoint, LoadRecord, LoadSample, analyse, summarize_point
 from pytest_ddtree.load.metrics import ClientHealth, chain_health
-from pytest_ddtree.load.race import PointRace, PointRacer, chunk_size, race_point
+from pytest_ddtree.load.race import PointRace, PointRacer, Run, chunk_size, race_point
 from pytest_ddtree.load.runner import CLIENT_TIMEOUT
 from pytest_ddtree.load.tester import render_table
 
@@ -29,8 +28,9 @@ class Server:
         self.codes: tuple[str, ...] = ("early-stop",)
         self.clock = 0.0
         self.samples: list[LoadSample] = []
+        self.saturated_runs = 0  # the next runs the client is saturated in
 
-    def __call__(self, budget: int | None, count: int) -> Sequence[LoadSample]:
+    def __call__(self, budget: int | None, count: int) -> Run:
         self.runs.append((budget, count))
         out = []
         for i in range(count):
@@ -52,7 +52,9 @@ class Server:
             )
         self.clock += count + 10.0
         self.samples += out
-        return out
+        saturated = self.saturated_runs > 0
+        self.saturated_runs -= saturated
+        return Run(out, saturated)
 
     def sent(self, budget: int | None) -> int:
         return sum(k for b, k in self.runs if b == budget)
@@ -226,3 +228,17 @@ def test_no_budget_is_called_faster_below_the_minimum_n() -> None:
     assert choice.margin is not None and choice.margin[1] > 0  # the interval alone would claim
     assert not choice.decisive
     assert "n=4 (too few requests for a claim: n < 6)" in render_table(stats, schedule)
+
+
+def test_runs_with_a_saturated_client_count_but_do_not_race() -> None:
+    server = Server(C4, {16: 0.010, 64: 0.006})
+    server.saturated_runs = 2  # the client's own queueing in the first two runs
+    race = race_point(C4, (16, 64), 32, server, equivalence=0.02)
+    assert race.discarded == 2 and race.decided and race.recommended == 64
+    assert race.requests == len(server.samples)  # every request counts against the budget
+    (gone,) = race.left
+    assert gone.n == 8 and server.sent(16) == 12  # its raced values: the first batch, again
+    assert "(2 run(s) not raced: the client was saturated, no verdict on a budget)" in (
+        race.verdict()
+    )
+    assert PointRace.from_json(race.to_json()) == race
