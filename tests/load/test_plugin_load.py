@@ -313,32 +313,14 @@ def test_adaptive_races_the_budgets_at_each_load_point(
     assert "race decided after" in html and "256 out after" in html
 
 
-def test_adaptive_under_xdist_each_runs_the_points_in_full(
-    pytester: pytest.Pytester, fast_server: Any
-) -> None:
+def test_adaptive_under_xdist_stops_in_one_line(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_load=TEST_FILE)
-    report = pytester.path / "report"
     result = pytester.runpytest(
-        *_args(
-            fast_server,
-            "-n",
-            "2",
-            "--dist",
-            "each",
-            "--ddtree-sweep=adaptive",
-            "--ddtree-load-concurrency=2",
-            "--ddtree-load-requests=6",
-            f"--ddtree-report={report}",
-        )
+        "-n", "2", "--dist", "each", "--ddtree-sweep=adaptive", "-p", "no:cacheprovider"
     )
-    result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(
-        ["*note: adaptive sweep: load points run in full under xdist --dist each (each worker*"]
-    )
-    (test,) = json.loads((report / "sweep.json").read_text())["load"]["tests"]
-    assert test["sweep"] == "exhaustive" and "xdist" in test["note"]
-    assert len(test["samples"]) == 2 * 6  # budgets x requests, shared by the workers
-    assert all(p["race"] is None for p in test["schedule"]["points"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = [x for x in result.stderr.str().splitlines() if x.strip()]
+    assert len(err) == 1 and "invalid sweep 'adaptive' (from option --ddtree-sweep)" in err[0]
 
 
 INTERRUPTED = textwrap.dedent(

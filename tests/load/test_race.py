@@ -242,3 +242,17 @@ def test_runs_with_a_saturated_client_count_but_do_not_race() -> None:
         race.verdict()
     )
     assert PointRace.from_json(race.to_json()) == race
+
+
+def test_a_tester_sharing_its_points_with_other_processes_runs_them_in_full() -> None:
+    from pytest_ddtree.load import LoadTester
+
+    shared = LoadTester(None, judge=None, tree_budgets=(16, 64), sweep="adaptive", shares=2)  # type: ignore[arg-type]
+    assert not shared.racing((16, 64))
+    assert "cannot race together" in shared.note((16, 64))
+    alone = LoadTester(None, judge=None, sweep="adaptive")  # type: ignore[arg-type]
+    assert alone.racing((16, 64)) and not alone.racing((16,))
+    assert (
+        alone.note((16,)) == "adaptive sweep: one budget, nothing to race: its points run in full"
+    )
+    assert LoadTester(None, judge=None).note((16, 64)) == ""  # type: ignore[arg-type]
