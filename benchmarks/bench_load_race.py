@@ -15,7 +15,8 @@ by side per seed and load point:
 - ``raced``: the adaptive grid's choice, and the requests each spent at the point;
 - ``optimum``: the cost model's computed best budget at that concurrency.
 
-Every request of both grids is validated; a run with an invalid request stops here.
+Every request of both grids is validated; an invalid request is printed and its budget
+is left out at that point, as in a test (which would fail).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pytest_ddtree.invariants import check
-from pytest_ddtree.load import Endpoint, LoadResult, LoadTester
+from pytest_ddtree.load import Endpoint, LoadError, LoadResult, LoadTester
 from pytest_ddtree.reference import MODEL_ID, spawn_reference_server, tokenizer_path
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS, optimal_schedule
 from pytest_ddtree.settings import budget_label
@@ -66,10 +67,15 @@ def pick(recommended: Any, decided: bool, leader: Any, contending: Sequence[Any]
 
 
 def run(tester: LoadTester, mode: str, seed: int, cs: Sequence[int], requests: int | None) -> Any:
-    tester.sweep, tester.seed = mode, seed
+    """One grid; an invalid request (a failed test) is reported and its budget left out."""
+    kept: list[LoadResult] = []
+    tester.sweep, tester.seed, tester.sink = mode, seed, kept.append
     t0 = time.perf_counter()
-    result = tester(PROMPTS, concurrencies=list(cs), requests=requests)
-    return result, time.perf_counter() - t0
+    try:
+        tester(PROMPTS, concurrencies=list(cs), requests=requests)
+    except LoadError as exc:
+        print(f"     seed {seed}, {mode}: {str(exc).splitlines()[0]}")
+    return kept[0], time.perf_counter() - t0
 
 
 def main() -> None:

@@ -224,7 +224,7 @@ class PointRace:
 
 
 def _exclusion(samples: Sequence[LoadSample]) -> str:
-    """Why a chunk's invalid requests exclude its budget (the client's limits said as such)."""
+    """Why a run's invalid requests exclude its budget (the client's limits said as such)."""
     bad = [s for s in samples if not s.valid]
     codes = sorted({c for s in bad for c in (s.codes or ("error",))})
     if all(set(s.codes) & {CLIENT_TIMEOUT, NOT_SENT} for s in bad):
