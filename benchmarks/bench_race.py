@@ -22,7 +22,10 @@ Four figures per method, over ``--runs`` seeded runs at budgets 16..1024:
 - ``right``: the recommendation is the truth's (the smallest budget within the
   margin of the truly best), ``undecided`` no recommendation;
 - ``false faster``: two arms with *the same* truth (budget 64 twice) are raced
-  (or swept); how often one is claimed faster than the other.
+  (or swept); how often one is claimed faster than the other;
+- ``1% faster``: the same pair with the second arm 1% faster, inside the margin:
+  how often a race still calls one faster, and how often the old rule said
+  "significantly faster" (a 1% win is no reason to deploy a bigger tree).
 
 ``old rule`` is the recommendation as it was before racing (the best median,
 "significantly faster than every other valid budget" when a 95% bootstrap of
@@ -37,12 +40,13 @@ import random
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_ddtree.prompts import load_prompts
 from pytest_ddtree.reference.cost import CostModel, jitter_factor
 from pytest_ddtree.reference.model import get_model
+from pytest_ddtree.sweep.adaptive import AUTO_ROUNDS
 from pytest_ddtree.sweep.race import Judgement, Race, RaceRule, judge
 from pytest_ddtree.sweep.statistics import bootstrap_median_difference
 
@@ -83,11 +87,14 @@ class World:
     costs: dict[tuple[str, int], tuple[int, float]]
     prompts: tuple[str, ...]
     jitter: float
+    #: arm -> speed factor (an arm made a little faster than its budget is)
+    boost: dict[int, float] = field(default_factory=dict)
 
     def rate(self, run: int, arm: int, budget: int, rnd: int, prompt: int) -> float:
         tokens, seconds = self.costs[self.prompts[prompt], budget]
         ordinal = ((arm * 1000 + rnd) * 100 + prompt) + 1
-        return tokens / (seconds * jitter_factor(self.jitter, run, ordinal))
+        noise = jitter_factor(self.jitter, run, ordinal)
+        return self.boost.get(arm, 1.0) * tokens / (seconds * noise)
 
     def truth(self, budget: int) -> float:
         """The noiseless pooled median rate (one value a prompt)."""
@@ -164,19 +171,24 @@ def main() -> None:
     parser.add_argument("--margin", type=float, default=0.02)
     parser.add_argument("--confidence", type=float, default=RaceRule().confidence)
     parser.add_argument("--min-n", type=int, default=RaceRule().min_n)
-    parser.add_argument("--max-rounds", type=int, default=40, help="the race's request budget")
+    parser.add_argument(
+        "--max-rounds",
+        type=int,
+        default=AUTO_ROUNDS,
+        help="the race's request budget, in exhaustive rounds (default: the plugin's auto)",
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     costs = prompt_costs(BUDGETS)
     prompts = tuple(dict.fromkeys(p for p, _ in costs))
     world = World(costs, prompts, args.jitter)
-    cap = args.max_rounds * len(BUDGETS) * len(prompts)
+    cap = args.max_rounds * len(BUDGETS) * len(prompts)  # auto_requests() at the default
     rule = RaceRule(args.margin, args.min_n, args.confidence, max_requests=cap)
     truth = right_answer(world, BUDGETS, args.margin)
     print(
         f"{args.runs} runs, budgets {','.join(map(str, BUDGETS))}, {len(prompts)} prompts, "
         f"jitter CV {args.jitter:.0%}, margin {args.margin:.0%}, confidence {args.confidence:.0%}"
-        f" a look, min n {args.min_n}, request budget {cap}"
+        f" over all looks, min n {args.min_n}, request budget {cap}"
     )
     print(
         "truth (noiseless median decode tok/s): "
@@ -185,7 +197,7 @@ def main() -> None:
     )
     arms = {b: b for b in BUDGETS}
     same = right = undecided = ex_right = ex_undecided = old_right = 0
-    old_claims = 0
+    old_claims = short_right = short_undecided = 0
     shares: list[float] = []
     used: list[int] = []
     ex_used: list[int] = []
@@ -203,6 +215,9 @@ def main() -> None:
         used.append(race.requests)
         ex_used.append(n_max * len(BUDGETS))
         best, claim = old_rule(sweep(world, arms, 3, run), run)
+        short = judge(sweep(world, arms, 3, run), rule)
+        short_right += short.recommended == truth
+        short_undecided += not short.decided
         old_right += best == truth
         old_claims += claim
     equal = {0: 64, 1: 64}
@@ -212,6 +227,14 @@ def main() -> None:
         race_false += claims_faster(race.judgement())
         ex_false += claims_faster(judge(sweep(world, equal, 3, 10_000 + run), rule))
         old_false += old_rule(sweep(world, equal, 3, 10_000 + run), run)[1]
+    near_old = near_race = near_small = 0
+    for run in range(args.runs):
+        world_near = World(world.costs, world.prompts, world.jitter, {1: 1.01})
+        race = run_race(world_near, equal, rule, 20_000 + run)
+        j = race.judgement()
+        near_race += claims_faster(j)
+        near_small += j.recommended == 0
+        near_old += old_rule(sweep(world_near, equal, 3, 20_000 + run), run)[1]
     r = args.runs
     print(
         f"adaptive: same as exhaustive at the same n {pct(same / r)}; right {pct(right / r)}; "
@@ -228,6 +251,10 @@ def main() -> None:
         f"undecided {pct(ex_undecided / r)}"
     )
     print(
+        f"          exhaustive at 3 prompts x 3 rounds by the same rule: right "
+        f"{pct(short_right / r)}, undecided {pct(short_undecided / r)}"
+    )
+    print(
         f"          false faster (two equal arms): race {pct(race_false / r)}, "
         f"exhaustive 3x3 by the same rule {pct(ex_false / r)}"
     )
@@ -235,6 +262,11 @@ def main() -> None:
         f"old rule at 3 prompts x 3 rounds ({3 * len(prompts) * len(BUDGETS)} requests): "
         f'right {pct(old_right / r)}, "significantly faster" claimed {pct(old_claims / r)}, '
         f"false faster (two equal arms) {pct(old_false / r)}"
+    )
+    print(
+        f"one arm truly 1% faster (inside the margin): race calls it faster "
+        f"{pct(near_race / r)}, recommends the smaller as fast {pct(near_small / r)}; "
+        f'old rule "significantly faster" {pct(near_old / r)}'
     )
     print(f"({time.perf_counter() - started:.1f} s)")
 

@@ -39,9 +39,23 @@ def check_markers(items: list[pytest.Item], session: DDTreeSession) -> None:
                 )
 
 
+def prompt_of(item: pytest.Item) -> str:
+    """A benchmark test's parameters other than its budget (its prompt, in a sweep)."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return ""
+    return "-".join(p for p in str(callspec.id).split("-") if not p.startswith("tree_budget="))
+
+
 def order_benchmarks(items: list[pytest.Item], settings: Settings) -> None:
-    """Visit each benchmark test's budgets in the seeded sweep order (in place)."""
-    if settings.sweep_order == "fixed" or len(settings.budgets) < 2:
+    """Visit each benchmark test's budgets in the seeded sweep order (in place).
+
+    With ``--ddtree-sweep adaptive`` a test function's benchmarks also go prompt by
+    prompt (every budget of one parameter set, then the next): each prompt is a
+    round of the race (:mod:`~pytest_ddtree.sweep.benchrace`).
+    """
+    adaptive = settings.sweep == "adaptive"
+    if (settings.sweep_order == "fixed" and not adaptive) or len(settings.budgets) < 2:
         return
     from pytest_ddtree.sweep import SweepPlan
 
@@ -58,7 +72,15 @@ def order_benchmarks(items: list[pytest.Item], settings: Settings) -> None:
 
     def budget_rank(item: pytest.Item) -> int:
         assert isinstance(item, pytest.Function)
+        if settings.sweep_order == "fixed":
+            return 0  # sorted() is stable: the configured order stays
         return rank.get(item.callspec.params["tree_budget"], len(rank))
+
+    def prompt_rank(block: list[pytest.Item]) -> dict[str, int]:
+        firsts: dict[str, int] = {}
+        for item in block:
+            firsts.setdefault(prompt_of(item), len(firsts))
+        return firsts
 
     start = 0
     while start < len(items):
@@ -68,6 +90,10 @@ def order_benchmarks(items: list[pytest.Item], settings: Settings) -> None:
             end += 1
         if fam is not None and end - start > 1:
             block = items[start:end]
-            block.sort(key=budget_rank)
+            if adaptive:
+                prompts = prompt_rank(block)
+                block.sort(key=lambda it: (prompts[prompt_of(it)], budget_rank(it)))
+            else:
+                block.sort(key=budget_rank)
             items[start:end] = block
         start = end

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from pytest_ddtree.load import LoadRecord, LoadTestResult
     from pytest_ddtree.machine import ProbeResult
     from pytest_ddtree.sweep import DiagnosisRecord, RunMetadata, SweepSample, SweepSummary
+    from pytest_ddtree.sweep.benchrace import BenchRace
     from pytest_ddtree.sweep.race import RaceRecord
     from pytest_ddtree.violation import Violation
 
@@ -152,6 +153,8 @@ class DDTreeSession:
         self.summary: SweepSummary | None = None
         # the adaptive sweeps' races (who left when, and why), for the end-of-session report
         self.races: list[RaceRecord[int | None]] = []
+        # the races of the parametrised benchmark tests, one per test function
+        self.bench_races: dict[str, BenchRace] = {}
         self.budget_ignored: list[Violation] = []
         self.report_lines: list[str] = []
         # one record of raw samples per ddtree_load call (and process); merged in finish()
@@ -328,6 +331,9 @@ class DDTreeSession:
             self.probe_machine("after")
         if self.metadata is not None and self.probes:
             self.metadata.probes = [p.to_json() for p in self.probes]
+        for bench in self.bench_races.values():
+            bench.race.finish()
+            self.races.append(bench.race.record())
         seed, report = self.settings.sweep_seed, self.settings.report
         outcome = analysis.conclude(
             self.samples,

@@ -791,7 +791,7 @@ OPTIONS: tuple[OptionDef, ...] = (
         "sweep-requests",
         "The adaptive sweep's request budget (warm-up and smoke requests not counted); spent "
         "before the best is known, the sweep is undecided. auto: what an exhaustive sweep of "
-        "10 rounds would send.",
+        "30 rounds would send (a cap: a decided race stops sooner).",
         metavar="N",
         default="auto",
         env=("DDTREE_SWEEP_REQUESTS",),

@@ -166,6 +166,17 @@ def _write_sweep(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
         notes.append("interrupted: partial run, the recommendation is not final")
     if session.smoke_failure:
         notes.append(f"benchmarks skipped: {session.smoke_failure}")
+    if session.settings.sweep == "adaptive" and not session.races:
+        budgets = len(session.settings.budgets)
+        notes.append(
+            "--ddtree-sweep adaptive: nothing was raced "
+            + (
+                "(one budget, the server's own: there is no other to race it against)"
+                if budgets < 2
+                else "(no ddtree_sweep call or benchmark test with a tree_budget parameter)"
+            )
+            + "; every request ran as planned and is judged by the same rule"
+        )
     log = session.runtime.server_metrics if session.runtime is not None else None
     shared = log.shared_budgets() if log is not None else None
     for line in table_lines(session.summary, notes=notes, shared=shared):

@@ -703,17 +703,21 @@ def _metadata(run: SweepRun, summary: SweepSummary) -> str:
 
 def _cards(run: SweepRun, summary: SweepSummary) -> str:
     rec = summary.recommendation
-    if rec.tree_budget is None and rec.decode_median is None:
+    if rec.decode_median is None:
         rec_cls, big, sub = "none", "—", "no valid timings"
+    elif not rec.decided:
+        # no forced winner: the leader is named as such, with its n
+        rec_cls, big = "tied", "—"
+        sub = f"undecided; tree_budget {budget_label(rec.leader)} leads (n={rec.n})"
     else:
         rec_cls = "drifting" if rec.drifting else "decisive" if rec.decisive else "tied"
         big = escape(budget_label(rec.tree_budget))
-        sub = "" if rec.decode_median is None else f"{rec.decode_median:,.0f} tok/s median decode"
+        sub = f"{rec.decode_median:,.0f} tok/s median decode"
         if rec.decode_ci:
-            sub += f" (95% CI {rec.decode_ci[0]:,.0f}–{rec.decode_ci[1]:,.0f})"
+            sub += f" (95% CI {rec.decode_ci[0]:,.0f}–{rec.decode_ci[1]:,.0f}, n={rec.n})"
     badge = {
-        "decisive": "clear winner",
-        "tied": "statistically tied",
+        "decisive": "decided",
+        "tied": "undecided" if not rec.decided else "partial run",
         "drifting": "server drifted",
         "none": "no recommendation",
     }[rec_cls]
@@ -919,9 +923,9 @@ def render_html(
     body.append(f'<section class="card"><h2>Per-budget statistics</h2>{_stats_table(summary)}')
     body.append(
         '<p class="muted">Statistics use valid requests only. A budget with any invalid '
-        "request is never recommended. Budgets are ranked by measured throughput, then by "
-        "acceptance length; acceptance rate is not used because it falls arithmetically as "
-        "the budget grows.</p></section>"
+        "request is never recommended. Budgets are compared by measured throughput, by the "
+        "rule of the Race card; acceptance rate is not used because it falls arithmetically "
+        "as the budget grows.</p></section>"
     )
     body.append(_race_section(summary))
     body.append(_drift_section(summary))

@@ -8,30 +8,35 @@ every arm is compared with the *leader* (the arm with the best prompt-balanced
 geometric mean) by a confidence interval of its relative *slowdown* (positive:
 the arm is slower than the leader):
 
-- **out**: the arm is clearly slower (the whole interval lies above zero)
-  and by more than the practical margin (the estimate lies above it). It
-  leaves the race and gets no more requests.
+- **out**: the arm is clearly slower by more than the practical margin (the
+  whole interval lies above the margin). It leaves the race and gets no more
+  requests. An estimate above the margin is not enough: looking every few
+  rounds, an arm truly 1% slower would now and then show 2.5% and leave.
 - **as fast**: the whole interval lies within plus or minus the margin - the
   arm is as fast as the leader for every practical purpose.
 - **close enough**: once the interval is narrower than the margin itself,
   more requests cannot change the practical answer: the arm is *out* when its
-  estimate lies above the margin, else *as fast*. Without this an arm truly
-  at the margin's edge (2.3% slower with a 2% margin) would keep the race
-  going until the request budget is spent.
+  estimate lies above the margin, else *as fast* (only an arm truly within
+  half the margin of the margin's edge can land on the wrong side). Without
+  this an arm truly at the margin's edge (2.3% slower with a 2% margin) would
+  keep the race going until the request budget is spent.
 - **in contention**: anything else; it gets the next round.
 
 The interval is a stratified t-interval on the logarithm of the values: each
 prompt's mean log value per arm, the difference averaged over the prompts both
 arms share (so the prompt mix cancels, as the prompts differ in speed far more
 than repeated requests do), with the within-prompt variance of each arm and
-Welch's degrees of freedom. Noise on timings is multiplicative (a request runs
-a few percent slower), which is additive in logs. It costs a few arithmetic
-operations per look, where a bootstrap at every round of every race was the
-slowest part of a sweep, and it is honest at two values a prompt, where a
-within-prompt bootstrap was far too narrow. Each look uses the rule's
-``confidence`` (99% by default): a race looks after every round, and the
-calibration (``benchmarks/bench_race.py``) showed 95% per look let a truly
-equal arm be called slower too often over many looks.
+Welch's degrees of freedom; a stray value (a stalled request) is first pulled
+in to 3.5 robust SDs of its prompt's median. Noise on timings is
+multiplicative (a request runs a few percent slower), which is additive in
+logs. It costs a few arithmetic operations per look, where a bootstrap of the
+medians at every look made a seven-budget race take seconds, and it is honest
+at two values a prompt, where a within-prompt bootstrap was far too narrow (a
+truly best arm could leave). A race looks after :attr:`Race.min_rounds` and
+then whenever its rounds have grown by a quarter; the k-th look has the
+confidence ``1 - alpha / (k (k + 1))`` (:meth:`RaceRule.look_confidence`), so
+the error rates of all looks add up to at most ``alpha``. The calibration is
+``benchmarks/bench_race.py``.
 
 The race is *decided* when no arm is in contention. It then recommends the
 **smallest** budget among the leader and the arms as fast as it: a win inside
@@ -74,7 +79,7 @@ K = TypeVar("K", bound=Hashable)
 DEFAULT_EQUIVALENCE = 0.02
 #: Requests an arm gets before any claim about it (and the least n behind a "faster").
 DEFAULT_MIN_N = 6
-#: Confidence of a race's claims over all its looks together (see :meth:`RaceRule.look_confidence`).
+#: Confidence of a race's claims over all its looks together (:meth:`RaceRule.look_confidence`).
 DEFAULT_CONFIDENCE = 0.95
 #: Robust SDs beyond which a value's residual is clipped (see ``_tamed``).
 CLIP = 3.5
@@ -368,9 +373,10 @@ def _judge(
     """Judge every arm against the leader; ``frozen`` arms keep the standing they left with."""
     live = {k: a for k, a in arms.items() if a.excluded is None and a.values and k not in frozen}
     sign = 1.0 if rule.higher_is_better else -1.0
-    leader: K | None = None
-    if live:
-        leader = min(live, key=lambda k: (-sign * _score(live[k]), _order(k)))
+    # ordered best first; a key may be None (the server's own budget), so "is there a
+    # leader" is ``ranked``, never ``leader is None``
+    ranked = sorted(live, key=lambda k: (-sign * _score(live[k]), _order(k)))
+    leader: K | None = ranked[0] if ranked else None
     standings: list[Standing[K]] = []
     for key in sorted(arms, key=_order):
         arm = arms[key]
@@ -381,14 +387,14 @@ def _judge(
         if arm.excluded is not None:
             standings.append(Standing(key, len(arm.values), median, "excluded", None, arm.excluded))
             continue
-        if key == leader:
+        if ranked and key == ranked[0]:
             standings.append(Standing(key, len(arm.values), median, "leader"))
             continue
-        if leader is None or not arm.values:
+        if not ranked or not arm.values:
             standings.append(Standing(key, len(arm.values), median, "in contention"))
             continue
-        standings.append(_standing(key, arm, arms[leader], rule, look))
-    decided = leader is not None and not any(s.status == "in contention" for s in standings)
+        standings.append(_standing(key, arm, live[ranked[0]], rule, look))
+    decided = bool(ranked) and not any(s.status == "in contention" for s in standings)
     recommended: K | None = None
     if decided:
         pool = [s.key for s in standings if s.status in ("leader", "as fast")]
@@ -406,12 +412,12 @@ def _standing(key: K, arm: _Arm, lead: _Arm, rule: RaceRule, look: int) -> Stand
     m = rule.equivalence
     if d is None or not all(math.isfinite(x) for x in d):
         return Standing(key, n, median, "in contention", d, "too few values a prompt")
-    conf = f"{100 * confidence:.3g}%"
+    conf = f"{100 * confidence:.4g}%"
     where = f"{_interval(d)} ({conf}, n={n} vs {len(lead.values)})"
-    # an interval narrower than the margin that has its estimate above it lies above zero
     close = d[2] - d[1] < m
-    if d[0] > m and d[1] > 0:
-        why = f"slower than the leader by {where}, more than the {m:.0%} margin"
+    if d[1] > m or (close and d[0] > m):
+        how = "more than the" if d[1] > m else "an interval narrower than the"
+        why = f"slower than the leader by {where}, {how} {m:.0%} margin"
         return Standing(key, n, median, "out", d, why)
     if (-m < d[1] and d[2] < m) or close:
         why = f"within the {m:.0%} margin of the leader: {where}"
@@ -529,6 +535,13 @@ class Race(Generic[K]):
                 self._leave(s, j.leader)
         self._last = None
         self._next_look = max(self.rounds + 1, math.ceil(self.rounds * LOOK_GROWTH))
+        return self.judgement()
+
+    def finish(self) -> Judgement[K]:
+        """A last look at what was measured since the previous one (a driver that ran out
+        of rounds to give, e.g. of benchmark tests); the final verdict."""
+        if self._looked_at != self.requests and self.rounds >= self.min_rounds:
+            self._look()
         return self.judgement()
 
     def next_round(self) -> list[K]:

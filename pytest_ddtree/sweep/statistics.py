@@ -2,10 +2,10 @@
 
 Only the standard library: medians and interquartile ranges, and seeded
 percentile-bootstrap confidence intervals, so the same samples and seed always
-give the same report. Budgets are ranked by measured decode throughput, then by
-mean acceptance *length* (tokens committed per decode round); acceptance
-*rate* is never used because it falls arithmetically as the budget grows,
-whatever the server does.
+give the same report. The recommendation follows the racing rule
+(:mod:`~pytest_ddtree.sweep.race`) on measured decode throughput, for an
+exhaustive sweep as for an adaptive one; acceptance *rate* is never used
+because it falls arithmetically as the budget grows, whatever the server does.
 """
 
 from __future__ import annotations
@@ -466,7 +466,7 @@ def recommend(
     excluded = tuple(s.tree_budget for s in stats if s.total > 0 and not s.all_valid)
     by_budget = {st.tree_budget: st for st in stats}
     tail = f" Excluded for invalid responses: {_names(excluded)}." if excluded else ""
-    if j.leader is None:
+    if not any(s.status == "leader" for s in j.standings):
         why = "no budget produced valid timed requests"
         if excluded:
             why += f" (invalid requests at {_names(excluded)})"
@@ -543,11 +543,12 @@ def _undecided(
     n = len(lead.decode)
     open_ = [s for s in j.standings if s.status == "in contention"]
     parts = ", ".join(f"tree_budget={budget_label(s.key)} ({standing_text(s)})" for s in open_)
-    why = (
-        f"the request budget ({record.max_requests}) was spent first"
-        if record.spent
-        else "more rounds (--ddtree-rounds) or --ddtree-sweep adaptive would decide"
-    )
+    if record.spent:
+        why = f"the request budget ({record.max_requests}) was spent first"
+    elif record.mode == "adaptive":
+        why = "the benchmark tests ran out first: more prompts or --ddtree-rounds would decide"
+    else:
+        why = "more rounds (--ddtree-rounds) or --ddtree-sweep adaptive would decide"
     message = (
         f"Undecided: tree_budget={budget_label(j.leader)} leads with median decode "
         f"{_fmt_rate(lead.decode_median)} tok/s (n={n}), but {parts or 'no budget'} "
@@ -677,7 +678,7 @@ def _verdict(st: BudgetStats, record: RaceRecord[int | None] | None, rec: Recomm
         s = record.judgement.standing(st.tree_budget)
     except KeyError:
         return "not raced"
-    if st.tree_budget == rec.tree_budget:
+    if rec.decided and st.tree_budget == rec.tree_budget:
         return "best" if s.status == "leader" else "best (smallest as fast)"
     gone = record.exit_of(st.tree_budget)
     return {

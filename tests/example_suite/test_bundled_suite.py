@@ -10,6 +10,7 @@ latency.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -65,7 +66,8 @@ def test_pyargs_runs_the_whole_suite_from_an_empty_directory(tmp_path: Path) -> 
     assert result.returncode == 0, output[-3000:]
     assert " passed" in output and "failed" not in output
     # every kind of test ran: the sweep's recommendation and the load schedule are printed
-    assert "Recommended tree_budget=" in output
+    # decided or not depends on this machine's noise (latency off); the verdict line is there
+    assert re.search(r"^(Recommended |Undecided: )tree_budget=", output, re.MULTILINE)
     assert "schedule:" in output
     # the suite's addopts apply: its benchmark columns, and no cache written into the cwd
     assert "Median" in output and "StdDev" not in output
@@ -132,7 +134,8 @@ def test_init_writes_a_suite_that_runs_where_it_was_written(tmp_path: Path) -> N
     run = _pytest(tmp_path, "tests/ddtree", "-q", "--ddtree-budgets=16,64", *FAST)
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-3000:]
-    assert "Recommended tree_budget=" in output
+    # decided or not depends on this machine's noise (latency off); the verdict line is there
+    assert re.search(r"^(Recommended |Undecided: )tree_budget=", output, re.MULTILINE)
     collected = _pytest(tmp_path, "tests/ddtree", "--co", "-q", "--ddtree-budgets=16,64")
     assert "test_smoke[mine]" in collected.stdout
     assert "essay-rivers" not in collected.stdout

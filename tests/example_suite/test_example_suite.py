@@ -9,6 +9,7 @@ it keeps latency on and runs the sweep only), and stops at the first failure (``
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -59,7 +60,8 @@ def test_healthy_server_passes() -> None:
     assert result.returncode == 0, output[-3000:]
     assert " passed" in output and "failed" not in output
     # the sweep ran and printed its table and recommendation
-    assert "Recommended tree_budget=" in output
+    # decided or not depends on this machine's noise (latency off); the verdict line is there
+    assert re.search(r"^(Recommended |Undecided: )tree_budget=", output, re.MULTILINE)
 
 
 @pytest.mark.parametrize("fault", sorted(FAULT_CODES))

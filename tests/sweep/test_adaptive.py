@@ -48,7 +48,7 @@ def test_a_clearly_slow_budget_leaves_the_race_and_the_log_says_when_and_why(
     result.stdout.fnmatch_lines(
         [
             "*decode tok/s median [[]95% CI[]] n*slower than leader [[]CI[]] n*",
-            "race: * requests (of 90) in * rounds, 2% margin, min n 6, 95% confidence*",
+            "race: * requests (of 270) in * rounds, 2% margin, min n 6, 95% confidence*",
             "race: tree_budget=1024 left after 18 requests (round 2, n=6): slower than "
             "tree_budget=* by +*% [[]+*%, +*%[]] (*, n=6 vs 6), more than the 2% margin",
         ]
@@ -56,12 +56,12 @@ def test_a_clearly_slow_budget_leaves_the_race_and_the_log_says_when_and_why(
     # 32 against 64 depends on this machine's own noise on top of the jitter: decided, or
     # undecided when the budget is spent - never a winner without the evidence
     last = [line for line in result.outlines if line.startswith(("Recommended", "Undecided"))]
-    assert len(last) == 1 and "adaptive sweep, " in last[0] and " of 90 requests" in last[0]
+    assert len(last) == 1 and "adaptive sweep, " in last[0] and " of 270 requests" in last[0]
     doc = json.loads((pytester.path / "report" / "sweep.json").read_text())
     race = doc["race"]
-    assert race["mode"] == "adaptive" and race["max_requests"] == 90
+    assert race["mode"] == "adaptive" and race["max_requests"] == 270
     assert race["decided"] != race["spent"]
-    assert race["requests"] <= 90 and race["equivalence"] == 0.02
+    assert race["requests"] <= 270 and race["equivalence"] == 0.02
     left = {e["key"]: e for e in race["exits"]}
     assert left[1024]["status"] == "out" and left[1024]["round"] == 2
     assert left[1024]["after_requests"] == 18  # two rounds of 3 prompts at 3 budgets
@@ -164,3 +164,40 @@ def test_a_request_budget_below_two_rounds_stops_the_sweep_in_one_line(
     )
     assert "Traceback" not in result.stdout.str()
     pytester.runpytest(*args, "--ddtree-sweep-requests=24").assert_outcomes(passed=1)
+
+
+@pytest.mark.serial
+def test_benchmark_tests_race_prompt_by_prompt_and_a_budget_that_left_is_skipped(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_bench=textwrap.dedent(
+            f"""
+            import pytest
+
+            PROMPTS = {PROMPTS!r}
+
+            @pytest.mark.parametrize("name", sorted(PROMPTS))
+            def test_gen(ddtree_benchmark, tree_budget, name):
+                ddtree_benchmark(PROMPTS[name], prompt_id=name, max_tokens=64, rounds=3)
+            """
+        )
+    )
+    result = _run(pytester, "--ddtree-budgets=32,64,1024", "--ddtree-sweep=adaptive", "-rs")
+    # prompt by prompt: two prompts (6 timed requests a budget) before the first look, so
+    # the third prompt's test at 1024 (over 70% slower) is skipped; 32 (about 6% slower)
+    # usually races on, unless it left at the same look (then the race is decided)
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("skipped", 0) >= 1 and outcomes.get("failed", 0) == 0, outcomes
+    skips = [line for line in result.outlines if line.startswith("SKIPPED")]
+    left = (
+        "tree_budget=1024 left the race after 18 requests: slower than tree_budget=",
+        ": race decided after 18 requests: tree_budget=",
+    )
+    assert any(why in line for line in skips for why in left), skips
+    doc = json.loads((pytester.path / "report" / "sweep.json").read_text())
+    exits = {e["key"]: e for e in doc["race"]["exits"]}
+    assert exits[1024]["after_requests"] == 18 and doc["race"]["mode"] == "adaptive"
+    assert "more than the 2% margin" in exits[1024]["reason"]
+    assert sum(s["tree_budget"] == 1024 for s in doc["samples"]) == 6
+    result.stdout.fnmatch_lines(["race: tree_budget=1024 left after 18 requests (round 2, n=6)*"])

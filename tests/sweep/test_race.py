@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from pytest_ddtree.sweep.race import Race, RaceRule, judge
+from pytest_ddtree.sweep.race import Race, RaceRule, judge, slowdown_interval
 
 
 def _simulate(truth: dict[int, float], rule: RaceRule, seed: int, cv: float = 0.03) -> Race[int]:
@@ -61,3 +61,62 @@ def test_lower_is_better_for_latencies() -> None:
 def test_bad_rules_are_refused(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="race:"):
         RaceRule(**kwargs)  # type: ignore[arg-type]
+
+
+def test_looks_spend_the_confidence_so_all_looks_add_up_to_it() -> None:
+    rule = RaceRule(confidence=0.95)
+    alphas = [1 - rule.look_confidence(k) for k in range(1, 200)]
+    assert alphas[0] == pytest.approx(0.025) and sum(alphas) < 0.05
+    assert alphas == sorted(alphas, reverse=True)
+
+
+def test_the_t_quantile_matches_the_tables() -> None:
+    from pytest_ddtree.sweep.race import _t_quantile
+
+    for p, df, table in [(0.975, 3, 3.182), (0.975, 6, 2.447), (0.995, 10, 3.169)]:
+        assert _t_quantile(p, df) == pytest.approx(table, rel=0.01)
+
+
+def test_the_interval_is_balanced_over_prompts_and_in_log_space() -> None:
+    # prompt b is twice as fast as a at both arms; the arm is exactly 10% slower on each
+    lead = [100.0, 101.0, 99.0, 200.0, 202.0, 198.0]
+    arm = [90.0, 90.9, 89.1, 180.0, 181.8, 178.2]
+    strata = ["a", "a", "a", "b", "b", "b"]
+    d = slowdown_interval(arm, strata, lead, strata, RaceRule())
+    assert d is not None and d[0] == pytest.approx(0.10) and d[1] < 0.10 < d[2]
+    # one value a prompt: no spread to judge by, no interval (no claim below the minimum)
+    one = slowdown_interval([90.0, 180.0], ["a", "b"], [100.0, 200.0], ["a", "b"], RaceRule())
+    assert one is None
+
+
+def test_one_stalled_request_does_not_decide_the_race() -> None:
+    rng = random.Random(7)
+    lead = [1000 * rng.gauss(1.0, 0.02) for _ in range(12)]
+    arm = [1000 * rng.gauss(1.0, 0.02) for _ in range(12)]
+    strata = ["a", "b", "c"] * 4
+    arm[4] = 100.0  # one request the machine stalled: ten times slower
+    d = slowdown_interval(arm, strata, lead, strata, RaceRule())
+    assert d is not None and d[0] < 0.05, d  # the mean of raw logs would say about 19%
+
+
+def test_an_arm_near_the_margin_s_edge_ends_by_its_estimate_once_the_interval_is_narrow() -> None:
+    # 64 is 1.7% slower than 128 with a 2% margin: its interval keeps crossing the margin,
+    # but once it is narrower than the margin the estimate decides: as fast, and smaller
+    truth = {64: 983.0, 128: 1000.0}
+    race = _simulate(truth, RaceRule(equivalence=0.02, min_n=6), seed=3, cv=0.01)
+    j = race.judgement()
+    small = j.standing(64)
+    assert j.decided and j.recommended == 64 and small.status == "as fast", small.reason
+    assert small.slowdown is not None and small.slowdown[2] > 0.02  # crosses the margin
+    assert small.slowdown[2] - small.slowdown[1] < 0.02
+
+
+def test_a_race_record_says_who_left_when_in_json() -> None:
+    truth = {16: 100.0, 64: 130.0}
+    race = _simulate(truth, RaceRule(min_n=6, max_requests=200), seed=4)
+    doc = race.record().to_json()
+    assert doc["mode"] == "adaptive" and doc["decided"] and doc["recommended"] == 64
+    (gone,) = doc["exits"]
+    assert gone["key"] == 16 and gone["status"] == "out" and gone["round"] == 3
+    assert gone["after_requests"] == 12 and gone["n"] == 6 and gone["leader"] == 64
+    assert doc["max_requests"] == 200 and doc["look"] >= 1

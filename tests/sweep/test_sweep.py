@@ -312,3 +312,22 @@ def test_stratified_bootstrap_separates_budgets_that_prompt_spread_would_blur() 
     # With one sample per prompt there is no within-prompt noise: fall back to pooled.
     single = [s for s in samples if s.round == 0]
     assert not summarize(single).recommendation.decisive
+
+
+def test_the_server_s_own_budget_alone_is_recommended_with_its_n() -> None:
+    # --ddtree-budget-mode none: one arm, keyed None; nothing to race it against
+    samples = [
+        SweepSample(None, p, r, True, decode_tokens_per_second=100.0 + r)
+        for p in ("a", "b", "c")
+        for r in range(3)
+    ]
+    summary = summarize(samples)
+    rec = summary.recommendation
+    assert rec.decided and rec.tree_budget is None and rec.n == 9, rec.message
+    assert rec.message.startswith("Recommended tree_budget=server-default")
+    assert "only budget with valid timings" in rec.message
+    assert summary.budgets[0].verdict == "best"
+    invalid = [*samples, SweepSample(None, "a", 3, False, codes=("empty",))]
+    bad = summarize(invalid).recommendation
+    assert not bad.decided and bad.message.startswith("No recommendation")
+    assert summarize(invalid).budgets[0].verdict.startswith("INVALID")
