@@ -707,7 +707,7 @@ def _cards(run: SweepRun, summary: SweepSummary) -> str:
         rec_cls, big, sub = "none", "—", "no valid timings"
     elif not rec.decided:
         # no forced winner: the leader is named as such, with its n
-        rec_cls, big = "tied", "—"
+        rec_cls, big = ("drifting" if rec.drifting else "tied"), "—"
         sub = f"undecided; tree_budget {budget_label(rec.leader)} leads (n={rec.n})"
     else:
         rec_cls = "drifting" if rec.drifting else "decisive" if rec.decisive else "tied"
