@@ -225,6 +225,8 @@ def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
         cut = " (interrupted: partial results)" if test.partial else ""
         at = f" at temperature {test.temperature:g}" if test.temperature else ""
         tr.write_line(f"{test.nodeid}{at}: merged from {test.where}; total load per point{cut}")
+        if test.note:
+            tr.write_line(f"  note: {test.note}")
         for line in render_table(test.stats, test.schedule).splitlines():
             tr.write_line("  " + line)
         for line in never_drafted_lines(test.stats):

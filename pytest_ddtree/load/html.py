@@ -7,6 +7,7 @@ from html import escape
 from typing import Any
 
 from pytest_ddtree.load.metrics import PointStats, acceptance_cell, never_drafted_lines
+from pytest_ddtree.load.race import PointRace
 from pytest_ddtree.load.recommend import Choice
 from pytest_ddtree.load.record import LoadTestResult
 from pytest_ddtree.settings import budget_label
@@ -137,14 +138,36 @@ def _table(stats: Sequence[PointStats]) -> str:
 
 
 def _choice_item(c: Choice) -> str:
+    if c.race is not None:
+        return _raced_item(c, c.race)
     if not c.chosen:
         text = "no valid budget (no budget had every request valid)"
     else:
         text = f"{c.label} (TPOT p50 {c.tpot_ms or 0:.2f} ms"
         text += f", 95% CI {c.ci_ms[0]:.2f}–{c.ci_ms[1]:.2f}" if c.ci_ms else ""
+        text += f", n={c.n}"
+        if c.has_runner_up and c.margin is not None:
+            text += (
+                f"; runner-up {c.runner_up_label} {c.margin[0]:+.1%} "
+                f"[{c.margin[1]:+.1%}, {c.margin[2]:+.1%}], n={c.runner_up_n}"
+            )
         text += ")" if c.decisive else "; a tie with the runner-up at this noise)"
     text += " — UNRELIABLE: client saturated" if c.unreliable else ""
     return f"<li>{escape(c.point.label)}: {escape(text)}</li>"
+
+
+def _raced_item(c: Choice, race: PointRace) -> str:
+    """A raced point: the pick (or undecided), the verdict, and each budget's part in the race."""
+    if c.chosen:
+        text = f"{c.label} (TPOT p50 {c.tpot_ms or 0:.2f} ms"
+        text += f", 95% CI {c.ci_ms[0]:.2f}–{c.ci_ms[1]:.2f}" if c.ci_ms else ""
+        text += f", n={c.n}); "
+    else:
+        text = "undecided; "
+    text += race.verdict()
+    text += " — UNRELIABLE: client saturated" if c.unreliable else ""
+    budgets = "".join(f"<li>{escape(line)}</li>" for line in race.lines())
+    return f"<li>{escape(c.point.label)}: {escape(text)}<ul>{budgets}</ul></li>"
 
 
 def _never_drafted(stats: Sequence[PointStats]) -> str:
@@ -163,11 +186,22 @@ def render_load_section(tests: Sequence[LoadTestResult]) -> str:
         nodeid, stats, schedule = test.nodeid, test.stats, test.schedule
         choices = "".join(_choice_item(c) for c in schedule.choices)
         where = test.where
+        races = test.races
+        raced = ""
+        if races:
+            spent, full = sum(r.requests for r in races), sum(r.max_requests for r in races)
+            raced = (
+                f'<p class="muted">Adaptive: budgets raced at each load point by TPOT '
+                f"(margin {races[0].equivalence:.0%}, minimum n {races[0].min_n}); "
+                f"{spent} requests of the {full} sent in full.</p>"
+            )
+        if test.note:
+            raced += f'<p class="muted">{escape(test.note)}</p>'
         out.append(
             '<section class="card"><h2>Load: '
             f"{escape(nodeid)}{_at(test.temperature)}</h2>"
             f'<p class="muted">Every request validated before it counts; merged from raw '
-            f"samples of {escape(where)}; loads are totals.</p>"
+            f"samples of {escape(where)}; loads are totals.</p>{raced}"
             f"<p><strong>Schedule: {escape(schedule.text())}</strong>"
             f"{' (the best budget changes with load)' if schedule.changes_with_load else ''}"
             f"</p><ul>{choices}</ul>{_never_drafted(stats)}"

@@ -43,6 +43,7 @@ __all__ = [
     "Percentiles",
     "PointStats",
     "acceptance_cell",
+    "chain_health",
     "merge_health",
     "never_drafted_lines",
     "percentiles",
@@ -83,6 +84,8 @@ class LoadSample:
     #: draft tokens the server reported making and accepting (None: not reported)
     drafted: int | None = None
     accepted: int | None = None
+    #: which run of its budget at this point (a raced budget is sent in several runs)
+    run: int = 0
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -133,6 +136,7 @@ class LoadSample:
             "withheld": list(self.withheld),
             "drafted": self.drafted,
             "accepted": self.accepted,
+            "run": self.run,
         }
 
     @classmethod
@@ -157,6 +161,7 @@ class LoadSample:
             withheld=tuple(str(c) for c in data.get("withheld", ())),
             drafted=_count(data.get("drafted")),
             accepted=_count(data.get("accepted")),
+            run=_count(data.get("run")) or 0,
         )
 
 
@@ -248,6 +253,24 @@ class ClientHealth:
             validation_cpu_seconds=float(data.get("validation_cpu_seconds", 0.0)),
             retries=int(data.get("retries", 0)),
         )
+
+
+def chain_health(runs: Sequence[ClientHealth]) -> ClientHealth:
+    """One health figure for runs one process sent one after the other (a raced budget)."""
+    if len(runs) == 1:
+        return runs[0]
+    return ClientHealth(
+        cpu_seconds=sum(r.cpu_seconds for r in runs),
+        wall_seconds=sum(r.wall_seconds for r in runs),
+        requests=sum(r.requests for r in runs),
+        tokens=sum(r.tokens for r in runs),
+        lag_p99=max(r.lag_p99 for r in runs),
+        lag_max=max(r.lag_max for r in runs),
+        lag_samples=sum(r.lag_samples for r in runs),
+        workers=runs[0].workers,
+        validation_cpu_seconds=sum(r.validation_cpu_seconds for r in runs),
+        retries=sum(r.retries for r in runs),
+    )
 
 
 def merge_health(parts: Sequence[ClientHealth]) -> ClientHealth | None:
@@ -433,9 +456,14 @@ def summarize_point(
             codes.update(s.codes or ("error",))
             if not first_evidence:
                 first_evidence = s.evidence or (s.error or "")
-    begin = min(s.start for s in samples)
-    end = max(s.end for s in samples)
-    span = max(end - begin, 1e-9)
+    # a raced budget is sent in runs with other budgets' runs in between: its span is the
+    # sum of its runs' spans, each from its first send to its last byte
+    runs: dict[int, list[LoadSample]] = {}
+    for s in samples:
+        runs.setdefault(s.run, []).append(s)
+    span = max(
+        math.fsum(max(s.end for s in r) - min(s.start for s in r) for r in runs.values()), 1e-9
+    )
     busy = math.fsum(s.e2e for s in samples)  # exact: the order of merged samples is moot
     tokens = sum(s.output_tokens or 0 for s in valid)
     tpots = [t for s in valid if (t := s.tpot) is not None]

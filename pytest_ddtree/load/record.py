@@ -14,6 +14,7 @@ from typing import Any
 
 from pytest_ddtree.load.arrivals import LoadPoint
 from pytest_ddtree.load.metrics import ClientHealth, LoadSample, PointStats
+from pytest_ddtree.load.race import PointRace
 from pytest_ddtree.load.recommend import Schedule
 from pytest_ddtree.load.slo import SLO, parse_slo
 
@@ -35,6 +36,9 @@ class LoadRecord:
     slo: SLO | None = None
     #: the sampling temperature of the call
     temperature: float = 0.0
+    races: tuple[PointRace, ...] = ()
+    mode: str = "exhaustive"
+    note: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON (what execnet carries from a worker)."""
@@ -44,6 +48,9 @@ class LoadRecord:
             "shares": self.shares,
             "partial": self.partial,
             "slo": str(self.slo) if self.slo is not None else None,
+            "mode": self.mode,
+            "note": self.note,
+            "races": [r.to_json() for r in self.races],
             "samples": [s.to_json() for s in self.samples],
             "health": [[p.to_json(), b, h.to_json()] for p, b, h in self.health],
         }
@@ -63,6 +70,9 @@ class LoadRecord:
             partial=bool(doc.get("partial", False)),
             slo=parse_slo(str(raw_slo), "load record") if raw_slo else None,
             temperature=float(doc.get("temperature") or 0.0),
+            races=tuple(PointRace.from_json(r) for r in doc.get("races", ())),
+            mode=str(doc.get("mode", "exhaustive")),
+            note=str(doc.get("note", "")),
         )
 
 
@@ -79,6 +89,19 @@ class LoadTestResult:
     samples: tuple[LoadSample, ...]
     #: the sampling temperature of the test's calls
     temperature: float = 0.0
+    #: ``adaptive`` when some call raced its budgets, else ``exhaustive``; and why not, if not
+    mode: str = "exhaustive"
+    note: str = ""
+
+    @property
+    def races(self) -> tuple[PointRace, ...]:
+        """The races of the raced points, in load order."""
+        return tuple(c.race for c in self.schedule.choices if c.race is not None)
+
+    @property
+    def requests(self) -> int:
+        """Requests sent in all (valid or not)."""
+        return len(self.samples)
 
     @property
     def unreliable(self) -> bool:
@@ -100,6 +123,9 @@ class LoadTestResult:
             "processes": self.processes,
             "workers": list(self.workers),
             "partial": self.partial,
+            "sweep": self.mode,
+            "note": self.note,
+            "requests": self.requests,
             "points": [s.to_json() for s in self.stats],
             "schedule": self.schedule.to_json(),
             "samples": [s.to_json() for s in self.samples],
@@ -122,7 +148,8 @@ def merge_records(records: Iterable[LoadRecord], *, seed: int) -> list[LoadTestR
         for record in group:
             for point, budget, h in record.health:
                 health.setdefault((point, budget), []).append(h)
-        stats, schedule = analyse(samples, health, slo=group[0].slo, seed=seed)
+        races = [race for r in group for race in r.races]
+        stats, schedule = analyse(samples, health, slo=group[0].slo, seed=seed, races=races)
         out.append(
             LoadTestResult(
                 nodeid=nodeid,
@@ -133,6 +160,8 @@ def merge_records(records: Iterable[LoadRecord], *, seed: int) -> list[LoadTestR
                 schedule=schedule,
                 samples=samples,
                 temperature=group[0].temperature,
+                mode="adaptive" if any(r.mode == "adaptive" for r in group) else "exhaustive",
+                note=next((r.note for r in group if r.note), ""),
             )
         )
     return out

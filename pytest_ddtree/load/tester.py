@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -15,9 +16,11 @@ from pytest_ddtree.load.metrics import (
     LoadSample,
     PointStats,
     acceptance_cell,
+    chain_health,
     merge_health,
     summarize_point,
 )
+from pytest_ddtree.load.race import PointRace, PointRacer, Run
 from pytest_ddtree.load.recommend import Choice, Schedule, recommend
 from pytest_ddtree.load.runner import (
     CLIENT_TIMEOUT,
@@ -30,11 +33,31 @@ from pytest_ddtree.load.runner import (
 from pytest_ddtree.load.slo import SLO
 from pytest_ddtree.servermetrics import Counts, GroupWatch
 from pytest_ddtree.settings import budget_label
+from pytest_ddtree.sweep.race import DEFAULT_EQUIVALENCE, DEFAULT_MIN_N
 from pytest_ddtree.wire.protocol import StallGuard
 
 __all__ = ["LoadError", "LoadResult", "LoadTester", "analyse", "render_table"]
 
 Key = tuple[LoadPoint, "int | None"]
+
+
+@dataclass
+class _Call:
+    """One ``ddtree_load`` call's arguments, and the races it ran (the last one in progress)."""
+
+    prompts: Sequence[Prompt]
+    per_prompt: Sequence[Mapping[str, Any]]
+    budgets: tuple[int | None, ...]
+    concurrencies: Sequence[int] | None
+    rates: Sequence[float] | None
+    requests: int | None
+    max_tokens: int
+    temperature: float
+    extra: Mapping[str, Any] | None
+    races: list[PointRace] = field(default_factory=list)
+    racer: PointRacer | None = None
+    #: requests of each (point, budget) sent so far: where its prompt cycle goes on
+    sent: dict[Key, int] = field(default_factory=dict)
 
 
 class LoadError(AssertionError):
@@ -51,6 +74,12 @@ class LoadResult:
     health: Mapping[Key, ClientHealth] = field(default_factory=dict)
     shares: int = 1
     partial: bool = False
+    #: per load point, how its race went (``--ddtree-sweep adaptive``)
+    races: tuple[PointRace, ...] = ()
+    #: ``adaptive`` when the budgets were raced at each point, else ``exhaustive``
+    mode: str = "exhaustive"
+    #: why an adaptive sweep ran the points in full (xdist, one budget); empty otherwise
+    note: str = ""
 
     def point(self, tree_budget: int | None, point: LoadPoint) -> PointStats:
         """The statistics at one budget × load point."""
@@ -75,8 +104,12 @@ def analyse(
     *,
     slo: SLO | None = None,
     seed: int = 0,
+    races: Sequence[PointRace] = (),
 ) -> tuple[tuple[PointStats, ...], Schedule]:
-    """Statistics of raw samples (from any number of processes), and the schedule."""
+    """Statistics of raw samples (from any number of processes), and the schedule.
+
+    ``races``: the points whose budgets were raced; their choice is the race's.
+    """
     groups: dict[Key, list[LoadSample]] = {}
     for s in samples:
         groups.setdefault((s.point, s.tree_budget), []).append(s)
@@ -84,7 +117,7 @@ def analyse(
     for key in sorted(groups, key=lambda k: (k[0].mode, k[0].value, k[0].burstiness, k[1] or 0)):
         parts = list((health or {}).get(key, ()))
         stats.append(summarize_point(groups[key], slo=slo, client=merge_health(parts)))
-    return tuple(stats), recommend(stats, seed=seed)
+    return tuple(stats), recommend(stats, seed=seed, races=races)
 
 
 def _ms(p: Any, attr: str) -> str:
@@ -154,21 +187,46 @@ def _cells(s: PointStats) -> tuple[str, ...]:
 
 
 def _choice_line(c: Choice) -> str:
+    if c.race is not None:
+        return _raced_line(c, c.race)
     if not c.chosen:
         return f"best at {c.point.label}: none (no budget had every request valid)"
     ci = f" [{c.ci_ms[0]:.2f}, {c.ci_ms[1]:.2f}]" if c.ci_ms else ""
-    tpot = f"TPOT p50 {c.tpot_ms:.2f} ms{ci}" if c.tpot_ms is not None else "no TPOT"
+    tpot = f"TPOT p50 {c.tpot_ms:.2f} ms{ci} n={c.n}" if c.tpot_ms is not None else "no TPOT"
     vs = ""
     if c.has_runner_up and c.margin is not None:
         vs = (
             f"; runner-up {c.runner_up_label} is {c.margin[0]:+.1%} slower "
-            f"[{c.margin[1]:+.1%}, {c.margin[2]:+.1%}]"
+            f"[{c.margin[1]:+.1%}, {c.margin[2]:+.1%}] n={c.runner_up_n}"
         )
-        vs += "" if c.decisive else " (a tie at this noise)"
+        if min(c.n, c.runner_up_n) < DEFAULT_MIN_N:
+            vs += f" (too few requests for a claim: n < {DEFAULT_MIN_N})"
+        elif not c.decisive:
+            vs += " (a tie at this noise)"
     elif not c.has_runner_up:
         vs = "; the only valid budget"
     warn = " (UNRELIABLE: client saturated)" if c.unreliable else ""
     return f"best at {c.point.label}: {c.label} ({tpot}){vs}{warn}"
+
+
+def _raced_line(c: Choice, race: PointRace) -> str:
+    """A raced point: the race's pick (or undecided), then who left the race when and why."""
+    warn = " (UNRELIABLE: client saturated)" if c.unreliable else ""
+    if not c.chosen:
+        head = f"best at {c.point.label}: undecided; {race.verdict()}{warn}"
+    else:
+        ci = f" [{c.ci_ms[0]:.2f}, {c.ci_ms[1]:.2f}]" if c.ci_ms else ""
+        why = (
+            "the leader"
+            if race.recommended == race.leader
+            else f"the smallest within {race.equivalence:.0%} of the leader "
+            f"{budget_label(race.leader)}"
+        )
+        head = (
+            f"best at {c.point.label}: {c.label} (TPOT p50 {c.tpot_ms or 0:.2f} ms{ci} "
+            f"n={c.n}; {why}); {race.verdict()}{warn}"
+        )
+    return "\n".join([head, *(f"  race at {c.point.label}: {line}" for line in race.lines())])
 
 
 def render_table(stats: Sequence[PointStats], schedule: Schedule) -> str:
@@ -191,6 +249,14 @@ def render_table(stats: Sequence[PointStats], schedule: Schedule) -> str:
     lines.extend(_choice_line(c) for c in schedule.choices)
     changes = "changes with load" if schedule.changes_with_load else "same at every load point"
     lines.append(f"schedule: {schedule.text()} ({changes})")
+    races = [c.race for c in schedule.choices if c.race is not None]
+    if races:
+        spent, full = sum(r.requests for r in races), sum(r.max_requests for r in races)
+        lines.append(
+            f"raced points: {spent} requests of the {full} sent in full "
+            f"({1 - spent / full:.0%} saved); margin {races[0].equivalence:.0%}, "
+            f"minimum n {races[0].min_n}"
+        )
     return "\n".join(lines)
 
 
@@ -206,7 +272,9 @@ class LoadTester:
     when an SLO is missed; a miss measured while the client itself was saturated
     is reported as that, never as server latency. Under pytest-xdist with
     ``--dist each`` each worker sends its share of every load point and the
-    controller merges the raw samples of all of them.
+    controller merges the raw samples of all of them. With ``sweep="adaptive"``
+    (``--ddtree-sweep adaptive``) the budgets race at each load point instead of
+    all getting ``requests`` (see ``load.race``); under ``--dist each`` they run in full.
     """
 
     def __init__(
@@ -233,6 +301,8 @@ class LoadTester:
         watch: GroupWatch | None = None,
         temperature: float = 0.0,
         before: Callable[[float], None] | None = None,
+        sweep: str = "exhaustive",
+        equivalence: float = DEFAULT_EQUIVALENCE,
     ) -> None:
         self.endpoint = endpoint
         #: the server's counters around each load point (None: /metrics not read)
@@ -258,6 +328,9 @@ class LoadTester:
         self.temperature = temperature
         #: called with a call's temperature before its first request (the sampling check)
         self.before = before
+        #: ``adaptive``: race the budgets at each load point (see ``load.race``)
+        self.sweep = sweep
+        self.equivalence = equivalence
 
     def points(
         self, concurrencies: Sequence[int] | None = None, rates: Sequence[float] | None = None
@@ -321,51 +394,34 @@ class LoadTester:
                 raise ValueError(
                     f"ddtree_load: expect has {len(per_prompt)} entries for {len(prompts)} prompts"
                 )
-        budgets = tuple(tree_budgets) if tree_budgets is not None else self.tree_budgets
-        slo = slo if slo is not None else self.slo
         temperature = self.temperature if temperature is None else temperature
         if self.before is not None:
             self.before(temperature)
-        mt = max_tokens or self.max_tokens
+        call = _Call(
+            prompts=prompts,
+            per_prompt=per_prompt,
+            budgets=tuple(tree_budgets) if tree_budgets is not None else self.tree_budgets,
+            concurrencies=concurrencies,
+            rates=rates,
+            requests=requests,
+            max_tokens=max_tokens or self.max_tokens,
+            temperature=temperature,
+            extra=extra,
+        )
+        slo = slo if slo is not None else self.slo
+        self._check_race(call)
         samples: list[LoadSample] = []
         health: dict[Key, list[ClientHealth]] = {}
         try:
-            self._run(
-                prompts,
-                per_prompt,
-                budgets,
-                concurrencies,
-                rates,
-                requests,
-                mt,
-                temperature,
-                extra,
-                samples,
-                health,
-            )
+            self._run(call, samples, health)
         except BaseException:
             # an interrupted run (Ctrl-C, a crash) keeps every point it finished
             if samples and self.sink is not None:
-                stats, schedule = analyse(samples, health, slo=slo, seed=self.seed)
-                self.sink(
-                    LoadResult(
-                        tuple(samples),
-                        stats,
-                        schedule,
-                        {k: v[0] for k, v in health.items()},
-                        self.shares,
-                        partial=True,
-                    )
-                )
+                if call.racer is not None:  # the point in progress: undecided, said so
+                    call.races.append(call.racer.snapshot(interrupted=True))
+                self.sink(self._result(call, samples, health, slo, partial=True))
             raise
-        stats, schedule = analyse(samples, health, slo=slo, seed=self.seed)
-        result = LoadResult(
-            tuple(samples),
-            stats,
-            schedule,
-            {k: v[0] for k, v in health.items()},
-            self.shares,
-        )
+        result = self._result(call, samples, health, slo)
         if self.sink is not None:
             self.sink(result)
         problem = failure_message(result.stats, self.endpoint, result.samples)
@@ -373,76 +429,165 @@ class LoadTester:
             raise LoadError(problem)
         return result
 
-    def _run(
+    def racing(self, budgets: Sequence[int | None]) -> bool:
+        """True when this call races its budgets at each point (see :attr:`note`)."""
+        return self.sweep == "adaptive" and self.shares == 1 and len(budgets) > 1
+
+    def note(self, budgets: Sequence[int | None]) -> str:
+        """Why an adaptive sweep runs this call's points in full (empty when it races)."""
+        if self.sweep != "adaptive" or self.racing(budgets):
+            return ""
+        if self.shares > 1:
+            return (
+                "adaptive sweep: load points run in full under xdist --dist each "
+                "(each worker sees only its share, so the workers cannot race together)"
+            )
+        return "adaptive sweep: one budget, nothing to race: its points run in full"
+
+    def _check_race(self, call: _Call) -> None:
+        """Before anything is sent: every point's requests cover the race's first batch."""
+        if not self.racing(call.budgets):
+            return
+        for whole in self.points(call.concurrencies, call.rates):
+            n = self._count(whole, call.requests)
+            first = self._racer(whole, call, n).first_batch
+            if first > n:
+                given = (
+                    f"requests={n}" if call.requests is not None else f"--ddtree-load-requests {n}"
+                )
+                raise ValueError(
+                    f"ddtree_load: {given} per budget at {whole.label} is below the race's first "
+                    f"batch of {first} (--ddtree-sweep adaptive): no budget could be judged; "
+                    f"give at least {first} requests, or --ddtree-sweep exhaustive"
+                )
+
+    def _prompts(self, call: _Call, requests: range) -> list[int]:
+        """Which prompt each of a budget's ``requests`` at a point sends.
+
+        In turn, this process's share of them; in a race each prompt twice in a row, so
+        a budget has a spread within prompts from its first batch on (the race compares
+        budgets prompt by prompt, over the prompts both have).
+        """
+        k = len(call.prompts)
+        if self.racing(call.budgets):
+            return [(i // 2) % k for i in requests]
+        return [(self.share + i * self.shares) % k for i in requests]
+
+    def _racer(self, whole: LoadPoint, call: _Call, n: int) -> PointRacer:
+        return PointRacer(whole, call.budgets, n, equivalence=self.equivalence, seed=self.seed)
+
+    def _result(
         self,
-        prompts: Sequence[Prompt],
-        per_prompt: Sequence[Mapping[str, Any]],
-        budgets: Sequence[int | None],
-        concurrencies: Sequence[int] | None,
-        rates: Sequence[float] | None,
-        requests: int | None,
-        mt: int,
-        temperature: float,
-        extra: Mapping[str, Any] | None,
+        call: _Call,
         samples: list[LoadSample],
         health: dict[Key, list[ClientHealth]],
+        slo: SLO | None,
+        *,
+        partial: bool = False,
+    ) -> LoadResult:
+        races = tuple(call.races)
+        chained = {k: chain_health(v) for k, v in health.items()}  # a raced budget's runs
+        merged = {k: [h] for k, h in chained.items()}
+        stats, schedule = analyse(samples, merged, slo=slo, seed=self.seed, races=races)
+        return LoadResult(
+            tuple(samples),
+            stats,
+            schedule,
+            chained,
+            self.shares,
+            partial=partial,
+            races=races,
+            mode="adaptive" if self.racing(call.budgets) else "exhaustive",
+            note=self.note(call.budgets),
+        )
+
+    def _run(
+        self, call: _Call, samples: list[LoadSample], health: dict[Key, list[ClientHealth]]
     ) -> None:
         rng = random.Random(f"ddtree-load:{self.seed}")
-        for whole in self.points(concurrencies, rates):
+        for whole in self.points(call.concurrencies, call.rates):
             point = whole.split(self.share, self.shares)
-            n = self._count(whole, requests)
+            n = self._count(whole, call.requests)
             if point is None or n == 0:
                 continue
-            order = list(budgets)
+            measure = functools.partial(self._send, call, whole, point, samples, health)
+            if self.racing(call.budgets):
+                call.racer = self._racer(whole, call, n)
+                call.races.append(call.racer.run(measure))
+                call.racer = None
+                continue
+            order = list(call.budgets)
             rng.shuffle(order)  # interleave budgets so slow drift does not favour one
             for budget in order:
-                which = [(self.share + i * self.shares) % len(prompts) for i in range(n)]
-                specs = [
-                    self.endpoint.spec(
-                        prompts[k],
-                        tree_budget=budget,
-                        max_tokens=mt,
-                        temperature=temperature,
-                        prompt_id=f"p{k}",
-                        extra=_seeded(
-                            extra, temperature, self.seed, f"p{k}", self.share + i * self.shares
-                        ),
-                        dialect=self.dialect,
-                    )
-                    for i, k in enumerate(which)
-                ]
-                if self.watch is not None:
-                    self.watch.start(0, budget)
-                raws, wall0, perf0, h = asyncio.run(
-                    run_point(
-                        self.endpoint,
-                        specs,
-                        point,
-                        seed=self.seed + self.share,
-                        expect=[per_prompt[k] for k in which],
-                        guard=self.guard,
-                    )
-                )
-                cpu0 = time.thread_time()
-                got = validate(
-                    raws,
-                    whole,
-                    wall0,
-                    perf0,
-                    judge=self.judge,
-                    dialect=self.dialect,
-                    stats_map=self.stats_map,
-                    counter=self.counter,
-                    worker=self.worker,
-                    client_saturated=h.saturated,
-                )
-                tokens = sum(s.output_tokens or 0 for s in got)
-                h = replace(h, tokens=tokens, validation_cpu_seconds=time.thread_time() - cpu0)
-                if self.watch is not None:
-                    counts = [Counts(s.drafted, s.accepted) for s in got]
-                    self.watch.end(0, budget, counts, label=whole.label)
-                samples.extend(got)
-                health.setdefault((whole, budget), []).append(h)
+                measure(budget, n)
+
+    def _send(
+        self,
+        call: _Call,
+        whole: LoadPoint,
+        point: LoadPoint,
+        samples: list[LoadSample],
+        health: dict[Key, list[ClientHealth]],
+        budget: int | None,
+        count: int,
+    ) -> Run:
+        """Send ``count`` requests of ``budget`` at ``point`` (this process's share) as one run,
+        validate them, keep them. A budget's runs at a point go on through the prompts."""
+        prompts = call.prompts
+        first = call.sent.get((whole, budget), 0)
+        call.sent[(whole, budget)] = first + count
+        which = self._prompts(call, range(first, first + count))
+        # above 0 the i-th request of a point samples alike at every budget
+        specs = [
+            self.endpoint.spec(
+                prompts[k],
+                tree_budget=budget,
+                max_tokens=call.max_tokens,
+                temperature=call.temperature,
+                prompt_id=f"p{k}",
+                extra=_seeded(
+                    call.extra, call.temperature, self.seed, f"p{k}", self.share + i * self.shares
+                ),
+                dialect=self.dialect,
+            )
+            for i, k in zip(range(first, first + count), which, strict=True)
+        ]
+        if self.watch is not None:
+            self.watch.start(0, budget)
+        raws, wall0, perf0, h = asyncio.run(
+            run_point(
+                self.endpoint,
+                specs,
+                point,
+                seed=self.seed + self.share,
+                expect=[call.per_prompt[k] for k in which],
+                guard=self.guard,
+            )
+        )
+        cpu0 = time.thread_time()
+        got = validate(
+            raws,
+            whole,
+            wall0,
+            perf0,
+            judge=self.judge,
+            dialect=self.dialect,
+            stats_map=self.stats_map,
+            counter=self.counter,
+            worker=self.worker,
+            client_saturated=h.saturated,
+        )
+        runs = health.setdefault((whole, budget), [])
+        if runs:  # a later run of a raced budget: its own span (see summarize_point)
+            got = [replace(s, run=len(runs)) for s in got]
+        tokens = sum(s.output_tokens or 0 for s in got)
+        h = replace(h, tokens=tokens, validation_cpu_seconds=time.thread_time() - cpu0)
+        if self.watch is not None:
+            counts = [Counts(s.drafted, s.accepted) for s in got]
+            self.watch.end(0, budget, counts, label=whole.label)
+        samples.extend(got)
+        runs.append(h)
+        return Run(got, h.saturated)
 
 
 def _seeded(

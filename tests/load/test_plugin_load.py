@@ -315,3 +315,114 @@ def test_load_seeds_are_the_same_at_every_budget() -> None:
     hot = _seeded(None, 0.7, 0, "p0", 3)
     assert hot is not None and hot == _seeded(None, 0.7, 0, "p0", 3)
     assert hot != _seeded(None, 0.7, 0, "p0", 4)
+
+
+def _raced_budgets(test: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {p["label"]: p["race"] for p in test["schedule"]["points"]}
+
+
+def test_adaptive_races_the_budgets_at_each_load_point(
+    pytester: pytest.Pytester, timed_server: Any
+) -> None:
+    pytester.makepyfile(test_load=TEST_FILE)
+    report = pytester.path / "report"
+    result = pytester.runpytest(
+        *_args(
+            timed_server,
+            "--ddtree-budgets=16,256",  # 256 is far slower at C=1 and C=4 on this server
+            "--ddtree-sweep=adaptive",
+            "--ddtree-load-concurrency=1,4",
+            "--ddtree-load-requests=16",
+            f"--ddtree-report={report}",
+        )
+    )
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "*best at C=1: 16 (TPOT p50 * ms * n=*; the leader); race decided after * of 32 "
+            "requests*",  # the busy machine may add: (UNRELIABLE: client saturated)
+            "*race at C=1: 256 out after * requests (n=*): slower than the leader by *, more "
+            "than the 2% margin",
+        ]
+    )
+    assert "raced points: " in out and " requests of the 64 sent in full" in out
+    (test,) = json.loads((report / "sweep.json").read_text())["load"]["tests"]
+    assert test["sweep"] == "adaptive" and test["note"] == ""
+    races = _raced_budgets(test)
+    assert set(races) == {"C=1", "C=4"}
+    for race in races.values():
+        assert race["decided"] and race["recommended"] == 16
+        assert race["requests"] < race["max_requests"] == 2 * 16
+        (left,) = race["left"]
+        assert left["tree_budget"] == 256 and left["status"] == "out"
+    # every request sent is a sample, validated, and counted by its point's race
+    assert len(test["samples"]) == sum(r["requests"] for r in races.values())
+    assert all(s["valid"] for s in test["samples"])
+    by_point = {(p["label"], p["tree_budget"]): p for p in test["points"]}
+    assert by_point[("C=4", 256)]["requests"] <= by_point[("C=4", 16)]["requests"]
+    # a raced budget sends each prompt twice in a row: a spread within prompts from the start
+    c1 = sorted((s for s in test["samples"] if s["point"]["value"] == 1), key=lambda s: s["start"])
+    for budget in (16, 256):
+        ids = [s["prompt_id"] for s in c1 if s["tree_budget"] == budget]
+        assert ids == [f"p{(i // 2) % 2}" for i in range(len(ids))]
+    html = (report / "sweep.html").read_text()
+    assert "race decided after" in html and "256 out after" in html
+
+
+def test_adaptive_under_xdist_stops_in_one_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_load=TEST_FILE)
+    result = pytester.runpytest(
+        "-n", "2", "--dist", "each", "--ddtree-sweep=adaptive", "-p", "no:cacheprovider"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = [x for x in result.stderr.str().splitlines() if x.strip()]
+    assert len(err) == 1 and "invalid sweep 'adaptive' (from option --ddtree-sweep)" in err[0]
+
+
+INTERRUPTED = textwrap.dedent(
+    """
+    import pytest_ddtree.load.tester as tester
+
+    PROMPTS = ["Write a long essay about rivers.", "Write a detailed article about bees."]
+
+    def test_load(ddtree_load, monkeypatch):
+        real, calls = tester.run_point, []
+
+        def ctrl_c_at_the_third_run_at_c4(endpoint, specs, point, **kwargs):
+            if point.concurrency == 4:
+                calls.append(1)
+                if len(calls) == 3:
+                    raise KeyboardInterrupt
+            return real(endpoint, specs, point, **kwargs)
+
+        monkeypatch.setattr(tester, "run_point", ctrl_c_at_the_third_run_at_c4)
+        ddtree_load(PROMPTS, concurrencies=[1, 4], requests=16)
+    """
+)
+
+
+def test_ctrl_c_in_a_race_keeps_the_finished_points(
+    pytester: pytest.Pytester, fast_server: Any
+) -> None:
+    pytester.makepyfile(test_load=INTERRUPTED)
+    report = pytester.path / "report"
+    result = pytester.runpytest(
+        *_args(fast_server, "--ddtree-sweep=adaptive", f"--ddtree-report={report}")
+    )
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        [
+            "*test_load.py::test_load: merged from 1 process; total load per point "
+            "(interrupted: partial results)",
+            "*best at C=4: undecided; race interrupted after 8 of 32 requests*undecided*",
+        ]
+    )
+    (test,) = json.loads((report / "sweep.json").read_text())["load"]["tests"]
+    assert test["partial"] is True
+    races = _raced_budgets(test)
+    assert races["C=1"]["outcome"] in ("decided", "undecided")  # finished, whichever way
+    assert races["C=4"]["outcome"] == "interrupted" and races["C=4"]["requests"] == 8
+    c1 = [s for s in test["samples"] if s["point"]["value"] == 1]
+    assert len(c1) == races["C=1"]["requests"] and all(s["valid"] for s in c1)
+    assert len(test["samples"]) == races["C=1"]["requests"] + 8
