@@ -431,12 +431,20 @@ def parse_prompts(raw: Any, source: str) -> Any:
         raise SettingsError(f"invalid prompts (from {source}): {exc}") from None
 
 
+def _number(raw: object, *, percent: bool = False) -> float:
+    """``raw`` as a float (``5%`` as 0.05 when ``percent``); NaN when it is not a number."""
+    text = str(raw).strip()
+    try:
+        if percent and text.endswith("%"):
+            return float(text[:-1]) / 100
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
 def parse_slowdown(raw: str, source: str) -> float:
     """A factor between 0.1 and 10 on the embedded server's simulated time."""
-    try:
-        value = float(str(raw).strip())
-    except ValueError:
-        value = math.nan
+    value = _number(raw)
     if not math.isfinite(value) or not 0.1 <= value <= 10:
         raise _fail(
             "reference-slowdown",
@@ -449,11 +457,7 @@ def parse_slowdown(raw: str, source: str) -> float:
 
 def parse_jitter(raw: str, source: str) -> float:
     """A coefficient of variation between 0 and 1 (``0.05`` or ``5%``)."""
-    text = str(raw).strip()
-    try:
-        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        value = math.nan
+    value = _number(raw, percent=True)
     if not math.isfinite(value) or not 0 <= value <= 1:
         raise _fail(
             "reference-jitter",
@@ -466,11 +470,7 @@ def parse_jitter(raw: str, source: str) -> float:
 
 def parse_equivalence(raw: str, source: str) -> float:
     """The race's practical margin: ``2%`` or ``0.02``, within (0, 50%)."""
-    text = str(raw).strip()
-    try:
-        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        value = math.nan
+    value = _number(raw, percent=True)
     if not math.isfinite(value) or not 0 < value < 0.5:
         raise _fail("equivalence", raw, source, "expected a margin above 0% and below 50%, e.g. 2%")
     return value
@@ -485,10 +485,7 @@ def parse_sweep_requests(raw: str, source: str) -> int | None:
 
 def parse_alpha(raw: str, source: str) -> float:
     """A significance level in (0, 0.5]."""
-    try:
-        value = float(str(raw).strip())
-    except ValueError:
-        value = math.nan
+    value = _number(raw)
     if not math.isfinite(value) or not 0 < value <= 0.5:
         raise _fail("distribution-alpha", raw, source, "expected a level above 0 and at most 0.5")
     return value
@@ -503,10 +500,7 @@ def parse_metrics_url(raw: str, source: str) -> str:
 
 def parse_burstiness(raw: str, source: str) -> float:
     """A number > 0 (1 = Poisson arrivals)."""
-    try:
-        value = float(str(raw).strip())
-    except ValueError:
-        value = math.nan
+    value = _number(raw)
     if not math.isfinite(value) or value <= 0:
         raise _fail("load-burstiness", raw, source, "expected a number > 0 (1 is Poisson)")
     return value
