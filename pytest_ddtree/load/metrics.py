@@ -259,33 +259,28 @@ def chain_health(runs: Sequence[ClientHealth]) -> ClientHealth:
     """One health figure for runs one process sent one after the other (a raced budget)."""
     if len(runs) == 1:
         return runs[0]
-    return ClientHealth(
-        cpu_seconds=sum(r.cpu_seconds for r in runs),
-        wall_seconds=sum(r.wall_seconds for r in runs),
-        requests=sum(r.requests for r in runs),
-        tokens=sum(r.tokens for r in runs),
-        lag_p99=max(r.lag_p99 for r in runs),
-        lag_max=max(r.lag_max for r in runs),
-        lag_samples=sum(r.lag_samples for r in runs),
-        workers=runs[0].workers,
-        validation_cpu_seconds=sum(r.validation_cpu_seconds for r in runs),
-        retries=sum(r.retries for r in runs),
-    )
+    return _combine(runs, in_turn=True)
 
 
 def merge_health(parts: Sequence[ClientHealth]) -> ClientHealth | None:
     """One health figure for processes that shared a load point (worst lag, summed CPU)."""
     if not parts:
         return None
+    return _combine(parts, in_turn=False)
+
+
+def _combine(parts: Sequence[ClientHealth], *, in_turn: bool) -> ClientHealth:
+    # runs in turn add their wall time and share one process's workers; processes side
+    # by side overlap in time and add their workers
     return ClientHealth(
         cpu_seconds=sum(p.cpu_seconds for p in parts),
-        wall_seconds=max(p.wall_seconds for p in parts),
+        wall_seconds=(sum if in_turn else max)(p.wall_seconds for p in parts),
         requests=sum(p.requests for p in parts),
         tokens=sum(p.tokens for p in parts),
         lag_p99=max(p.lag_p99 for p in parts),
         lag_max=max(p.lag_max for p in parts),
         lag_samples=sum(p.lag_samples for p in parts),
-        workers=sum(p.workers for p in parts),
+        workers=parts[0].workers if in_turn else sum(p.workers for p in parts),
         validation_cpu_seconds=sum(p.validation_cpu_seconds for p in parts),
         retries=sum(p.retries for p in parts),
     )
