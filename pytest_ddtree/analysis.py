@@ -154,7 +154,7 @@ def conclude(
     skip_checks: Sequence[str],
     interrupted: bool,
     rule: RaceRule | None = None,
-    races: Mapping[float, RaceRecord[int | None]] | None = None,
+    races: Mapping[float, Sequence[RaceRecord[int | None]]] | None = None,
 ) -> Conclusion:
     """Samples that count, the budget-ignored verdict and the (maybe partial) summary."""
     from pytest_ddtree.sweep.temperature import by_temperature
@@ -170,12 +170,37 @@ def conclude(
         for v in budget_ignored(group, skip_checks)
     ]
     summaries = {
-        t: summarize(group, seed=seed, rule=rule, race=(races or {}).get(t))
+        t: _summary(group, seed=seed, rule=rule, races=(races or {}).get(t, ()))
         for t, group in groups.items()
     }
     if interrupted:
         summaries = {t: _partial(s) for t, s in summaries.items()}
     return Conclusion(samples, next(iter(summaries.values())), ignored, summaries)
+
+
+def _summary(
+    samples: Sequence[SweepSample],
+    *,
+    seed: int,
+    rule: RaceRule | None,
+    races: Sequence[RaceRecord[int | None]],
+) -> SweepSummary:
+    """One temperature's summary: a race's own verdict when one race made its samples.
+
+    Several races (two raced tests at one temperature) each judged their own samples;
+    the table pools them all, so the pooled samples are judged by the exhaustive rule.
+    """
+    if len(races) == 1:
+        return summarize(samples, seed=seed, rule=rule, race=races[0])
+    summary = summarize(samples, seed=seed, rule=rule)
+    if not races:
+        return summary
+    rec = summary.recommendation
+    note = (
+        f" {len(races)} races ran at this temperature; their samples together are judged by "
+        "the exhaustive rule (each race judged its own test's samples alone)."
+    )
+    return replace(summary, recommendation=replace(rec, message=rec.message + note))
 
 
 def _partial(summary: SweepSummary) -> SweepSummary:

@@ -39,6 +39,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from pytest_ddtree.comparable import why_not_whole
+from pytest_ddtree.settings import DISTRIBUTION_PERMUTATIONS, least_alpha
 
 if TYPE_CHECKING:
     from pytest_ddtree.wire.client import DDTreeClient, Messages
@@ -53,6 +54,7 @@ __all__ = [
     "DistributionRun",
     "Statistic",
     "compare_answers",
+    "least_alpha",
     "opening",
     "request_seeds",
     "run_distribution",
@@ -63,7 +65,9 @@ __all__ = [
 #: defaults, N = 40 and alpha 0.05, are --ddtree-distribution-samples and -alpha).
 DEFAULT_ALPHA = 0.05
 #: Random splits of the pooled answers; the p-value's resolution is 1 / (this + 1).
-DEFAULT_PERMUTATIONS = 999
+DEFAULT_PERMUTATIONS = DISTRIBUTION_PERMUTATIONS
+
+
 #: How many words make an answer's opening.
 OPENING_WORDS = 2
 
@@ -230,6 +234,11 @@ def compare_answers(
         raise ValueError("compare_answers: both sides need at least one answer")
     if permutations < 1:
         raise ValueError(f"compare_answers: permutations must be >= 1, got {permutations}")
+    if not least_alpha(permutations) <= alpha <= 0.5:
+        raise ValueError(
+            f"compare_answers: alpha must be from {least_alpha(permutations):g} (the smallest "
+            f"p-value {permutations} permutations can show) to 0.5, got {alpha!r}"
+        )
     pooled = [*server, *baseline]
     n = len(server)
     stats = _statistics(pooled)
@@ -295,6 +304,8 @@ class DistributionRun:
     not_comparable: str | None = None
     advice: str = ""  # what to do when not comparable
     result: DistributionResult | None = None
+    #: the base of the seeds (:func:`request_seeds`)
+    seed: int = 1
 
 
 def run_distribution(
@@ -325,14 +336,17 @@ def run_distribution(
         )
     if samples < 2:
         raise ValueError(f"ddtree_distribution: samples must be at least 2, got {samples!r}")
-    if not 0 < alpha <= 0.5:
-        raise ValueError(f"ddtree_distribution: alpha must be in (0, 0.5], got {alpha!r}")
+    if not least_alpha(permutations) <= alpha <= 0.5:
+        raise ValueError(
+            f"ddtree_distribution: alpha must be from {least_alpha(permutations):g} (the "
+            f"smallest p-value {permutations} permutations can show) to 0.5, got {alpha!r}"
+        )
     kw: dict[str, Any] = {"max_tokens": max_tokens, "temperature": temperature, **extra}
     every = request_seeds(seed, 2 * samples + 2)
     seeds = (tuple(every[:samples]), tuple(every[samples : 2 * samples]))
     # unrecorded: the prompt cached on both sides, and a look at the prompts each side sees
     warm = _both(client, baseline, prompt, every[-2:-1], every[-1:], kw)
-    run = DistributionRun(temperature, seeds, tuple(warm[0]), tuple(warm[1]))
+    run = DistributionRun(temperature, seeds, tuple(warm[0]), tuple(warm[1]), seed=seed)
     why = _prompts_differ(run)
     if why is None:
         ours, theirs = _both(client, baseline, prompt, seeds[0], seeds[1], kw)

@@ -157,8 +157,8 @@ class DDTreeSession:
         #: what the sampling check found at each temperature above 0 (``pytest_ddtree.sampling``)
         self.sampling: dict[float, Any] = {}
         # the adaptive sweeps' races (who left when, and why), for the end-of-session report
-        # (the last race of each temperature)
-        self.races: dict[float, RaceRecord[int | None]] = {}
+        # (the races of each temperature)
+        self.races: dict[float, list[RaceRecord[int | None]]] = {}
         # the races of the parametrised benchmark tests, one per test function and temperature
         self.bench_races: dict[tuple[str, float], BenchRace] = {}
         self.budget_ignored: list[Violation] = []
@@ -339,7 +339,7 @@ class DDTreeSession:
             self.metadata.probes = [p.to_json() for p in self.probes]
         for (_, temperature), bench in self.bench_races.items():
             bench.race.finish()
-            self.races[temperature] = bench.race.record()
+            self.races.setdefault(temperature, []).append(bench.race.record())
         seed, report = self.settings.sweep_seed, self.settings.report
         outcome = analysis.conclude(
             self.samples,

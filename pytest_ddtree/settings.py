@@ -235,9 +235,12 @@ def parse_temperatures(raw: str, source: str) -> tuple[float, ...]:
             raise _fail("temperatures", raw, source, f"{item!r} is not a number")
         if not 0.0 <= value <= MAX_TEMPERATURE:
             raise _fail("temperatures", raw, source, f"{item} is outside [0, {MAX_TEMPERATURE:g}]")
-        if value in out:
-            raise _fail("temperatures", raw, source, f"{item} is listed twice")
-        out.append(value + 0.0)  # -0.0 is 0
+        value += 0.0  # -0.0 is 0
+        same = [t for t in out if temperature_label(t) == temperature_label(value)]
+        if same:  # ids, groups and tables name a temperature by its label: one each
+            twice = "listed twice" if same[0] == value else f"named {temperature_label(value)} too"
+            raise _fail("temperatures", raw, source, f"{item} is {twice}")
+        out.append(value)
     return tuple(out)
 
 
@@ -483,11 +486,30 @@ def parse_sweep_requests(raw: str, source: str) -> int | None:
     return parse_positive_int(raw, source, "sweep-requests")
 
 
+#: Random splits of the pooled answers in the distribution test (``pytest_ddtree.distribution``).
+DISTRIBUTION_PERMUTATIONS = 999
+
+
+def least_alpha(permutations: int = DISTRIBUTION_PERMUTATIONS) -> float:
+    """The smallest level a permutation test can reject at: its smallest p-value, 1 / (B + 1).
+
+    A level below it could never be reached, so the test could never fail.
+    """
+    return 1.0 / (permutations + 1)
+
+
 def parse_alpha(raw: str, source: str) -> float:
-    """A significance level in (0, 0.5]."""
-    value = _number(raw)
-    if not math.isfinite(value) or not 0 < value <= 0.5:
-        raise _fail("distribution-alpha", raw, source, "expected a level above 0 and at most 0.5")
+    """A significance level (``0.05`` or ``5%``) the permutation test can reach, up to 0.5."""
+    value = _number(raw, percent=True)
+    low = least_alpha()
+    if not math.isfinite(value) or not low <= value <= 0.5:
+        raise _fail(
+            "distribution-alpha",
+            raw,
+            source,
+            f"expected a level from {low:g} (the smallest p-value the test's permutations can "
+            "show) to 0.5, e.g. 0.05 or 5%",
+        )
     return value
 
 

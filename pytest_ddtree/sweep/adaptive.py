@@ -11,7 +11,7 @@ invalid answer leaves the race (it may never win).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from pytest_ddtree.sweep.plan import GroupWatch, PlannedRequest, SweepPlan, seed_key
 from pytest_ddtree.sweep.race import DEFAULT_MIN_N, Race, RaceRule
@@ -104,15 +104,20 @@ def run_adaptive_sweep(
     on_sample: Callable[[SweepSample], None] | None = None,
     watch: GroupWatch | None = None,
     seeded: Callable[[int, str, str], Completion] | None = None,
+    excluded: Mapping[int | None, str] | None = None,
 ) -> tuple[list[SweepSample], Race[int | None]]:
     """Race ``plan.budgets`` under ``rule``; the samples and the finished race.
 
     ``plan.rounds`` is not used: the race stops when it is decided or when
     ``rule.max_requests`` would be exceeded. ``seeded`` is as in
-    :func:`~pytest_ddtree.sweep.plan.run_sweep`: each request's seed key.
+    :func:`~pytest_ddtree.sweep.plan.run_sweep`: each request's seed key. ``excluded``
+    budgets (with why) leave before the first round.
     """
     run = _Runner(request, validate, worker, on_sample, watch, seeded)
     race: Race[int | None] = Race(plan.budgets, rule, per_round=len(plan.prompts), seed=plan.seed)
+    for budget, why in (excluded or {}).items():
+        if budget in plan.budgets:  # e.g. not lossless: never timed, never a winner
+            race.exclude(budget, why)
     for r in range(-plan.warmup_rounds, 0):
         for budget in plan.budget_order(r):
             for sample, ok in run.group(_visit(plan, r, budget, warmup=True)):

@@ -690,6 +690,20 @@ def _verdict(st: BudgetStats, record: RaceRecord[int | None] | None, rec: Recomm
     }[s.status]
 
 
+def _unseen_invalid(
+    stats: Sequence[BudgetStats], race: RaceRecord[int | None] | None
+) -> list[int | None]:
+    """Budgets with invalid samples that ``race`` did not exclude (none without a race)."""
+    if race is None:
+        return []
+    excluded = {s.key for s in race.judgement.standings if s.status == "excluded"}
+    return [
+        st.tree_budget
+        for st in stats
+        if st.total > 0 and not st.all_valid and st.tree_budget not in excluded
+    ]
+
+
 def summarize(
     samples: Sequence[SweepSample],
     *,
@@ -706,8 +720,20 @@ def summarize(
     for s in without_repeats(samples):
         groups.setdefault(s.tree_budget, []).append(s)
     raw = [budget_stats(b, groups[b], seed=seed) for b in sorted(groups, key=_budget_key)]
+    unseen = _unseen_invalid(raw, race)
+    if race is not None and unseen:
+        # found invalid after the race (a temperature-0 divergence marks its budget's
+        # samples): the race's verdict may name it, so every sample is judged afresh
+        rule, race = race.judgement.rule, None
     record = race or judge_stats(raw, rule)
     rec = recommend(raw, seed=seed, race=record)
+    if unseen:
+        rec = replace(
+            rec,
+            message=rec.message + f" The race's own verdict is set aside: it did not see the "
+            f"invalid responses at tree_budget={_names(unseen)}; every sample is judged by "
+            "the exhaustive rule.",
+        )
     drift = check_drift(samples, seed=seed)
     drifted = {c.tree_budget for c in drift if c.drifting}
     if drifted:

@@ -246,6 +246,7 @@ def test_temperatures_default_and_sources() -> None:
         ({"ddtree_temperatures": " , "}, {}, {}, "expected a comma-separated list"),
         ({"ddtree_temperatures": "0.7,0.70"}, {}, {}, "0.70 is listed twice"),
         ({"ddtree_temperatures": "0,-0"}, {}, {}, "-0 is listed twice"),
+        ({"ddtree_temperatures": "0.7,0.7000001"}, {}, {}, "0.7000001 is named 0.7 too"),
     ],
 )
 def test_bad_temperatures_name_value_and_source(cli, ini, env, needle) -> None:

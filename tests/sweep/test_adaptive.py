@@ -201,3 +201,97 @@ def test_benchmark_tests_race_prompt_by_prompt_and_a_budget_that_left_is_skipped
     assert "more than the 2% margin" in exits[1024]["reason"]
     assert sum(s["tree_budget"] == 1024 for s in doc["samples"]) == 6
     result.stdout.fnmatch_lines(["race: tree_budget=1024 left after 18 requests (round 2, n=6)*"])
+
+
+_LOSSY_THEN_SWEEP = textwrap.dedent(
+    f"""
+    PROMPTS = {PROMPTS!r}
+
+    def test_a_lossless(ddtree_lossless):
+        ddtree_lossless(PROMPTS["p0"])
+
+    def test_b_sweep(ddtree_sweep):
+        ddtree_sweep(PROMPTS, max_tokens=64, warmup_rounds=0)
+    """
+)
+
+
+def test_a_budget_found_not_lossless_never_wins_a_race(pytester: pytest.Pytester) -> None:
+    # the lossy fault diverges above budget 64: 128 is marked before the sweep runs
+    pytester.makepyfile(test_l=_LOSSY_THEN_SWEEP)
+    result = _run(
+        pytester,
+        "--ddtree-budgets=16,128",
+        "--ddtree-sweep=adaptive",
+        "--ddtree-reference-fault=lossy",
+    )
+    result.assert_outcomes(failed=1, passed=1)
+    lines = [x for x in result.outlines if x.startswith(("Recommended", "Undecided", "No rec"))]
+    assert lines and "tree_budget=128" not in lines[-1].split(".")[0], lines
+    doc = json.loads((pytester.path / "report" / "sweep.json").read_text())
+    assert doc["recommendation"]["tree_budget"] in (16, None)
+    standings = {s["key"]: s["status"] for s in doc["race"]["standings"]}
+    assert standings.get(128) in ("excluded", None)
+
+
+_TWO_RACES = textwrap.dedent(
+    f"""
+    PROMPTS = {PROMPTS!r}
+
+    def test_a(ddtree_sweep):
+        ddtree_sweep(PROMPTS, budgets=[16, 64], max_tokens=64, warmup_rounds=0)
+
+    def test_b(ddtree_sweep):
+        ddtree_sweep(PROMPTS, budgets=[16, 1024], max_tokens=64, warmup_rounds=0)
+    """
+)
+
+
+def test_two_races_at_one_temperature_are_judged_together(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_t=_TWO_RACES)
+    result = _run(pytester, "--ddtree-budgets=16,64,1024", "--ddtree-sweep=adaptive")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*2 races ran at this temperature; their samples together are judged by the "
+            "exhaustive rule*"
+        ]
+    )
+    doc = json.loads((pytester.path / "report" / "sweep.json").read_text())
+    assert doc["race"]["mode"] == "exhaustive"
+    # 1024 is far slower than 64 on the reference server: the pooled verdict never names it
+    assert doc["recommendation"]["tree_budget"] != 1024
+
+
+def test_a_lossy_budget_leaves_a_benchmark_race_instead_of_stalling_it(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_b=textwrap.dedent(
+            f"""
+            import pytest
+
+            PROMPTS = {PROMPTS!r}
+
+            def test_a_lossless(ddtree_lossless):
+                ddtree_lossless(PROMPTS["p0"])
+
+            @pytest.mark.parametrize("pid", sorted(PROMPTS))
+            def test_timed(ddtree_benchmark, tree_budget, pid):
+                ddtree_benchmark(PROMPTS[pid], prompt_id=pid, max_tokens=64)
+            """
+        )
+    )
+    result = _run(
+        pytester,
+        "--ddtree-budgets=16,128",
+        "--ddtree-sweep=adaptive",
+        "--ddtree-reference-fault=lossy",
+        "--ddtree-rounds=3",
+        "--ddtree-warmup-rounds=0",
+    )
+    out = result.stdout.str()
+    assert "tree_budget=128 (n=0)" not in out
+    doc = json.loads((pytester.path / "report" / "sweep.json").read_text())
+    standings = {s["key"]: s["status"] for s in doc["race"]["standings"]}
+    assert standings[128] == "excluded"
