@@ -275,3 +275,40 @@ def test_another_prompt_is_named_before_any_sampling() -> None:
     assert "serve the baseline with the same chat template" in run.advice
     warm = request_seeds(1, 82)[80:]
     assert (server.seeds, baseline.seeds) == ([warm[0]], [warm[1]])  # the warm-ups only
+
+
+def test_an_answer_the_target_alone_also_breaks_is_the_models_not_a_verdict(
+    pytester: pytest.Pytester,
+) -> None:
+    # every answer loops, on the server and on its target-only twin alike (a small model
+    # that loops at this temperature): named in a warning; the distribution test goes on
+    pytester.makepyfile(
+        """
+        def test_distribution(ddtree_distribution):
+            ddtree_distribution("Write a detailed essay about harbours and ships.",
+                                samples=6, max_tokens=48)
+        """
+    )
+    result = pytester.runpytest(
+        "--ddtree-budgets=64", "--ddtree-reference-fault=degenerate", "-W", "default", *FAST
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["*breaks degenerate, and the target-only baseline writes it too at the same seed*"]
+    )
+
+
+def test_an_answer_only_speculation_breaks_fails_the_test(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        def test_distribution(ddtree_distribution):
+            ddtree_distribution("Write a detailed essay about harbours and ships.",
+                                samples=6, max_tokens=48,
+                                headers={"X-DDTree-Fault": "overrun"})
+        """
+    )
+    result = pytester.runpytest("--ddtree-budgets=64", *FAST)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*an answer sampled at temperature 0.7 breaks output-quality invariants: *overrun*"]
+    )
