@@ -239,6 +239,8 @@ def _order(key: Any) -> tuple[int, Any]:
 class _Arm:
     values: list[float] = field(default_factory=list)
     strata: list[str] = field(default_factory=list)
+    #: the block (round) each value was measured in; None: every value its own replicate
+    blocks: list[int | None] = field(default_factory=list)
     excluded: str | None = None
 
 
@@ -251,7 +253,12 @@ def _interval(d: tuple[float, float, float]) -> str:
 
 
 def _t_quantile(p: float, df: float) -> float:
-    """The p-quantile of Student's t (Cornish-Fisher expansion; df >= 3, p > 0.5)."""
+    """The p-quantile of Student's t (exact at 1 and 2 degrees of freedom, else the
+    Cornish-Fisher expansion, exact to a few tenths of a percent from 3 on; p > 0.5)."""
+    if df == 1:
+        return math.tan(math.pi * (p - 0.5))
+    if df == 2:
+        return (2 * p - 1) * math.sqrt(2 / (4 * p * (1 - p)))
     z = NormalDist().inv_cdf(p)
     if math.isinf(df):
         return z
@@ -350,13 +357,89 @@ def slowdown_interval(
     """``(estimate, low, high)`` of how much slower ``arm`` is than ``leader`` (0.05: 5%),
     at ``confidence`` (default: the rule's first look)."""
     conf = rule.look_confidence(1) if confidence is None else confidence
-    d = log_ratio_interval(leader, leader_strata, arm, arm_strata, conf)
+    return _as_slowdown(log_ratio_interval(leader, leader_strata, arm, arm_strata, conf), rule)
+
+
+def _as_slowdown(
+    d: tuple[float, float, float] | None, rule: RaceRule
+) -> tuple[float, float, float] | None:
+    """An interval of log(arm / leader) as the arm's relative slowdown."""
     if d is None:
         return None
-    est, lo, hi = d  # log(arm / leader)
+    est, lo, hi = d
     if rule.higher_is_better:
         return 1 - math.exp(est), 1 - math.exp(hi), 1 - math.exp(lo)
     return math.exp(est) - 1, math.exp(lo) - 1, math.exp(hi) - 1
+
+
+def _tamed_logs(values: Sequence[float], strata: Sequence[str]) -> list[float]:
+    """The log of each value, in order, a stray value pulled in (see :func:`_tamed`)."""
+    logs = [math.log(v) for v in values]
+    where: dict[str, list[int]] = {}
+    for i, key in enumerate(strata):
+        where.setdefault(key, []).append(i)
+    tamed = _tamed({key: [logs[i] for i in idx] for key, idx in where.items()})
+    for key, idx in where.items():
+        for i, x in zip(idx, tamed[key], strict=True):
+            logs[i] = x
+    return logs
+
+
+def _block_values(arm: _Arm) -> dict[int, float]:
+    """One value per block (round) of an arm: the mean over the block's prompts of their
+    mean log value in it. Requests of one block share its conditions (a benchmark test's
+    back-to-back rounds, a load run): the block, not the request, is the replicate."""
+    cells: dict[int, dict[str, list[float]]] = {}
+    logs = _tamed_logs(arm.values, arm.strata)
+    for x, key, block in zip(logs, arm.strata, arm.blocks, strict=True):
+        if block is not None:
+            cells.setdefault(block, {}).setdefault(key, []).append(x)
+    return {b: statistics.fmean(statistics.fmean(g) for g in c.values()) for b, c in cells.items()}
+
+
+@dataclass(frozen=True)
+class _Blocked:
+    """The live arms' block values and the pooled variance of one block value."""
+
+    values: Mapping[Any, Mapping[int, float]]
+    variance: float
+    df: int
+
+
+def _blocked(arms: Mapping[Any, _Arm]) -> _Blocked | None:
+    """The two-way (arm x block) residual variance over the blocks every live arm has.
+
+    A block's effect shared by every arm (drift, the round's prompts) cancels in the
+    arm-by-block table; what is left is each block value's own noise, pooled over the
+    arms (the same machine times them all) with ``(arms - 1) (blocks - 1)`` degrees of
+    freedom. None below two arms or two shared blocks.
+    """
+    if len(arms) < 2 or any(min(a.values) <= 0 for a in arms.values()):
+        return None
+    y = {k: _block_values(a) for k, a in arms.items()}
+    shared = sorted(set.intersection(*(set(v) for v in y.values())))
+    n_arms, n_blocks = len(y), len(shared)
+    if n_blocks < 2:
+        return None
+    rows = {k: statistics.fmean(v[b] for b in shared) for k, v in y.items()}
+    cols = {b: statistics.fmean(v[b] for v in y.values()) for b in shared}
+    grand = statistics.fmean(rows.values())
+    ss = sum((v[b] - rows[k] - cols[b] + grand) ** 2 for k, v in y.items() for b in shared)
+    df = (n_arms - 1) * (n_blocks - 1)
+    return _Blocked(y, ss / df, df)
+
+
+def _blocked_interval(
+    arm: Mapping[int, float], lead: Mapping[int, float], spread: _Blocked, confidence: float
+) -> tuple[float, float, float] | None:
+    """``(estimate, low, high)`` of log(arm / leader), paired by block."""
+    shared = sorted(set(arm) & set(lead))
+    if len(shared) < 2:
+        return None
+    est = statistics.fmean(arm[b] - lead[b] for b in shared)
+    half = _t_quantile((1 + confidence) / 2, spread.df)
+    half *= math.sqrt(2 * spread.variance / len(shared))
+    return est, est - half, est + half
 
 
 def _score(arm: _Arm) -> float:
@@ -377,6 +460,8 @@ def _judge(
     # leader" is ``ranked``, never ``leader is None``
     ranked = sorted(live, key=lambda k: (-sign * _score(live[k]), _order(k)))
     leader: K | None = ranked[0] if ranked else None
+    blocked = all(None not in a.blocks for a in live.values())
+    spread = _blocked(live) if blocked else None
     standings: list[Standing[K]] = []
     for key in sorted(arms, key=_order):
         arm = arms[key]
@@ -393,7 +478,7 @@ def _judge(
         if not ranked or not arm.values:
             standings.append(Standing(key, len(arm.values), median, "in contention"))
             continue
-        standings.append(_standing(key, arm, live[ranked[0]], rule, look))
+        standings.append(_standing(key, arm, live[ranked[0]], rule, look, spread, ranked[0]))
     decided = bool(ranked) and not any(s.status == "in contention" for s in standings)
     recommended: K | None = None
     if decided:
@@ -402,16 +487,26 @@ def _judge(
     return Judgement(tuple(standings), leader, decided, recommended, rule, look)
 
 
-def _standing(key: K, arm: _Arm, lead: _Arm, rule: RaceRule, look: int) -> Standing[K]:
+def _standing(
+    key: K, arm: _Arm, lead: _Arm, rule: RaceRule, look: int, spread: _Blocked | None, leader: K
+) -> Standing[K]:
     n = len(arm.values)
     median = statistics.median(arm.values)
     if n < rule.min_n or len(lead.values) < rule.min_n:
         return Standing(key, n, median, "in contention", None, f"n={n} below the minimum")
     confidence = rule.look_confidence(look)
-    d = slowdown_interval(arm.values, arm.strata, lead.values, lead.strata, rule, confidence)
+    if None in arm.blocks or None in lead.blocks:
+        d = slowdown_interval(arm.values, arm.strata, lead.values, lead.strata, rule, confidence)
+        few = "too few values a prompt"
+    else:
+        d = None
+        if spread is not None:
+            y = spread.values
+            d = _as_slowdown(_blocked_interval(y[key], y[leader], spread, confidence), rule)
+        few = "too few rounds"
     m = rule.equivalence
     if d is None or not all(math.isfinite(x) for x in d):
-        return Standing(key, n, median, "in contention", d, "too few values a prompt")
+        return Standing(key, n, median, "in contention", d, few)
     conf = f"{100 * confidence:.4g}%"
     where = f"{_interval(d)} ({conf}, n={n} vs {len(lead.values)})"
     close = d[2] - d[1] < m
@@ -425,8 +520,15 @@ def _standing(key: K, arm: _Arm, lead: _Arm, rule: RaceRule, look: int) -> Stand
     return Standing(key, n, median, "in contention", d, f"{where} crosses the margin")
 
 
+def _sampled(samples: Sequence[tuple[float, str] | tuple[float, str, int]]) -> _Arm:
+    """An arm of ``(value, stratum)`` pairs (each its own replicate), or of
+    ``(value, stratum, block)`` triples."""
+    blocks = [int(x[2]) if len(x) > 2 else None for x in samples]
+    return _Arm([x[0] for x in samples], [x[1] for x in samples], blocks)
+
+
 def judge(
-    samples: Mapping[K, Sequence[tuple[float, str]]],
+    samples: Mapping[K, Sequence[tuple[float, str] | tuple[float, str, int]]],
     rule: RaceRule | None = None,
     *,
     seed: int = 0,
@@ -440,7 +542,7 @@ def judge(
     symmetry with the reports' bootstrap; the race's interval is deterministic.
     """
     rule = rule or RaceRule()
-    arms = {k: _Arm([v for v, _ in vs], [s for _, s in vs]) for k, vs in samples.items()}
+    arms = {k: _sampled(vs) for k, vs in samples.items()}
     for k, why in (excluded or {}).items():
         arms.setdefault(k, _Arm()).excluded = why
     return _judge(arms, rule, frozen={})
@@ -486,10 +588,15 @@ class Race(Generic[K]):
         return max(2, -(-self.rule.min_n // self.per_round))
 
     def add(self, key: K, value: float, stratum: str = "") -> None:
-        """One measured request of arm ``key`` (a valid one; see :meth:`exclude`)."""
+        """One measured request of arm ``key`` (a valid one; see :meth:`exclude`).
+
+        Its block is the current round: the requests of one arm's round share its
+        conditions (see :func:`_block_values`).
+        """
         arm = self._arms[key]
         arm.values.append(float(value))
         arm.strata.append(stratum)
+        arm.blocks.append(self.rounds)
         self.requests += 1
         self._last = None
 
