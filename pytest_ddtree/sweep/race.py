@@ -22,21 +22,21 @@ the arm is slower than the leader):
   keep the race going until the request budget is spent.
 - **in contention**: anything else; it gets the next round.
 
-The interval is a stratified t-interval on the logarithm of the values: each
-prompt's mean log value per arm, the difference averaged over the prompts both
-arms share (so the prompt mix cancels, as the prompts differ in speed far more
-than repeated requests do), with the within-prompt variance of each arm and
-Welch's degrees of freedom; a stray value (a stalled request) is first pulled
-in to 3.5 robust SDs of its prompt's median. Noise on timings is
-multiplicative (a request runs a few percent slower), which is additive in
-logs. It costs a few arithmetic operations per look, where a bootstrap of the
-medians at every look made a seven-budget race take seconds, and it is honest
-at two values a prompt, where a within-prompt bootstrap was far too narrow (a
-truly best arm could leave). A race looks after :attr:`Race.min_rounds` and
-then whenever its rounds have grown by a quarter; the k-th look has the
-confidence ``1 - alpha / (k (k + 1))`` (:meth:`RaceRule.look_confidence`), so
-the error rates of all looks add up to at most ``alpha``. The calibration is
-``benchmarks/bench_race.py``.
+The interval's unit is an arm's *round* (its block), not its request: the
+requests of one round of one arm share their conditions (a benchmark test's
+timed rounds back to back, a load run in flight together, a sweep's visit), so
+counting them as independent replicates made the interval far too narrow. Each
+round of an arm is one value, the mean over the round's prompts of their mean
+log value (noise on timings is multiplicative, additive in logs; a stray value,
+a stalled request, is first pulled in to 3.5 robust SDs of its prompt's
+median). An arm is compared with the leader round by round (every arm of a
+round sends the same prompts, so the prompt mix and the round's shared noise
+cancel), with a t-interval from the residual spread of the arm x round table,
+pooled over every arm that raced (one machine times them all). A race looks
+after :attr:`Race.min_rounds` and then whenever its rounds have grown by a
+quarter; the k-th look has the confidence ``1 - alpha / (k (k + 1))``
+(:meth:`RaceRule.look_confidence`), so the error rates of all looks add up to
+at most ``alpha``. The calibration is ``benchmarks/bench_race.py``.
 
 The race is *decided* when no arm is in contention. It then recommends the
 **smallest** budget among the leader and the arms as fast as it: a win inside
@@ -44,8 +44,11 @@ the margin is no reason to deploy a bigger tree, which costs more verification
 under load. When the request budget is spent first, the race is *undecided*
 and says which arms were still in contention; it never forces a winner.
 
-The same rule judges an exhaustive sweep (:func:`judge` on all its samples),
-so both modes recommend by one rule. Nothing here knows about pytest, HTTP or
+The same verdicts judge an exhaustive sweep (:func:`judge` on all its samples).
+Samples given with their round are judged by round, as a race; samples given
+without it fall back to an interval that takes each request as its own
+replicate (a stratified t on the within-prompt spread, Welch's degrees of
+freedom), which is too narrow when a round's requests share noise. Nothing here knows about pytest, HTTP or
 budgets' meaning: keys are opaque (a budget, or None for the server's own).
 """
 
@@ -399,7 +402,7 @@ def _block_values(arm: _Arm) -> dict[int, float]:
 
 @dataclass(frozen=True)
 class _Blocked:
-    """The live arms' block values and the pooled variance of one block value."""
+    """Each arm's block values and the pooled variance of one block value."""
 
     values: Mapping[Any, Mapping[int, float]]
     variance: float
@@ -407,25 +410,35 @@ class _Blocked:
 
 
 def _blocked(arms: Mapping[Any, _Arm]) -> _Blocked | None:
-    """The two-way (arm x block) residual variance over the blocks every live arm has.
+    """The residual variance of a block value in the arm x block table, pooled over ``arms``.
 
-    A block's effect shared by every arm (drift, the round's prompts) cancels in the
-    arm-by-block table; what is left is each block value's own noise, pooled over the
-    arms (the same machine times them all) with ``(arms - 1) (blocks - 1)`` degrees of
-    freedom. None below two arms or two shared blocks.
+    A block's effect shared by every arm (drift, the round's prompts) is the block's
+    level and cancels; what is left of each block value after its arm's level and its
+    block's is its own noise, pooled over the arms (one machine times them all, and an
+    arm that left the race still tells how noisy a block is) with ``cells - arms -
+    blocks + 1`` degrees of freedom. The levels of an incomplete table (arms that left
+    early) are fitted by alternating means (least squares). None below one degree of
+    freedom.
     """
-    if len(arms) < 2 or any(min(a.values) <= 0 for a in arms.values()):
+    if any(min(a.values) <= 0 for a in arms.values()):
         return None
     y = {k: _block_values(a) for k, a in arms.items()}
-    shared = sorted(set.intersection(*(set(v) for v in y.values())))
-    n_arms, n_blocks = len(y), len(shared)
-    if n_blocks < 2:
+    cells = [(k, b, v) for k, row in y.items() for b, v in row.items()]
+    blocks = {b for _, b, _ in cells}
+    df = len(cells) - len(y) - len(blocks) + 1
+    if len(y) < 2 or df < 1:
         return None
-    rows = {k: statistics.fmean(v[b] for b in shared) for k, v in y.items()}
-    cols = {b: statistics.fmean(v[b] for v in y.values()) for b in shared}
-    grand = statistics.fmean(rows.values())
-    ss = sum((v[b] - rows[k] - cols[b] + grand) ** 2 for k, v in y.items() for b in shared)
-    df = (n_arms - 1) * (n_blocks - 1)
+    level = dict.fromkeys(y, 0.0)
+    shift = dict.fromkeys(blocks, 0.0)
+    for _ in range(200):
+        before = dict(level)
+        for b in blocks:
+            shift[b] = statistics.fmean(v - level[k] for k, c, v in cells if c == b)
+        for k, row in y.items():
+            level[k] = statistics.fmean(v - shift[b] for b, v in row.items())
+        if max(abs(level[k] - before[k]) for k in y) < 1e-12:
+            break
+    ss = sum((v - level[k] - shift[b]) ** 2 for k, b, v in cells)
     return _Blocked(y, ss / df, df)
 
 
@@ -460,8 +473,9 @@ def _judge(
     # leader" is ``ranked``, never ``leader is None``
     ranked = sorted(live, key=lambda k: (-sign * _score(live[k]), _order(k)))
     leader: K | None = ranked[0] if ranked else None
-    blocked = all(None not in a.blocks for a in live.values())
-    spread = _blocked(live) if blocked else None
+    raced = {k: a for k, a in arms.items() if a.excluded is None and a.values}
+    blocked = all(None not in a.blocks for a in raced.values())
+    spread = _blocked(raced) if blocked else None
     standings: list[Standing[K]] = []
     for key in sorted(arms, key=_order):
         arm = arms[key]
