@@ -48,7 +48,8 @@ The same verdicts judge an exhaustive sweep (:func:`judge` on all its samples).
 Samples given with their round are judged by round, as a race; samples given
 without it fall back to an interval that takes each request as its own
 replicate (a stratified t on the within-prompt spread, Welch's degrees of
-freedom), which is too narrow when a round's requests share noise. Nothing here knows about pytest, HTTP or
+freedom), which is too narrow when a round's requests share noise. Nothing here
+knows about pytest, HTTP or
 budgets' meaning: keys are opaque (a budget, or None for the server's own).
 """
 
