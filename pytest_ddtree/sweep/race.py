@@ -49,8 +49,8 @@ Samples given with their round are judged by round, as a race; samples given
 without it fall back to an interval that takes each request as its own
 replicate (a stratified t on the within-prompt spread, Welch's degrees of
 freedom), which is too narrow when a round's requests share noise. Nothing here
-knows about pytest, HTTP or
-budgets' meaning: keys are opaque (a budget, or None for the server's own).
+knows about pytest, HTTP or budgets' meaning: keys are opaque (a budget, or None
+for the server's own).
 """
 
 from __future__ import annotations
