@@ -1,6 +1,6 @@
 """Does racing the budgets keep the exhaustive sweep's answer at half its requests?
 
-    python benchmarks/bench_race.py [--runs 200] [--jitter 0.05] [--margin 0.02]
+    python benchmarks/bench_race.py [--runs 200] [--jitter 0.05] [--block-jitter 0.03]
 
 The reference server's own model and cost model run in-process in *virtual
 time*: for each sweep prompt of the bundled suite and each budget, the model
@@ -27,6 +27,16 @@ Four figures per method, over ``--runs`` seeded runs at budgets 16..1024:
   how often a race still calls one faster, and how often the old rule said
   "significantly faster" (a 1% win is no reason to deploy a bigger tree).
 
+``--block-jitter`` adds noise shared by a block: one factor per visit of a budget
+in a round (all its prompts, back to back), on top of the per-request jitter. The
+last table always runs: two equal arms under shared block noise in the three shapes
+a race meets - a benchmark race (one pytest-benchmark test per prompt and budget,
+its timed rounds back to back), ``ddtree_sweep`` (a round visits every budget, each
+with all prompts) and a load race (a run of C requests, each prompt twice in a
+row) - and how often one is called "out" (it should stay near or below the
+confidence's error rate). The race's unit is the block (its round), so shared block
+noise is in its interval.
+
 ``old rule`` is the recommendation as it was before racing (the best median,
 "significantly faster than every other valid budget" when a 95% bootstrap of
 each median difference excludes zero), at 3 prompts x 3 rounds, kept here for
@@ -36,6 +46,7 @@ the comparison.
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import statistics
 import time
@@ -87,6 +98,8 @@ class World:
     costs: dict[tuple[str, int], tuple[int, float]]
     prompts: tuple[str, ...]
     jitter: float
+    #: coefficient of variation of a factor shared by one visit (run, arm, round)
+    block: float = 0.0
     #: arm -> speed factor (an arm made a little faster than its budget is)
     boost: dict[int, float] = field(default_factory=dict)
 
@@ -94,6 +107,7 @@ class World:
         tokens, seconds = self.costs[self.prompts[prompt], budget]
         ordinal = ((arm * 1000 + rnd) * 100 + prompt) + 1
         noise = jitter_factor(self.jitter, run, ordinal)
+        noise *= jitter_factor(self.block, run, -(arm * 1000 + rnd) - 1)  # the visit's own
         return self.boost.get(arm, 1.0) * tokens / (seconds * noise)
 
     def truth(self, budget: int) -> float:
@@ -124,10 +138,11 @@ def run_race(world: World, arms: dict[int, int], rule: RaceRule, run: int) -> Ra
 
 def sweep(
     world: World, arms: dict[int, int], rounds: int, run: int
-) -> dict[int, list[tuple[float, str]]]:
+) -> dict[int, list[tuple[float, str, int]]]:
+    """Every arm's requests of ``rounds`` exhaustive rounds: (rate, prompt, round)."""
     return {
         key: [
-            (world.rate(run, key, budget, r, p), world.prompts[p])
+            (world.rate(run, key, budget, r, p), world.prompts[p], r)
             for r in range(rounds)
             for p in range(len(world.prompts))
         ]
@@ -135,21 +150,21 @@ def sweep(
     }
 
 
-def old_rule(samples: dict[int, list[tuple[float, str]]], seed: int) -> tuple[int, bool]:
+def old_rule(samples: dict[int, list[tuple[float, str, int]]], seed: int) -> tuple[int, bool]:
     """The recommendation before racing: (best median, "significantly faster" claimed)."""
-    med = {k: statistics.median(v for v, _ in vs) for k, vs in samples.items()}
+    med = {k: statistics.median(v for v, *_ in vs) for k, vs in samples.items()}
     best = max(med, key=lambda k: (med[k], -k))
     tied = False
     for other in samples:
         if other == best:
             continue
         diff = bootstrap_median_difference(
-            [v for v, _ in samples[other]],
-            [v for v, _ in samples[best]],
+            [x[0] for x in samples[other]],
+            [x[0] for x in samples[best]],
             seed=seed,
             salt=f"{best}-{other}",
-            strata_a=[s for _, s in samples[other]],
-            strata_b=[s for _, s in samples[best]],
+            strata_a=[x[1] for x in samples[other]],
+            strata_b=[x[1] for x in samples[best]],
         )
         if diff is None or diff[1] <= 0.0:
             tied = True
@@ -168,6 +183,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--jitter", type=float, default=0.05)
+    parser.add_argument(
+        "--block-jitter",
+        type=float,
+        default=0.0,
+        help="CV of a factor shared by one visit of a budget in a round (default 0)",
+    )
     parser.add_argument("--margin", type=float, default=0.02)
     parser.add_argument("--confidence", type=float, default=RaceRule().confidence)
     parser.add_argument("--min-n", type=int, default=RaceRule().min_n)
@@ -181,13 +202,14 @@ def main() -> None:
     started = time.perf_counter()
     costs = prompt_costs(BUDGETS)
     prompts = tuple(dict.fromkeys(p for p, _ in costs))
-    world = World(costs, prompts, args.jitter)
+    world = World(costs, prompts, args.jitter, args.block_jitter)
     cap = args.max_rounds * len(BUDGETS) * len(prompts)  # auto_requests() at the default
     rule = RaceRule(args.margin, args.min_n, args.confidence, max_requests=cap)
     truth = right_answer(world, BUDGETS, args.margin)
     print(
         f"{args.runs} runs, budgets {','.join(map(str, BUDGETS))}, {len(prompts)} prompts, "
-        f"jitter CV {args.jitter:.0%}, margin {args.margin:.0%}, confidence {args.confidence:.0%}"
+        f"jitter CV {args.jitter:.0%}, block jitter CV {args.block_jitter:.0%}, "
+        f"margin {args.margin:.0%}, confidence {args.confidence:.0%}"
         f" over all looks, min n {args.min_n}, request budget {cap}"
     )
     print(
@@ -229,7 +251,7 @@ def main() -> None:
         old_false += old_rule(sweep(world, equal, 3, 10_000 + run), run)[1]
     near_old = near_race = near_small = 0
     for run in range(args.runs):
-        world_near = World(world.costs, world.prompts, world.jitter, {1: 1.01})
+        world_near = World(world.costs, world.prompts, world.jitter, world.block, {1: 1.01})
         race = run_race(world_near, equal, rule, 20_000 + run)
         j = race.judgement()
         near_race += claims_faster(j)
@@ -268,7 +290,64 @@ def main() -> None:
         f"{pct(near_race / r)}, recommends the smaller as fast {pct(near_small / r)}; "
         f'old rule "significantly faster" {pct(near_old / r)}'
     )
+    block_table(args.runs, rule)
     print(f"({time.perf_counter() - started:.1f} s)")
+
+
+def equal_arms_out(shape: str, block: float, within: float, seed: int, rule: RaceRule) -> bool:
+    """Two equal arms raced under shared block noise (lognormal SDs of the logs): is one
+    called "out"? The shapes are the three drivers' ways of feeding a race."""
+    rng = random.Random(f"blocks:{shape}:{seed}")
+    prompts, per_round = ("a", "b", "c", "d", "e", "f"), 3  # benchmark: tests of 3 rounds
+    if shape == "sweep":
+        prompts, per_round = ("a", "b", "c"), 3
+    elif shape == "load":
+        per_round = 4  # a run at C=4, each prompt twice in a row
+    cap = {"benchmark": None, "sweep": 30 * 2 * 3, "load": 2 * 32}[shape]
+    rule = RaceRule(
+        rule.equivalence,
+        rule.min_n,
+        rule.confidence,
+        max_requests=cap,
+        higher_is_better=shape != "load",
+    )
+    race: Race[int] = Race([16, 64], rule, per_round=per_round)
+    sent = dict.fromkeys((16, 64), 0)
+    rnd = 0
+    while keys := race.next_round():
+        for key in keys:
+            shared = rng.gauss(0, block)  # the block's own conditions
+            for i in range(per_round):
+                if shape == "benchmark":
+                    p = prompts[rnd % len(prompts)]  # one test: one prompt, rounds back to back
+                elif shape == "sweep":
+                    p = prompts[i]  # a visit: every prompt once
+                else:
+                    p = f"p{((sent[key] + i) // 2) % 3}"
+                race.add(key, 1000 * math.exp(shared + rng.gauss(0, within)), p)
+            sent[key] += per_round
+        rnd += 1
+        if shape == "benchmark" and rnd >= len(prompts):
+            break  # the benchmark tests are spent: one pass over the prompts
+    return claims_faster(race.finish())
+
+
+def block_table(runs: int, rule: RaceRule) -> None:
+    """The false "out" rate of two equal arms under shared block noise, per shape."""
+    print('two equal arms, shared block noise: one called "out" in')
+    cases = [
+        ("benchmark", 0.03, 0.01),
+        ("benchmark", 0.05, 0.01),
+        ("load", 0.03, 0.01),
+        ("load", 0.05, 0.02),
+        ("sweep", 0.03, 0.01),
+        ("sweep", 0.0, 0.05),
+    ]
+    for shape, block, within in cases:
+        out = sum(equal_arms_out(shape, block, within, s, rule) for s in range(runs))
+        print(
+            f"          {shape:9} block SD {block:.0%}, request SD {within:.0%}: {pct(out / runs)}"
+        )
 
 
 if __name__ == "__main__":

@@ -17,9 +17,10 @@ batch (two rounds at least) a quarter of the exhaustive count. The request
 budget of a point is what the exhaustive grid would send there (budgets ×
 requests): racing never costs more.
 
-A raced budget sends each prompt twice in a row (``LoadTester`` picks them), so
-its first batch already has a spread within prompts: the race compares budgets
-prompt by prompt, and one value a prompt says nothing about noise.
+A raced budget sends each prompt twice in a row (``LoadTester`` picks them), and
+the i-th run of every budget the same prompts. A run is one value of the race
+(its round): its requests are in flight together and share the run's conditions,
+so the race pairs budgets run by run, never request by request.
 
 An invalid request excludes its budget at the point, as in the exhaustive grid;
 a request that hit the client's own limits (a timeout, not sent) excludes it

@@ -22,21 +22,21 @@ the arm is slower than the leader):
   keep the race going until the request budget is spent.
 - **in contention**: anything else; it gets the next round.
 
-The interval is a stratified t-interval on the logarithm of the values: each
-prompt's mean log value per arm, the difference averaged over the prompts both
-arms share (so the prompt mix cancels, as the prompts differ in speed far more
-than repeated requests do), with the within-prompt variance of each arm and
-Welch's degrees of freedom; a stray value (a stalled request) is first pulled
-in to 3.5 robust SDs of its prompt's median. Noise on timings is
-multiplicative (a request runs a few percent slower), which is additive in
-logs. It costs a few arithmetic operations per look, where a bootstrap of the
-medians at every look made a seven-budget race take seconds, and it is honest
-at two values a prompt, where a within-prompt bootstrap was far too narrow (a
-truly best arm could leave). A race looks after :attr:`Race.min_rounds` and
-then whenever its rounds have grown by a quarter; the k-th look has the
-confidence ``1 - alpha / (k (k + 1))`` (:meth:`RaceRule.look_confidence`), so
-the error rates of all looks add up to at most ``alpha``. The calibration is
-``benchmarks/bench_race.py``.
+The interval's unit is an arm's *round* (its block), not its request: the
+requests of one round of one arm share their conditions (a benchmark test's
+timed rounds back to back, a load run in flight together, a sweep's visit), so
+counting them as independent replicates made the interval far too narrow. Each
+round of an arm is one value, the mean over the round's prompts of their mean
+log value (noise on timings is multiplicative, additive in logs; a stray value,
+a stalled request, is first pulled in to 3.5 robust SDs of its prompt's
+median). An arm is compared with the leader round by round (every arm of a
+round sends the same prompts, so the prompt mix and the round's shared noise
+cancel), with a t-interval from the residual spread of the arm x round table,
+pooled over every arm that raced (one machine times them all). A race looks
+after :attr:`Race.min_rounds` and then whenever its rounds have grown by a
+quarter; the k-th look has the confidence ``1 - alpha / (k (k + 1))``
+(:meth:`RaceRule.look_confidence`), so the error rates of all looks add up to
+at most ``alpha``. The calibration is ``benchmarks/bench_race.py``.
 
 The race is *decided* when no arm is in contention. It then recommends the
 **smallest** budget among the leader and the arms as fast as it: a win inside
@@ -44,9 +44,13 @@ the margin is no reason to deploy a bigger tree, which costs more verification
 under load. When the request budget is spent first, the race is *undecided*
 and says which arms were still in contention; it never forces a winner.
 
-The same rule judges an exhaustive sweep (:func:`judge` on all its samples),
-so both modes recommend by one rule. Nothing here knows about pytest, HTTP or
-budgets' meaning: keys are opaque (a budget, or None for the server's own).
+The same verdicts judge an exhaustive sweep (:func:`judge` on all its samples).
+Samples given with their round are judged by round, as a race; samples given
+without it fall back to an interval that takes each request as its own
+replicate (a stratified t on the within-prompt spread, Welch's degrees of
+freedom), which is too narrow when a round's requests share noise. Nothing here
+knows about pytest, HTTP or budgets' meaning: keys are opaque (a budget, or None
+for the server's own).
 """
 
 from __future__ import annotations
@@ -239,6 +243,8 @@ def _order(key: Any) -> tuple[int, Any]:
 class _Arm:
     values: list[float] = field(default_factory=list)
     strata: list[str] = field(default_factory=list)
+    #: the block (round) each value was measured in; None: every value its own replicate
+    blocks: list[int | None] = field(default_factory=list)
     excluded: str | None = None
 
 
@@ -251,7 +257,12 @@ def _interval(d: tuple[float, float, float]) -> str:
 
 
 def _t_quantile(p: float, df: float) -> float:
-    """The p-quantile of Student's t (Cornish-Fisher expansion; df >= 3, p > 0.5)."""
+    """The p-quantile of Student's t (exact at 1 and 2 degrees of freedom, else the
+    Cornish-Fisher expansion, exact to a few tenths of a percent from 3 on; p > 0.5)."""
+    if df == 1:
+        return math.tan(math.pi * (p - 0.5))
+    if df == 2:
+        return (2 * p - 1) * math.sqrt(2 / (4 * p * (1 - p)))
     z = NormalDist().inv_cdf(p)
     if math.isinf(df):
         return z
@@ -350,13 +361,99 @@ def slowdown_interval(
     """``(estimate, low, high)`` of how much slower ``arm`` is than ``leader`` (0.05: 5%),
     at ``confidence`` (default: the rule's first look)."""
     conf = rule.look_confidence(1) if confidence is None else confidence
-    d = log_ratio_interval(leader, leader_strata, arm, arm_strata, conf)
+    return _as_slowdown(log_ratio_interval(leader, leader_strata, arm, arm_strata, conf), rule)
+
+
+def _as_slowdown(
+    d: tuple[float, float, float] | None, rule: RaceRule
+) -> tuple[float, float, float] | None:
+    """An interval of log(arm / leader) as the arm's relative slowdown."""
     if d is None:
         return None
-    est, lo, hi = d  # log(arm / leader)
+    est, lo, hi = d
     if rule.higher_is_better:
         return 1 - math.exp(est), 1 - math.exp(hi), 1 - math.exp(lo)
     return math.exp(est) - 1, math.exp(lo) - 1, math.exp(hi) - 1
+
+
+def _tamed_logs(values: Sequence[float], strata: Sequence[str]) -> list[float]:
+    """The log of each value, in order, a stray value pulled in (see :func:`_tamed`)."""
+    logs = [math.log(v) for v in values]
+    where: dict[str, list[int]] = {}
+    for i, key in enumerate(strata):
+        where.setdefault(key, []).append(i)
+    tamed = _tamed({key: [logs[i] for i in idx] for key, idx in where.items()})
+    for key, idx in where.items():
+        for i, x in zip(idx, tamed[key], strict=True):
+            logs[i] = x
+    return logs
+
+
+def _block_values(arm: _Arm) -> dict[int, float]:
+    """One value per block (round) of an arm: the mean over the block's prompts of their
+    mean log value in it. Requests of one block share its conditions (a benchmark test's
+    back-to-back rounds, a load run): the block, not the request, is the replicate."""
+    cells: dict[int, dict[str, list[float]]] = {}
+    logs = _tamed_logs(arm.values, arm.strata)
+    for x, key, block in zip(logs, arm.strata, arm.blocks, strict=True):
+        if block is not None:
+            cells.setdefault(block, {}).setdefault(key, []).append(x)
+    return {b: statistics.fmean(statistics.fmean(g) for g in c.values()) for b, c in cells.items()}
+
+
+@dataclass(frozen=True)
+class _Blocked:
+    """Each arm's block values and the pooled variance of one block value."""
+
+    values: Mapping[Any, Mapping[int, float]]
+    variance: float
+    df: int
+
+
+def _blocked(arms: Mapping[Any, _Arm]) -> _Blocked | None:
+    """The residual variance of a block value in the arm x block table, pooled over ``arms``.
+
+    A block's effect shared by every arm (drift, the round's prompts) is the block's
+    level and cancels; what is left of each block value after its arm's level and its
+    block's is its own noise, pooled over the arms (one machine times them all, and an
+    arm that left the race still tells how noisy a block is) with ``cells - arms -
+    blocks + 1`` degrees of freedom. The levels of an incomplete table (arms that left
+    early) are fitted by alternating means (least squares). None below one degree of
+    freedom.
+    """
+    if any(min(a.values) <= 0 for a in arms.values()):
+        return None
+    y = {k: _block_values(a) for k, a in arms.items()}
+    cells = [(k, b, v) for k, row in y.items() for b, v in row.items()]
+    blocks = {b for _, b, _ in cells}
+    df = len(cells) - len(y) - len(blocks) + 1
+    if len(y) < 2 or df < 1:
+        return None
+    level = dict.fromkeys(y, 0.0)
+    shift = dict.fromkeys(blocks, 0.0)
+    for _ in range(200):
+        before = dict(level)
+        for b in blocks:
+            shift[b] = statistics.fmean(v - level[k] for k, c, v in cells if c == b)
+        for k, row in y.items():
+            level[k] = statistics.fmean(v - shift[b] for b, v in row.items())
+        if max(abs(level[k] - before[k]) for k in y) < 1e-12:
+            break
+    ss = sum((v - level[k] - shift[b]) ** 2 for k, b, v in cells)
+    return _Blocked(y, ss / df, df)
+
+
+def _blocked_interval(
+    arm: Mapping[int, float], lead: Mapping[int, float], spread: _Blocked, confidence: float
+) -> tuple[float, float, float] | None:
+    """``(estimate, low, high)`` of log(arm / leader), paired by block."""
+    shared = sorted(set(arm) & set(lead))
+    if len(shared) < 2:
+        return None
+    est = statistics.fmean(arm[b] - lead[b] for b in shared)
+    half = _t_quantile((1 + confidence) / 2, spread.df)
+    half *= math.sqrt(2 * spread.variance / len(shared))
+    return est, est - half, est + half
 
 
 def _score(arm: _Arm) -> float:
@@ -377,6 +474,9 @@ def _judge(
     # leader" is ``ranked``, never ``leader is None``
     ranked = sorted(live, key=lambda k: (-sign * _score(live[k]), _order(k)))
     leader: K | None = ranked[0] if ranked else None
+    raced = {k: a for k, a in arms.items() if a.excluded is None and a.values}
+    blocked = all(None not in a.blocks for a in raced.values())
+    spread = _blocked(raced) if blocked else None
     standings: list[Standing[K]] = []
     for key in sorted(arms, key=_order):
         arm = arms[key]
@@ -393,7 +493,7 @@ def _judge(
         if not ranked or not arm.values:
             standings.append(Standing(key, len(arm.values), median, "in contention"))
             continue
-        standings.append(_standing(key, arm, live[ranked[0]], rule, look))
+        standings.append(_standing(key, arm, live[ranked[0]], rule, look, spread, ranked[0]))
     decided = bool(ranked) and not any(s.status == "in contention" for s in standings)
     recommended: K | None = None
     if decided:
@@ -402,16 +502,26 @@ def _judge(
     return Judgement(tuple(standings), leader, decided, recommended, rule, look)
 
 
-def _standing(key: K, arm: _Arm, lead: _Arm, rule: RaceRule, look: int) -> Standing[K]:
+def _standing(
+    key: K, arm: _Arm, lead: _Arm, rule: RaceRule, look: int, spread: _Blocked | None, leader: K
+) -> Standing[K]:
     n = len(arm.values)
     median = statistics.median(arm.values)
     if n < rule.min_n or len(lead.values) < rule.min_n:
         return Standing(key, n, median, "in contention", None, f"n={n} below the minimum")
     confidence = rule.look_confidence(look)
-    d = slowdown_interval(arm.values, arm.strata, lead.values, lead.strata, rule, confidence)
+    if None in arm.blocks or None in lead.blocks:
+        d = slowdown_interval(arm.values, arm.strata, lead.values, lead.strata, rule, confidence)
+        few = "too few values a prompt"
+    else:
+        d = None
+        if spread is not None:
+            y = spread.values
+            d = _as_slowdown(_blocked_interval(y[key], y[leader], spread, confidence), rule)
+        few = "too few rounds"
     m = rule.equivalence
     if d is None or not all(math.isfinite(x) for x in d):
-        return Standing(key, n, median, "in contention", d, "too few values a prompt")
+        return Standing(key, n, median, "in contention", d, few)
     conf = f"{100 * confidence:.4g}%"
     where = f"{_interval(d)} ({conf}, n={n} vs {len(lead.values)})"
     close = d[2] - d[1] < m
@@ -425,8 +535,15 @@ def _standing(key: K, arm: _Arm, lead: _Arm, rule: RaceRule, look: int) -> Stand
     return Standing(key, n, median, "in contention", d, f"{where} crosses the margin")
 
 
+def _sampled(samples: Sequence[tuple[float, str] | tuple[float, str, int]]) -> _Arm:
+    """An arm of ``(value, stratum)`` pairs (each its own replicate), or of
+    ``(value, stratum, block)`` triples."""
+    blocks = [int(x[2]) if len(x) > 2 else None for x in samples]
+    return _Arm([x[0] for x in samples], [x[1] for x in samples], blocks)
+
+
 def judge(
-    samples: Mapping[K, Sequence[tuple[float, str]]],
+    samples: Mapping[K, Sequence[tuple[float, str] | tuple[float, str, int]]],
     rule: RaceRule | None = None,
     *,
     seed: int = 0,
@@ -440,7 +557,7 @@ def judge(
     symmetry with the reports' bootstrap; the race's interval is deterministic.
     """
     rule = rule or RaceRule()
-    arms = {k: _Arm([v for v, _ in vs], [s for _, s in vs]) for k, vs in samples.items()}
+    arms = {k: _sampled(vs) for k, vs in samples.items()}
     for k, why in (excluded or {}).items():
         arms.setdefault(k, _Arm()).excluded = why
     return _judge(arms, rule, frozen={})
@@ -486,10 +603,15 @@ class Race(Generic[K]):
         return max(2, -(-self.rule.min_n // self.per_round))
 
     def add(self, key: K, value: float, stratum: str = "") -> None:
-        """One measured request of arm ``key`` (a valid one; see :meth:`exclude`)."""
+        """One measured request of arm ``key`` (a valid one; see :meth:`exclude`).
+
+        Its block is the current round: the requests of one arm's round share its
+        conditions (see :func:`_block_values`).
+        """
         arm = self._arms[key]
         arm.values.append(float(value))
         arm.strata.append(stratum)
+        arm.blocks.append(self.rounds)
         self.requests += 1
         self._last = None
 

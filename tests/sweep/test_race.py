@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
 
-from pytest_ddtree.sweep.race import Race, RaceRule, judge, slowdown_interval
+from pytest_ddtree.sweep.race import (
+    Judgement,
+    Race,
+    RaceRule,
+    Standing,
+    judge,
+    slowdown_interval,
+)
 
 
 def _simulate(truth: dict[int, float], rule: RaceRule, seed: int, cv: float = 0.03) -> Race[int]:
@@ -73,7 +81,8 @@ def test_looks_spend_the_confidence_so_all_looks_add_up_to_it() -> None:
 def test_the_t_quantile_matches_the_tables() -> None:
     from pytest_ddtree.sweep.race import _t_quantile
 
-    for p, df, table in [(0.975, 3, 3.182), (0.975, 6, 2.447), (0.995, 10, 3.169)]:
+    tables = [(0.975, 1, 12.706), (0.975, 2, 4.303), (0.995, 2, 9.925), (0.975, 3, 3.182)]
+    for p, df, table in [*tables, (0.975, 6, 2.447), (0.995, 10, 3.169)]:
         assert _t_quantile(p, df) == pytest.approx(table, rel=0.01)
 
 
@@ -120,3 +129,65 @@ def test_a_race_record_says_who_left_when_in_json() -> None:
     assert gone["key"] == 16 and gone["status"] == "out" and gone["round"] == 3
     assert gone["after_requests"] == 12 and gone["n"] == 6 and gone["leader"] == 64
     assert doc["max_requests"] == 200 and doc["look"] >= 1
+
+
+def _benchmark_race(seed: int, block: float, within: float) -> Race[int]:
+    """Two equal arms raced as benchmark tests: one test per (prompt, arm), its three
+    timed rounds back to back and sharing the test's own conditions (``block``)."""
+    rng = random.Random(seed)
+    race: Race[int] = Race([16, 64], RaceRule(), per_round=3)
+    for prompt in "abcdef":
+        for key in race.next_round():
+            shared = rng.gauss(0, block)
+            for _ in range(3):
+                race.add(key, 1000 * math.exp(shared + rng.gauss(0, within)), prompt)
+    race.finish()
+    return race
+
+
+def test_equal_arms_under_noise_shared_by_a_test_are_rarely_called_out() -> None:
+    # 5% between tests, 1% within one: the test (the race's round) is the unit, so the
+    # shared noise is in the interval; taking every timed round as its own replicate
+    # called one of two equal arms out in about two races of three
+    outs = sum(
+        any(s.status == "out" for s in _benchmark_race(seed, 0.05, 0.01).judgement().standings)
+        for seed in range(100)
+    )
+    assert outs <= 6, outs
+
+
+def test_noise_shared_by_every_arm_of_a_round_cancels() -> None:
+    # a round's drift (here up to +-20%) hits every arm alike: paired by round, two
+    # equal arms are as fast after a few rounds despite it
+    rng = random.Random(5)
+    race: Race[int] = Race([16, 64], RaceRule(min_n=6), per_round=3)
+    while keys := race.next_round():
+        drift = rng.uniform(-0.2, 0.2)
+        for key in keys:
+            for prompt in "abc":
+                race.add(key, 1000 * math.exp(drift + rng.gauss(0, 0.003)), prompt)
+    j = race.judgement()
+    assert j.decided and j.recommended == 16 and race.rounds <= 4
+
+
+def test_an_exhaustive_sweep_with_rounds_is_judged_by_round() -> None:
+    # the same values as (value, prompt) pairs are independent replicates (a narrow
+    # interval); as (value, prompt, round) triples a round's shared noise widens it
+    rng = random.Random(11)
+    data = {
+        k: [
+            (1000 * math.exp(b + rng.gauss(0, 0.005)), "a", r)
+            for r in range(4)
+            for b in [rng.gauss(0, 0.04)]
+            for _ in range(3)
+        ]
+        for k in (16, 64)
+    }
+    pairs = {k: [(v, s) for v, s, _ in vs] for k, vs in data.items()}
+    blocked, loose = _follower(judge(data)), _follower(judge(pairs))
+    assert blocked.slowdown is not None and loose.slowdown is not None
+    assert blocked.slowdown[2] - blocked.slowdown[1] > 2 * (loose.slowdown[2] - loose.slowdown[1])
+
+
+def _follower(j: Judgement[int]) -> Standing[int]:
+    return next(s for s in j.standings if s.status != "leader")
