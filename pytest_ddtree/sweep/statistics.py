@@ -546,7 +546,10 @@ def _undecided(
     if record.spent:
         why = f"the request budget ({record.max_requests}) was spent first"
     elif record.mode == "adaptive":
-        why = "the benchmark tests ran out first: more prompts or --ddtree-rounds would decide"
+        why = (
+            "the benchmark tests ran out first: more sweep prompts would decide (each prompt "
+            "is one round of the race)"
+        )
     else:
         why = "more rounds (--ddtree-rounds) or --ddtree-sweep adaptive would decide"
     message = (
