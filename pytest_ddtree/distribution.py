@@ -350,7 +350,7 @@ def run_distribution(
     why = _prompts_differ(run)
     if why is None:
         ours, theirs = _both(client, baseline, prompt, seeds[0], seeds[1], kw)
-        run = DistributionRun(temperature, seeds, tuple(ours), tuple(theirs))
+        run = DistributionRun(temperature, seeds, tuple(ours), tuple(theirs), seed=seed)
         why = _not_comparable(run) or _one_answer(run, client, baseline, prompt, kw)
     if why is not None:
         return replace(run, not_comparable=why[0], advice=why[1])

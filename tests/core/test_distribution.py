@@ -121,6 +121,7 @@ def test_healthy_passes_and_a_verifier_that_favours_the_drafter_fails(
     pytester.makepyfile(DISTRIBUTION_TESTS)
     result = pytester.runpytest("--ddtree-budgets=1024", "--junitxml=out.xml", *FAST)
     result.assert_outcomes(passed=1, failed=1)
+    seeds = request_seeds(0, 82)  # --ddtree-sweep-seed's default
     result.stdout.fnmatch_lines(
         [
             "*not lossless in distribution at temperature 0.7",
@@ -130,8 +131,9 @@ def test_healthy_passes_and_a_verifier_that_favours_the_drafter_fails(
             "permutations; opening p=*, words p=*, bigrams p=*, length p=*)",
             "*openings: more frequent on the server (of 40 vs 40 answers): '*' * vs *",
             "*words: more frequent on the server (count in all answers): *",
-            "*seeds: server *, *, ... (40 seeds), baseline *, *, ... (40 seeds): "
-            "pytest_ddtree.distribution.request_seeds(1, 82)*",
+            # the seeds named are the ones sent, and the call named draws them again
+            f"*seeds: server {seeds[0]}, {seeds[1]}, ... (40 seeds), baseline {seeds[40]}, "
+            f"{seeds[41]}, ... (40 seeds): pytest_ddtree.distribution.request_seeds(0, 82)*",
             "*diagnosis: speculative decoding*",
         ]
     )
