@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pytest_ddtree.invariants._across import BudgetSample, check_budget_ignored, check_determinism
 from pytest_ddtree.invariants._codes import CODE_LAYERS, CODES, LAYERS
-from pytest_ddtree.invariants._core import assert_valid, check
+from pytest_ddtree.invariants._core import Findings, assert_valid, check
 from pytest_ddtree.invariants._expectation import (
     DEFAULT_MIN_TOKENS,
     DEFAULT_REASONING_MARKERS,
@@ -33,6 +33,7 @@ __all__ = [
     "SCHEMA_NAMES",
     "BudgetSample",
     "Expectation",
+    "Findings",
     "assert_valid",
     "check",
     "check_budget_ignored",

@@ -89,6 +89,12 @@ class Context:
         self._content_count: Any = _UNSET
         self._local_total: Any = _UNSET
         self._content_ids: Any = _UNSET
+        #: checks not judged, one line each (``withhold``)
+        self.withheld: list[str] = []
+
+    def withhold(self, code: str, reason: str) -> None:
+        """Record that the check ``code`` was not judged, and why (never a verdict)."""
+        self.withheld.append(f"[{code}] withheld: {flat(reason)}")
 
     def violation(self, code: str, message: str, **evidence: Any) -> Violation:
         """A Violation of ``code`` carrying this call's request description

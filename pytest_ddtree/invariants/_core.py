@@ -57,13 +57,25 @@ def _expectation(expectation: Expectation | None, expect: dict[str, Any]) -> Exp
     return base.replace(**expect) if expect else base
 
 
+class Findings(list[Violation]):
+    """The violations ``check`` found (a list), and the checks it withheld.
+
+    ``withheld`` has one line per check that was not judged, and why: a check that
+    compares the server's figures with the client's timings, on a request during whose
+    decode the client itself stalled (``[stats-inflated] withheld: client stalled
+    0.11 s of a 0.17 s decode (...)``). Withheld is neither a pass nor a verdict.
+    """
+
+    withheld: tuple[str, ...] = ()
+
+
 def check(
     completion: Completion,
     expectation: Expectation | None = None,
     *,
     counter: TokenCounter | None = None,
     **expect: Any,
-) -> list[Violation]:
+) -> Findings:
     """Every single-completion invariant; an empty list means the output is valid.
 
     ``expect`` overrides fields of ``expectation`` (``check(c, min_tokens=64)``);
@@ -73,6 +85,8 @@ def check(
     transport error, in-band error event) is judged on the exchange only: its
     partial content is not.
     Violations come in a fixed order: exchange, schema, accounting, text, stats.
+    The result is a list (``Findings``) whose ``withheld`` names the checks that were
+    not judged because the client itself stalled during the decode.
     """
     e = _expectation(expectation, expect)
     ctx = Context(completion, e, counter)
@@ -97,7 +111,9 @@ def check(
         found.extend(content)
     if skip:
         found = [v for v in found if v.code not in skip]
-    return found
+    out = Findings(found)
+    out.withheld = tuple(ctx.withheld)
+    return out
 
 
 def _content_checks(ctx: Context, skip: frozenset[str], found: list[Violation]) -> None:

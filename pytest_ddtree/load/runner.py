@@ -29,6 +29,7 @@ from pytest_ddtree.load.arrivals import LoadPoint, arrival_offsets
 from pytest_ddtree.load.metrics import ClientHealth, LoadSample
 from pytest_ddtree.sweep import quantile
 from pytest_ddtree.wire.completion import STALL_KINDS, Completion, ErrorKind, RequestSpec
+from pytest_ddtree.wire.health import StallLog
 from pytest_ddtree.wire.protocol import (
     EVENT_STREAM,
     KEEPALIVE_EXPIRY,
@@ -68,6 +69,8 @@ class RawRequest(Exchange):
     complete: bool = False
     retried: bool = False
     notes: tuple[str, ...] = ()
+    #: the point's event-loop stalls (the lag timer's late wake-ups), for ``client_stall``
+    stalls: StallLog | None = None
 
     def reset(self) -> None:
         """Forget a failed attempt, to send the request again."""
@@ -149,12 +152,14 @@ async def _one(
     raw.done = time.perf_counter()
 
 
-async def _lag_monitor(lags: list[float], stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
+async def _lag_monitor(lags: list[float], stop: asyncio.Event, log: StallLog) -> None:
+    perf = time.perf_counter  # the clock of the chunk stamps
     while not stop.is_set():
-        due = loop.time() + LAG_INTERVAL
+        due = perf() + LAG_INTERVAL
         await asyncio.sleep(LAG_INTERVAL)
-        lags.append(max(0.0, loop.time() - due))
+        now = perf()
+        lags.append(max(0.0, now - due))
+        log.tick(due, now)
 
 
 def _client(endpoint: Endpoint, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
@@ -272,7 +277,12 @@ async def run_point(
             await pool.warm(min(c, n) if c is not None else min(n, 8))
         lags: list[float] = []
         stop = asyncio.Event()
-        monitor = asyncio.create_task(_lag_monitor(lags, stop))
+        stalls = StallLog("event-loop")
+        stalls.period = LAG_INTERVAL
+        stalls.start(time.perf_counter())
+        for raw in raws:
+            raw.stalls = stalls
+        monitor = asyncio.create_task(_lag_monitor(lags, stop, stalls))
         wall0, perf0 = time.time(), time.perf_counter()
         cpu0 = time.thread_time()
 
@@ -318,6 +328,7 @@ async def run_point(
         wall = time.perf_counter() - perf0
         stop.set()
         await monitor
+        stalls.stop()  # judged after the point: nothing is overdue then
     finally:
         await pool.close()
     _report_to_session(guard, local, raws)
@@ -391,7 +402,9 @@ def completion_of(
         decoder.feed_many(raw.chunks, raw.stamps)
         if raw.complete:
             decoder.close()
-    completion, _ = assemble(raw, decoder, dialect=dialect, stats_map=stats_map, counter=counter)
+    completion, _ = assemble(
+        raw, decoder, dialect=dialect, stats_map=stats_map, counter=counter, stalls=raw.stalls
+    )
     if raw.notes:
         completion = replace(completion, retries=raw.notes)
     return completion
@@ -477,12 +490,14 @@ def _judged(
         return (NOT_SENT,), f"{c.error}\n    request: {c.request.describe()}", ()
     if c.error_kind in STALL_KINDS:
         return (CLIENT_TIMEOUT,), f"{c.error}\n    request: {c.request.describe()}", ()
-    violations = list(judge(c, **expect)) if judge is not None else []
-    withheld: tuple[str, ...] = ()
+    found = judge(c, **expect) if judge is not None else []
+    violations = list(found)
+    # the checks the invariants withheld themselves: the client stalled in this decode
+    withheld = tuple(dict.fromkeys(_withheld_code(w) for w in getattr(found, "withheld", ())))
     if client_saturated:
         timed = [v for v in violations if _client_timed(v)]
         violations = [v for v in violations if not _client_timed(v)]
-        withheld = tuple(dict.fromkeys(str(v.code) for v in timed))
+        withheld = tuple(dict.fromkeys([*withheld, *(str(v.code) for v in timed)]))
     codes = tuple(dict.fromkeys(str(getattr(v, "code", "invalid")) for v in violations))
     if not c.ok and not codes:
         codes = ("transport",)
@@ -493,6 +508,11 @@ def _judged(
     elif not c.ok:
         evidence = f"{c.error or f'HTTP {c.status_code}'}\n    request: {c.request.describe()}"
     return codes, evidence, withheld
+
+
+def _withheld_code(line: str) -> str:
+    """``stats-inflated`` of ``[stats-inflated] withheld: ...``."""
+    return line[1:].partition("]")[0] if line.startswith("[") else line
 
 
 def _client_timed(violation: Any) -> bool:

@@ -157,8 +157,8 @@ def _client_cell(s: PointStats) -> str:
     client = f"{cpt * 1e6:.0f}us/tok" if cpt else "ok"
     if s.client.saturated:
         client = "SATURATED: " + s.client.reason()
-        if s.withheld:
-            client += f"; timing checks withheld on {s.withheld} request(s)"
+    if s.withheld:
+        client += f"; timing checks withheld on {s.withheld} request(s)"
     if s.client.retries:
         client += f"; {s.client.retries} sent again on a fresh connection"
     return client

@@ -19,6 +19,7 @@ import httpx
 from pytest_ddtree.settings import Timeout
 from pytest_ddtree.wire import _net
 from pytest_ddtree.wire.completion import Api, Completion, ErrorKind, RequestSpec
+from pytest_ddtree.wire.health import TICKER
 from pytest_ddtree.wire.protocol import (
     EVENT_STREAM,
     Attempts,
@@ -132,6 +133,11 @@ class DDTreeClient:
         self.retried_429 = 0
         self.counter_failures = 0
         self.counter_error: str | None = None
+        # checks on the server's figures against the client's timings, not judged
+        # because the client itself stalled during that request's decode
+        self.withheld = 0
+        self.withheld_worst: str | None = None
+        self._withheld_share = -1.0
         self._headers = self.config.headers()
         self._timeouts = self.config.httpx_timeout()
         self._transport = transport
@@ -300,32 +306,35 @@ class DDTreeClient:
         """One request, sent again where ``protocol.Attempts`` says so, and assembled."""
         attempts = Attempts(self.config)
         fresh: httpx.Client | None = None
-        try:
-            while True:
-                ex, decoder, sc = self._once(spec, fresh or self._http)
-                reused = fresh is None and sc.connects == 0 and not sc.deadline_hit
-                step = attempts.after(ex, reused=reused)
-                if step is None:
-                    break
-                if step.fresh:
-                    fresh = self._fresh_client()
-                else:
-                    time.sleep(step.wait)
-        finally:
-            if fresh is not None:
-                fresh.close()
-        self.reuse_retries += attempts.fresh_retries
-        self.rate_limited += attempts.rate_limited
-        self.retried_429 += attempts.retried_429
-        with _net.scope(self.timeout.total):  # a /tokenize count may not hang the run
-            completion, found = assemble(
-                ex,
-                decoder,
-                dialect=self.detected_dialect or "auto",
-                stats_map=self.config.stats_map,
-                counter=self.counter,
-                count_chunks=self.count_chunks,
-            )
+        # the ticker watches the client's own health while the answer streams in
+        with TICKER.watching() as stalls:
+            try:
+                while True:
+                    ex, decoder, sc = self._once(spec, fresh or self._http)
+                    reused = fresh is None and sc.connects == 0 and not sc.deadline_hit
+                    step = attempts.after(ex, reused=reused)
+                    if step is None:
+                        break
+                    if step.fresh:
+                        fresh = self._fresh_client()
+                    else:
+                        time.sleep(step.wait)
+            finally:
+                if fresh is not None:
+                    fresh.close()
+            self.reuse_retries += attempts.fresh_retries
+            self.rate_limited += attempts.rate_limited
+            self.retried_429 += attempts.retried_429
+            with _net.scope(self.timeout.total):  # a /tokenize count may not hang the run
+                completion, found = assemble(
+                    ex,
+                    decoder,
+                    dialect=self.detected_dialect or "auto",
+                    stats_map=self.config.stats_map,
+                    counter=self.counter,
+                    count_chunks=self.count_chunks,
+                    stalls=stalls,
+                )
         if self.detected_dialect is None and completion.error is None and found != "none":
             self.detected_dialect = found
         if completion.count_error and not isinstance(self.counter, WatchedCounter):
@@ -398,6 +407,15 @@ class DDTreeClient:
         if self.counter_error is None:
             self.counter_error = error
 
+    def note_withheld(self, completion: Completion, reason: str) -> None:
+        """Count one check withheld because the client stalled (the worst is named)."""
+        self.withheld += 1
+        stall = completion.client_stall
+        share = stall.share if stall is not None else 0.0
+        if share > self._withheld_share:
+            self._withheld_share = share
+            self.withheld_worst = reason.partition("withheld: ")[2] or reason
+
     def watch_counter(self, counter: Any) -> Any:
         """``counter`` with every call bounded by the request deadline and every failure
         counted here, whoever calls it (the client or the checks); None stays None."""
@@ -423,6 +441,12 @@ class DDTreeClient:
                 f"the stall guard stopped sending: {self.guard.reason}; {self.not_sent} "
                 "request(s) of this client were not sent"
             )
+        if self.withheld:
+            notes.append(
+                f"the speed claim of {self.withheld} request(s) was not judged (withheld, "
+                f"not passed): the client itself stalled during the decode (worst: "
+                f"{self.withheld_worst})"
+            )
         if self.counter_failures:
             notes.append(
                 f"the token counter failed {self.counter_failures} time(s) (first: "
@@ -439,6 +463,7 @@ class DDTreeClient:
             "rate_limited": self.rate_limited,
             "retried_429": self.retried_429,
             "counter_failures": self.counter_failures,
+            "client_stall_withheld": self.withheld,
         }
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any, Literal
 
+from pytest_ddtree.wire.health import ClientStall
+
 Api = Literal["chat", "completions"]
 
 # No tokenizer decodes one token into more characters than this (the longest tokens of
@@ -334,6 +336,7 @@ class Completion:
     count_error: str | None = None
     stop_reason: str | int | None = None
     stop_field: str | None = None
+    client_stall: ClientStall | None = None
 
     @property
     def client_side_failure(self) -> bool:

@@ -41,6 +41,7 @@ from pytest_ddtree.wire.completion import (
     Timings,
     Usage,
 )
+from pytest_ddtree.wire.health import StallLog
 
 if TYPE_CHECKING:
     from pytest_ddtree.settings import Settings
@@ -784,12 +785,15 @@ def assemble(
     stats_map: Mapping[str, str] | None = None,
     counter: Any = None,
     count_chunks: bool = False,
+    stalls: StallLog | None = None,
 ) -> tuple[Completion, str]:
     """The ``Completion`` an exchange amounts to, and the dialect its statistics were read in.
 
     ``dialect`` ``auto`` detects it from the chunks. ``counter`` (optional) counts the
     answer where the server gave no usage, and the first chunk's tokens; a counter that
-    fails leaves ``count_error`` set, never an exception.
+    fails leaves ``count_error`` set, never an exception. ``stalls`` is the I/O shell's
+    ticker log: the client's own stalls over the decode window become
+    ``Completion.client_stall``.
     """
     spec = ex.spec
     ans = _answer(ex, stream)
@@ -812,6 +816,9 @@ def assemble(
     head = raw[0] if isinstance(raw, list) and raw else raw
     if isinstance(head, Mapping):
         model, rid = head.get("model"), head.get("id")
+    client_stall = None
+    if stalls is not None and len(ans.stamps) >= 2:
+        client_stall = stalls.stall(ans.stamps[0], ans.stamps[-1], now=time.perf_counter())
     completion = Completion(
         request=spec,
         status_code=ex.status,
@@ -843,6 +850,7 @@ def assemble(
         count_error=count_error,
         stop_reason=ans.stop,
         stop_field=ans.stop_field,
+        client_stall=client_stall,
     )
     return completion, found
 
