@@ -433,6 +433,8 @@ class Unjudged:
 
     reason: str
     advice: str
+    #: the reason names the reference itself (a message need not name it again)
+    names_reference: bool = False
 
 
 def comparability(
@@ -445,8 +447,8 @@ def comparability(
     """
     why = why_not_whole(reference)
     if why is not None:
-        reason = f"the {reference_label}'s answer did not arrive whole ({why})"
-        return Unjudged(reason, NOT_WHOLE_ADVICE)
+        reason = f"the answer of the {reference_label} did not arrive whole ({why})"
+        return Unjudged(reason, NOT_WHOLE_ADVICE, names_reference=True)
     why = why_not_whole(answer)
     if why is not None:
         return Unjudged(f"its answer did not arrive whole ({why})", NOT_WHOLE_ADVICE)
@@ -456,6 +458,7 @@ def comparability(
             f"the {reference_label} sees {theirs} prompt tokens, the server {ours} "
             "(usage.prompt_tokens): a different chat template or tokenizer",
             PROMPT_MISMATCH_ADVICE,
+            names_reference=True,
         )
     return None
 
@@ -585,8 +588,11 @@ def not_comparable_violations(result: LosslessResult) -> list[Violation]:
     return [
         Violation(
             code=NOT_COMPARABLE,
+            # the reference is named once: by the reason when it names it, else here
             message=(
-                f"tree_budget {_budget_label(budget)} not compared with the "
+                f"tree_budget {_budget_label(budget)} not compared: {why.reason}"
+                if why.names_reference
+                else f"tree_budget {_budget_label(budget)} not compared with the "
                 f"{result.reference_label}: {why.reason}"
             ),
             evidence={},

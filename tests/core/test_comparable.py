@@ -328,8 +328,24 @@ def test_a_cut_reference_makes_every_budget_not_comparable() -> None:
     result = judge_lossless(reference, {16: _answer(), 64: _answer()}, Lossless("exact"))
     assert set(result.not_comparable) == {16, 64} and not result.divergences
     assert all(
-        "baseline's answer did not arrive whole" in u.reason for u in result.not_comparable.values()
+        "answer of the target-only baseline did not arrive whole" in u.reason
+        for u in result.not_comparable.values()
     )
+
+
+def test_a_cut_lowest_budget_is_named_once_in_the_not_comparable_evidence() -> None:
+    from pytest_ddtree.diagnose import _reference, not_comparable_violations
+
+    # no budget arrived whole: the lowest is the reference, and it is cut
+    outputs = {b: _answer("The harb", done=False, budget=b) for b in (16, 64)}
+    reference, label = _reference(outputs, None)
+    result = judge_lossless(reference, outputs, Lossless("exact"), reference_label=label)
+    v = next(v for v in not_comparable_violations(result) if "tree_budget 64" in v.message)
+    assert v.message.startswith(
+        "tree_budget 64 not compared: the answer of the lowest budget (16; no baseline "
+        "configured) did not arrive whole ("
+    ), v.message
+    assert v.message.count("lowest budget") == 1 and v.message.count("no baseline") == 1
 
 
 def test_determinism_never_judges_a_cut_answer() -> None:
