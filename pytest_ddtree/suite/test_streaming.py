@@ -18,6 +18,7 @@ from pytest_ddtree import Completion, DDTreeClient
 from pytest_ddtree.invariants import check_determinism
 from pytest_ddtree.settings import Settings
 from pytest_ddtree.violation import InvariantError
+from pytest_ddtree.wire.client import CounterFailed
 
 if TYPE_CHECKING:
     from pytest_ddtree.prompts import Prompt
@@ -90,7 +91,10 @@ def test_chunks_arrive_incrementally(long_answer: Completion, ddtree_counter: An
     assert len(times) >= 2, f"the whole answer came in {len(times)} content event(s)"
     assert list(times) == sorted(times), "content events are stamped out of order"
     assert times[-1] > times[0], "every content event arrived at the same instant"
-    largest = max(ddtree_counter.count(piece) for piece in long_answer.chunk_texts)
-    assert tokens is not None and largest < tokens, (
-        f"one event carried {largest} of {tokens} tokens: not streamed"
-    )
+    try:
+        largest = max(ddtree_counter.count(piece) for piece in long_answer.chunk_texts)
+    except CounterFailed:  # counted, and named once in the summary: no verdict without counts
+        pytest.skip("event sizes not checked: the token counter failed (see the ddtree summary)")
+    if tokens is None:
+        pytest.skip("event sizes not checked: the server sent no usage and nothing counted it")
+    assert largest < tokens, f"one event carried {largest} of {tokens} tokens: not streamed"

@@ -23,6 +23,7 @@ from pytest_ddtree.wire.health import TICKER
 from pytest_ddtree.wire.protocol import (
     EVENT_STREAM,
     Attempts,
+    CounterFailed,
     EndpointConfig,
     Exchange,
     StallGuard,
@@ -65,8 +66,9 @@ class WatchedCounter:
             with _net.scope(self._client.timeout.total):
                 return getattr(self._inner, method)(text)
         except Exception as exc:
-            self._client.note_counter_failure(f"{type(exc).__name__}: {one_line(str(exc), 160)}")
-            raise
+            why = f"{type(exc).__name__}: {one_line(str(exc), 160)}"
+            self._client.note_counter_failure(why)
+            raise CounterFailed(f"the token counter failed: {why}") from exc
 
     def count(self, text: str) -> int:
         """Tokens in ``text``."""

@@ -8,6 +8,7 @@ answers like a correct server; the others each break one thing a broken deployme
 ``silent``                reads the request and never answers (until ``trickle_for``)
 ``one-slot``              healthy, one request at a time, each taking ``interval`` seconds
                           (a one-slot server: the others wait in its queue)
+``paced``                 healthy, but each stream event ``interval`` seconds after the last
 ``trickle``               stream: headers, then one byte every ``interval`` seconds, forever
 ``trickle-headers``       the status line and headers themselves, one byte at a time
 ``trickle-body``          plain answer: headers, then the body one byte at a time
@@ -212,6 +213,18 @@ class _Handler(BaseHTTPRequestHandler):
         self._start_stream()
         self._write(_chunk(""))
         for word in HEALTHY_TEXT.split(" "):
+            self._write(_chunk(word + " "))
+        self._write(_chunk(finish="stop"))
+        self._write(b"data: [DONE]\n\n")
+
+    def _mode_paced(self, body: dict[str, Any]) -> None:
+        if not body.get("stream"):
+            self._send(200, _plain(HEALTHY_TEXT))
+            return
+        self._start_stream()
+        self._write(_chunk(""))
+        for word in HEALTHY_TEXT.split(" "):
+            time.sleep(self.server.interval)
             self._write(_chunk(word + " "))
         self._write(_chunk(finish="stop"))
         self._write(b"data: [DONE]\n\n")

@@ -39,3 +39,28 @@ def test_flaky_tokenizer_lossless_runs_without_traceback(
     result.assert_outcomes(passed=2)
     lines = _counter_lines(output)
     assert len(lines) == 1 and "HTTP 500" in lines[0], output
+
+
+def test_the_bundled_streaming_tests_name_a_failing_counter_once_without_traceback(
+    pytester: pytest.Pytester, hostile: Callable[..., HostileServer]
+) -> None:
+    """A server that sends no usage and whose /tokenize answers 500 after the probe: the
+    bundled test that counts the events skips on the plugin's named counter failure."""
+    server = hostile("paced", tokenize="flaky", interval=0.002)
+    result = pytester.runpytest_subprocess(
+        "--pyargs",
+        "pytest_ddtree.suite.test_streaming",
+        "-k",
+        "incrementally or first_token",
+        f"--ddtree-endpoint={server.base_url}",
+        "--ddtree-tokenizer=server",
+        "-rs",
+        timeout=120,
+    )
+    output = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in output and "INTERNALERROR" not in output, output
+    assert "RuntimeError" not in output.replace(_counter_lines(output)[0], ""), output
+    result.assert_outcomes(passed=1, skipped=1)
+    assert "event sizes not checked: the token counter failed" in output, output
+    lines = _counter_lines(output)
+    assert len(lines) == 1 and "HTTP 500" in lines[0], output
