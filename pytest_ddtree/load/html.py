@@ -8,7 +8,7 @@ from typing import Any
 
 from pytest_ddtree.load.metrics import PointStats, acceptance_cell, never_drafted_lines
 from pytest_ddtree.load.race import PointRace
-from pytest_ddtree.load.recommend import Choice
+from pytest_ddtree.load.recommend import NO_VALID, Choice
 from pytest_ddtree.load.record import LoadTestResult
 from pytest_ddtree.settings import budget_label
 
@@ -141,7 +141,7 @@ def _choice_item(c: Choice) -> str:
     if c.race is not None:
         return _raced_item(c, c.race)
     if not c.chosen:
-        text = "no valid budget (no budget had every request valid)"
+        text = f"none ({escape(c.why_none or NO_VALID)})"
     else:
         text = f"{c.label} (TPOT p50 {c.tpot_ms or 0:.2f} ms"
         text += f", 95% CI {c.ci_ms[0]:.2f}–{c.ci_ms[1]:.2f}" if c.ci_ms else ""

@@ -350,6 +350,8 @@ class PointStats:
     #: draft tokens summed over the requests that reported a count, and how many did
     drafted: int = 0
     draft_reports: int = 0
+    #: valid requests whose output token count is unknown (no usage, nothing counted it)
+    uncounted: int = 0
 
     @property
     def never_drafted(self) -> bool:
@@ -418,6 +420,7 @@ class PointStats:
             "drafted_tokens": self.drafted,
             "draft_reports": self.draft_reports,
             "never_drafted": self.never_drafted,
+            "uncounted": self.uncounted,
             "client": self.client.to_json() if self.client is not None else None,
             "unreliable": self.unreliable,
             "workers": list(self.workers),
@@ -497,6 +500,7 @@ def summarize_point(
         mean_acceptance_rate=statistics.fmean(rates) if rates else None,
         drafted=sum(counted),
         draft_reports=len(counted),
+        uncounted=sum(1 for s in valid if s.output_tokens is None),
     )
 
 

@@ -57,6 +57,8 @@ class Choice:
     runner_up_n: int = 0
     #: the race at this point (``--ddtree-sweep adaptive``); None when run in full
     race: PointRace | None = None
+    #: why no budget was chosen (empty when one was): the summary says it as it is
+    why_none: str = ""
 
     @property
     def undecided(self) -> bool:
@@ -102,6 +104,7 @@ class Choice:
             "unreliable": self.unreliable,
             "undecided": self.undecided,
             "race": self.race.to_json() if self.race is not None else None,
+            "why_none": self.why_none or None,
         }
 
 
@@ -196,11 +199,29 @@ def recommend(
                     unreliable=unreliable,
                     chosen=False,
                     race=race,
+                    why_none=_why_none(group) if not ranked else "",
                 )
             )
             continue
         choices.append(_choice(point, ranked, excluded, unreliable, race, seed))
     return Schedule(tuple(choices))
+
+
+#: why no budget is best at a point, by what the budgets lacked
+NO_VALID = "no budget had every request valid"
+NO_COUNTS = "no token counts: the server sent no usage and no token counter counted the answers"
+NO_TPOT = "no TPOT: no valid answer had a token after its first event"
+
+
+def _why_none(group: Sequence[PointStats]) -> str:
+    """Why none of a point's budgets could be ranked (none was eligible)."""
+    whole = [s for s in group if s.invalid == 0]
+    if not whole:
+        return NO_VALID
+    why = NO_COUNTS if all(s.valid and s.uncounted == s.valid for s in whole) else NO_TPOT
+    if len(whole) < len(group):
+        why += f"; the other {len(group) - len(whole)} budget(s) had invalid requests"
+    return why
 
 
 def _by_median(s: PointStats) -> tuple[float, int]:

@@ -21,7 +21,7 @@ from pytest_ddtree.load.metrics import (
     summarize_point,
 )
 from pytest_ddtree.load.race import PointRace, PointRacer, Run
-from pytest_ddtree.load.recommend import Choice, Schedule, recommend
+from pytest_ddtree.load.recommend import NO_VALID, Choice, Schedule, recommend
 from pytest_ddtree.load.runner import (
     CLIENT_TIMEOUT,
     NOT_SENT,
@@ -190,7 +190,7 @@ def _choice_line(c: Choice) -> str:
     if c.race is not None:
         return _raced_line(c, c.race)
     if not c.chosen:
-        return f"best at {c.point.label}: none (no budget had every request valid)"
+        return f"best at {c.point.label}: none ({c.why_none or NO_VALID})"
     ci = f" [{c.ci_ms[0]:.2f}, {c.ci_ms[1]:.2f}]" if c.ci_ms else ""
     tpot = f"TPOT p50 {c.tpot_ms:.2f} ms{ci} n={c.n}" if c.tpot_ms is not None else "no TPOT"
     vs = ""

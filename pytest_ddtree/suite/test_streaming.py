@@ -18,7 +18,7 @@ from pytest_ddtree import Completion, DDTreeClient
 from pytest_ddtree.invariants import check_determinism
 from pytest_ddtree.settings import Settings
 from pytest_ddtree.violation import InvariantError
-from pytest_ddtree.wire.client import CounterFailed
+from pytest_ddtree.wire.protocol import CounterFailed
 
 if TYPE_CHECKING:
     from pytest_ddtree.prompts import Prompt

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Attempts",
+    "CounterFailed",
     "EndpointConfig",
     "ErrorKind",
     "Exchange",
@@ -885,9 +886,10 @@ def _count(
                 every = tuple(max(1, counter.count(p)) for p in ans.pieces)
             first = max(1, counter.count(ans.pieces[0]))
     except Exception as exc:  # a failing /tokenize is the counter's problem, named
+        cause: BaseException = exc
         if isinstance(exc, CounterFailed) and exc.__cause__ is not None:
-            exc = exc.__cause__  # its own cause, not the watcher's wording
-        return None, None, (), f"{type(exc).__name__}: {one_line(str(exc), 160)}"
+            cause = exc.__cause__  # its own cause, not the watcher's wording
+        return None, None, (), f"{type(cause).__name__}: {one_line(str(cause), 160)}"
     return local, first, every, None
 
 

@@ -332,3 +332,32 @@ def test_html_keeps_the_servers_budget_apart_and_marks_no_drafts() -> None:
     assert "no valid budget" not in page
     assert "<td>server-default (never drafted)</td>" in page and "<td>no drafts</td>" in page
     assert escape(never_drafted_lines(stats)[0]) in page
+
+
+def test_no_best_budget_says_why_in_the_terminal_the_json_and_the_html() -> None:
+    from pytest_ddtree.load import render_table
+    from pytest_ddtree.load.html import render_load_section
+    from pytest_ddtree.load.record import LoadTestResult
+
+    c1 = LoadPoint("concurrency", 1)
+    # every request valid, none counted (no usage, the counter failed): no TPOT to rank
+    uncounted = [
+        LoadSample(c1, b, float(i), 1.0, 0.1, (0.01,), None, True) for b in (16, 64) for i in (0, 1)
+    ]
+    stats, schedule = analyse(uncounted)
+    assert all(s.valid == s.requests == 2 and s.uncounted == 2 for s in stats)
+    text = render_table(stats, schedule)
+    why = "no token counts: the server sent no usage and no token counter counted the answers"
+    assert f"best at C=1: none ({why})" in text and "every request valid" not in text
+    assert schedule.to_json()["points"][0]["why_none"] == why
+    page = render_load_section(
+        [LoadTestResult("t.py::test_load", 1, ("main",), False, stats, schedule, tuple(uncounted))]
+    )
+    assert f"<li>C=1: none ({why})" in page and "every request valid" not in page
+    # an invalid budget beside an uncounted one: both are said
+    bad = [LoadSample(c1, 32, 5.0, 1.0, 0.1, (), 10, False, ("role-leak",))]
+    stats, schedule = analyse(uncounted + bad)
+    assert schedule.choices[0].why_none == f"{why}; the other 1 budget(s) had invalid requests"
+    # only invalid budgets: the old reason, which is then true
+    _, schedule = analyse(bad)
+    assert "best at C=1: none (no budget had every request valid)" in render_table(*analyse(bad))
