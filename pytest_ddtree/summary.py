@@ -233,8 +233,9 @@ def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
             tr.write_line(f"  WARNING: {line}", yellow=True)
         if test.unreliable:
             tr.write_line(
-                "  UNRELIABLE points: the client was saturated there; its own queueing "
-                "is in those latencies (spread the load with -n K --dist each)",
+                "  UNRELIABLE points: the client was saturated (its own queueing) or stalled "
+                "(the machine did not run it) there, and that delay is in those latencies "
+                "(spread the load with -n K --dist each; run the client on a quieter machine)",
                 yellow=True,
             )
 

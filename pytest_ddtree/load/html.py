@@ -90,8 +90,8 @@ def _table(stats: Sequence[PointStats]) -> str:
         if s.client is not None:
             cpt = s.client.cpu_per_token
             client = f"{cpt * 1e6:.0f} µs/token" if cpt else "ok"
-            if s.client.saturated:
-                client = "SATURATED: " + s.client.reason()
+            if s.client.unreliable:
+                client = f"{s.client.verdict()}: {s.client.reason()}"
         budget = budget_label(s.tree_budget) + (" (never drafted)" if s.never_drafted else "")
         codes = ", ".join(f"{c} ×{k}" for c, k in s.codes.items())
         rows.append(
@@ -152,7 +152,7 @@ def _choice_item(c: Choice) -> str:
                 f"[{c.margin[1]:+.1%}, {c.margin[2]:+.1%}], n={c.runner_up_n}"
             )
         text += ")" if c.decisive else "; a tie with the runner-up at this noise)"
-    text += " — UNRELIABLE: client saturated" if c.unreliable else ""
+    text += " — UNRELIABLE: client saturated or stalled" if c.unreliable else ""
     return f"<li>{escape(c.point.label)}: {escape(text)}</li>"
 
 
@@ -165,7 +165,7 @@ def _raced_item(c: Choice, race: PointRace) -> str:
     else:
         text = "undecided; "
     text += race.verdict()
-    text += " — UNRELIABLE: client saturated" if c.unreliable else ""
+    text += " — UNRELIABLE: client saturated or stalled" if c.unreliable else ""
     budgets = "".join(f"<li>{escape(line)}</li>" for line in race.lines())
     return f"<li>{escape(c.point.label)}: {escape(text)}<ul>{budgets}</ul></li>"
 

@@ -58,6 +58,13 @@ PERCENTILES = (0.50, 0.90, 0.99)
 LAG_LIMIT = 0.010
 #: ... or above this share of one core spent by the event-loop thread
 CPU_LIMIT = 0.90
+#: a lag is the load generator's own queueing only while its loop thread is busy: at least
+#: this share of one core (below it, the loop was idle and late because the machine did
+#: not run it, which is STALLED, not SATURATED; measured: benchmarks/bench_lag.py)
+BUSY_SHARE = 0.50
+#: the client counts as stalled (latencies unreliable, not saturated) when its loop woke
+#: late for more than this share of the point's wall time, summed over the lag samples
+STALL_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -189,6 +196,14 @@ class ClientHealth:
     validation_cpu_seconds: float = 0.0
     #: requests sent again on a fresh connection after a reused one failed before any byte
     retries: int = 0
+    #: the median lag, and the lag summed over the samples (seconds the loop woke late)
+    lag_p50: float = 0.0
+    lag_total: float = 0.0
+
+    @property
+    def lag_share(self) -> float:
+        """The share of the wall time the loop woke late (per process, on average)."""
+        return self.lag_total / self.wall_seconds / self.workers if self.wall_seconds > 0 else 0.0
 
     @property
     def cpu_share(self) -> float:
@@ -207,17 +222,42 @@ class ClientHealth:
 
     @property
     def saturated(self) -> bool:
-        """True when the client's own queueing may be in the latencies."""
-        return self.lag_p99 > LAG_LIMIT or self.cpu_share > CPU_LIMIT
+        """True when the client's own load queues its work: its loop is busy (CPU over
+        ``CPU_LIMIT``), or late (lag p99 over ``LAG_LIMIT``) while busy (``BUSY_SHARE``)."""
+        if self.cpu_share > CPU_LIMIT:
+            return True
+        return self.lag_p99 > LAG_LIMIT and self.cpu_share > BUSY_SHARE
+
+    @property
+    def stalled(self) -> bool:
+        """True when the machine did not run an idle client for a visible share of the
+        point (``STALL_SHARE``): not its own load, but its latencies carry the delay."""
+        return not self.saturated and self.lag_share > STALL_SHARE
+
+    @property
+    def unreliable(self) -> bool:
+        """The latencies may hold the client's own delay (saturated or stalled)."""
+        return self.saturated or self.stalled
+
+    def verdict(self) -> str:
+        """``SATURATED``, ``STALLED`` or ``ok``."""
+        return "SATURATED" if self.saturated else "STALLED" if self.stalled else "ok"
 
     def reason(self) -> str:
-        """One line: why the client counts as saturated (empty when it does not)."""
-        why = []
-        if self.lag_p99 > LAG_LIMIT:
-            why.append(f"event-loop lag p99 {self.lag_p99 * 1000:.1f} ms > {LAG_LIMIT * 1000:g} ms")
+        """One line: why the client counts as saturated or stalled (empty when neither)."""
+        lag = f"event-loop lag p99 {self.lag_p99 * 1000:.1f} ms"
+        cpu = f"client CPU {self.cpu_share:.0%} of a core"
         if self.cpu_share > CPU_LIMIT:
-            why.append(f"client CPU {self.cpu_share:.0%} of a core > {CPU_LIMIT:.0%}")
-        return "; ".join(why)
+            return f"{cpu} > {CPU_LIMIT:.0%}"
+        if self.saturated:
+            return f"{lag} > {LAG_LIMIT * 1000:g} ms with {cpu} > {BUSY_SHARE:.0%}"
+        if self.stalled:
+            return (
+                f"the event loop woke late for {self.lag_share:.0%} of the point "
+                f"(> {STALL_SHARE:.0%}; {lag}) at {cpu}: not its own load but the machine "
+                "(or blocking work in the process) held it"
+            )
+        return ""
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON, with the derived figures."""
@@ -236,6 +276,10 @@ class ClientHealth:
             "cpu_per_request": self.cpu_per_request,
             "cpu_per_token": self.cpu_per_token,
             "saturated": self.saturated,
+            "lag_p50": self.lag_p50,
+            "lag_total": self.lag_total,
+            "lag_share": self.lag_share,
+            "stalled": self.stalled,
         }
 
     @classmethod
@@ -252,6 +296,8 @@ class ClientHealth:
             workers=int(data.get("workers", 1)),
             validation_cpu_seconds=float(data.get("validation_cpu_seconds", 0.0)),
             retries=int(data.get("retries", 0)),
+            lag_p50=float(data.get("lag_p50", 0.0)),
+            lag_total=float(data.get("lag_total", 0.0)),
         )
 
 
@@ -283,6 +329,8 @@ def _combine(parts: Sequence[ClientHealth], *, in_turn: bool) -> ClientHealth:
         workers=parts[0].workers if in_turn else sum(p.workers for p in parts),
         validation_cpu_seconds=sum(p.validation_cpu_seconds for p in parts),
         retries=sum(p.retries for p in parts),
+        lag_p50=max(p.lag_p50 for p in parts),
+        lag_total=sum(p.lag_total for p in parts),
     )
 
 
@@ -383,7 +431,7 @@ class PointStats:
     @property
     def unreliable(self) -> bool:
         """The client was saturated: latencies may include its own queueing."""
-        return self.client is not None and self.client.saturated
+        return self.client is not None and self.client.unreliable
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON for sweep.json."""

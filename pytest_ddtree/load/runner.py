@@ -340,6 +340,8 @@ async def run_point(
         lag_p99=quantile(lags, 0.99) if lags else 0.0,
         lag_max=max(lags) if lags else 0.0,
         lag_samples=len(lags),
+        lag_p50=quantile(lags, 0.5) if lags else 0.0,
+        lag_total=sum(lags),
         retries=sum(1 for r in raws if r.retried),
     )
     return raws, wall0, perf0, health

@@ -155,8 +155,8 @@ def _client_cell(s: PointStats) -> str:
         return "-"
     cpt = s.client.cpu_per_token
     client = f"{cpt * 1e6:.0f}us/tok" if cpt else "ok"
-    if s.client.saturated:
-        client = "SATURATED: " + s.client.reason()
+    if s.client.unreliable:
+        client = f"{s.client.verdict()}: {s.client.reason()}"
     if s.withheld:
         client += f"; timing checks withheld on {s.withheld} request(s)"
     if s.client.retries:
@@ -205,13 +205,13 @@ def _choice_line(c: Choice) -> str:
             vs += " (a tie at this noise)"
     elif not c.has_runner_up:
         vs = "; the only valid budget"
-    warn = " (UNRELIABLE: client saturated)" if c.unreliable else ""
+    warn = " (UNRELIABLE: client saturated or stalled)" if c.unreliable else ""
     return f"best at {c.point.label}: {c.label} ({tpot}){vs}{warn}"
 
 
 def _raced_line(c: Choice, race: PointRace) -> str:
     """A raced point: the race's pick (or undecided), then who left the race when and why."""
-    warn = " (UNRELIABLE: client saturated)" if c.unreliable else ""
+    warn = " (UNRELIABLE: client saturated or stalled)" if c.unreliable else ""
     if not c.chosen:
         head = f"best at {c.point.label}: undecided; {race.verdict()}{warn}"
     else:
@@ -575,7 +575,7 @@ class LoadTester:
             stats_map=self.stats_map,
             counter=self.counter,
             worker=self.worker,
-            client_saturated=h.saturated,
+            client_saturated=h.unreliable,
         )
         runs = health.setdefault((whole, budget), [])
         if runs:  # a later run of a raced budget: its own span (see summarize_point)
@@ -587,7 +587,7 @@ class LoadTester:
             self.watch.end(0, budget, counts, label=whole.label)
         samples.extend(got)
         runs.append(h)
-        return Run(got, h.saturated)
+        return Run(got, h.unreliable)
 
 
 def _seeded(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 import statistics
+from dataclasses import replace
 
 import pytest
 
@@ -21,7 +22,7 @@ from pytest_ddtree.load import (
     percentiles,
     summarize_point,
 )
-from pytest_ddtree.load.metrics import CPU_LIMIT, LAG_LIMIT
+from pytest_ddtree.load.metrics import BUSY_SHARE, CPU_LIMIT, LAG_LIMIT
 
 C4 = LoadPoint("concurrency", 4)
 
@@ -170,8 +171,16 @@ def test_client_saturation_flag() -> None:
     calm = ClientHealth(0.2, 1.0, 10, 1000, lag_p99=0.001, lag_max=0.002, lag_samples=100)
     assert not calm.saturated and calm.reason() == ""
     assert calm.cpu_per_token == pytest.approx(0.0002)
-    lagging = ClientHealth(0.2, 1.0, 10, 1000, LAG_LIMIT * 2, 0.05, 100)
+    # late while idle (20% CPU): the machine held it, which is no saturation (a one-slot
+    # engine at C=1 on a shared box); late for a visible share of the point: stalled
+    idle_late = ClientHealth(0.2, 1.0, 10, 1000, LAG_LIMIT * 2, 0.05, 100, lag_total=0.01)
+    assert not idle_late.saturated and not idle_late.unreliable and idle_late.verdict() == "ok"
+    stalled = replace(idle_late, lag_total=0.2)
+    assert stalled.stalled and not stalled.saturated and stalled.verdict() == "STALLED"
+    assert "woke late for 20% of the point" in stalled.reason()
+    lagging = ClientHealth(BUSY_SHARE + 0.1, 1.0, 10, 1000, LAG_LIMIT * 2, 0.05, 100)
     assert lagging.saturated and "event-loop lag" in lagging.reason()
+    assert lagging.verdict() == "SATURATED" and lagging.unreliable
     busy = ClientHealth(CPU_LIMIT + 0.05, 1.0, 10, 1000, 0.001, 0.002, 100)
     assert busy.saturated and "client CPU" in busy.reason()
 

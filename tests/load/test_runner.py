@@ -90,7 +90,8 @@ def test_a_saturated_client_is_flagged(fast_server: Any) -> None:
         return out
 
     *_, health = asyncio.run(busy_client())
-    assert health.saturated and "event-loop lag" in health.reason()
+    # blocked, not busy: sleeping in the loop costs no CPU, so it is stalled, not saturated
+    assert health.unreliable and "event-loop lag" in health.reason()
     assert health.lag_max >= 0.02
 
 
@@ -117,6 +118,41 @@ def test_schedule_matches_the_batching_servers_optimum(timed_server: Any) -> Non
     assert result.schedule.text() == "C<=1: 64, C>1: 16"
 
 
+def test_a_request_the_loop_stalled_in_has_its_speed_claim_withheld() -> None:
+    """The event loop's late wake-ups over one request's decode window: that request's
+    rate comparison is withheld (counted on the sample), the others are judged."""
+    from pytest_ddtree.load.runner import completion_of, validate
+    from pytest_ddtree.wire.health import StallLog
+
+    counter = load_counter(str(tokenizer_path()))
+
+    def judge(c: Any, **e: Any) -> list[Any]:
+        return check(c, counter=counter, **e)
+
+    with spawn_reference_server(simulated_latency=True, faults=("stats-inflated",)) as server:
+        ep = Endpoint(server.base_url)
+        specs = [ep.spec(p, tree_budget=16, max_tokens=96) for p in PROMPTS[:4]]
+        raws, wall0, perf0, _ = asyncio.run(run_point(ep, specs, LoadPoint("concurrency", 1)))
+    point = LoadPoint("concurrency", 1)
+    for r in raws:  # a clean log: every request judged
+        r.stalls = StallLog("event-loop")
+    judged = validate(raws, point, wall0, perf0, judge=judge)
+    rated = [
+        any("client_decode_tokens_per_second" in v.evidence for v in judge(completion_of(r)))
+        for r in raws
+    ]
+    assert all(not s.withheld for s in judged) and any(rated)
+    stalled = StallLog("event-loop")  # the loop late across the whole of every decode
+    stalled.tick(min(r.stamps[0] for r in raws if r.stamps), max(r.done for r in raws))
+    for r in raws:
+        r.stalls = stalled
+    spared = validate(raws, point, wall0, perf0, judge=judge)
+    assert [s.withheld == ("stats-inflated",) for s in spared] == rated
+    # the acceptance check needs no client timing: still a verdict
+    assert all(not s.valid and "stats-inflated" in s.codes for s in spared)
+    assert all("client measured" not in s.evidence for s in spared if s.withheld)
+
+
 def test_a_saturated_client_withholds_only_its_timing_checks() -> None:
     """The server's decode rate is compared with the client's own timings only when the
     client kept up; the checks that need no client timing (acceptance) still judge."""
@@ -132,6 +168,10 @@ def test_a_saturated_client_withholds_only_its_timing_checks() -> None:
         specs = [ep.spec(p, tree_budget=16, max_tokens=96) for p in PROMPTS[:4]]
         raws, wall0, perf0, _health = asyncio.run(run_point(ep, specs, LoadPoint("concurrency", 1)))
     point = LoadPoint("concurrency", 1)
+    # the point-wide verdict alone here (a busy machine may stall single requests too: that
+    # per-request withholding is the next test's)
+    for r in raws:
+        r.stalls = None
     rate_checked = [
         any("client_decode_tokens_per_second" in v.evidence for v in judge(completion_of(r)))
         for r in raws
