@@ -182,14 +182,15 @@ def main() -> int:
     p.add_argument("--code", help="another checkout to run (before/after)")
     p.add_argument("--fault", help="a reference-server fault to inject (stats-inflated)")
     p.add_argument("--engine", choices=("reference", "llamacpp"), default="reference")
+    p.add_argument("--endpoint", help="an engine already running (its /v1 URL)")
     p.add_argument("--no-starve", action="store_true")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
     p.add_argument("--json", help="write every run's figures here")
     p.add_argument("pytest_args", nargs="*", help="after --: extra pytest arguments")
     args = p.parse_args()
     server = None
-    endpoint = None
-    if args.engine == "llamacpp":
+    endpoint = args.endpoint
+    if args.engine == "llamacpp" and endpoint is None:
         server, endpoint = start_llamacpp()
     runs = []
     try:
