@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Attempts",
-    "CounterFailed",
     "EndpointConfig",
     "ErrorKind",
     "Exchange",
@@ -856,15 +855,6 @@ def assemble(
     return completion, found
 
 
-class CounterFailed(RuntimeError):
-    """A watched token counter failed (the client counted it; the summary names it once).
-
-    The message is one line: ``the token counter failed: RuntimeError: .../tokenize
-    answered HTTP 500``. A test that needs the count skips on it (``pytest.skip(str(exc))``)
-    rather than end in a traceback.
-    """
-
-
 def _count(
     counter: Any, spec: RequestSpec, ans: _Answer, has_usage: bool, count_chunks: bool
 ) -> tuple[int | None, int | None, tuple[int, ...], str | None]:
@@ -886,10 +876,7 @@ def _count(
                 every = tuple(max(1, counter.count(p)) for p in ans.pieces)
             first = max(1, counter.count(ans.pieces[0]))
     except Exception as exc:  # a failing /tokenize is the counter's problem, named
-        cause: BaseException = exc
-        if isinstance(exc, CounterFailed) and exc.__cause__ is not None:
-            cause = exc.__cause__  # its own cause, not the watcher's wording
-        return None, None, (), f"{type(cause).__name__}: {one_line(str(cause), 160)}"
+        return None, None, (), f"{type(exc).__name__}: {one_line(str(exc), 160)}"
     return local, first, every, None
 
 
