@@ -39,7 +39,9 @@ pytestmark = [
 REPO = Path(__file__).resolve().parents[2]
 #: a stats-inflated verdict (a withheld speed claim is named too, but is no verdict)
 VERDICT = re.compile(r"\[stats-inflated\] (?!withheld)")
-STOP_SECONDS = 0.3
+#: long beside the server's own decode (about 0.1 s), so the stalled client's rate is several
+#: times below the honest server's however slow a busy machine makes both
+STOP_SECONDS = 1.0
 
 
 class _Gated(ThreadingHTTPServer):
@@ -191,10 +193,8 @@ def test_a_client_stopped_mid_decode_is_seen_and_the_speed_claim_withheld(
     # the honest server's rate against the stalled client's is over 2x: withheld, no verdict
     assert "stats-inflated" not in result["codes"], result["messages"]
     assert [w.split(":")[0] for w in result["withheld"]] == ["[stats-inflated] withheld"]
-    assert (
-        "client stalled 0.3" in result["withheld"][0]
-        or "client stalled 0.2" in (result["withheld"][0])
-    ), result["withheld"]
+    pattern = r"\[stats-inflated\] withheld: client stalled \d+\.\d\d s of a \d+\.\d\d s decode \("
+    assert re.match(pattern, result["withheld"][0]), result["withheld"]
 
 
 def test_an_unstopped_client_judges_the_same_stream(gated: _Gated) -> None:
