@@ -119,7 +119,7 @@ class Settings:
     warmup_rounds: int = 1
     sweep_seed: int = 0
     sweep_order: Literal["shuffled", "fixed"] = "shuffled"
-    sweep: Literal["exhaustive", "adaptive"] = "exhaustive"
+    sweep: Literal["exhaustive", "adaptive"] = "adaptive"
     equivalence: float = 0.02
     #: None: auto (an exhaustive sweep's requests at SWEEP_AUTO_ROUNDS rounds)
     sweep_requests: int | None = None
@@ -853,11 +853,13 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "sweep",
-        "exhaustive (every budget gets every round) or adaptive (the budgets race: a clearly "
-        "slower budget leaves, the rest get more requests until the best is known or "
-        "--ddtree-sweep-requests is spent).",
+        "adaptive (the default: the budgets race, a clearly slower budget leaves, the rest get "
+        "more requests until one is best, or the contenders are as fast within the margin and "
+        "the smallest is recommended, or --ddtree-sweep-requests is spent) or exhaustive "
+        "(every budget gets every round, judged once). Under pytest-xdist the default is "
+        "exhaustive: one race cannot span workers.",
         metavar="MODE",
-        default="exhaustive",
+        default="adaptive",
         env=("DDTREE_SWEEP",),
         parse=lambda raw, src: parse_choice(raw, src, "sweep", ("exhaustive", "adaptive")),
     ),

@@ -702,26 +702,39 @@ def _metadata(run: SweepRun, summary: SweepSummary) -> str:
     return f'<dl class="meta">{"".join(rows)}</dl>'
 
 
-def _cards(run: SweepRun, summary: SweepSummary) -> str:
+def card_state(summary: SweepSummary) -> tuple[str, str]:
+    """The recommendation card's class and badge: decided, equivalent within the margin,
+    one budget, undecided, partial run, server drifted, or no recommendation."""
     rec = summary.recommendation
     if rec.decode_median is None:
-        rec_cls, big, sub = "none", "—", "no valid timings"
+        return "none", "no recommendation"
+    if rec.drifting:
+        return "drifting", "server drifted"
+    if not rec.decided:
+        return "tied", "undecided"
+    if rec.partial:
+        return "tied", "partial run"
+    if rec.tied:
+        return "decisive", f"equivalent within {rec.equivalence:.0%}"
+    if sum(1 for st in summary.budgets if st.decode_median is not None) == 1:
+        return "decisive", "one budget"
+    return "decisive", "decided"
+
+
+def _cards(run: SweepRun, summary: SweepSummary) -> str:
+    rec = summary.recommendation
+    rec_cls, badge = card_state(summary)
+    if rec.decode_median is None:
+        big, sub = "—", "no valid timings"
     elif not rec.decided:
         # no forced winner: the leader is named as such, with its n
-        rec_cls, big = ("drifting" if rec.drifting else "tied"), "—"
+        big = "—"
         sub = f"undecided; tree_budget {budget_label(rec.leader)} leads (n={rec.n})"
     else:
-        rec_cls = "drifting" if rec.drifting else "decisive" if rec.decisive else "tied"
         big = escape(budget_label(rec.tree_budget))
         sub = f"{rec.decode_median:,.0f} tok/s median decode"
         if rec.decode_ci:
             sub += f" (95% CI {rec.decode_ci[0]:,.0f}–{rec.decode_ci[1]:,.0f}, n={rec.n})"
-    badge = {
-        "decisive": "decided",
-        "tied": "undecided" if not rec.decided else "partial run",
-        "drifting": "server drifted",
-        "none": "no recommendation",
-    }[rec_cls]
     total = len(run.samples)
     n_valid = sum(s.valid for s in run.samples)
     bad_budgets = [st for st in summary.budgets if not st.all_valid]

@@ -366,9 +366,13 @@ class Recommendation:
 
     @property
     def decisive(self) -> bool:
-        """True when the rule decided on a budget, the run is complete and did not drift."""
+        """True when the rule decided on a budget (the server's own one included), the run
+        is complete and did not drift."""
         return (
-            self.tree_budget is not None and self.decided and not self.partial and not self.drifting
+            self.decode_median is not None
+            and self.decided
+            and not self.partial
+            and not self.drifting
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -502,7 +506,7 @@ def recommend(
             for s in same
         )
         message += (
-            f" As fast within the {m:.0%} margin: {names}; the smallest is recommended, as a "
+            f" Equivalent within {m:.0%}: {names}; the smallest is recommended, as a "
             "bigger tree costs more verification under load."
         )
     if any(s.status == "out" for s in others):
