@@ -141,6 +141,24 @@ class Settings:
     metrics_url: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
+    def __repr__(self) -> str:
+        """Short, so a failure's report does not bury its cause under every setting (and
+        never shows a secret): the endpoint, model, budgets and what was not the default."""
+        changed = sorted(k for k, v in self.sources.items() if v != "default")
+        where = "embedded reference server"
+        if self.endpoint:
+            from urllib.parse import urlsplit
+
+            try:  # scheme, host, port and path: never user info or a query's key
+                u = urlsplit(self.endpoint)
+                where = f"{u.scheme}://{u.hostname or ''}{f':{u.port}' if u.port else ''}{u.path}"
+            except ValueError:
+                where = "<unparseable endpoint>"
+        return (
+            f"Settings(endpoint={where!r}, model={self.model!r}, budgets={self.budgets!r}, "
+            f"set={changed!r})"
+        )
+
     def source_of(self, name: str) -> str:
         """Where the value of option ``name`` came from (for messages)."""
         return self.sources.get(name, "default")

@@ -262,8 +262,31 @@ def write_regressions(tr: pytest.TerminalReporter, regressions: list[tuple[str, 
     if not regressions:
         return
     tr.write_sep("-", f"--benchmark-compare-fail: {len(regressions)} regression(s)", red=True)
-    for name, why in regressions:
+    for name, why in sorted(regressions, key=lambda r: regression_order(r[0])):
         tr.write_line(f"REGRESSION {name}: {_regression_text(why)}", red=True)
+    # pytest's closing line counts it: "1 failed, 111 passed" in its failure colour,
+    # not a green line over a failed exit status
+    tr.stats.setdefault("failed", []).append(
+        pytest.TestReport(
+            nodeid="ddtree::benchmark-compare",
+            location=("ddtree", None, "benchmark-compare"),
+            keywords={},
+            outcome="failed",
+            longrepr=f"--benchmark-compare-fail: {len(regressions)} regression(s)",
+            when="call",
+            duration=0.0,
+        )
+    )
+
+
+_BUDGET_IN_NAME = re.compile(r"tree_budget=(\d+|server-default)")
+
+
+def regression_order(name: str) -> tuple[int, str]:
+    """Regressions by budget (numerically; the server's own first), then by name."""
+    m = _BUDGET_IN_NAME.search(name)
+    budget = -1 if m is None or not m.group(1).isdigit() else int(m.group(1))
+    return (budget, name)
 
 
 _CHECK = re.compile(

@@ -11,6 +11,7 @@ from pytest_ddtree.load.race import PointRace
 from pytest_ddtree.load.recommend import Choice
 from pytest_ddtree.load.record import LoadTestResult
 from pytest_ddtree.settings import budget_label
+from pytest_ddtree.sweep.race import signed_percent
 
 __all__ = ["latency_chart", "render_load_section"]
 
@@ -148,8 +149,8 @@ def _choice_item(c: Choice) -> str:
         text += f", n={c.n}"
         if c.has_runner_up and c.margin is not None:
             text += (
-                f"; runner-up {c.runner_up_label} {c.margin[0]:+.1%} "
-                f"[{c.margin[1]:+.1%}, {c.margin[2]:+.1%}], n={c.runner_up_n}"
+                f"; runner-up {c.runner_up_label} {signed_percent(c.margin[0])} "
+                f"[{signed_percent(c.margin[1])}, {signed_percent(c.margin[2])}], n={c.runner_up_n}"
             )
         text += ")" if c.decisive else "; a tie with the runner-up at this noise)"
     text += " — UNRELIABLE: client saturated" if c.unreliable else ""

@@ -34,6 +34,7 @@ from pytest_ddtree.sweep.race import (
     Standing,
     exhaustive_record,
     judge,
+    signed_percent,
 )
 from pytest_ddtree.sweep.samples import SweepSample
 
@@ -434,7 +435,7 @@ def judge_stats(
 
 
 def _pct(x: float) -> str:
-    return f"{100 * x:+.1f}%"
+    return signed_percent(x)
 
 
 def standing_text(s: Standing[int | None]) -> str:
