@@ -41,8 +41,8 @@ def latency_chart(stats: Sequence[PointStats], metric: str, title: str) -> str:
         return top + (h - top - bottom) * (1 - v / top_v)
 
     parts = [
-        f'<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
-        f'aria-label="{escape(title)}" style="font:11px sans-serif">',
+        f'<svg class="chart load" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
+        f'aria-label="{escape(title)}" style="font-size:11px">',
         f'<text x="{left}" y="14">{escape(title)} (ms; solid p50, dashed p99)</text>',
         f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="#999"/>',
         f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="#999"/>',

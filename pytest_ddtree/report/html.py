@@ -188,7 +188,14 @@ def _chart(
     tied: Sequence[int | None],
     zero: bool,
     width: int,
+    empty: str = "no valid request reported this figure",
 ) -> str:
+    if not points and not marks and not invalid:
+        # nothing to draw: say so in words, not with an empty frame
+        return (
+            f'<div class="chart-empty" role="note"><strong>{escape(title)}</strong>: '
+            f"nothing to draw - {escape(empty)}.</div>"
+        )
     height = 330
     left, right, top = 66.0, width - 18.0, 30.0
     strip = 46.0 if invalid else 0.0
@@ -205,7 +212,8 @@ def _chart(
             values.append(m.extra)
     ys = _YScale(values, top + 6, plot_bottom, zero=zero)
     out: list[str] = [
-        f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" '
+        f'<svg class="chart" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        'role="img" '
         f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">',
         f"<title>{escape(title)}</title>",
     ]
@@ -248,6 +256,8 @@ def _chart(
         f'text-anchor="middle">{escape(y_label)}</text>'
     )
     label_y = plot_bottom + strip + 20
+    spaced = sum(1 for b in xs.budgets if b is not None) > 1
+    axis = "tree_budget (log2 scale)" if spaced else "tree_budget"
     for b in xs.budgets:
         x = xs(b)
         out.append(
@@ -256,7 +266,7 @@ def _chart(
         )
     out.append(
         f'<text class="axis-title" x="{_f((left + right) / 2)}" y="{_f(height - 10)}" '
-        f'text-anchor="middle">tree_budget (log2 scale)</text>'
+        f'text-anchor="middle">{axis}</text>'
     )
     # Median trend first so dots and marks sit on top of it.
     ordered = sorted(marks, key=lambda m: xs.units[m.budget])
@@ -462,7 +472,8 @@ def _charts(run: SweepRun, summary: SweepSummary, colors: dict[str, str]) -> lis
         highlight=best,
         tied=tied,
         zero=True,
-        width=560,
+        width=480,
+        empty="the server reported no acceptance length (no speculation statistics)",
     )
     ttft_svg = _chart(
         title="Time to first token by tree budget",
@@ -474,7 +485,7 @@ def _charts(run: SweepRun, summary: SweepSummary, colors: dict[str, str]) -> lis
         highlight=best,
         tied=tied,
         zero=True,
-        width=560,
+        width=480,
     )
     return [decode_svg, accept_svg, ttft_svg]
 
@@ -807,7 +818,9 @@ font-weight:600}
 background:var(--line);color:var(--ink);text-transform:none;letter-spacing:0}
 .pair{display:grid;grid-template-columns:1fr 1fr;gap:16px}
 .pair .card{margin-bottom:16px}
-svg.chart{width:100%;height:auto;display:block}
+svg.chart{max-width:100%;height:auto;display:block;margin:0 auto;font-family:inherit}
+.chart-empty{border:1px dashed var(--line);border-radius:10px;padding:28px 18px;
+color:var(--muted);text-align:center;font-size:13px}
 svg .grid{stroke:var(--grid);stroke-width:1}
 svg .axis{stroke:var(--muted);stroke-width:1}
 svg .tick{fill:var(--muted);font-size:11px}

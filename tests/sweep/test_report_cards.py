@@ -75,3 +75,24 @@ def test_drifting() -> None:
 def test_no_valid_timing() -> None:
     samples = [SweepSample(16, "a", 0, False, codes=("empty",))]
     assert _badge(summarize(samples), samples) == "no recommendation"
+
+
+def test_charts_share_one_scale_and_an_empty_one_says_so() -> None:
+    samples = synthetic_sweep({16: 500.0, 64: 900.0, 256: 700.0}, spread=15.0)
+    html = render_html(SweepRun(samples, {"model": "m"}))
+    sizes = re.findall(
+        r'<svg class="chart[^"]*" width="(\d+)" height="(\d+)" viewBox="0 0 (\d+) (\d+)"', html
+    )
+    # drawn at their own size (never stretched to the page): one font scale
+    assert len(sizes) == 3 and all(w == vw and h == vh for w, h, vw, vh in sizes), sizes
+    # no acceptance statistics: the chart says so instead of drawing an empty frame
+    bare = [replace(s, mean_acceptance_length=None) for s in samples]
+    html = render_html(SweepRun(bare, {"model": "m"}))
+    assert html.count('<svg class="chart"') == 2
+    assert "Mean acceptance length by tree budget</strong>: nothing to draw" in html
+
+
+def test_one_budget_axis_is_not_called_log2() -> None:
+    samples = [replace(s, tree_budget=None) for s in synthetic_sweep({64: 800.0}, spread=10.0)]
+    html = render_html(SweepRun(samples, {"model": "m"}))
+    assert "log2 scale" not in html and ">tree_budget</text>" in html
