@@ -315,7 +315,9 @@ def gate_exit_status(config: pytest.Config, status: int) -> int:
 
 
 def short_crash_line(
-    report: pytest.TestReport, excinfo: pytest.ExceptionInfo[BaseException] | None
+    report: pytest.TestReport,
+    excinfo: pytest.ExceptionInfo[BaseException] | None,
+    tbstyle: str = "",
 ) -> None:
     """Put the violation codes where the short test summary shows them.
 
@@ -328,6 +330,15 @@ def short_crash_line(
     from pytest_ddtree.violation import InvariantError
 
     exc = excinfo.value if excinfo is not None else None
+    if (
+        isinstance(exc, InvariantError)
+        and excinfo is not None
+        and report.when == "call"
+        and tbstyle == "auto"
+    ):
+        # the cause on screen: the failing line and the E lines, without the test's whole
+        # source and a repr of every fixture above them (--tb=long shows those)
+        report.longrepr = excinfo.getrepr(style="short", tbfilter=True)
     crash = getattr(report.longrepr, "reprcrash", None)
     if exc is None or crash is None or not hasattr(crash, "message"):
         return
