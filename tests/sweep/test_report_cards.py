@@ -96,3 +96,27 @@ def test_one_budget_axis_is_not_called_log2() -> None:
     samples = [replace(s, tree_budget=None) for s in synthetic_sweep({64: 800.0}, spread=10.0)]
     html = render_html(SweepRun(samples, {"model": "m"}))
     assert "log2 scale" not in html and ">tree_budget</text>" in html
+
+
+def test_server_counter_tables_are_in_budget_then_load_point_order() -> None:
+    from pytest_ddtree.report.counters_html import server_counters_section
+
+    budgets = [{"tree_budget": b, "requests": 3} for b in (128, 64, None, 512, 16)]
+    records = [
+        {"scope": "load", "test": "t", "label": c, "tree_budget": b, "sent": 2, "delta": {}}
+        for c in ("C=16", "C=1", "C=4")
+        for b in (64, 16)
+    ]
+    html = server_counters_section({"status": "ok", "budgets": budgets, "records": records})
+    top, load = html.split("<h3>Load points</h3>")
+    firsts = re.findall(r"<tr><td>([^<]*)</td>", top)
+    assert firsts == ["server-default", "16", "64", "128", "512"], firsts
+    rows = re.findall(r"<tr><td>t</td><td>(C=\d+)</td><td>(\d+)</td>", load)
+    assert rows == [
+        ("C=1", "16"),
+        ("C=4", "16"),
+        ("C=16", "16"),
+        ("C=1", "64"),
+        ("C=4", "64"),
+        ("C=16", "64"),
+    ], rows
