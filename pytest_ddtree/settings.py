@@ -875,7 +875,8 @@ OPTIONS: tuple[OptionDef, ...] = (
         "more requests until one is best, or the contenders are as fast within the margin and "
         "the smallest is recommended, or --ddtree-sweep-requests is spent) or exhaustive "
         "(every budget gets every round, judged once). Under pytest-xdist the default is "
-        "exhaustive: one race cannot span workers.",
+        "exhaustive: one race cannot span workers. Load points race only when adaptive is "
+        "given by name.",
         metavar="MODE",
         default="adaptive",
         env=("DDTREE_SWEEP",),

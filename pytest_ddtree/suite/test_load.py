@@ -29,6 +29,7 @@ def test_load(
     # verification pass covers every request's tree). Asked for by name (--ddtree-sweep
     # adaptive), every budget races: a slow one leaves after its first batch, so that is
     # measured, not assumed - at the cost of a first batch at every budget and load point
+    # (the default adaptive sweep races the budget sweep, not the load points)
     asked = ddtree_settings.source_of("sweep") != "default"
     every = ddtree_settings.sweep == "adaptive" and asked
     picked = (budgets if every else budgets[:3]) or None
