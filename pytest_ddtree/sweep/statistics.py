@@ -465,11 +465,15 @@ def recommend(
     sweep is undecided and says so, with n, instead of naming a winner.
     """
     del seed  # the rule's interval is deterministic
+    by_budget = {st.tree_budget: st for st in stats}
+    if race is not None and any(s.n and s.key not in by_budget for s in race.judgement.standings):
+        # a raced budget's samples were dropped (e.g. its test failed after its timing):
+        # the kept samples are judged alone, by the same rule
+        rule, race = rule or race.judgement.rule, None
     record = race or judge_stats(stats, rule)
     j = record.judgement
     m = j.rule.equivalence
     excluded = tuple(s.tree_budget for s in stats if s.total > 0 and not s.all_valid)
-    by_budget = {st.tree_budget: st for st in stats}
     tail = f" Excluded for invalid responses: {_names(excluded)}." if excluded else ""
     if not any(s.status == "leader" for s in j.standings):
         why = "no budget produced valid timed requests"

@@ -31,6 +31,7 @@ def _args(server: Any, *extra: str) -> list[str]:
         "--ddtree-budgets=16,64,256",
         "-p",
         "no:cacheprovider",
+        "--ddtree-sweep=exhaustive",  # the grid these tests count (the race: test_adaptive)
         *extra,
     ]
 
