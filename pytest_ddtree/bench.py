@@ -284,3 +284,19 @@ def machine_info_extra(
         "dialect": dialect,
         "server_models": _stable_model_info(server_models),
     }
+
+
+def differing_keys(
+    current: Mapping[str, Any], saved: Mapping[str, Any], prefix: str = ""
+) -> list[str]:
+    """The dotted keys whose values differ between two ``machine_info`` mappings
+    (``ddtree.endpoint``), nested mappings compared key by key."""
+    out: list[str] = []
+    for key in sorted(set(current) | set(saved), key=str):
+        a, b = current.get(key), saved.get(key)
+        name = f"{prefix}{key}"
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            out.extend(differing_keys(a, b, name + "."))
+        elif a != b:
+            out.append(name)
+    return out

@@ -19,7 +19,13 @@ from typing import Any
 import pluggy
 import pytest
 
-from pytest_ddtree.bench import discard_timings, keep_passed, machine_info_extra, strip_budgets
+from pytest_ddtree.bench import (
+    differing_keys,
+    discard_timings,
+    keep_passed,
+    machine_info_extra,
+    strip_budgets,
+)
 from pytest_ddtree.session import DIST_KEY, WORKER_OUTPUT_KEY, DDTreeSession
 
 
@@ -125,6 +131,41 @@ class BenchmarkIntegration:
             with contextlib.suppress(Exception):
                 self.session.describe_server(runtime)
         machine_info["ddtree"].update(self.session.machine_state())
+
+    @pytest.hookimpl(hookwrapper=True, optionalhook=True)
+    def pytest_benchmark_compare_machine_info(
+        self,
+        config: pytest.Config,
+        benchmarksession: Any,
+        machine_info: Mapping[str, Any],
+        compared_benchmark: Mapping[str, Any],
+    ) -> Generator[None, pluggy.Result[Any], None]:
+        """pytest-benchmark's warning, both descriptions whole (thousands of characters),
+        becomes one line naming the keys that differ."""
+        logger: Any = getattr(benchmarksession, "logger", None)
+        original = getattr(logger, "warning", None)
+        saved = compared_benchmark.get("machine_info")
+        if original is None or not isinstance(saved, Mapping):
+            yield
+            return
+        keys = differing_keys(machine_info, saved)
+
+        def warning(text: Any, *args: Any, **kwargs: Any) -> Any:
+            if "machine_info is different" in str(text):
+                shown = ", ".join(keys[:8]) + (
+                    f" and {len(keys) - 8} more" if len(keys) > 8 else ""
+                )
+                text = (
+                    f"Benchmark machine_info differs from the saved run's in: {shown or 'order'} "
+                    "(the saved JSON has both in full)"
+                )
+            return original(text, *args, **kwargs)
+
+        logger.warning = warning
+        try:
+            yield
+        finally:
+            del logger.warning  # the bound method again
 
     @pytest.hookimpl(hookwrapper=True, optionalhook=True)
     def pytest_benchmark_group_stats(

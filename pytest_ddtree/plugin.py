@@ -96,7 +96,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     if settings.report and not hasattr(config, "workerinput"):
         _check_report_dir(settings)
-    _check_adaptive_alone(config, settings)
+    settings = _check_adaptive_alone(config, settings)
     config.stash[SETTINGS_KEY] = settings
     _guard.install()  # SIGTERM like Ctrl-C: the partial artefacts are still written
     session = config.stash[SESSION_KEY] = DDTreeSession(config, settings)
@@ -107,16 +107,23 @@ def pytest_configure(config: pytest.Config) -> None:
     register(config, session)
 
 
-def _check_adaptive_alone(config: pytest.Config, settings: Settings) -> None:
-    """An adaptive sweep races in one process: xdist workers cannot share one race."""
+def _check_adaptive_alone(config: pytest.Config, settings: Settings) -> Settings:
+    """An adaptive sweep races in one process: xdist workers cannot share one race.
+
+    The default (adaptive) becomes exhaustive under xdist; an adaptive sweep asked for
+    explicitly there is a usage error.
+    """
     workers = getattr(config.option, "numprocesses", None)
-    if settings.sweep == "adaptive" and (workers or hasattr(config, "workerinput")):
-        raise pytest.UsageError(
-            f"invalid sweep 'adaptive' (from {settings.source_of('sweep')}): under "
-            "pytest-xdist each worker would race on its own share of the requests, and the "
-            "workers' requests compete for the server; run the adaptive sweep without -n, or "
-            "use --ddtree-sweep exhaustive"
-        )
+    if settings.sweep != "adaptive" or not (workers or hasattr(config, "workerinput")):
+        return settings
+    if settings.source_of("sweep") == "default":
+        return settings.with_overrides(sweep="exhaustive")
+    raise pytest.UsageError(
+        f"invalid sweep 'adaptive' (from {settings.source_of('sweep')}): under "
+        "pytest-xdist each worker would race on its own share of the requests, and the "
+        "workers' requests compete for the server; run the adaptive sweep without -n, or "
+        "use --ddtree-sweep exhaustive"
+    )
 
 
 def _check_report_dir(settings: Settings) -> None:
@@ -190,7 +197,7 @@ def pytest_runtest_makereport(
     if report.failed:
         from pytest_ddtree.summary import short_crash_line
 
-        short_crash_line(report, call.excinfo)
+        short_crash_line(report, call.excinfo, str(item.config.getoption("tbstyle", "")))
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

@@ -119,7 +119,7 @@ class Settings:
     warmup_rounds: int = 1
     sweep_seed: int = 0
     sweep_order: Literal["shuffled", "fixed"] = "shuffled"
-    sweep: Literal["exhaustive", "adaptive"] = "exhaustive"
+    sweep: Literal["exhaustive", "adaptive"] = "adaptive"
     equivalence: float = 0.02
     #: None: auto (an exhaustive sweep's requests at SWEEP_AUTO_ROUNDS rounds)
     sweep_requests: int | None = None
@@ -140,6 +140,24 @@ class Settings:
     #: None: the endpoint root's /metrics, probed once; "off": never scraped
     metrics_url: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def __repr__(self) -> str:
+        """Short, so a failure's report does not bury its cause under every setting (and
+        never shows a secret): the endpoint, model, budgets and what was not the default."""
+        changed = sorted(k for k, v in self.sources.items() if v != "default")
+        where = "embedded reference server"
+        if self.endpoint:
+            from urllib.parse import urlsplit
+
+            try:  # scheme, host, port and path: never user info or a query's key
+                u = urlsplit(self.endpoint)
+                where = f"{u.scheme}://{u.hostname or ''}{f':{u.port}' if u.port else ''}{u.path}"
+            except ValueError:
+                where = "<unparseable endpoint>"
+        return (
+            f"Settings(endpoint={where!r}, model={self.model!r}, budgets={self.budgets!r}, "
+            f"set={changed!r})"
+        )
 
     def source_of(self, name: str) -> str:
         """Where the value of option ``name`` came from (for messages)."""
@@ -853,11 +871,14 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "sweep",
-        "exhaustive (every budget gets every round) or adaptive (the budgets race: a clearly "
-        "slower budget leaves, the rest get more requests until the best is known or "
-        "--ddtree-sweep-requests is spent).",
+        "adaptive (the default: the budgets race, a clearly slower budget leaves, the rest get "
+        "more requests until one is best, or the contenders are as fast within the margin and "
+        "the smallest is recommended, or --ddtree-sweep-requests is spent) or exhaustive "
+        "(every budget gets every round, judged once). Under pytest-xdist the default is "
+        "exhaustive: one race cannot span workers. Load points race only when adaptive is "
+        "given by name.",
         metavar="MODE",
-        default="exhaustive",
+        default="adaptive",
         env=("DDTREE_SWEEP",),
         parse=lambda raw, src: parse_choice(raw, src, "sweep", ("exhaustive", "adaptive")),
     ),

@@ -263,8 +263,31 @@ def write_regressions(tr: pytest.TerminalReporter, regressions: list[tuple[str, 
     if not regressions:
         return
     tr.write_sep("-", f"--benchmark-compare-fail: {len(regressions)} regression(s)", red=True)
-    for name, why in regressions:
+    for name, why in sorted(regressions, key=lambda r: regression_order(r[0])):
         tr.write_line(f"REGRESSION {name}: {_regression_text(why)}", red=True)
+    # pytest's closing line counts it: "1 failed, 111 passed" in its failure colour,
+    # not a green line over a failed exit status
+    tr.stats.setdefault("failed", []).append(
+        pytest.TestReport(
+            nodeid="ddtree::benchmark-compare",
+            location=("ddtree", None, "benchmark-compare"),
+            keywords={},
+            outcome="failed",
+            longrepr=f"--benchmark-compare-fail: {len(regressions)} regression(s)",
+            when="call",
+            duration=0.0,
+        )
+    )
+
+
+_BUDGET_IN_NAME = re.compile(r"tree_budget=(\d+|server-default)")
+
+
+def regression_order(name: str) -> tuple[int, str]:
+    """Regressions by budget (numerically; the server's own first), then by name."""
+    m = _BUDGET_IN_NAME.search(name)
+    budget = -1 if m is None or not m.group(1).isdigit() else int(m.group(1))
+    return (budget, name)
 
 
 _CHECK = re.compile(
@@ -293,7 +316,9 @@ def gate_exit_status(config: pytest.Config, status: int) -> int:
 
 
 def short_crash_line(
-    report: pytest.TestReport, excinfo: pytest.ExceptionInfo[BaseException] | None
+    report: pytest.TestReport,
+    excinfo: pytest.ExceptionInfo[BaseException] | None,
+    tbstyle: str = "",
 ) -> None:
     """Put the violation codes where the short test summary shows them.
 
@@ -306,6 +331,15 @@ def short_crash_line(
     from pytest_ddtree.violation import InvariantError
 
     exc = excinfo.value if excinfo is not None else None
+    if (
+        isinstance(exc, InvariantError)
+        and excinfo is not None
+        and report.when == "call"
+        and tbstyle == "auto"
+    ):
+        # the cause on screen: the failing line and the E lines, without the test's whole
+        # source and a repr of every fixture above them (--tb=long shows those)
+        report.longrepr = excinfo.getrepr(style="short", tbfilter=True)
     crash = getattr(report.longrepr, "reprcrash", None)
     if exc is None or crash is None or not hasattr(crash, "message"):
         return

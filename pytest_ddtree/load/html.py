@@ -11,6 +11,7 @@ from pytest_ddtree.load.race import PointRace
 from pytest_ddtree.load.recommend import NO_VALID, Choice
 from pytest_ddtree.load.record import LoadTestResult
 from pytest_ddtree.settings import budget_label
+from pytest_ddtree.sweep.race import signed_percent
 
 __all__ = ["latency_chart", "render_load_section"]
 
@@ -40,8 +41,8 @@ def latency_chart(stats: Sequence[PointStats], metric: str, title: str) -> str:
         return top + (h - top - bottom) * (1 - v / top_v)
 
     parts = [
-        f'<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
-        f'aria-label="{escape(title)}" style="font:11px sans-serif">',
+        f'<svg class="chart load" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
+        f'aria-label="{escape(title)}" style="font-size:11px">',
         f'<text x="{left}" y="14">{escape(title)} (ms; solid p50, dashed p99)</text>',
         f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="#999"/>',
         f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="#999"/>',
@@ -148,8 +149,8 @@ def _choice_item(c: Choice) -> str:
         text += f", n={c.n}"
         if c.has_runner_up and c.margin is not None:
             text += (
-                f"; runner-up {c.runner_up_label} {c.margin[0]:+.1%} "
-                f"[{c.margin[1]:+.1%}, {c.margin[2]:+.1%}], n={c.runner_up_n}"
+                f"; runner-up {c.runner_up_label} {signed_percent(c.margin[0])} "
+                f"[{signed_percent(c.margin[1])}, {signed_percent(c.margin[2])}], n={c.runner_up_n}"
             )
         text += ")" if c.decisive else "; a tie with the runner-up at this noise)"
     text += " — UNRELIABLE: client saturated or stalled" if c.unreliable else ""

@@ -32,6 +32,7 @@ from pytest_ddtree.sweep import (
     bootstrap_median_difference,
     budget_label,
 )
+from pytest_ddtree.sweep.race import signed_percent
 from pytest_ddtree.sweep.temperature import summarize_temperatures
 
 Metric = Literal["decode", "ttft"]
@@ -122,8 +123,10 @@ class Comparison:
                     budget_label(r.tree_budget) + (f" T={r.temperature:g}" if hot else ""),
                     _med(r.baseline_median, r.baseline_n, r.baseline_invalid),
                     _med(r.candidate_median, r.candidate_n, r.candidate_invalid),
-                    "-" if r.change is None else f"{r.change:+.1%}",
-                    "-" if r.ci is None else f"[{r.ci[0]:+.1%}, {r.ci[1]:+.1%}]",
+                    "-" if r.change is None else signed_percent(r.change),
+                    "-"
+                    if r.ci is None
+                    else f"[{signed_percent(r.ci[0])}, {signed_percent(r.ci[1])}]",
                     r.verdict.upper() if r.regression else r.verdict,
                 )
             )

@@ -61,9 +61,33 @@ _BUDGET_HEAD = (
 _LOAD_HEAD = ("test", "load point", "tree_budget", "sent", "requests", "accept len", "note")
 
 
+def _budget_order(budget: Any) -> tuple[int, int]:
+    """The server's own budget (None) first, then the budgets in numeric order."""
+    return (0, 0) if not isinstance(budget, int) else (1, budget)
+
+
+def _point_order(label: Any) -> tuple[str, float]:
+    """``C=4`` before ``C=16``; a rate point (``rate=2/s``) by its number too."""
+    text = str(label or "")
+    kind, _, rest = text.partition("=")
+    digits = "".join(ch for ch in rest if ch.isdigit() or ch == ".")
+    try:
+        return (kind, float(digits))
+    except ValueError:
+        return (text, 0.0)
+
+
 def _load_rows(records: list[Mapping[str, Any]]) -> str:
     rows = []
-    for r in records:
+    ordered = sorted(
+        records,
+        key=lambda r: (
+            str(r.get("test", "")),
+            _budget_order(r.get("tree_budget")),
+            _point_order(r.get("label")),
+        ),
+    )
+    for r in ordered:
         d = r.get("delta") if isinstance(r.get("delta"), Mapping) else {}
         assert isinstance(d, Mapping)
         budget = r.get("tree_budget")
@@ -85,7 +109,10 @@ def server_counters_section(doc: Any) -> str:
     if not isinstance(doc, Mapping):
         return ""
     status = escape(str(doc.get("status") or ""))
-    budgets = [b for b in doc.get("budgets") or () if isinstance(b, Mapping)]
+    budgets = sorted(
+        (b for b in doc.get("budgets") or () if isinstance(b, Mapping)),
+        key=lambda b: _budget_order(b.get("tree_budget")),
+    )
     load = [
         r for r in doc.get("records") or () if isinstance(r, Mapping) and r.get("scope") == "load"
     ]

@@ -19,6 +19,11 @@ def _profiles(summary: SweepSummary) -> list[tuple[BudgetStats, DepthProfile]]:
 
 
 def _chart(profiles: list[tuple[BudgetStats, DepthProfile]]) -> str:
+    if not any(p.conditional for _, p in profiles):
+        return (
+            '<div class="chart-empty" role="note"><strong>Conditional acceptance by draft '
+            "depth</strong>: nothing to draw - no decode round reached a draft depth.</div>"
+        )
     depth = max(len(p.conditional) for _, p in profiles) or 1
     span = max(depth - 1, 1)
 
@@ -29,7 +34,8 @@ def _chart(profiles: list[tuple[BudgetStats, DepthProfile]]) -> str:
         return _BOTTOM - v * (_BOTTOM - _TOP)
 
     out = [
-        f'<svg class="chart depth" viewBox="0 0 {_W:.0f} {_H:.0f}" role="img" '
+        f'<svg class="chart depth" width="{_W:.0f}" height="{_H:.0f}" '
+        f'viewBox="0 0 {_W:.0f} {_H:.0f}" role="img" '
         'aria-label="Conditional acceptance by draft depth" '
         'xmlns="http://www.w3.org/2000/svg">'
     ]

@@ -188,7 +188,14 @@ def _chart(
     tied: Sequence[int | None],
     zero: bool,
     width: int,
+    empty: str = "no valid request reported this figure",
 ) -> str:
+    if not points and not marks and not invalid:
+        # nothing to draw: say so in words, not with an empty frame
+        return (
+            f'<div class="chart-empty" role="note"><strong>{escape(title)}</strong>: '
+            f"nothing to draw - {escape(empty)}.</div>"
+        )
     height = 330
     left, right, top = 66.0, width - 18.0, 30.0
     strip = 46.0 if invalid else 0.0
@@ -205,7 +212,8 @@ def _chart(
             values.append(m.extra)
     ys = _YScale(values, top + 6, plot_bottom, zero=zero)
     out: list[str] = [
-        f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" '
+        f'<svg class="chart" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        'role="img" '
         f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">',
         f"<title>{escape(title)}</title>",
     ]
@@ -248,6 +256,8 @@ def _chart(
         f'text-anchor="middle">{escape(y_label)}</text>'
     )
     label_y = plot_bottom + strip + 20
+    spaced = sum(1 for b in xs.budgets if b is not None) > 1
+    axis = "tree_budget (log2 scale)" if spaced else "tree_budget"
     for b in xs.budgets:
         x = xs(b)
         out.append(
@@ -256,7 +266,7 @@ def _chart(
         )
     out.append(
         f'<text class="axis-title" x="{_f((left + right) / 2)}" y="{_f(height - 10)}" '
-        f'text-anchor="middle">tree_budget (log2 scale)</text>'
+        f'text-anchor="middle">{axis}</text>'
     )
     # Median trend first so dots and marks sit on top of it.
     ordered = sorted(marks, key=lambda m: xs.units[m.budget])
@@ -462,7 +472,8 @@ def _charts(run: SweepRun, summary: SweepSummary, colors: dict[str, str]) -> lis
         highlight=best,
         tied=tied,
         zero=True,
-        width=560,
+        width=480,
+        empty="the server reported no acceptance length (no speculation statistics)",
     )
     ttft_svg = _chart(
         title="Time to first token by tree budget",
@@ -474,7 +485,7 @@ def _charts(run: SweepRun, summary: SweepSummary, colors: dict[str, str]) -> lis
         highlight=best,
         tied=tied,
         zero=True,
-        width=560,
+        width=480,
     )
     return [decode_svg, accept_svg, ttft_svg]
 
@@ -702,26 +713,39 @@ def _metadata(run: SweepRun, summary: SweepSummary) -> str:
     return f'<dl class="meta">{"".join(rows)}</dl>'
 
 
-def _cards(run: SweepRun, summary: SweepSummary) -> str:
+def card_state(summary: SweepSummary) -> tuple[str, str]:
+    """The recommendation card's class and badge: decided, equivalent within the margin,
+    one budget, undecided, partial run, server drifted, or no recommendation."""
     rec = summary.recommendation
     if rec.decode_median is None:
-        rec_cls, big, sub = "none", "—", "no valid timings"
+        return "none", "no recommendation"
+    if rec.drifting:
+        return "drifting", "server drifted"
+    if not rec.decided:
+        return "tied", "undecided"
+    if rec.partial:
+        return "tied", "partial run"
+    if rec.tied:
+        return "decisive", f"equivalent within {rec.equivalence:.0%}"
+    if sum(1 for st in summary.budgets if st.decode_median is not None) == 1:
+        return "decisive", "one budget"
+    return "decisive", "decided"
+
+
+def _cards(run: SweepRun, summary: SweepSummary) -> str:
+    rec = summary.recommendation
+    rec_cls, badge = card_state(summary)
+    if rec.decode_median is None:
+        big, sub = "—", "no valid timings"
     elif not rec.decided:
         # no forced winner: the leader is named as such, with its n
-        rec_cls, big = ("drifting" if rec.drifting else "tied"), "—"
+        big = "—"
         sub = f"undecided; tree_budget {budget_label(rec.leader)} leads (n={rec.n})"
     else:
-        rec_cls = "drifting" if rec.drifting else "decisive" if rec.decisive else "tied"
         big = escape(budget_label(rec.tree_budget))
         sub = f"{rec.decode_median:,.0f} tok/s median decode"
         if rec.decode_ci:
             sub += f" (95% CI {rec.decode_ci[0]:,.0f}–{rec.decode_ci[1]:,.0f}, n={rec.n})"
-    badge = {
-        "decisive": "decided",
-        "tied": "undecided" if not rec.decided else "partial run",
-        "drifting": "server drifted",
-        "none": "no recommendation",
-    }[rec_cls]
     total = len(run.samples)
     n_valid = sum(s.valid for s in run.samples)
     bad_budgets = [st for st in summary.budgets if not st.all_valid]
@@ -794,7 +818,9 @@ font-weight:600}
 background:var(--line);color:var(--ink);text-transform:none;letter-spacing:0}
 .pair{display:grid;grid-template-columns:1fr 1fr;gap:16px}
 .pair .card{margin-bottom:16px}
-svg.chart{width:100%;height:auto;display:block}
+svg.chart{max-width:100%;height:auto;display:block;margin:0 auto;font-family:inherit}
+.chart-empty{border:1px dashed var(--line);border-radius:10px;padding:28px 18px;
+color:var(--muted);text-align:center;font-size:13px}
 svg .grid{stroke:var(--grid);stroke-width:1}
 svg .axis{stroke:var(--muted);stroke-width:1}
 svg .tick{fill:var(--muted);font-size:11px}

@@ -24,8 +24,11 @@ HEADERS = (
 _RIGHT = (True, True, True, True, True, True, True, True, False)
 #: what the columns mean, printed under the table; docs/sweep.md has the long form
 LEGEND = (
-    "accept len: tokens committed per decode round (rate: accepted/drafted; 'no drafts': "
-    "speculation never drafted); verify steps: decode rounds per request; srv/cli: server's "
+    "accept len: tokens committed per decode round, the per-request mean (rate: "
+    "accepted/drafted; 'no drafts': speculation never drafted); the depth line's accept len "
+    "pools every round (a long request weighs more) and the server counters' counts all "
+    "traffic at a budget (warm-up and smoke requests too), so the three differ a little; "
+    "verify steps: decode rounds per request; srv/cli: server's "
     "decode rate over the client's, near 1.00 when honest; slower than leader: the race's "
     "interval of the budget's slowdown against the fastest (docs: sweep.md#columns)"
 )
@@ -207,7 +210,7 @@ def server_counter_lines(
         by_pos = f"; accepted at draft positions 0, 1, ...: {shown}" if rates else ""
         lines.append(
             f"server counters, tree_budget {budget_label(budget)}: accept len {length:.2f} "
-            f"over {d.drafts:g} verify steps{by_pos}"
+            f"over all traffic, {d.drafts:g} verify steps{by_pos}"
             + (" (includes another client's requests)" if shared and budget in shared else "")
         )
     return lines

@@ -130,7 +130,7 @@ def deeper_line(profiles: Sequence[tuple[int | None, DepthProfile]]) -> str | No
         b0, p0 = known[-2]
         m0, m1 = p0.mean_accepted_length, top.mean_accepted_length
         if m0 is not None and m1 is not None and m0 > 0:
-            grew = f"mean accepted length {m0:.2f} at {b0}, {m1:.2f} at {budget}"
+            grew = f"accept len pooled by depth {m0:.2f} at {b0}, {m1:.2f} at {budget}"
             if m1 / m0 - 1.0 < PLATEAU:
                 return (
                     f"{head} deeper trees add nothing ({grew}; {where}): a budget above "

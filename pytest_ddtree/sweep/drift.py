@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_ddtree.settings import budget_label
+from pytest_ddtree.sweep.race import signed_percent
 from pytest_ddtree.sweep.samples import SweepSample
 
 #: The practical margin: a change of the decode median smaller than this is not drift.
@@ -80,7 +81,7 @@ class DriftCheck:
                 f"drift not assessed at tree_budget={label}: {min(len(self.start), len(self.end))}"
                 f" valid start/end pair(s), the rule needs {DRIFT_PAIRS}"
             )
-        change = f"{(self.ratio - 1.0) * 100:+.0f}%"
+        change = signed_percent(self.ratio - 1.0, 0)
         what = (
             f"tree_budget={label} measured again at the end: median decode {change} "
             f"(ratio {self.ratio:.2f}, 99% CI {self.ci[0]:.2f}-{self.ci[1]:.2f}, "

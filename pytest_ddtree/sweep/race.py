@@ -74,6 +74,7 @@ __all__ = [
     "Standing",
     "exhaustive_record",
     "judge",
+    "signed_percent",
     "slowdown_interval",
 ]
 
@@ -248,8 +249,15 @@ class _Arm:
     excluded: str | None = None
 
 
+def signed_percent(x: float, digits: int = 1) -> str:
+    """``x`` (a fraction) as a signed percentage; a value that rounds to zero is ``+0.0%``,
+    never ``-0.0%``."""
+    value = round(100 * x, digits) + 0.0  # adding 0.0 turns -0.0 into 0.0
+    return f"{value:+.{digits}f}%"
+
+
 def _pct(x: float) -> str:
-    return f"{100 * x:+.1f}%"
+    return signed_percent(x)
 
 
 def _interval(d: tuple[float, float, float]) -> str:

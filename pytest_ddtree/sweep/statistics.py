@@ -34,6 +34,7 @@ from pytest_ddtree.sweep.race import (
     Standing,
     exhaustive_record,
     judge,
+    signed_percent,
 )
 from pytest_ddtree.sweep.samples import SweepSample
 
@@ -366,9 +367,13 @@ class Recommendation:
 
     @property
     def decisive(self) -> bool:
-        """True when the rule decided on a budget, the run is complete and did not drift."""
+        """True when the rule decided on a budget (the server's own one included), the run
+        is complete and did not drift."""
         return (
-            self.tree_budget is not None and self.decided and not self.partial and not self.drifting
+            self.decode_median is not None
+            and self.decided
+            and not self.partial
+            and not self.drifting
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -430,7 +435,7 @@ def judge_stats(
 
 
 def _pct(x: float) -> str:
-    return f"{100 * x:+.1f}%"
+    return signed_percent(x)
 
 
 def standing_text(s: Standing[int | None]) -> str:
@@ -460,11 +465,15 @@ def recommend(
     sweep is undecided and says so, with n, instead of naming a winner.
     """
     del seed  # the rule's interval is deterministic
+    by_budget = {st.tree_budget: st for st in stats}
+    if race is not None and any(s.n and s.key not in by_budget for s in race.judgement.standings):
+        # a raced budget's samples were dropped (e.g. its test failed after its timing):
+        # the kept samples are judged alone, by the same rule
+        rule, race = rule or race.judgement.rule, None
     record = race or judge_stats(stats, rule)
     j = record.judgement
     m = j.rule.equivalence
     excluded = tuple(s.tree_budget for s in stats if s.total > 0 and not s.all_valid)
-    by_budget = {st.tree_budget: st for st in stats}
     tail = f" Excluded for invalid responses: {_names(excluded)}." if excluded else ""
     if not any(s.status == "leader" for s in j.standings):
         why = "no budget produced valid timed requests"
@@ -502,7 +511,7 @@ def recommend(
             for s in same
         )
         message += (
-            f" As fast within the {m:.0%} margin: {names}; the smallest is recommended, as a "
+            f" Equivalent within {m:.0%}: {names}; the smallest is recommended, as a "
             "bigger tree costs more verification under load."
         )
     if any(s.status == "out" for s in others):

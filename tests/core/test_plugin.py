@@ -366,3 +366,33 @@ def test_regression_lines_read_as_words() -> None:
         == "min 0.25 s slower than the baseline (limit 0.1 s)"
     )
     assert _regression_text("something else entirely") == "something else entirely"
+
+
+FAILING_CHECK = """
+def test_answer(ddtree_client, ddtree_settings, ddtree_check):
+    completion = ddtree_client.request("Write a long essay about rivers.", max_tokens=48)
+    unrelated = "a line of the test's source that the failure block need not show"
+    ddtree_check(completion, min_tokens=32)
+"""
+
+
+def test_a_failure_block_shows_the_cause_not_the_source_and_fixtures(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(FAILING_CHECK)
+    args = (
+        "--ddtree-reference-latency=off",
+        "--ddtree-reference-fault=early-eos",
+        "-p",
+        "no:randomly",
+    )
+    result = pytester.runpytest(*args)
+    out = result.stdout.str()
+    result.assert_outcomes(failed=1)
+    assert "[early-stop]" in out and "E   " in out, out
+    assert "ddtree_settings = Settings(" not in out and "unrelated =" not in out, out
+    # --tb=long still has everything, with a short Settings repr
+    long = pytester.runpytest(*args, "--tb=long").stdout.str()
+    assert "unrelated =" in long
+    line = next(ln for ln in long.splitlines() if ln.startswith("ddtree_settings = "))
+    assert len(line) < 300, line

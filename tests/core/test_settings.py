@@ -254,3 +254,15 @@ def test_bad_temperatures_name_value_and_source(cli, ini, env, needle) -> None:
         run(cli=cli, ini=ini, env=env)
     assert needle in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_settings_repr_is_short_and_names_what_was_set() -> None:
+    from pytest_ddtree.settings import resolve
+
+    cli = {"ddtree_endpoint": "http://127.0.0.1:9/v1", "ddtree_api_key": "sk-secret"}
+    s = resolve(cli, {}, {})
+    text = repr(s)
+    assert len(text) < 300, text
+    assert "http://127.0.0.1:9/v1'" in text
+    assert "sk-secret" not in text
+    assert "'endpoint'" in text

@@ -204,8 +204,8 @@ def test_a_second_client_is_flagged_on_the_budgets_it_overlapped(
             "the suite sent 1*",
             "recommendation caveat: another client shared the server while tree_budget 64 "
             "was timed*cannot be trusted as is*",
-            "server counters, tree_budget 16: accept len * over * verify steps; accepted at "
-            "draft positions 0, 1, ...: 0.*",
+            "server counters, tree_budget 16: accept len * over all traffic, * verify steps; "
+            "accepted at draft positions 0, 1, ...: 0.*",
         ]
     )
     doc = json.loads((report / "sweep.json").read_text())

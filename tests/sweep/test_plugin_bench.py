@@ -31,6 +31,7 @@ def _args(server: Any, *extra: str) -> list[str]:
         "--ddtree-budgets=16,64,256",
         "-p",
         "no:cacheprovider",
+        "--ddtree-sweep=exhaustive",  # the grid these tests count (the race: test_adaptive)
         *extra,
     ]
 
@@ -270,6 +271,7 @@ def test_a_tripped_compare_gate_ends_in_one_line_per_regression(
     for bench in data["benchmarks"]:  # a baseline a thousand times faster: a sure regression
         for key in ("min", "max", "mean", "median"):
             bench["stats"][key] /= 1000
+    data["machine_info"]["ddtree"]["endpoint"] = "http://elsewhere.invalid/v1"
     saved.write_text(json.dumps(data))
     result = pytester.runpytest(
         *args, "--benchmark-compare=0001", "--benchmark-compare-fail=median:5%"
@@ -288,4 +290,15 @@ def test_a_tripped_compare_gate_ends_in_one_line_per_regression(
     # the ddtree summary and pytest's closing line are still there
     result.stdout.fnmatch_lines(["*pytest-ddtree budget sweep*", "Undecided: tree_budget=*"])
     result.stdout.fnmatch_lines(["ddtree: add --ddtree-report DIR for sweep.json and sweep.html*"])
-    result.stdout.fnmatch_lines(["*2 passed*"])
+    # the closing line says the run failed, in pytest's own words (and colour)
+    last = out.rstrip().splitlines()[-1]
+    assert re.search(r"=+ 1 failed, 2 passed", last), last
+    assert [ln for ln in out.splitlines() if ln.startswith("REGRESSION ")] == sorted(
+        regressions,
+        key=lambda ln: int(re.search(r"tree_budget=(\d+)", ln).group(1)),  # type: ignore[union-attr]
+    )
+    # two endpoints: one line naming what differs, not both descriptions whole
+    both = out + result.stderr.str()
+    differ = [ln for ln in both.splitlines() if "machine_info" in ln and "differ" in ln]
+    assert differ and all(len(ln) < 400 for ln in differ), both
+    assert "ddtree.endpoint" in differ[0], differ

@@ -343,13 +343,17 @@ def test_deeper_line_answers_whether_a_larger_budget_may_help() -> None:
     assert (
         deeper_line([(16, DepthProfile((90, 10), 1, ("x",))), (64, grown)])
         == "acceptance by depth at the largest budget, tree_budget=64: deeper trees are still "
-        "accepted (mean accepted length 1.10 at 16, 2.00 at 64; 33% of the 30 rounds accepted "
-        "to depth 2 were accepted at depth 3, none deeper than 3): a budget above 64 may help; "
+        "accepted (accept len pooled by depth 1.10 at 16, 2.00 at 64; 33% of the 30 rounds "
+        "accepted to depth 2 were accepted at depth 3, none deeper than 3): a budget above 64 "
+        "may help; "
         "sweep larger budgets"
     )
     same = DepthProfile((41, 29, 20, 10), 4, ("x",))  # 1.99 at the larger budget
     line = deeper_line([(64, grown), (128, same)])
-    assert line is not None and "deeper trees add nothing (mean accepted length 2.00 at 64" in line
+    assert (
+        line is not None
+        and "deeper trees add nothing (accept len pooled by depth 2.00 at 64" in line
+    )
     assert line.endswith("a budget above 128 is unlikely to help")
     # one budget: the deepest well-reached depth decides
     falling = deeper_line([(64, grown)])

@@ -207,7 +207,7 @@ def test_the_smallest_budget_within_the_margin_is_recommended() -> None:
     rec = summary.recommendation
     assert rec.tree_budget == 64 and rec.leader == 128 and rec.decided, rec.message
     assert rec.tied == (128,)
-    assert "As fast within the 2% margin: tree_budget=128 (leads" in rec.message
+    assert "Equivalent within 2%: tree_budget=128 (leads" in rec.message
     verdicts = {b.tree_budget: b.verdict for b in summary.budgets}
     assert verdicts[64] == "best (smallest as fast)"
     assert verdicts[128] == "leads within the margin"

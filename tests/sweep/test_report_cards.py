@@ -1,0 +1,122 @@
+"""The recommendation card of ``sweep.html`` in each of its states, rendered for real."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from pytest_ddtree.analysis import _partial
+from pytest_ddtree.report import render_html
+from pytest_ddtree.report.html import card_state
+from pytest_ddtree.sweep import SweepRun, SweepSample, SweepSummary, summarize
+
+from ._factory import synthetic_sweep
+from .test_drift import _samples as drift_samples
+
+
+def _badge(summary: SweepSummary, samples: list[SweepSample]) -> str:
+    html = render_html(SweepRun(samples, {"model": "m"}), summary)
+    found = re.findall(r'<span class="badge">([^<]*)</span>', html)
+    assert len(found) == 1, found
+    assert found[0] == card_state(summary)[1]
+    return str(found[0])
+
+
+def test_decided() -> None:
+    samples = synthetic_sweep({16: 500.0, 64: 900.0, 256: 700.0}, spread=15.0)
+    summary = summarize(samples)
+    assert summary.recommendation.tree_budget == 64 and not summary.recommendation.tied
+    assert _badge(summary, samples) == "decided"
+
+
+def test_equivalent_within_the_margin_recommends_the_smaller() -> None:
+    samples = synthetic_sweep({32: 1000.0, 64: 1004.0, 256: 600.0}, spread=2.0, rounds=4)
+    summary = summarize(samples)
+    rec = summary.recommendation
+    assert rec.decided and rec.tree_budget == 32 and rec.tied == (64,), rec.message
+    assert "Equivalent within 2%: tree_budget=64 (leads" in rec.message
+    assert _badge(summary, samples) == "equivalent within 2%"
+
+
+def test_undecided() -> None:
+    samples = synthetic_sweep({32: 1000.0, 64: 1030.0}, spread=80.0, rounds=2)
+    summary = summarize(samples)
+    assert not summary.recommendation.decided, summary.recommendation.message
+    assert _badge(summary, samples) == "undecided"
+
+
+def test_partial_run() -> None:
+    samples = synthetic_sweep({16: 500.0, 64: 900.0}, spread=15.0)
+    summary = _partial(summarize(samples))
+    assert summary.recommendation.decided and summary.recommendation.partial
+    assert _badge(summary, samples) == "partial run"
+
+
+def test_one_budget_finished_is_not_a_partial_run() -> None:
+    # --ddtree-budget-mode none: the server's own budget alone, keyed None
+    samples = [replace(s, tree_budget=None) for s in synthetic_sweep({64: 800.0}, spread=10.0)]
+    summary = summarize(samples)
+    rec = summary.recommendation
+    assert rec.decided and not rec.partial and rec.tree_budget is None
+    assert rec.decisive and summary.to_json()["recommendation"]["decisive"] is True
+    assert _badge(summary, samples) == "one budget"
+    html = render_html(SweepRun(samples, {"model": "m"}), summary)
+    assert "partial run" not in html
+    assert '<div class="big">server-default</div>' in html
+
+
+def test_drifting() -> None:
+    samples = drift_samples(0.5, noise=0.05)
+    summary = summarize(samples)
+    assert summary.recommendation.drifting
+    assert _badge(summary, samples) == "server drifted"
+
+
+def test_no_valid_timing() -> None:
+    samples = [SweepSample(16, "a", 0, False, codes=("empty",))]
+    assert _badge(summarize(samples), samples) == "no recommendation"
+
+
+def test_charts_share_one_scale_and_an_empty_one_says_so() -> None:
+    samples = synthetic_sweep({16: 500.0, 64: 900.0, 256: 700.0}, spread=15.0)
+    html = render_html(SweepRun(samples, {"model": "m"}))
+    sizes = re.findall(
+        r'<svg class="chart[^"]*" width="(\d+)" height="(\d+)" viewBox="0 0 (\d+) (\d+)"', html
+    )
+    # drawn at their own size (never stretched to the page): one font scale
+    assert len(sizes) == 3 and all(w == vw and h == vh for w, h, vw, vh in sizes), sizes
+    # no acceptance statistics: the chart says so instead of drawing an empty frame
+    bare = [replace(s, mean_acceptance_length=None) for s in samples]
+    html = render_html(SweepRun(bare, {"model": "m"}))
+    assert html.count('<svg class="chart"') == 2
+    assert "Mean acceptance length by tree budget</strong>: nothing to draw" in html
+
+
+def test_one_budget_axis_is_not_called_log2() -> None:
+    samples = [replace(s, tree_budget=None) for s in synthetic_sweep({64: 800.0}, spread=10.0)]
+    html = render_html(SweepRun(samples, {"model": "m"}))
+    assert "log2 scale" not in html and ">tree_budget</text>" in html
+
+
+def test_server_counter_tables_are_in_budget_then_load_point_order() -> None:
+    from pytest_ddtree.report.counters_html import server_counters_section
+
+    budgets = [{"tree_budget": b, "requests": 3} for b in (128, 64, None, 512, 16)]
+    records = [
+        {"scope": "load", "test": "t", "label": c, "tree_budget": b, "sent": 2, "delta": {}}
+        for c in ("C=16", "C=1", "C=4")
+        for b in (64, 16)
+    ]
+    html = server_counters_section({"status": "ok", "budgets": budgets, "records": records})
+    top, load = html.split("<h3>Load points</h3>")
+    firsts = re.findall(r"<tr><td>([^<]*)</td>", top)
+    assert firsts == ["server-default", "16", "64", "128", "512"], firsts
+    rows = re.findall(r"<tr><td>t</td><td>(C=\d+)</td><td>(\d+)</td>", load)
+    assert rows == [
+        ("C=1", "16"),
+        ("C=4", "16"),
+        ("C=16", "16"),
+        ("C=1", "64"),
+        ("C=4", "64"),
+        ("C=16", "64"),
+    ], rows
