@@ -14,7 +14,7 @@ Ctrl-C or SIGTERM. No pytest here.
 
 from __future__ import annotations
 
-from pytest_ddtree.engines._process import EngineProcess
+from pytest_ddtree.engines._process import EngineProcess, log_tail
 from pytest_ddtree.engines._venv import cache_dir, engine_python
 from pytest_ddtree.engines.cli import main
 from pytest_ddtree.engines.llamacpp import (
@@ -45,6 +45,7 @@ __all__ = [
     "cached_smollm2_hf",
     "engine_python",
     "libcuda_stub",
+    "log_tail",
     "main",
     "missing",
     "sglang_missing",

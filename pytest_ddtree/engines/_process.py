@@ -75,7 +75,11 @@ _LIVE_LOCK = threading.Lock()
 
 @dataclass(eq=False)
 class EngineProcess:
-    """A running engine server; ``stop()`` ends its whole process group (idempotent)."""
+    """A running engine server; ``stop()`` ends its whole process group (idempotent).
+
+    ``restart()`` starts the same command on the same port again (a stopped server
+    keeps its URLs), for a caller that must stop an engine to make room for another.
+    """
 
     engine: str
     root_url: str
@@ -83,6 +87,9 @@ class EngineProcess:
     speculation: str
     log_path: Path
     command: list[str] = field(repr=False)
+    label: str = ""
+    timeout: float = 300.0
+    _env: dict[str, str] = field(default_factory=dict, repr=False)
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -113,6 +120,12 @@ class EngineProcess:
         _signal_group(proc, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=10)
+
+    def restart(self) -> None:
+        """Stop the server if it runs, start it again, wait until it is ready."""
+        self.stop()
+        _spawn(self)
+        _wait_ready(self)
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
@@ -158,46 +171,58 @@ def launch(
     Raises ``RuntimeError`` in one line, with the tail of the engine's log, when the
     process exits or ``timeout`` seconds pass first; the process group is stopped then.
     """
-    fd, name = tempfile.mkstemp(prefix=f"ddtree-{engine}-{port}-", suffix=".log")
-    log_path = Path(name)
-    full_env = {**os.environ, **env}
+    server = EngineProcess(
+        engine=engine,
+        root_url=f"http://127.0.0.1:{port}",
+        model=model,
+        speculation=speculation,
+        log_path=Path(),
+        command=list(argv),
+        label=label,
+        timeout=timeout,
+        _env=dict(env),
+    )
+    _spawn(server)
+    _wait_ready(server)
+    return server
+
+
+def _spawn(server: EngineProcess) -> None:
+    port = server.root_url.rsplit(":", 1)[-1]
+    fd, name = tempfile.mkstemp(prefix=f"ddtree-{server.engine}-{port}-", suffix=".log")
+    server.log_path = Path(name)
     with os.fdopen(fd, "wb") as log:
-        proc = subprocess.Popen(
-            list(argv),
+        server._proc = subprocess.Popen(
+            server.command,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=full_env,
+            env={**os.environ, **server._env},
             start_new_session=True,
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
         )
-    root = f"http://127.0.0.1:{port}"
-    server = EngineProcess(
-        engine=engine,
-        root_url=root,
-        model=model,
-        speculation=speculation,
-        log_path=log_path,
-        command=list(argv),
-        _proc=proc,
-    )
     with _LIVE_LOCK:
         _LIVE.add(server)
-    deadline = time.monotonic() + timeout
+
+
+def _wait_ready(server: EngineProcess) -> None:
+    proc, root, log_path = server._proc, server.root_url, server.log_path
+    assert proc is not None
+    deadline = time.monotonic() + server.timeout
     try:
         with httpx.Client(timeout=5.0, trust_env=False) as client:
             while True:
                 code = proc.poll()
                 if code is not None:
                     raise RuntimeError(
-                        f"{label} exited with code {code} before it was ready "
+                        f"{server.label} exited with code {code} before it was ready "
                         f"(log {log_path}): {log_tail(log_path)}"
                     )
-                if _ready(client, root, model):
-                    return server
+                if _ready(client, root, server.model):
+                    return
                 if time.monotonic() > deadline:
                     raise RuntimeError(
-                        f"{label} was not ready on {root} after {timeout:g} s "
+                        f"{server.label} was not ready on {root} after {server.timeout:g} s "
                         f"(log {log_path}): {log_tail(log_path)}"
                     )
                 time.sleep(0.5)
