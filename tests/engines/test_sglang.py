@@ -38,9 +38,7 @@ def http() -> Iterator[httpx.Client]:
 def client_for(server: engines.EngineProcess, http: httpx.Client) -> DDTreeClient:
     """The plugin's client, counting tokens with SGLang's own ``/v1/tokenize``."""
     counter = ServerCounter(server.root_url, http, shape="sglang", model=server.model)
-    return DDTreeClient(
-        server.base_url, model=server.model, budget_mode="none", counter=counter, timeout=120
-    )
+    return DDTreeClient(server.base_url, model=server.model, budget_mode="none", counter=counter)
 
 
 def test_tokenize_and_detokenize_shapes(
@@ -118,7 +116,7 @@ def test_a_stop_string_is_named(
         words = text.split()
         assert len(words) >= 3, text
         word = words[2]
-        c = client.chat(SHORT_PROMPT, max_tokens=16, stream=stream, extra={"stop": [word]})
+        c = client.chat(SHORT_PROMPT, max_tokens=16, stream=stream, stop=[word])
     finally:
         client.close()
     assert c.ok, c.error
@@ -137,9 +135,7 @@ def test_a_stop_token_id_is_an_integer_matched_stop(
         ids = client.counter.encode(text)
         assert ids is not None and len(ids) >= 4, text
         stop_id = ids[3]
-        c = client.chat(
-            SHORT_PROMPT, max_tokens=16, stream=False, extra={"stop_token_ids": [stop_id]}
-        )
+        c = client.chat(SHORT_PROMPT, max_tokens=16, stream=False, stop_token_ids=[stop_id])
     finally:
         client.close()
     assert c.ok, c.error
