@@ -263,17 +263,31 @@ def _pooled_engines_running(request: pytest.FixtureRequest) -> None:
 # Session fixtures: each server starts once, the first time a test needs it; when the pool
 # stops one to respect the limit, the same object restarts on the same URL before the
 # next test that needs it.
-# a loaded 2-core machine has been seen to take 5 minutes to start vLLM (40 s when quiet)
-START_TIMEOUT = 900.0
+# seconds a server may take to start: about 40 s on a quiet 2-core machine, but more than
+# 15 minutes has been seen on one shared with several other engines
+START_TIMEOUT_ENV = "DDTREE_ENGINE_START_TIMEOUT"
+
+
+def start_timeout() -> float:
+    value = os.environ.get(START_TIMEOUT_ENV, "900")
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise pytest.UsageError(f"{START_TIMEOUT_ENV}={value!r}: expected seconds above 0")
+    return seconds
+
+
 POOLED: dict[str, Callable[[], engines.EngineProcess]] = {
     "vllm_ngram": lambda: engines.start_vllm(
-        speculation="ngram", spec_metrics="detailed", timeout=START_TIMEOUT
+        speculation="ngram", spec_metrics="detailed", timeout=start_timeout()
     ),
     "vllm_ngram_summary": lambda: engines.start_vllm(
-        speculation="ngram", spec_metrics="summary", timeout=START_TIMEOUT
+        speculation="ngram", spec_metrics="summary", timeout=start_timeout()
     ),
-    "vllm_target": lambda: engines.start_vllm(speculation="none", timeout=START_TIMEOUT),
-    "sglang_target": lambda: engines.start_sglang(timeout=START_TIMEOUT),
+    "vllm_target": lambda: engines.start_vllm(speculation="none", timeout=start_timeout()),
+    "sglang_target": lambda: engines.start_sglang(timeout=start_timeout()),
 }
 
 

@@ -166,25 +166,6 @@ def test_speculative_statistics_detect_the_vllm_dialect(
     assert len(block["per_step_accepted"]) == block["num_spec_steps"] == s.decode_rounds
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-def test_summary_statistics_have_no_per_step_lists(
-    stream: bool, vllm_ngram_summary: engines.EngineProcess, http: httpx.Client
-) -> None:
-    client = client_for(vllm_ngram_summary, http)
-    try:
-        c = client.chat(PROSE_PROMPT, max_tokens=32, stream=stream)
-    finally:
-        client.close()
-    assert c.ok, c.error
-    assert client.detected_dialect == "vllm"
-    assert c.stats is not None and c.stats.num_draft_tokens is not None
-    block = (c.raw[-1] if stream else c.raw)["metrics"]["speculative_decoding"]
-    if stream:  # absent in a stream's usage chunk, null in a plain answer
-        assert "per_step_accepted" not in block and "per_step_drafted" not in block
-    else:
-        assert block["per_step_accepted"] is None and block["per_step_drafted"] is None
-
-
 def test_speculative_counts_follow_vllms_semantics(
     vllm_ngram: engines.EngineProcess, http: httpx.Client
 ) -> None:
@@ -224,3 +205,22 @@ def test_a_healthy_speculative_answer_raises_no_alarm(
         client.close()
     assert c.ok, c.error
     assert [v.message for v in check(c, counter=client.counter)] == []
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_summary_statistics_have_no_per_step_lists(
+    stream: bool, vllm_ngram_summary: engines.EngineProcess, http: httpx.Client
+) -> None:
+    client = client_for(vllm_ngram_summary, http)
+    try:
+        c = client.chat(PROSE_PROMPT, max_tokens=32, stream=stream)
+    finally:
+        client.close()
+    assert c.ok, c.error
+    assert client.detected_dialect == "vllm"
+    assert c.stats is not None and c.stats.num_draft_tokens is not None
+    block = (c.raw[-1] if stream else c.raw)["metrics"]["speculative_decoding"]
+    if stream:  # absent in a stream's usage chunk, null in a plain answer
+        assert "per_step_accepted" not in block and "per_step_drafted" not in block
+    else:
+        assert block["per_step_accepted"] is None and block["per_step_drafted"] is None
