@@ -19,6 +19,7 @@ import pytest
 
 from pytest_ddtree import engines
 from pytest_ddtree.invariants import check
+from pytest_ddtree.settings import Timeout
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.tokens import ServerCounter, detect_tokenize_shape
 
@@ -39,7 +40,14 @@ def http() -> Iterator[httpx.Client]:
 def client_for(server: engines.EngineProcess, http: httpx.Client) -> DDTreeClient:
     """The plugin's client, counting tokens with SGLang's own ``/v1/tokenize``."""
     counter = ServerCounter(server.root_url, http, shape="sglang", model=server.model)
-    return DDTreeClient(server.base_url, model=server.model, budget_mode="none", counter=counter)
+    return DDTreeClient(
+        server.base_url,
+        model=server.model,
+        budget_mode="none",
+        counter=counter,
+        # a shared, loaded machine has kept a first answer waiting over 60 s
+        timeout=Timeout(connect=10, read=300, total=600),
+    )
 
 
 def test_tokenize_and_detokenize_shapes(
