@@ -269,3 +269,56 @@ def test_recorded_sglang_metrics_counters_and_gauges() -> None:
         (recorded_usage(recording(n)) or {}).get("completion_tokens", 0) for n in PLAIN
     )
     assert d.generation_tokens is not None and d.generation_tokens >= completion
+
+
+def _with_details(rec: dict[str, Any], **details: Any) -> dict[str, Any]:
+    """``rec`` with its ``sglext.spec_tokens_details`` changed (the rest byte for byte)."""
+    old = json.dumps(recorded_details(rec), separators=(",", ":"))
+    new = json.dumps({**recorded_details(rec), **details}, separators=(",", ":"))
+    assert rec["body"].count(old) == 1
+    return {**rec, "body": rec["body"].replace(old, new)}
+
+
+# the EOS answer (8 tokens) made consistent with itself but not with how SGLang counts
+TOO_FEW = {
+    "spec_verify_ct": 2,
+    "spec_num_correct_drafts": 2,
+    "spec_num_proposed_drafts": 6,
+    "spec_accept_length": 4.0,
+    "spec_correct_drafts_histogram": [1, 0, 1],
+}
+TOO_MANY = {
+    "spec_verify_ct": 4,
+    "spec_num_correct_drafts": 12,
+    "spec_num_proposed_drafts": 12,
+    "spec_accept_length": 2.0,
+    "spec_correct_drafts_histogram": [0, 0, 0, 4],
+}
+
+
+@pytest.mark.parametrize(
+    ("details", "wording"),
+    [(TOO_FEW, "commit at most 5 tokens"), (TOO_MANY, "commit at least 14 tokens")],
+    ids=["too-few-steps", "too-many-drafts"],
+)
+@pytest.mark.parametrize("name", ["chat_plain_eos", "chat_stream_eos"])
+def test_recorded_sglang_bounds_catch_counts_sglang_cannot_make(
+    replay: Replay, name: str, details: dict[str, Any], wording: str
+) -> None:
+    rec = recording(name)
+    assert recorded_usage(rec) is not None and recorded_usage(rec)["completion_tokens"] == 8
+    replay.current = _with_details(rec, **details)
+    body = rec["request"]
+    config = EndpointConfig(replay.url, model="smollm2")
+    stream = bool(body.get("stream"))
+    with DDTreeClient(config) as client:
+        out = [client.chat(body["messages"], max_tokens=body["max_tokens"], stream=stream)]
+    if stream:
+        spec = config.spec(body["messages"], tree_budget=None, max_tokens=body["max_tokens"])
+        raws, *_ = asyncio.run(run_point(config, [spec], LoadPoint("concurrency", 1)))
+        out.append(completion_of(raws[0]))
+    for c in out:
+        bad = [v for v in check(c) if v.code.startswith("stats")]
+        assert [v.code for v in bad] == ["stats-inconsistent"]
+        assert wording in bad[0].message
+        assert bad[0].evidence["completion_tokens"] == 8

@@ -140,7 +140,7 @@ def test_real_sglang_matched_stop(sglang_server: SGLang, stream: bool) -> None:
     with DDTreeClient(config) as client:
         eos = client.chat(FRANCE, stream=stream)
         string = client.chat(FOX, stream=stream, stop=["dog."])
-        token = client.chat(FOX, stream=stream, stop_token_ids=[260])  # " the"
+        token = client.chat(FOX, stream=stream, stop_token_ids=[16438])  # " fox"
         length = client.chat(FOX, stream=stream, max_tokens=5)
     assert (eos.finish_reason, eos.stop_reason, eos.stop_field) == (
         "stop",
@@ -149,7 +149,7 @@ def test_real_sglang_matched_stop(sglang_server: SGLang, stream: bool) -> None:
     )
     assert (string.stop_reason, string.stop_field) == ("dog.", "choices[0].matched_stop")
     assert "dog." not in string.text  # SGLang cuts the stop string from the text
-    assert (token.stop_reason, token.stop_field) == (260, "choices[0].matched_stop")
+    assert (token.stop_reason, token.stop_field) == (16438, "choices[0].matched_stop")
     assert length.finish_reason == "length"
     assert (length.stop_reason, length.stop_field) == (None, "choices[0].matched_stop")
 

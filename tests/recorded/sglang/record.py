@@ -68,13 +68,13 @@ EXCHANGES: dict[str, tuple[str, str, dict[str, Any] | None]] = {
     "chat_plain_eos": ("POST", "/v1/chat/completions", chat(FRANCE)),
     # a stop string: matched_stop is the string
     "chat_plain_stop": ("POST", "/v1/chat/completions", chat(FOX, stop=["dog."])),
-    # a stop token id: matched_stop is that id
+    # a stop token id (" fox"): matched_stop is that id
     "chat_plain_stop_token": (
         "POST",
         "/v1/chat/completions",
-        chat(FOX, stop_token_ids=[260], max_tokens=24),
+        chat(FOX, stop_token_ids=[16438], max_tokens=24),
     ),
-    "chat_plain_length": ("POST", "/v1/chat/completions", chat(FOX, max_tokens=12)),
+    "chat_plain_length": ("POST", "/v1/chat/completions", chat(FOX, max_tokens=6)),
     "chat_stream_usage": (
         "POST",
         "/v1/chat/completions",
