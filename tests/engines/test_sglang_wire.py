@@ -15,28 +15,22 @@ fields are tested on recorded answers from SGLang's own serializer in
 - ``/metrics``: the request and token counters grow by what was sent, the
   speculative gauges are read as gauges.
 
-The server: ``DDTREE_SGLANG_PYTHON`` (an interpreter with sglang) and
-``DDTREE_SGLANG_MODEL`` (SmolLM2 in safetensors); ``DDTREE_SGLANG_LIB_DIR`` goes
-on ``LD_LIBRARY_PATH`` (a stand-in ``libcuda.so.1`` on a machine without CUDA).
+The server comes from ``engines.start_sglang`` (``DDTREE_SGLANG_PYTHON``: the
+interpreter of SGLang's virtualenv); without it every test here skips, naming what
+is missing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
-import signal
-import subprocess
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import pytest
 
-from pytest_ddtree import servermetrics
+from pytest_ddtree import engines, servermetrics
 from pytest_ddtree.invariants import check
 from pytest_ddtree.load import LoadPoint
 from pytest_ddtree.load.runner import completion_of, run_point
@@ -48,79 +42,29 @@ from pytest_ddtree.wire.tokens import ServerCounter, detect_tokenize_shape
 FRANCE = "What is the capital of France?"
 FOX = "Repeat this sentence three times: the quick brown fox jumps over the lazy dog."
 EOS_ID = 2  # SmolLM2's <|im_end|>
-
-
-@dataclass
-class SGLang:
-    root_url: str
-    proc: subprocess.Popen[bytes]
-
-    @property
-    def base_url(self) -> str:
-        return self.root_url + "/v1"
-
-
-def _missing() -> str | None:
-    python = os.environ.get("DDTREE_SGLANG_PYTHON")
-    model = os.environ.get("DDTREE_SGLANG_MODEL")
-    if not python or not Path(python).exists():
-        return "SGLang: DDTREE_SGLANG_PYTHON names no interpreter with sglang"
-    if not model or not (Path(model) / "config.json").is_file():
-        return "SGLang: DDTREE_SGLANG_MODEL names no model directory"
-    return None
+Server = engines.EngineProcess
 
 
 @pytest.fixture(scope="module")
-def sglang_server() -> Iterator[SGLang]:
-    why = _missing()
+def sglang_server() -> Iterator[engines.EngineProcess]:
+    """SGLang's real server, target only (``engines.start_sglang``)."""
+    why = engines.sglang_missing()
     if why is not None:
         pytest.skip(why)
-    port = random.randint(20000, 29999)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "SGLANG_USE_CPU_ENGINE": "1"}
-    env["OMP_NUM_THREADS"] = "1"
-    if os.environ.get("DDTREE_SGLANG_LIB_DIR"):
-        env["LD_LIBRARY_PATH"] = os.environ["DDTREE_SGLANG_LIB_DIR"]
-    cmd = [
-        os.environ["DDTREE_SGLANG_PYTHON"], "-m", "sglang.launch_server",
-        "--model-path", os.environ["DDTREE_SGLANG_MODEL"], "--served-model-name", "smollm2",
-        "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
-        "--attention-backend", "torch_native", "--sampling-backend", "pytorch",
-        "--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled",
-        "--disable-overlap-schedule", "--max-total-tokens", "4096", "--context-length", "2048",
-        "--enable-metrics", "--skip-server-warmup", "--dtype", "bfloat16",
-    ]  # fmt: skip
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    server = SGLang(f"http://127.0.0.1:{port}", proc)
+    server = engines.start_sglang(port=random.randint(20000, 29999), timeout=600.0)
     try:
-        deadline = time.monotonic() + 600
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"SGLang exited with code {proc.returncode} before it was ready")
-            try:
-                if httpx.get(server.base_url + "/models", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("SGLang was not ready within 600 s")
-            time.sleep(2)
         yield server
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        server.stop()
 
 
-def _config(server: SGLang, dialect: str = "auto") -> EndpointConfig:
+def _config(server: Server, dialect: str = "auto") -> EndpointConfig:
     return EndpointConfig(server.base_url, model="smollm2", dialect=dialect, max_tokens=48)
 
 
-def test_real_sglang_dialect_told_by_matched_stop_then_asked(sglang_server: SGLang) -> None:
+def test_real_sglang_dialect_told_by_matched_stop_then_asked(
+    sglang_server: Server,
+) -> None:
     with DDTreeClient(_config(sglang_server)) as client:
         first = client.chat(FRANCE, stream=False)
         assert client.detected_dialect == "sglang"
@@ -135,7 +79,7 @@ def test_real_sglang_dialect_told_by_matched_stop_then_asked(sglang_server: SGLa
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
-def test_real_sglang_matched_stop(sglang_server: SGLang, stream: bool) -> None:
+def test_real_sglang_matched_stop(sglang_server: Server, stream: bool) -> None:
     config = _config(sglang_server, "sglang")
     with DDTreeClient(config) as client:
         eos = client.chat(FRANCE, stream=stream)
@@ -154,7 +98,9 @@ def test_real_sglang_matched_stop(sglang_server: SGLang, stream: bool) -> None:
     assert (length.stop_reason, length.stop_field) == (None, "choices[0].matched_stop")
 
 
-def test_real_sglang_matched_stop_in_early_stop_evidence(sglang_server: SGLang) -> None:
+def test_real_sglang_matched_stop_in_early_stop_evidence(
+    sglang_server: Server,
+) -> None:
     config = _config(sglang_server, "sglang")
     root = sglang_server.root_url
     with DDTreeClient(config) as client:
@@ -169,7 +115,7 @@ def test_real_sglang_matched_stop_in_early_stop_evidence(sglang_server: SGLang) 
         assert w.evidence["stop"] == "stop string 'dog.' (choices[0].matched_stop)"
 
 
-def test_real_sglang_tokenize_shapes_and_exact_counts(sglang_server: SGLang) -> None:
+def test_real_sglang_tokenize_shapes_and_exact_counts(sglang_server: Server) -> None:
     root = sglang_server.root_url
     with httpx.Client(timeout=60) as http:
         for path in ("/tokenize", "/v1/tokenize"):
@@ -194,7 +140,7 @@ def test_real_sglang_tokenize_shapes_and_exact_counts(sglang_server: SGLang) -> 
 
 
 def test_real_sglang_streams_with_and_without_usage_on_both_shells(
-    sglang_server: SGLang,
+    sglang_server: Server,
 ) -> None:
     config = _config(sglang_server, "sglang")
     with DDTreeClient(config) as client:
@@ -217,7 +163,7 @@ def test_real_sglang_streams_with_and_without_usage_on_both_shells(
     assert not any("sglext" in c for c in chunks)
 
 
-def test_real_sglang_metrics_counters_and_gauges(sglang_server: SGLang) -> None:
+def test_real_sglang_metrics_counters_and_gauges(sglang_server: Server) -> None:
     log = servermetrics.open_log(None, sglang_server.base_url)
     assert log.reader.active, log.reader.status
     assert "gauges, read as gauges, never differenced" in log.reader.status

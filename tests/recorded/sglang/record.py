@@ -14,11 +14,11 @@ counters (``spec_accept_length``, ``spec_accept_rate``,
 Each exchange is written to ``<out>/<name>.json``: the request, the status, the
 headers and the body exactly as received (a stream's body is its raw SSE text).
 
-    python tests/recorded/sglang/record.py --python /path/to/sglang-venv/bin/python \\
-        --model-path /path/to/smollm2-hf [--lib-dir DIR] [--out DIR]
+    python tests/recorded/sglang/record.py [--python SGLANG_PYTHON] [--model-path DIR] [--out DIR]
 
-``--lib-dir`` goes on ``LD_LIBRARY_PATH`` (a CPU machine needs a stand-in
-``libcuda.so.1`` for SGLang's CUDA build of torch).
+The server is started by ``pytest_ddtree.engines.start_sglang`` (CPU engine, the
+stand-in ``libcuda.so.1``, SmolLM2-135M-Instruct), with the two variables that turn
+the invented counters on.
 """
 
 from __future__ import annotations
@@ -26,12 +26,8 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
 import random
-import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -127,23 +123,12 @@ def exchange(port: int, method: str, path: str, body: dict[str, Any] | None) -> 
     }
 
 
-def wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"SGLang exited with code {proc.returncode} before it was ready")
-        try:
-            if exchange(port, "GET", "/v1/models", None)["status"] == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(2)
-    raise SystemExit(f"SGLang was not ready within {timeout:g}s")
+def version(python: str | None) -> str:
+    from pytest_ddtree.engines import engine_python
 
-
-def version(python: str) -> str:
+    interpreter, _ = engine_python("sglang", python)
     out = subprocess.run(
-        [python, "-c", "import importlib.metadata as m; print(m.version('sglang'))"],
+        [str(interpreter), "-c", "import importlib.metadata as m; print(m.version('sglang'))"],
         capture_output=True,
         text=True,
         check=True,
@@ -152,44 +137,29 @@ def version(python: str) -> str:
 
 
 def main() -> None:
+    from pytest_ddtree import engines
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--python", default=os.environ.get("DDTREE_SGLANG_PYTHON"), required=False)
-    ap.add_argument("--model-path", required=True)
-    ap.add_argument("--lib-dir", default=None)
+    ap.add_argument("--python", default=None, help="SGLang's interpreter (DDTREE_SGLANG_PYTHON)")
+    ap.add_argument("--model-path", default=None, help="the model (default: engines.smollm2_hf)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--timeout", type=float, default=600.0)
     args = ap.parse_args()
-    if not args.python:
-        raise SystemExit("--python (or DDTREE_SGLANG_PYTHON): the interpreter that has sglang")
+    why = engines.sglang_missing(args.python)
+    if why is not None and args.model_path is None:
+        raise SystemExit(why)
     sglang = version(args.python)
     out = Path(args.out) if args.out else HERE / f"sglang-{sglang}"
     out.mkdir(parents=True, exist_ok=True)
-    port = random.randint(20000, 29999)
-    env = dict(os.environ)
-    env.update(
-        PYTHONPATH=str(HERE / "inject"),
-        DDTREE_INVENTED_SPEC_COUNTERS="1",
-        HF_HUB_OFFLINE="1",
-        SGLANG_USE_CPU_ENGINE="1",
-        OMP_NUM_THREADS="1",
+    server = engines.start_sglang(
+        port=random.randint(20000, 29999),
+        python=args.python,
+        model_dir=args.model_path,
+        timeout=args.timeout,
+        env={"PYTHONPATH": str(HERE / "inject"), "DDTREE_INVENTED_SPEC_COUNTERS": "1"},
     )
-    if args.lib_dir:
-        env["LD_LIBRARY_PATH"] = args.lib_dir
-    cmd = [
-        args.python, "-m", "sglang.launch_server", "--model-path", args.model_path,
-        "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(port),
-        "--device", "cpu", "--attention-backend", "torch_native",
-        "--sampling-backend", "pytorch", "--cuda-graph-backend-decode", "disabled",
-        "--cuda-graph-backend-prefill", "disabled", "--disable-overlap-schedule",
-        "--max-total-tokens", "4096", "--context-length", "2048", "--enable-metrics",
-        "--skip-server-warmup", "--dtype", "bfloat16",
-    ]  # fmt: skip
-    log = open(out / "server.log.txt", "wb")  # noqa: SIM115 - closed in finally
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
+    port = int(server.root_url.rsplit(":", 1)[1])
     try:
-        wait_ready(port, proc, args.timeout)
         for name, (method, path, body) in EXCHANGES.items():
             record = exchange(port, method, path, body)
             record = {
@@ -202,19 +172,11 @@ def main() -> None:
             }
             (out / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
             print(f"{name}: HTTP {record['status']}, {len(record['body'])} characters")
+        details = json.loads((out / "chat_plain_eos.json").read_text())["body"]
+        if "spec_tokens_details" not in details:
+            raise SystemExit("the server sent no spec_tokens_details: the counters were not filled")
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
-        # the log names this machine's paths: keep only whether the counters were injected
-        text = (out / "server.log.txt").read_text(errors="replace")
-        (out / "server.log.txt").unlink()
-        if "invented speculative counters: on" not in text:
-            print("WARNING: the server did not report the invented counters", file=sys.stderr)
+        server.stop()
 
 
 if __name__ == "__main__":
