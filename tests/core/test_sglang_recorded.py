@@ -322,3 +322,22 @@ def test_recorded_sglang_bounds_catch_counts_sglang_cannot_make(
         assert [v.code for v in bad] == ["stats-inconsistent"]
         assert wording in bad[0].message
         assert bad[0].evidence["completion_tokens"] == 8
+
+
+def test_recorded_sglang_matched_stop_shapes(replay: Replay) -> None:
+    """SGLang's ``matched_stop``: the end-of-sequence id, the stop string, the
+    ``stop_token_ids`` id, null at the length limit; each read with its field named."""
+    seen = {}
+    for name in PLAIN:
+        (c,) = through_both(replay, name)
+        assert c.stop_field == "choices[0].matched_stop"
+        seen[name] = (c.finish_reason, c.stop_reason)
+    assert seen == {
+        "chat_plain_eos": ("stop", 2),
+        "chat_plain_stop": ("stop", "dog."),
+        "chat_plain_stop_token": (
+            "stop",
+            recording("chat_plain_stop_token")["request"]["stop_token_ids"][0],
+        ),
+        "chat_plain_length": ("length", None),
+    }
