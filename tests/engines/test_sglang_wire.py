@@ -34,6 +34,7 @@ from pytest_ddtree import engines, servermetrics
 from pytest_ddtree.invariants import check
 from pytest_ddtree.load import LoadPoint
 from pytest_ddtree.load.runner import completion_of, run_point
+from pytest_ddtree.settings import Timeout
 from pytest_ddtree.wire import dialects
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.protocol import EndpointConfig
@@ -43,6 +44,8 @@ FRANCE = "What is the capital of France?"
 FOX = "Repeat this sentence three times: the quick brown fox jumps over the lazy dog."
 EOS_ID = 2  # SmolLM2's <|im_end|>
 Server = engines.EngineProcess
+# one thread on a shared 2-core machine: a token may take seconds
+PATIENT = Timeout(connect=30.0, read=300.0, total=900.0)
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +62,9 @@ def sglang_server() -> Iterator[engines.EngineProcess]:
 
 
 def _config(server: Server, dialect: str = "auto") -> EndpointConfig:
-    return EndpointConfig(server.base_url, model="smollm2", dialect=dialect, max_tokens=48)
+    return EndpointConfig(
+        server.base_url, model="smollm2", dialect=dialect, max_tokens=48, timeout=PATIENT
+    )
 
 
 def test_real_sglang_dialect_told_by_matched_stop_then_asked(
@@ -106,7 +111,7 @@ def test_real_sglang_matched_stop_in_early_stop_evidence(
     with DDTreeClient(config) as client:
         eos = client.chat(FRANCE, stream=False)
         string = client.chat(FOX, stream=False, stop=["dog."])
-    with httpx.Client(timeout=30) as http:
+    with httpx.Client(timeout=120) as http:
         counter = ServerCounter(root, http, shape="sglang", model="smollm2")
         (v,) = [v for v in check(eos, counter=counter, min_tokens=40) if v.code == "early-stop"]
         assert v.evidence["stop"] == "token 2 '<|im_end|>' (choices[0].matched_stop)"
@@ -117,7 +122,7 @@ def test_real_sglang_matched_stop_in_early_stop_evidence(
 
 def test_real_sglang_tokenize_shapes_and_exact_counts(sglang_server: Server) -> None:
     root = sglang_server.root_url
-    with httpx.Client(timeout=60) as http:
+    with httpx.Client(timeout=120) as http:
         for path in ("/tokenize", "/v1/tokenize"):
             body = {"model": "smollm2", "prompt": "1, 2, 3", "add_special_tokens": False}
             answer = http.post(root + path, json=body).json()
