@@ -115,7 +115,7 @@ def test_real_sglang_matched_stop_in_early_stop_evidence(
         counter = ServerCounter(root, http, shape="sglang", model="smollm2")
         (v,) = [v for v in check(eos, counter=counter, min_tokens=40) if v.code == "early-stop"]
         assert v.evidence["stop"] == "token 2 '<|im_end|>' (choices[0].matched_stop)"
-        assert v.evidence["stop_kind"] == "eos"
+        assert v.evidence["stop_kind"] == "end-of-sequence"
         (w,) = [w for w in check(string, counter=counter, min_tokens=40) if w.code == "early-stop"]
         assert w.evidence["stop"] == "stop string 'dog.' (choices[0].matched_stop)"
 
