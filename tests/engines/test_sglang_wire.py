@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -50,7 +52,12 @@ PATIENT = Timeout(connect=30.0, read=300.0, total=900.0)
 
 @pytest.fixture(scope="module")
 def sglang_server() -> Iterator[engines.EngineProcess]:
-    """SGLang's real server, target only (``engines.start_sglang``)."""
+    """SGLang's real server, target only (``engines.start_sglang``); or one already
+    running target only at ``DDTREE_SGLANG_URL`` (its root), left running afterwards."""
+    url = os.environ.get("DDTREE_SGLANG_URL")
+    if url:
+        yield engines.EngineProcess("sglang", url.rstrip("/"), "smollm2", "none", Path(), [])
+        return
     why = engines.sglang_missing()
     if why is not None:
         pytest.skip(why)
