@@ -43,6 +43,7 @@ from pytest_ddtree.wire.protocol import EndpointConfig
 from pytest_ddtree.wire.tokens import ServerCounter, detect_tokenize_shape
 
 FRANCE = "What is the capital of France?"
+ESSAY = "Write a long essay about rivers and the valleys they shape."
 FOX = "Repeat this sentence three times: the quick brown fox jumps over the lazy dog."
 EOS_ID = 2  # SmolLM2's <|im_end|>
 Server = engines.EngineProcess
@@ -144,7 +145,7 @@ def test_real_sglang_tokenize_shapes_and_exact_counts(sglang_server: Server) -> 
         sglang_shape = ServerCounter(root, http, shape="sglang", model="smollm2")
         with DDTreeClient(_config(sglang_server, "sglang")) as client:
             # cut at the length limit: every completion token is in the text
-            answer_c = client.chat(FOX, stream=False, max_tokens=24)
+            answer_c = client.chat(ESSAY, stream=False, max_tokens=24)
         assert answer_c.finish_reason == "length" and answer_c.usage is not None
         assert counter.count(answer_c.text) == answer_c.usage.completion_tokens == 24
         assert sglang_shape.count(answer_c.text) == 24
