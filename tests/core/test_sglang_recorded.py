@@ -341,3 +341,46 @@ def test_recorded_sglang_matched_stop_shapes(replay: Replay) -> None:
         ),
         "chat_plain_length": ("length", None),
     }
+
+
+def test_sglang_detokenize_asked_again_for_a_special_token() -> None:
+    """SGLang's /detokenize answers ``""`` for a special token unless
+    ``skip_special_tokens`` is false (as its real server does; see the live tests):
+    only then is it asked again, and a plain token is asked once."""
+    import httpx
+
+    from pytest_ddtree.wire.tokens import ServerCounter
+
+    asked: list[dict[str, Any]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            asked.append(body)
+            special = body["tokens"] == [2]
+            text = "<|im_end|>" if special and body.get("skip_special_tokens") is False else ""
+            data = json.dumps({"text": text if special else " fox"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with httpx.Client(timeout=10) as http:
+            root = f"http://127.0.0.1:{server.server_address[1]}"
+            counter = ServerCounter(root, http, shape="sglang", model="smollm2")
+            assert counter.decode_token(16438) == " fox"
+            assert len(asked) == 1 and "skip_special_tokens" not in asked[0]
+            assert counter.decode_token(2) == "<|im_end|>"
+            assert asked[-1]["skip_special_tokens"] is False and len(asked) == 3
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
