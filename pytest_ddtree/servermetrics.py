@@ -54,8 +54,22 @@ _SPEC: dict[str, tuple[str | None, ...]] = {
 _LOAD: dict[str, tuple[str | None, str, str]] = {
     "vllm": ("vllm:request_success", "vllm:num_requests_running", "vllm:num_requests_waiting"),
     "llamacpp": (None, "llamacpp:requests_processing", "llamacpp:requests_deferred"),
-    "sglang": (None, "sglang:num_running_reqs", "sglang:num_queue_reqs"),
+    # SGLang counts a request in num_requests_total when it finishes
+    "sglang": ("sglang:num_requests", "sglang:num_running_reqs", "sglang:num_queue_reqs"),
 }
+#: SGLang's token counters (counted per finished request): prompt and generated tokens
+SGLANG_TOKENS = ("sglang:prompt_tokens", "sglang:generation_tokens")
+#: SGLang's speculative figures are gauges (the value its scheduler last logged, over
+#: its own recent window): read as they stand after a group, never differenced
+SGLANG_GAUGES = (
+    "sglang:spec_accept_length",
+    "sglang:spec_accept_rate",
+    "sglang:spec_num_draft_tokens",
+)
+GAUGES_NOTE = (
+    "SGLang's speculative figures are gauges (the value the server last logged): "
+    "read as they stand, never differenced as counters"
+)
 
 
 class ScrapeError(Exception):
@@ -173,7 +187,10 @@ class MetricsReader:
                 return None
             self._fail(exc)
             return None
-        self.status = f"{self.url} ({snapshot.prefix or 'no speculative counters'})"
+        prefix = snapshot.prefix or "no speculative counters"
+        if prefix == "sglang":
+            prefix += "; speculative figures are gauges, read as gauges, never differenced"
+        self.status = f"{self.url} ({prefix})"
         return snapshot
 
     def scrape(self) -> Snapshot | None:
@@ -295,6 +312,11 @@ class CounterDelta:
     waiting_before: float | None = None
     running_after: float | None = None
     waiting_after: float | None = None
+    #: SGLang: the prompt and generated tokens its counters grew by
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
+    #: SGLang's speculative gauges at the second snapshot (``SGLANG_GAUGES``), not deltas
+    gauges: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def acceptance_length(self) -> float | None:
@@ -333,6 +355,10 @@ class CounterDelta:
             waiting_before=peak(self.waiting_before, other.waiting_before),
             running_after=peak(self.running_after, other.running_after),
             waiting_after=peak(self.waiting_after, other.waiting_after),
+            prompt_tokens=add(self.prompt_tokens, other.prompt_tokens),
+            generation_tokens=add(self.generation_tokens, other.generation_tokens),
+            # a gauge is not added up: the later group's reading stands
+            gauges={**self.gauges, **other.gauges},
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -350,8 +376,21 @@ class CounterDelta:
             "waiting_after": self.waiting_after,
             "acceptance_length": self.acceptance_length,
             "position_rates": {str(p): r for p, r in self.position_rates.items()},
+            "prompt_tokens": self.prompt_tokens,
+            "generation_tokens": self.generation_tokens,
+            "gauges": dict(self.gauges),
         }
+        if self.gauges:
+            out["gauges_note"] = GAUGES_NOTE
         return {k: v for k, v in out.items() if v not in (None, {})}
+
+
+def _gauge(snapshot: Snapshot, name: str) -> float | None:
+    """A gauge's reading: the mean over its label sets (one per scheduler rank), never a sum."""
+    series = snapshot.values.get(name)
+    if not series:
+        return None
+    return math.fsum(series.values()) / len(series)
 
 
 def delta(before: Snapshot, after: Snapshot) -> CounterDelta:
@@ -366,6 +405,15 @@ def delta(before: Snapshot, after: Snapshot) -> CounterDelta:
     for pos, value in (after.by_label(per_pos, "position") if per_pos else {}).items():
         if pos.isdigit():
             positions[int(pos)] = value - old.get(pos, 0.0)
+    sglang: dict[str, Any] = {}
+    if prefix == "sglang":
+        prompt, generated = SGLANG_TOKENS
+        readings = {name.partition(":")[2]: _gauge(after, name) for name in SGLANG_GAUGES}
+        sglang = {
+            "prompt_tokens": _diff(before, after, prompt),
+            "generation_tokens": _diff(before, after, generated),
+            "gauges": {k: v for k, v in readings.items() if v is not None},
+        }
     return CounterDelta(
         prefix=prefix,
         drafts=_diff(before, after, drafts),
@@ -377,6 +425,7 @@ def delta(before: Snapshot, after: Snapshot) -> CounterDelta:
         waiting_before=before.total(waiting),
         running_after=after.total(running),
         waiting_after=after.total(waiting),
+        **sglang,
     )
 
 
@@ -429,6 +478,9 @@ class RequestSums:
 
     draft_tokens: int | None
     accepted_tokens: int | None
+    #: the verify steps (``decode_rounds``) summed: SGLang's ``spec_verify_calls_total``
+    #: counts the same steps
+    verify_steps: int | None = None
 
     @classmethod
     def of(cls, stats: Iterable[Any]) -> RequestSums:
@@ -439,12 +491,15 @@ class RequestSums:
         """
         drafted: int | None = 0
         accepted: int | None = 0
+        steps: int | None = 0
         for s in stats:
             d = None if s is None else getattr(s, "num_draft_tokens", None)
             a = None if s is None else getattr(s, "num_accepted_draft_tokens", None)
+            r = None if s is None else getattr(s, "decode_rounds", None)
             drafted = None if drafted is None or not isinstance(d, int) else drafted + d
             accepted = None if accepted is None or not isinstance(a, int) else accepted + a
-        return cls(drafted, accepted)
+            steps = None if steps is None or not isinstance(r, int) else steps + r
+        return cls(drafted, accepted, steps)
 
 
 def stats_disagreement(
@@ -460,6 +515,9 @@ def stats_disagreement(
         ("draft tokens", sums.draft_tokens, change.draft_tokens),
         ("accepted tokens", sums.accepted_tokens, change.accepted_tokens),
     )
+    if change.prefix == "sglang":
+        # SGLang adds each finished request's spec_verify_ct to spec_verify_calls_total
+        pairs = (*pairs, ("verify steps", sums.verify_steps, change.drafts))
     for what, per_request, counter in pairs:
         if per_request is None or counter is None:
             continue
@@ -701,3 +759,20 @@ class GroupWatch:
         if shared:
             out["shared_server"] = shared[0]
         return out
+
+
+def gauge_lines(by_budget: Mapping[int | None, CounterDelta]) -> list[str]:
+    """One line per budget whose server keeps its speculative figures in gauges (SGLang):
+    the readings after the budget's last group, said to be gauges, not deltas."""
+    from pytest_ddtree.settings import budget_label
+
+    lines = []
+    for budget, d in sorted(by_budget.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
+        if not d.gauges:
+            continue
+        shown = ", ".join(f"{name} {value:g}" for name, value in d.gauges.items())
+        lines.append(
+            f"server gauges, tree_budget {budget_label(budget)}: {shown} ({GAUGES_NOTE}; "
+            "they cover the server's recent window, not these requests alone)"
+        )
+    return lines

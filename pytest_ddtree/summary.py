@@ -191,6 +191,10 @@ def _write_sweep(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
         pooled = "" if zero_only(session.summaries) else " (every temperature together)"
         for line in server_counter_lines(log.by_budget(), shared):
             tr.write_line(line + pooled)
+        from pytest_ddtree.servermetrics import gauge_lines
+
+        for line in gauge_lines(log.by_budget()):
+            tr.write_line(line)
     for v in session.budget_ignored:
         tr.write_line(f"FAILED sweep: [{v.code}] {v.message}", red=True)
 

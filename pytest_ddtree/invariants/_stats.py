@@ -251,6 +251,9 @@ def _depth_totals(ctx: Context, where: str, hist: tuple[int, ...]) -> Iterator[V
             histogram_accepted=by_hist,
             num_accepted_draft_tokens=accepted,
         )
+    if stats.dialect == "sglang":
+        yield from _sglang_commits(ctx, where, hist)
+        return
     n, _slack = ctx.tokens_for_limits()
     if n is None or not steps:
         return
@@ -265,4 +268,46 @@ def _depth_totals(ctx: Context, where: str, hist: tuple[int, ...]) -> Iterator[V
             field=where,
             histogram_tokens=committed,
             completion_tokens=n,
+        )
+
+
+def _sglang_commits(ctx: Context, where: str, hist: tuple[int, ...]) -> Iterator[Violation]:
+    """SGLang's histogram against ``completion_tokens``, as SGLang's scheduler counts.
+
+    The prefill makes the first token; each verify step then commits its accepted
+    drafts plus one bonus token, and SGLang counts a whole step even where a stop or
+    the length limit cuts it. So the answer has at most ``1 + steps + accepted``
+    tokens, and at least that less the deepest step's drafts (only the last step can
+    run past the end). An exact equality cannot be stated for SGLang: these bounds
+    are what is checked.
+    """
+    n, slack = ctx.tokens_for_limits()
+    steps = sum(hist)
+    if n is None or not steps:
+        return
+    accepted = sum(k * c for k, c in enumerate(hist))
+    most = 1 + steps + accepted
+    deepest = max(k for k, c in enumerate(hist) if c)
+    least = most - deepest
+    evidence = {
+        "field": where,
+        "verify_steps": steps,
+        "histogram_accepted": accepted,
+        "completion_tokens": n,
+        "most_tokens": most,
+        "least_tokens": least,
+    }
+    if n > most + slack:
+        yield ctx.violation(
+            "stats-inconsistent",
+            f"{where}: {steps} verify steps commit at most {most} tokens (the prefill's, "
+            f"{steps} bonus tokens and {accepted} accepted drafts), {n} came back",
+            **evidence,
+        )
+    elif n < least - slack:
+        yield ctx.violation(
+            "stats-inconsistent",
+            f"{where}: {steps} verify steps commit at least {least} tokens (only the last "
+            f"step can run past the end, by at most {deepest} drafts), {n} came back",
+            **evidence,
         )

@@ -110,8 +110,8 @@ def _sglang_found(obj: Mapping[str, Any]) -> tuple[Mapping[str, Any], str] | Non
     ext = obj.get("sglext")
     details = ext.get("spec_tokens_details") if isinstance(ext, Mapping) else None
     if isinstance(details, list):
-        first = [d for d in details if isinstance(d, Mapping) and d.get("index", 0) == 0]
-        details = first[0] if first else None
+        # one object per choice, in choice order (SGLang's objects carry no index)
+        details = details[0] if details else None
     if isinstance(details, Mapping):
         return details, "sglext.spec_tokens_details"
     meta = obj.get("meta_info")
@@ -357,13 +357,26 @@ def _vllm(raw: Mapping[str, Any]) -> SpecStats:
 
 
 def _sglang(raw: Mapping[str, Any], where: str) -> SpecStats:
-    """SGLang's statistics (``sglext.spec_tokens_details`` or ``meta_info``)."""
+    """SGLang's statistics (``sglext.spec_tokens_details`` or ``meta_info``).
+
+    SGLang counts ``spec_num_proposed_drafts`` as ``spec_verify_ct`` times its
+    drafts per step (``--speculative-num-draft-tokens`` minus the bonus slot), so
+    the drafts per step are known when that product divides exactly; its
+    ``spec_accept_length`` is ``completion_tokens / spec_verify_ct``. Its
+    histogram is as long as the deepest step accepted, not one entry per draft.
+    """
+    rounds = _int(raw.get("spec_verify_ct"))
+    proposed = _int(raw.get("spec_num_proposed_drafts"))
+    per_step = None
+    if rounds and proposed is not None and proposed >= 0 and proposed % rounds == 0:
+        per_step = proposed // rounds
     return SpecStats(
         dialect="sglang",
-        decode_rounds=_int(raw.get("spec_verify_ct")),
+        decode_rounds=rounds,
         mean_acceptance_length=_num(raw.get("spec_accept_length")),
-        num_draft_tokens=_int(raw.get("spec_num_proposed_drafts")),
+        num_draft_tokens=proposed,
         num_accepted_draft_tokens=_int(raw.get("spec_num_correct_drafts")),
+        num_spec_tokens=per_step,
         raw=dict(raw),
         **_depth(raw, "spec_correct_drafts_histogram", where),
     )
@@ -433,6 +446,9 @@ def extract_usage(objects: Sequence[Any]) -> Usage | None:
         if isinstance(usage, Mapping):
             details = usage.get("completion_tokens_details")
             reasoning = details.get("reasoning_tokens") if isinstance(details, Mapping) else None
+            if reasoning is None:
+                # SGLang puts the count at the top of ``usage`` (its details object is null)
+                reasoning = usage.get("reasoning_tokens")
             return Usage(
                 prompt_tokens=_int(usage.get("prompt_tokens")),
                 completion_tokens=_int(usage.get("completion_tokens")),

@@ -255,15 +255,23 @@ class ServerCounter:
         body: dict[str, Any] = {"tokens": [token_id]}
         if self.shape.with_model and self.model:
             body["model"] = self.model
-        text: str | None = None
+        text = self._detokenize(path, body)
+        if text == "":
+            # SGLang skips special tokens unless told not to: its end-of-sequence decodes
+            # to "" by default; asked again only then, so no other server sees the field
+            again = self._detokenize(path, {**body, "skip_special_tokens": False})
+            text = again if again else text
+        self._pieces[token_id] = text
+        return text
+
+    def _detokenize(self, path: str, body: dict[str, Any]) -> str | None:
         try:
             response = self._client.post(f"{self.root_url}{path}", json=body, timeout=5.0)
             if response.status_code == 200 and len(response.content) <= MAX_DETOKENIZE_BYTES:
-                text = detokenize_text(response.json())
+                return detokenize_text(response.json())
         except Exception:  # no /detokenize, a slow or odd one: the id is shown alone
-            text = None
-        self._pieces[token_id] = text
-        return text
+            return None
+        return None
 
     def _remember(self, text: str, count: int) -> None:
         self._counts[text] = count

@@ -273,7 +273,7 @@ def test_sglang_sglext_n1(stream: bool) -> None:
 
 def test_sglang_sglext_n2_reads_the_first_choice() -> None:
     other = {**SGLANG_DETAILS, "spec_verify_ct": 11, "spec_correct_drafts_histogram": [11]}
-    engine = Recorder(sglang_plain([dict(SGLANG_DETAILS, index=0), other], n=2), [])
+    engine = Recorder(sglang_plain([SGLANG_DETAILS, other], n=2), [])
     (c,) = both(engine, stream=False, dialect="sglang")
     assert c.stats is not None and c.stats.decode_rounds == 8
     assert c.stats.acceptance_histogram == (1, 2, 3, 2)
