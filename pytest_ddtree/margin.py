@@ -25,8 +25,8 @@ from pytest_ddtree.wire.completion import Completion, TokenLogprob
 
 Kind = Literal["near-tie", "confident", "unknown"]
 
-#: alternatives asked for at each position (every engine here allows at least 5)
-TOP_LOGPROBS = 5
+#: alternatives asked for at each position (vLLM's default ceiling, max_logprobs, is 20)
+TOP_LOGPROBS = 20
 
 NEAR_TIE_NOTE = "a numerical near-tie; batched verification can flip it"
 CONFIDENT_NOTE = "the speculative path produced a token the target would not"
@@ -68,8 +68,11 @@ class Margin:
                 f"{at}the target-only server's {what} {abs(self.gap):.3g} nats apart "
                 f"({tokens}; {NEAR_TIE_NOTE})"
             )
-        sure = f"at least {self.gap:.3g}" if self.bound else f"{self.gap:.3g}"
-        return f"{at}the target was sure (margin {sure} nats, {tokens}): {CONFIDENT_NOTE}"
+        if math.isinf(self.gap):
+            sure = "it gives the speculative token no probability"
+        else:
+            sure = f"margin {'at least ' if self.bound else ''}{self.gap:.3g} nats"
+        return f"{at}the target was sure ({sure}, {tokens}): {CONFIDENT_NOTE}"
 
     def evidence(self) -> dict[str, Any]:
         """Evidence entries of a ``not-lossless`` violation or a near-tie warning."""
@@ -198,13 +201,17 @@ def classify(
         gap = entry.logprob - lp
         kind: Kind = "near-tie" if abs(gap) <= threshold else "confident"
         return replace(base, kind=kind, speculative_token=token, gap=gap)
-    if len(top) >= 2 and math.isfinite(top[-1][1]):
-        floor = entry.logprob - top[-1][1]
+    # a token the server did not list has at most the smallest listed probability, and at
+    # most what the listed ones leave: a list that holds all the mass leaves it none
+    if top:
+        rest = 1.0 - sum(math.exp(lp) for _, lp, _ in top)
+        ceiling = min(math.exp(top[-1][1]), rest)
+        floor = entry.logprob - math.log(ceiling) if ceiling > 1e-12 else math.inf
         if floor > threshold:
             return replace(base, kind="confident", gap=floor, bound=True)
     why = (
         f"the speculative token is not among the target's {len(top)} listed alternatives, "
-        "which reach no further than the threshold"
+        "and those leave room for it within the threshold"
         if top
         else "the target-only server listed no alternatives (top_logprobs)"
     )

@@ -27,6 +27,9 @@ FAULTS: dict[str, str] = {
     "total_tokens != prompt_tokens + completion_tokens",
     "lossy": "above budget 64 the verifier commits one drafter token the target rejected, "
     "so output diverges from target-only decoding (speculative decoding only)",
+    "near-tie": "at temperature 0 the verifier once commits, in place of the target's token, "
+    "another the target gives exactly the same probability (a tie batched verification "
+    "can flip), so output diverges at a numerical near-tie (speculative decoding only)",
     "draft-confidence": "at temperature > 0 the verifier accepts a drafted token whenever the "
     "drafter gives it probability 0.5 or more, even where the target sampled another token, "
     "so sampled output leans towards the drafter's favourites; temperature 0 is unchanged "
@@ -62,6 +65,7 @@ TEMPLATE_FAULTS = frozenset({"early-eos", "role-leak", "think-leak"})
 SPECULATION_FAULTS = frozenset(
     {
         "lossy",
+        "near-tie",
         "draft-confidence",
         "seed-dropped",
         "overrun",
