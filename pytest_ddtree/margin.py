@@ -204,8 +204,8 @@ def classify(
     # a token the server did not list has at most the smallest listed probability, and at
     # most what the listed ones leave: a list that holds all the mass leaves it none
     if top:
-        rest = 1.0 - sum(math.exp(alt[1]) for alt in top)
-        ceiling: float = min(math.exp(top[-1][1]), rest)
+        left = 1.0 - sum(math.exp(alt[1]) for alt in top)
+        ceiling = min(math.exp(top[-1][1]), left)
         floor = entry.logprob - math.log(ceiling) if ceiling > 1e-12 else math.inf
         if floor > threshold:
             return replace(base, kind="confident", gap=floor, bound=True)
