@@ -567,7 +567,7 @@ def lossless_violations(result: LosslessResult) -> list[Violation]:
     diverging = [b for b in result.outputs if b in result.divergences]
     names = ", ".join("server" if b is None else str(b) for b in diverging)
     for budget, div in result.divergences.items():
-        margin = f": {div.margin.sentence()}" if div.margin is not None else ""
+        margin = f": {div.margin.sentence(position=False)}" if div.margin is not None else ""
         out.append(
             Violation(
                 code="not-lossless",
@@ -594,7 +594,8 @@ def near_tie_warning(result: LosslessResult, budget: int | None) -> str:
     assert div.margin is not None
     return (
         f"pytest-ddtree: tree_budget {_budget_label(budget)} diverges from the "
-        f"{result.reference_label} at {div.where()}, {div.margin.sentence()}; tolerated by "
+        f"{result.reference_label} at {div.where()}: {div.margin.sentence(position=False)}; "
+        "tolerated by "
         f"--ddtree-lossless {result.mode}, the budget stays timed "
         f"(reference {div.reference_excerpt}, this budget {div.actual_excerpt})"
     )
@@ -606,7 +607,7 @@ def margin_reason(result: LosslessResult, budget: int | None) -> str:
     base = f"the output differs from the {result.reference_label}"
     if div is None or div.margin is None:
         return base
-    return f"{base} at {div.where()}: {div.margin.sentence()}"
+    return f"{base} at {div.where()}: {div.margin.sentence(position=False)}"
 
 
 def not_comparable_violations(result: LosslessResult) -> list[Violation]:

@@ -54,9 +54,10 @@ class Margin:
     speculative_view: str | None = None
     reason: str | None = None
 
-    def sentence(self) -> str:
-        """One sentence for a failure message or a warning."""
-        at = f"at token {self.position}: " if self.position is not None else ""
+    def sentence(self, position: bool = True) -> str:
+        """One sentence for a failure message or a warning (``position``: lead with the
+        target's token position, for a text that does not name it already)."""
+        at = f"at token {self.position}: " if position and self.position is not None else ""
         if self.kind == "unknown":
             return f"{at}the target's margin is unknown ({self.reason})"
         assert self.gap is not None
