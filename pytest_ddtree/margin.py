@@ -221,15 +221,15 @@ def classify(
 
 def _view(entry: TokenLogprob, index: int) -> str:
     """The speculative side's own view of the position, in one line."""
+    chose = (
+        f"the server chose {entry.token!r} at token {index} (log-probability {entry.logprob:.4g})"
+    )
     if len(entry.top) >= 2:
         (a, la, _), (b, lb, _) = entry.top[0], entry.top[1]
         return (
-            f"the server's own log-probabilities at token {index}: {a!r} {la:.4g}, "
-            f"{b!r} {lb:.4g} ({la - lb:.3g} nats apart)"
+            f"{chose}; its own top two: {a!r} {la:.4g}, {b!r} {lb:.4g} ({la - lb:.3g} nats apart)"
         )
-    return (
-        f"the server chose {entry.token!r} at token {index} (log-probability {entry.logprob:.4g})"
-    )
+    return chose
 
 
 def probe_fields(api: str) -> dict[str, Any]:

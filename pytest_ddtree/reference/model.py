@@ -611,6 +611,11 @@ class ReferenceModel:
             prev = c
         return out
 
+    def _impossible(self, plan: GenerationPlan, s: _State, tok: int) -> bool:
+        """True when the target, free to choose in state ``s``, gives ``tok`` no probability."""
+        dist = self._candidates(plan, s)
+        return dist is not None and tok not in dist
+
     def _tie(self, plan: GenerationPlan, s: _State, s2: _State, tok: int) -> int | None:
         """Another token exactly as likely as the target's ``tok`` at a free position."""
         if not (s[5] == s2[5] != _FORCED and s[4] == s2[4] and s2[0] == s[0] + 1):
@@ -685,8 +690,15 @@ class ReferenceModel:
                     continue
                 child = children.get((node, tok))
                 if child is None:
-                    if lossy_armed and n + len(out) >= 10 and fc > 0 and tok != eos:
-                        # a verifier bug: the drafter's own token is committed once
+                    if (
+                        lossy_armed
+                        and n + len(out) >= 10
+                        and fc > 0
+                        and tok != eos
+                        and self._impossible(plan, s, tree.tokens[fc])
+                    ):
+                        # a verifier bug: the drafter's own token, one the target gives no
+                        # probability, is committed once
                         lossy_armed = False
                         out.append(tree.tokens[fc])
                         states.append(s)
