@@ -75,9 +75,22 @@ class Margin:
             sure = f"margin {'at least ' if self.bound else ''}{self.gap:.3g} nats"
         return f"{at}the target was sure ({sure}, {tokens}): {CONFIDENT_NOTE}"
 
+    def figures(self) -> str:
+        """The numbers behind the verdict, in one line."""
+        if self.gap is None:
+            return f"unknown ({self.reason})"
+        if math.isinf(self.gap):
+            value = "infinite (the target gives the speculative token no probability)"
+        else:
+            value = f"{'at least ' if self.bound else ''}{self.gap:.4g} nats"
+        at = f" at target token {self.position}" if self.position is not None else ""
+        two = f"; its top two {self.top_two:.4g} nats apart" if self.top_two is not None else ""
+        tokens = f"({self.target_token!r} over {self.speculative_token!r})"
+        return f"{value}{at} {tokens}{two}; near-tie at most {self.threshold:g}"
+
     def evidence(self) -> dict[str, Any]:
         """Evidence entries of a ``not-lossless`` violation or a near-tie warning."""
-        out: dict[str, Any] = {"divergence": self.kind, "margin": self.sentence()}
+        out: dict[str, Any] = {"divergence": self.kind, "margin": self.figures()}
         if self.speculative_view:
             out["speculative side"] = self.speculative_view
         return out

@@ -108,3 +108,69 @@ def test_llamacpp_speculation_stays_lossless_in_near_tie_mode(
         # its speculative server returns log-probabilities too (the speculative side's view)
         own = client.chat(FRANCE, max_tokens=8, stream=False, **probe_fields("chat"))
     assert own.ok and own.logprobs and own.logprobs[0].token == "L"
+
+
+# ------------------------------------------------------------------ vLLM (bf16)
+
+
+def _vllm(server: engines.EngineProcess, http: httpx.Client) -> DDTreeClient:
+    counter = ServerCounter(server.root_url, http, shape="vllm", model=server.model)
+    return DDTreeClient(
+        server.base_url, model=server.model, budget_mode="none", counter=counter, timeout=120
+    )
+
+
+@pytest.fixture(scope="module")
+def vllm_http() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=120, trust_env=False) as client:
+        yield client
+
+
+def test_vllm_logprobs_in_its_chat_and_text_shapes(
+    vllm_target: engines.EngineProcess, vllm_http: httpx.Client
+) -> None:
+    with _vllm(vllm_target, vllm_http) as client:
+        plain = client.chat(PROSE, max_tokens=12, stream=False, **probe_fields("chat"))
+        streamed = client.chat(PROSE, max_tokens=12, stream=True, **probe_fields("chat"))
+        text = client.complete(PROSE, max_tokens=12, stream=False, **probe_fields("completions"))
+    for answer in (plain, streamed, text):
+        assert answer.ok and answer.logprobs, answer.error
+        assert b"".join(e.data for e in answer.logprobs) == answer.text.encode()
+        for e in answer.logprobs:
+            assert e.top and e.top[0][1] == pytest.approx(e.logprob), e  # greedy: its first
+    assert streamed.logprobs == plain.logprobs or streamed.text != plain.text
+
+
+def test_vllm_answers_france_from_a_near_tie(
+    vllm_target: engines.EngineProcess, vllm_http: httpx.Client
+) -> None:
+    """bf16 holds these logits in steps of 0.125: "The" leads "L" by about one step."""
+    with _vllm(vllm_target, vllm_http) as client:
+        answer = client.chat(FRANCE, max_tokens=8, stream=False, **probe_fields("chat"))
+    assert answer.ok and answer.logprobs, answer.error
+    if not answer.text.startswith("The"):
+        pytest.fail(f"the model's answer changed ({answer.text!r}); pick another near-tie")
+    # "L'Étoile, ...": what the same model answers on llama.cpp, and under speculation
+    tie = classify(answer, answer.text, "L'Étoile, la Marseillaise", 0, DEFAULT_NEAR_TIE)
+    assert tie.kind == "near-tie" and (tie.target_token, tie.speculative_token) == ("The", "L")
+    assert tie.gap is not None and 0 < tie.gap < DEFAULT_NEAR_TIE, tie
+
+
+def test_vllm_ngram_speculation_diverges_only_at_near_ties(
+    vllm_ngram: engines.EngineProcess, vllm_target: engines.EngineProcess, vllm_http: httpx.Client
+) -> None:
+    """Where vLLM's n-gram speculation leaves the target's greedy answer, the target was
+    never sure: every divergence has a readable margin, and none is confident."""
+    with _vllm(vllm_ngram, vllm_http) as client, _vllm(vllm_target, vllm_http) as baseline:
+        result, violations = run_lossless(
+            client,
+            baseline,
+            ESSAY,
+            [None],
+            Lossless("near-tie"),
+            max_tokens=ESSAY_TOKENS,
+            counter=client.counter,
+        )
+    assert not violations, [v.message for v in violations]
+    for div in result.near_ties.values():
+        assert div.margin is not None and div.margin.kind == "near-tie", div
