@@ -27,6 +27,10 @@ FRANCE = "What is the capital of France?"
 # divergence is located in llama.cpp's answer and judged by llama.cpp's own numbers
 BF16_ANSWER = "The capital of France is Paris."
 PROSE = "Describe how bread is baked in a small kitchen."
+# the bundled suite's first prompt; vLLM's n-gram speculation has been seen to leave the
+# target's answer at its 7th token ("woven from the threads of rivers" / "with countless")
+ESSAY = "Write a long essay about rivers and the valleys they shape."
+ESSAY_TOKENS = 32
 
 pytestmark = pytest.mark.real_engine
 
