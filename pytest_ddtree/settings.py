@@ -822,10 +822,11 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "lossless",
-        "Losslessness at temperature 0: near-tie[:MARGIN] (a divergence where the target's "
-        "top two tokens were at most MARGIN nats apart, 0.5 by default, is a warning and the "
-        "budget stays timed; any other fails), exact (every divergence fails), prefix:N "
-        "(only the first N tokens must match) or off.",
+        "Losslessness at temperature 0: near-tie[:MARGIN] (a divergence where the target "
+        "preferred its own token to the speculative path's by at most MARGIN nats, 0.5 by "
+        "default, read from its log-probabilities, is a warning and the budget stays timed; "
+        "any other fails), exact (every divergence fails), prefix:N (only the first N tokens "
+        "must match) or off.",
         metavar="MODE",
         default="near-tie",
         env=("DDTREE_LOSSLESS",),
