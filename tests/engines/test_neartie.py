@@ -18,7 +18,7 @@ import pytest
 from pytest_ddtree import engines
 from pytest_ddtree.diagnose import run_lossless
 from pytest_ddtree.margin import classify, probe_fields
-from pytest_ddtree.settings import DEFAULT_NEAR_TIE, Lossless
+from pytest_ddtree.settings import DEFAULT_NEAR_TIE, Lossless, Timeout
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.tokens import ServerCounter
 
@@ -120,7 +120,11 @@ def test_llamacpp_speculation_stays_lossless_in_near_tie_mode(
 def _vllm(server: engines.EngineProcess, http: httpx.Client) -> DDTreeClient:
     counter = ServerCounter(server.root_url, http, shape="vllm", model=server.model)
     return DDTreeClient(
-        server.base_url, model=server.model, budget_mode="none", counter=counter, timeout=120
+        server.base_url,
+        model=server.model,
+        budget_mode="none",
+        counter=counter,
+        timeout=Timeout(read=300, total=900),
     )
 
 
