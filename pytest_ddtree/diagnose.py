@@ -33,6 +33,7 @@ from pytest_ddtree.comparable import (
     why_not_whole,
 )
 from pytest_ddtree.invariants import CODE_LAYERS, LAYERS, check_determinism
+from pytest_ddtree.margin import Margin, classify, probe_fields
 from pytest_ddtree.settings import Lossless
 from pytest_ddtree.violation import Violation
 from pytest_ddtree.wire.client import DDTreeClient
@@ -367,6 +368,8 @@ class Divergence:
     reference_excerpt: str
     actual_excerpt: str
     token_note: str | None = None
+    #: the target's margin there (``margin.classify``), once asked for
+    margin: Margin | None = None
 
     def where(self) -> str:
         """``token 10 (character 46)``, or the character offset alone (and why)."""
@@ -469,6 +472,8 @@ class LosslessResult:
 
     ``not_comparable`` holds the budgets whose answer could not be compared with
     the reference (not whole, or another prompt): no verdict about them.
+    ``near_ties`` holds the divergences ``near-tie`` mode tolerates (the target's
+    margin there was within the mode's): warnings, not failures.
     """
 
     reference_label: str
@@ -478,6 +483,7 @@ class LosslessResult:
     mode: Lossless
     tolerated: tuple[int | None, ...] = ()
     not_comparable: Mapping[int | None, Unjudged] = field(default_factory=dict)
+    near_ties: Mapping[int | None, Divergence] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -564,23 +570,47 @@ def lossless_violations(result: LosslessResult) -> list[Violation]:
     diverging = [b for b in result.outputs if b in result.divergences]
     names = ", ".join("server" if b is None else str(b) for b in diverging)
     for budget, div in result.divergences.items():
+        margin = f": {div.margin.sentence(position=False)}" if div.margin is not None else ""
         out.append(
             Violation(
                 code="not-lossless",
                 message=(
                     f"tree_budget {_budget_label(budget)} diverges from the "
-                    f"{result.reference_label} at {div.where()}"
+                    f"{result.reference_label} at {div.where()}{margin}"
                 ),
                 evidence={
                     "diverging budgets": names,
                     "reference": div.reference_excerpt,
                     "this budget": div.actual_excerpt,
+                    **(div.margin.evidence() if div.margin is not None else {}),
                     "lossless mode": str(result.mode),
                 },
                 request=result.outputs[budget].request.describe(),
             )
         )
     return out
+
+
+def near_tie_warning(result: LosslessResult, budget: int | None) -> str:
+    """The warning of a divergence ``near-tie`` mode tolerates."""
+    div = result.near_ties[budget]
+    assert div.margin is not None
+    return (
+        f"pytest-ddtree: tree_budget {_budget_label(budget)} diverges from the "
+        f"{result.reference_label} at {div.where()}: {div.margin.sentence(position=False)}; "
+        "tolerated by "
+        f"--ddtree-lossless {result.mode}, the budget stays timed "
+        f"(reference {div.reference_excerpt}, this budget {div.actual_excerpt})"
+    )
+
+
+def margin_reason(result: LosslessResult, budget: int | None) -> str:
+    """The diagnosis reason of one diverging budget, with its margin when known."""
+    div = result.divergences.get(budget) or result.near_ties.get(budget)
+    base = f"the output differs from the {result.reference_label}"
+    if div is None or div.margin is None:
+        return base
+    return f"{base} at {div.where()}: {div.margin.sentence(position=False)}"
 
 
 def not_comparable_violations(result: LosslessResult) -> list[Violation]:
@@ -628,10 +658,27 @@ def lossless_header(result: LosslessResult) -> str:
     )
 
 
+NEAR_TIE_ADVICE = (
+    "every divergence is at a numerical near-tie of the target (its top two tokens within "
+    "{margin:g} nats): batched verification computes the logits in another order and can "
+    "flip such a tie, which is not a verifier bug; --ddtree-lossless near-tie tolerates it "
+    "and keeps the budget timed"
+)
+
+
 def lossless_footer(result: LosslessResult, *, has_baseline: bool) -> str:
     """The diagnosis lines of a failed losslessness test."""
     if result.divergences:
-        return "diagnosis: speculative decoding - " + lossless_advice(has_baseline)
+        margins = [d.margin for d in result.divergences.values()]
+        if margins and all(m is not None and m.kind == "near-tie" for m in margins):
+            return "diagnosis: speculative decoding (numerical near-tie) - " + (
+                NEAR_TIE_ADVICE.format(margin=result.mode.near_tie)
+            )
+        sure = [m for m in margins if m is not None and m.kind == "confident"]
+        lead = "diagnosis: speculative decoding - "
+        if sure:
+            lead = "diagnosis: speculative decoding (the target was sure) - "
+        return lead + lossless_advice(has_baseline)
     named = [
         Unjudged(f"tree_budget {_budget_label(b)}: {why.reason}", why.advice)
         for b, why in result.not_comparable.items()
@@ -770,7 +817,61 @@ def run_lossless(
         answer = baseline.request(prompt, **kw, **extra)
     reference, label = _reference(outputs, answer)
     result = judge_lossless(reference, outputs, mode, counter=counter, reference_label=label)
+    if result.divergences:
+        target = baseline if baseline is not None else client
+        probe = {**kw, **extra, **probe_fields(client.api), "stream": False}
+        result = with_margins(
+            result,
+            lambda: target.request(prompt, tree_budget=reference.request.tree_budget, **probe),
+            lambda budget: client.request(prompt, tree_budget=budget, **probe),
+        )
     return result, not_comparable_violations(result) + lossless_violations(result)
+
+
+def with_margins(
+    result: LosslessResult,
+    target: Callable[[], Completion],
+    speculative: Callable[[int | None], Completion] | None = None,
+) -> LosslessResult:
+    """``result`` with the target's margin at every divergence (``margin.classify``).
+
+    ``target`` asks the reference side for the answer with log-probabilities (once);
+    ``speculative`` asks the server at a budget (its own view, shown in the evidence).
+    In ``near-tie`` mode a divergence within the margin moves to ``near_ties``.
+    """
+    try:
+        probed: Completion | None = target()
+    except Exception:  # a failing probe leaves the margin unknown, never a verdict
+        probed = None
+    divergences: dict[int | None, Divergence] = {}
+    near: dict[int | None, Divergence] = dict(result.near_ties)
+    for budget, div in result.divergences.items():
+        comp = result.outputs[budget]
+        if probed is None:
+            margin = Margin(
+                "unknown", result.mode.near_tie, reason="asking for log-probabilities failed"
+            )
+        else:
+            own: Completion | None = None
+            if speculative is not None:
+                try:
+                    own = speculative(budget)
+                except Exception:
+                    own = None
+            margin = classify(
+                probed,
+                result.reference.text,
+                comp.text,
+                div.char_offset,
+                result.mode.near_tie,
+                own,
+            )
+        marked = replace(div, margin=margin)
+        if result.mode.mode == "near-tie" and margin.kind == "near-tie":
+            near[budget] = marked
+        else:
+            divergences[budget] = marked
+    return replace(result, divergences=divergences, near_ties=near)
 
 
 def run_state_check(

@@ -69,15 +69,31 @@ class Timeout:
     total: float = 300.0
 
 
+#: the near-tie margin (nats) of ``--ddtree-lossless near-tie`` without one
+DEFAULT_NEAR_TIE = 0.5
+#: the largest margin the option takes: beyond it a "near-tie" would excuse real bugs
+MAX_NEAR_TIE = 3.0
+
+
 @dataclass(frozen=True)
 class Lossless:
-    """How strictly outputs must match the baseline at temperature 0."""
+    """How strictly outputs must match the baseline at temperature 0.
 
-    mode: Literal["exact", "prefix", "off"] = "exact"
+    ``near_tie`` is the margin (nats) below which a divergence counts as a numerical
+    near-tie: in ``near-tie`` mode such a divergence is a warning, not a failure; in
+    every mode it names the divergence in the evidence.
+    """
+
+    mode: Literal["exact", "near-tie", "prefix", "off"] = "near-tie"
     prefix_tokens: int = 0
+    near_tie: float = DEFAULT_NEAR_TIE
 
     def __str__(self) -> str:
-        return f"prefix:{self.prefix_tokens}" if self.mode == "prefix" else self.mode
+        if self.mode == "prefix":
+            return f"prefix:{self.prefix_tokens}"
+        if self.mode == "near-tie":
+            return f"near-tie:{self.near_tie:g}"
+        return self.mode
 
 
 @dataclass(frozen=True)
@@ -373,14 +389,25 @@ def parse_stats_map(raw: str, source: str) -> dict[str, str]:
 
 
 def parse_lossless(raw: str, source: str) -> Lossless:
-    """``exact``, ``off`` or ``prefix:N``."""
+    """``exact``, ``near-tie[:MARGIN]``, ``off`` or ``prefix:N``."""
     text = raw.strip().lower()
     if text in ("exact", "off"):
         return Lossless(mode="exact" if text == "exact" else "off")
+    if text == "near-tie":
+        return Lossless(mode="near-tie")
+    m = re.fullmatch(r"near-tie:(\d+(?:\.\d*)?|\.\d+)", text)
+    if m and 0 < float(m.group(1)) <= MAX_NEAR_TIE:
+        return Lossless(mode="near-tie", near_tie=float(m.group(1)))
     m = re.fullmatch(r"prefix:(\d+)", text)
     if m and int(m.group(1)) >= 1:
         return Lossless(mode="prefix", prefix_tokens=int(m.group(1)))
-    raise _fail("lossless", raw, source, "expected exact, off or prefix:N (N >= 1)")
+    raise _fail(
+        "lossless",
+        raw,
+        source,
+        f"expected exact, near-tie, near-tie:MARGIN (nats, greater than 0, at most "
+        f"{MAX_NEAR_TIE:g}), off or prefix:N (N >= 1)",
+    )
 
 
 def parse_report(raw: str, source: str) -> str:
@@ -813,9 +840,14 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "lossless",
-        "Losslessness at temperature 0: exact, prefix:N (first N tokens must match) or off.",
+        "Losslessness at temperature 0: near-tie[:MARGIN] (a divergence where the target "
+        "preferred its own token to the speculative path's by at most MARGIN nats, 0.5 by "
+        "default, read from its log-probabilities, is a warning and the budget stays timed; "
+        "any other fails), exact (every divergence fails), prefix:N (only the first N tokens "
+        "must match) or off.",
         metavar="MODE",
-        default="exact",
+        default="near-tie",
+        env=("DDTREE_LOSSLESS",),
         parse=parse_lossless,
     ),
     OptionDef(

@@ -25,8 +25,12 @@ FAULTS: dict[str, str] = {
     "end-of-turn token (speculative decoding only)",
     "usage-mismatch": "usage.completion_tokens is far from the real count and "
     "total_tokens != prompt_tokens + completion_tokens",
-    "lossy": "above budget 64 the verifier commits one drafter token the target rejected, "
-    "so output diverges from target-only decoding (speculative decoding only)",
+    "lossy": "above budget 64 the verifier commits one drafter token the target rejected and "
+    "gives no probability, so output diverges from target-only decoding where the target was "
+    "sure (speculative decoding only)",
+    "near-tie": "at temperature 0 the verifier once commits, in place of the target's token, "
+    "another the target gives exactly the same probability (a tie batched verification "
+    "can flip), so output diverges at a numerical near-tie (speculative decoding only)",
     "draft-confidence": "at temperature > 0 the verifier accepts a drafted token whenever the "
     "drafter gives it probability 0.5 or more, even where the target sampled another token, "
     "so sampled output leans towards the drafter's favourites; temperature 0 is unchanged "
@@ -62,6 +66,7 @@ TEMPLATE_FAULTS = frozenset({"early-eos", "role-leak", "think-leak"})
 SPECULATION_FAULTS = frozenset(
     {
         "lossy",
+        "near-tie",
         "draft-confidence",
         "seed-dropped",
         "overrun",

@@ -137,10 +137,15 @@ class GenerationPlan:
 
 
 class Round(NamedTuple):
-    """One target forward pass: the tokens it committed and the size of the verified tree."""
+    """One target forward pass: the tokens it committed and the size of the verified tree.
+
+    ``states`` holds the target's state before each committed token (for its
+    log-probabilities, ``ReferenceModel.logprobs``).
+    """
 
     tokens: list[int]
     nodes: int
+    states: tuple[_State, ...] = ()
 
 
 # state: (pos, c1, c2, c3, sentences, phase, forced, fidx, after_forced, line, buf, answer_start)
@@ -573,6 +578,54 @@ class ReferenceModel:
                 self._tree_cache.popitem(last=False)
         return tree
 
+    # ---------------------------------------------------------------- log-probabilities
+
+    def logprobs(
+        self, plan: GenerationPlan, s: _State, tok: int, top: int
+    ) -> tuple[float, list[tuple[int, float]]]:
+        """The target's log-probability of ``tok`` in state ``s`` and its ``top`` best tokens.
+
+        A token sampled from the context's distribution has its share of it (at temperature
+        0, of counts squared); a token a rule decides (a forced sequence, a stop) is certain;
+        a token outside the distribution of a free position (one a faulty verifier
+        committed) has none (minus infinity).
+        """
+        dist = self._candidates(plan, s)
+        if dist is None:
+            return 0.0, [(tok, 0.0)]
+        best = sorted(dist.items(), key=lambda kv: -kv[1])[:top]
+        return dist.get(tok, -math.inf), best
+
+    def _candidates(self, plan: GenerationPlan, s: _State) -> dict[int, float] | None:
+        """Log-probability of every candidate of a freely sampled position (None: a rule's)."""
+        phase = s[5]
+        if phase == _FORCED or (plan.faults and "early-eos" in plan.faults):
+            return None
+        table = plan.reasoning_table if phase == _THINK else plan.table
+        toks, cum, total = self._dist(table, s[1], s[2], s[3], plan.temperature, plan.top_p)
+        out: dict[int, float] = {}
+        prev = 0.0
+        for t, c in zip(toks, cum, strict=True):
+            if c > prev:
+                out[t] = math.log((c - prev) / total)
+            prev = c
+        return out
+
+    def _impossible(self, plan: GenerationPlan, s: _State, tok: int) -> bool:
+        """True when the target, free to choose in state ``s``, gives ``tok`` no probability."""
+        dist = self._candidates(plan, s)
+        return dist is not None and tok not in dist
+
+    def _tie(self, plan: GenerationPlan, s: _State, s2: _State, tok: int) -> int | None:
+        """Another token exactly as likely as the target's ``tok`` at a free position."""
+        if not (s[5] == s2[5] != _FORCED and s[4] == s2[4] and s2[0] == s[0] + 1):
+            return None
+        dist = self._candidates(plan, s)
+        if dist is None or tok not in dist:
+            return None
+        mine = dist[tok]
+        return next((t for t, lp in dist.items() if t != tok and abs(lp - mine) < 1e-9), None)
+
     # ---------------------------------------------------------------- decoding
 
     def generate(
@@ -590,8 +643,9 @@ class ReferenceModel:
         s = self.initial_state(plan)
         step = self.step
         eos = self.eos
+        first = s
         tok, s = step(plan, s)
-        yield Round([tok], 0)
+        yield Round([tok], 0, (first,))
         if tok == eos or max_tokens <= 1:
             return
         n = 1
@@ -601,11 +655,14 @@ class ReferenceModel:
         confident = (
             "draft-confidence" in plan.faults and budget is not None and plan.temperature > 0
         )
+        # batched verification flipping an exact tie of the target once (temperature 0)
+        tie_armed = "near-tie" in plan.faults and budget is not None and plan.temperature == 0
         while n < max_tokens:
             if budget is None:
+                before = s
                 tok, s = step(plan, s)
                 n += 1
-                yield Round([tok], 0)
+                yield Round([tok], 0, (before,))
                 if tok == eos:
                     return
                 continue
@@ -613,34 +670,51 @@ class ReferenceModel:
             children = tree.children
             node = 0
             out: list[int] = []
+            states: list[_State] = []
             liked = self._liked(c2, c3, block_size) if confident else ()
             while True:
                 tok, s2 = step(plan, s)
+                if tie_armed and n + len(out) >= 3:
+                    other = self._tie(plan, s, s2, tok)
+                    if other is not None:
+                        tie_armed = False
+                        tok, s2 = other, self.advance(plan, s, other)
                 fc = tree.first_child[node]
                 d = len(out)
                 if d < len(liked) and liked[d] and fc > 0 and _free(s, s2, tree.tokens[fc], tok):
                     # the bug: the drafter liked its token, so it stands for the target's sample
                     out.append(tree.tokens[fc])
+                    states.append(s)
                     s = self.advance(plan, s, tree.tokens[fc])
                     node = fc
                     continue
                 child = children.get((node, tok))
                 if child is None:
-                    if lossy_armed and n + len(out) >= 10 and fc > 0 and tok != eos:
-                        # a verifier bug: the drafter's own token is committed once
+                    if (
+                        lossy_armed
+                        and n + len(out) >= 10
+                        and fc > 0
+                        and tok != eos
+                        and self._impossible(plan, s, tree.tokens[fc])
+                    ):
+                        # a verifier bug: the drafter's own token, one the target gives no
+                        # probability, is committed once
                         lossy_armed = False
                         out.append(tree.tokens[fc])
+                        states.append(s)
                         s = self.advance(plan, s, tree.tokens[fc])
                         node = fc
                         continue
                     break
                 out.append(tok)
+                states.append(s)
                 s = s2
                 node = child
             out.append(tok)  # the target's bonus token
+            states.append(s)
             s = s2
             n += len(out)
-            yield Round(out, tree.nodes)
+            yield Round(out, tree.nodes, tuple(states))
             if tok == eos:
                 return
             if len(out) >= 2:

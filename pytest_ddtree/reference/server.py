@@ -49,7 +49,7 @@ STATS_DIALECTS = ("ddtree", "vllm", "omlx", "none")
 _URL_PREFIX = "ddtree reference server listening on "
 _MID_STREAM = 2  # content chunks sent before a mid-stream fault strikes
 _MODEL_FAULTS = frozenset(
-    {"degenerate", "lossy", "draft-confidence"}
+    {"degenerate", "lossy", "near-tie", "draft-confidence"}
 )  # applied inside the model itself
 
 
@@ -159,6 +159,12 @@ class _Request:
     include_usage: bool
     tree_budget: int | None
     think: bool
+    #: alternatives per token when the request asked for log-probabilities (None: not asked)
+    logprobs: int | None = None
+
+
+#: the most alternatives per token the server lists (``top_logprobs``), as OpenAI's API
+MAX_TOP_LOGPROBS = 20
 
 
 def _is_int(v: Any) -> bool:
@@ -312,6 +318,7 @@ def _parse_request(body: dict[str, Any], chat: bool, model_id: str) -> _Request:
         if not 1 <= budget <= MAX_TREE_BUDGET:
             raise bad(f"'tree_budget' must be in 1..{MAX_TREE_BUDGET}, got {budget}", "tree_budget")
     return _Request(
+        logprobs=_logprobs_asked(body, chat, bad),
         chat=chat,
         prompt_text=prompt_text,
         rendered=rendered,
@@ -325,6 +332,27 @@ def _parse_request(body: dict[str, Any], chat: bool, model_id: str) -> _Request:
         tree_budget=budget,
         think=think,
     )
+
+
+def _logprobs_asked(body: dict[str, Any], chat: bool, bad: Any) -> int | None:
+    """The alternatives per token a request asks for (chat: ``logprobs`` true and
+    ``top_logprobs``; text completions: ``logprobs`` as a count), None when not asked."""
+    lp = body.get("logprobs")
+    if chat:
+        if lp is None or lp is False:
+            return None
+        if lp is not True:
+            raise bad(f"'logprobs' must be a boolean, got {lp!r}", "logprobs", "invalid_type")
+        top = body.get("top_logprobs", 0)
+        top = 0 if top is None else top
+    else:
+        if lp is None:
+            return None
+        top = lp
+    if not _is_int(top) or not 0 <= top <= MAX_TOP_LOGPROBS:
+        param = "top_logprobs" if chat else "logprobs"
+        raise bad(f"'{param}' must be an integer in 0..{MAX_TOP_LOGPROBS}, got {top!r}", param)
+    return int(top)
 
 
 # ------------------------------------------------------------------ generation
@@ -358,6 +386,10 @@ class _Result:
     decode_tokens: int = 0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
+    #: (token, the target's state before it) of every content token, when log-probabilities
+    #: were asked for
+    scored: list[tuple[int, Any]] = field(default_factory=list)
+    plan: GenerationPlan | None = None
     slot: int = 0  # handle on the shared accelerator while generating
     received: float = 0.0  # when the request arrived (perf_counter)
     first_content_sent: float | None = None  # when its first content chunk was written
@@ -520,7 +552,7 @@ class _Engine:
         """Generate, sleeping the simulated cost of each round; yield text per round."""
         opts = self.options
         model = self.model
-        plan = self.make_plan(req, faults)
+        plan = result.plan = self.make_plan(req, faults)
         budget: int | None
         if opts.target_only:
             budget = None
@@ -591,7 +623,9 @@ class _Engine:
                 result.decode_tokens += len(toks)
             ev = _Event()
             stop_hit = False
-            for tok in toks:
+            for k, tok in enumerate(toks):
+                if req.logprobs is not None and not in_think and k < len(rd.states):
+                    result.scored.append((tok, rd.states[k]))
                 if in_think:
                     result.reasoning_tokens += 1
                     if tok == model.think_open:
@@ -674,6 +708,32 @@ class _Engine:
                 yield _Event(content=extra)
         result.end = time.perf_counter()
         self.remember_tail(tail)
+
+    def logprob_entries(self, res: _Result, top: int, chat: bool) -> dict[str, Any] | None:
+        """``choices[0].logprobs`` of an answer, in the chat or the text-completion shape."""
+        if res.plan is None:
+            return None
+        model = self.model
+        entries = []
+        for tok, state in res.scored:
+            lp, best = model.logprobs(res.plan, state, tok, max(top, 1))
+
+            def item(t: int, value: float) -> dict[str, Any]:
+                raw = model.pieces[t]
+                # minus infinity as vLLM writes it (JSON has no infinity)
+                lp = value if math.isfinite(value) else -9999.0
+                return {"token": raw.decode("utf-8", "replace"), "logprob": lp, "bytes": list(raw)}
+
+            entries.append({**item(tok, lp), "top_logprobs": [item(t, v) for t, v in best[:top]]})
+        if chat:
+            return {"content": entries}
+        return {
+            "tokens": [e["token"] for e in entries],
+            "token_logprobs": [e["logprob"] for e in entries],
+            "top_logprobs": [
+                {t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries
+            ],
+        }
 
     def _overrun(self, tail: list[int], result: _Result) -> str:
         model = self.model
@@ -1130,6 +1190,8 @@ class _Handler(BaseHTTPRequestHandler):
             choice = {"index": 0, "message": msg, "finish_reason": finish, "logprobs": None}
         else:
             choice = {"index": 0, "text": content, "finish_reason": finish, "logprobs": None}
+        if req.logprobs is not None:
+            choice["logprobs"] = engine.logprob_entries(res, req.logprobs, req.chat)
         choice["stop_reason"] = res.stop_reason
         out: dict[str, Any] = {
             "id": f"{'chatcmpl' if req.chat else 'cmpl'}-{rid:08x}",

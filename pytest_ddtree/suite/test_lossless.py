@@ -9,8 +9,11 @@ request into the next fails with ``state-leak``.
 baseline (the embedded server's twin, or ``--ddtree-baseline-endpoint``; without one the
 lowest budget is the reference) and fails with ``not-lossless`` at the first divergence: the
 token index and character offset, both continuations around it, and which budgets diverge.
-``--ddtree-lossless prefix:N`` tolerates divergence after N tokens (for stacks known to flip
-near-ties); ``off`` skips the losslessness tests.
+At the divergence the target's margin between its token and the speculative path's tells
+a numerical near-tie (batched bf16 verification flipping two tokens a fraction of a nat
+apart) from a token the target would not produce: ``--ddtree-lossless near-tie[:MARGIN]``
+(the default) makes a near-tie a warning and keeps the budget timed, ``exact`` fails it too,
+``prefix:N`` tolerates divergence after N tokens; ``off`` skips the losslessness tests.
 
 Above temperature 0 speculation need only keep the *distribution* of answers:
 ``ddtree_distribution`` samples ``--ddtree-distribution-samples`` answers from the server and

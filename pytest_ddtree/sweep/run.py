@@ -141,6 +141,8 @@ class DiagnosisRecord(_ReadsAsMapping):
     reason: str = ""
     advice: str = ""
     baseline_codes: tuple[str, ...] = ()
+    #: at a temperature-0 divergence: the target's margin there (``Margin.to_json``)
+    margin: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON (tuples as lists)."""
@@ -165,6 +167,7 @@ class DiagnosisRecord(_ReadsAsMapping):
             reason=str(data.get("reason", "")),
             advice=str(data.get("advice", "")),
             baseline_codes=tuple(str(c) for c in data.get("baseline_codes") or ()),
+            margin=dict(data["margin"]) if isinstance(data.get("margin"), Mapping) else None,
         )
 
 

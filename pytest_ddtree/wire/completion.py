@@ -286,6 +286,23 @@ class StreamInfo:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's log-probability and the server's best alternatives there.
+
+    ``token`` is the token's text as the server names it; ``data`` its bytes when the
+    server sends them (``bytes``), else the UTF-8 of ``token``. ``top`` holds the
+    alternatives the server listed (``top_logprobs``), best first, each
+    ``(token, logprob, bytes)``; a log-probability the server could not state
+    (vLLM's ``-9999.0`` for minus infinity, a null) is ``-inf``.
+    """
+
+    token: str
+    logprob: float
+    data: bytes
+    top: tuple[tuple[str, float, bytes], ...] = ()
+
+
+@dataclass(frozen=True)
 class Completion:
     """Everything one request produced.
 
@@ -311,6 +328,9 @@ class Completion:
     a token id), read from the field ``stop_field`` names (vLLM's
     ``choices[0].stop_reason``, SGLang's ``choices[0].matched_stop``); None when
     the server does not say.
+    ``logprobs`` holds the per-token log-probabilities when the request asked for them
+    (``logprobs``/``top_logprobs``) and the server sent them, in generation order;
+    None otherwise.
     """
 
     request: RequestSpec
@@ -337,6 +357,7 @@ class Completion:
     stop_reason: str | int | None = None
     stop_field: str | None = None
     client_stall: ClientStall | None = None
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
     @property
     def client_side_failure(self) -> bool:

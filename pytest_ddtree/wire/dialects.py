@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_ddtree.wire.completion import SpecStats, Usage
+from pytest_ddtree.wire.completion import SpecStats, TokenLogprob, Usage
 
 DIALECT_NAMES = ("ddtree", "vllm", "sglang", "omlx", "llamacpp", "custom", "none")
 OMLX_PREFIX = "dflash_ddtree_"
@@ -210,6 +210,93 @@ def stop_of(choice: Any) -> tuple[str | int | None, str | None]:
         # present and null: the server says no stop of the request's list fired
         return None, f"choices[0].{key}" if value is None else None
     return None, None
+
+
+# ------------------------------------------------------------ log-probabilities
+#
+# Every engine puts them in ``choices[0].logprobs``, each in its own shape:
+# * chat completions (vLLM, SGLang, llama.cpp, OpenAI): ``{"content": [{"token", "logprob",
+#   "bytes", "top_logprobs": [{"token", "logprob", "bytes"}, ...]}, ...]}``; llama.cpp adds
+#   ``id`` and sends the same list on its text completions too; in a stream each chunk
+#   carries the entries of its own tokens;
+# * text completions (vLLM, SGLang, OpenAI's legacy shape): parallel lists ``tokens``,
+#   ``token_logprobs`` and ``top_logprobs`` (one ``{token: logprob}`` object per token);
+# * vLLM writes minus infinity as ``-9999.0``; SGLang and the legacy shape may send null.
+
+#: below this a log-probability stands for minus infinity (vLLM's -9999.0)
+_NO_LOGPROB = -9000.0
+
+
+def _logprob(value: Any) -> float:
+    num = _num(value)
+    if num is None or num <= _NO_LOGPROB or math.isnan(num):
+        return -math.inf
+    return min(num, 0.0)
+
+
+def _token_bytes(token: str, raw: Any) -> bytes:
+    if isinstance(raw, list) and all(isinstance(b, int) and 0 <= b < 256 for b in raw):
+        return bytes(raw)
+    return token.encode("utf-8", "surrogatepass")
+
+
+def _entry(item: Any) -> tuple[str, float, bytes] | None:
+    if not isinstance(item, Mapping):
+        return None
+    token = item.get("token")
+    if not isinstance(token, str):
+        return None
+    return token, _logprob(item.get("logprob")), _token_bytes(token, item.get("bytes"))
+
+
+def _content_logprobs(content: Sequence[Any]) -> list[TokenLogprob] | None:
+    out: list[TokenLogprob] = []
+    for item in content:
+        head = _entry(item)
+        if head is None:
+            return None
+        top_raw = item.get("top_logprobs")
+        top = (
+            [e for e in (_entry(t) for t in top_raw) if e is not None]
+            if isinstance(top_raw, list)
+            else []
+        )
+        top.sort(key=lambda e: -e[1])
+        out.append(TokenLogprob(head[0], head[1], head[2], tuple(top)))
+    return out
+
+
+def _legacy_logprobs(raw: Mapping[str, Any]) -> list[TokenLogprob] | None:
+    tokens, lps, tops = raw.get("tokens"), raw.get("token_logprobs"), raw.get("top_logprobs")
+    if not isinstance(tokens, list) or not isinstance(lps, list) or len(tokens) != len(lps):
+        return None
+    if not all(isinstance(t, str) for t in tokens):
+        return None
+    out: list[TokenLogprob] = []
+    for i, (token, lp) in enumerate(zip(tokens, lps, strict=True)):
+        alts = tops[i] if isinstance(tops, list) and i < len(tops) else None
+        top = (
+            [(str(k), _logprob(v), _token_bytes(str(k), None)) for k, v in alts.items()]
+            if isinstance(alts, Mapping)
+            else []
+        )
+        top.sort(key=lambda e: -e[1])
+        out.append(TokenLogprob(token, _logprob(lp), _token_bytes(token, None), tuple(top)))
+    return out
+
+
+def logprobs_of(choice: Any) -> list[TokenLogprob] | None:
+    """The per-token log-probabilities in one choice (or stream chunk's choice), in any of
+    the engines' shapes; None when the choice carries none (or an unreadable shape)."""
+    if not isinstance(choice, Mapping):
+        return None
+    raw = choice.get("logprobs")
+    if not isinstance(raw, Mapping):
+        return None
+    content = raw.get("content")
+    if isinstance(content, list):
+        return _content_logprobs(content)
+    return _legacy_logprobs(raw)
 
 
 def resolve_pointer(doc: Any, pointer: str) -> Any:

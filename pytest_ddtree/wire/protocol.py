@@ -39,6 +39,7 @@ from pytest_ddtree.wire.completion import (
     RequestSpec,
     StreamInfo,
     Timings,
+    TokenLogprob,
     Usage,
 )
 from pytest_ddtree.wire.health import StallLog
@@ -409,6 +410,8 @@ class StreamDecoder:
         self._stats: deque[tuple[int, dict[str, Any]]] = deque(maxlen=KEEP_STATS_CHUNKS)
         self._seen_chunks = 0
         self._bad = 0
+        #: per-token log-probabilities, when the chunks carry them (None: none seen)
+        self.logprobs: list[TokenLogprob] | None = None
 
     # -- bytes -> lines
 
@@ -550,6 +553,19 @@ class StreamDecoder:
         if type(obj.get("usage")) is dict:
             self.usage_seen = True
         piece, rpiece, fin = chunk_choice(obj, self.api)
+        choices = obj.get("choices")
+        if (
+            type(choices) is list
+            and choices
+            and type(choices[0]) is dict
+            and choices[0].get("logprobs") is not None
+        ):
+            found = dialects.logprobs_of(choices[0])
+            if found is not None:
+                if self.logprobs is None:
+                    self.logprobs = found
+                else:
+                    self.logprobs.extend(found)
         if piece or rpiece:
             now = self._now
             if self.first is None:
@@ -716,6 +732,7 @@ class _Answer:
     first: float | None = None
     stop: str | int | None = None
     stop_field: str | None = None
+    logprobs: Sequence[TokenLogprob] | None = None
 
 
 def _answer(ex: Exchange, stream: StreamDecoder | None) -> _Answer:
@@ -746,6 +763,7 @@ def _answer(ex: Exchange, stream: StreamDecoder | None) -> _Answer:
             dec.first,
             dec.stop,
             dec.stop_field,
+            dec.logprobs,
         )
     text, bad = decode_text(ex.body, "the response body")
     raw: Any = None
@@ -757,9 +775,19 @@ def _answer(ex: Exchange, stream: StreamDecoder | None) -> _Answer:
             ex.fail(problem, ErrorKind.PARSE)
     content, reasoning, finish = plain_choice(raw, spec.api)
     objects = [raw] if isinstance(raw, Mapping) else []
-    stop, stop_field = dialects.stop_of(_first_choice(raw))
+    choice = _first_choice(raw)
+    stop, stop_field = dialects.stop_of(choice)
     return _Answer(
-        content, reasoning, finish, objects, raw, None, bad, stop=stop, stop_field=stop_field
+        content,
+        reasoning,
+        finish,
+        objects,
+        raw,
+        None,
+        bad,
+        stop=stop,
+        stop_field=stop_field,
+        logprobs=dialects.logprobs_of(choice),
     )
 
 
@@ -851,6 +879,7 @@ def assemble(
         stop_reason=ans.stop,
         stop_field=ans.stop_field,
         client_stall=client_stall,
+        logprobs=None if ans.logprobs is None else tuple(ans.logprobs),
     )
     return completion, found
 

@@ -120,7 +120,7 @@ def test_lossy_is_caught_with_divergence_point_and_budgets(pytester: pytest.Pyte
     result.stdout.fnmatch_lines(
         [
             "*[[]not-lossless[]] tree_budget 128 diverges from the target-only baseline at token *"
-            " (character *)",
+            " (character *): the target was sure (*)*",
             "*diverging budgets: 128, 512",
             "*[[]not-lossless[]] tree_budget 512 diverges*",
             "*diagnosis: speculative decoding*",

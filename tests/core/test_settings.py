@@ -35,7 +35,7 @@ def test_defaults() -> None:
     assert s.dialect == "auto"
     assert s.tokenizer == "auto"
     assert s.timeout == Timeout(connect=10, read=60, total=300)
-    assert s.lossless == Lossless("exact")
+    assert s.lossless == Lossless("near-tie")
     assert s.source_of("budgets") == "default"
 
 
