@@ -177,6 +177,25 @@ class SpecStats:
     num_spec_tokens: int | None = None
 
     @property
+    def speculative(self) -> bool:
+        """Whether these statistics say anything about speculation: drafts, acceptance,
+        rounds or a budget. llama.cpp's ``timings`` always come, its draft counts only
+        when it drafted (``draft_n``)."""
+        if self.dialect == "llamacpp":
+            return "draft_n" in self.raw
+        return any(
+            v is not None
+            for v in (
+                self.tree_budget,
+                self.decode_rounds,
+                self.mean_acceptance_length,
+                self.num_draft_tokens,
+                self.num_accepted_draft_tokens,
+                self.acceptance_histogram,
+            )
+        )
+
+    @property
     def rounds_reaching(self) -> tuple[int, ...]:
         """Rounds that accepted at least ``d`` drafts, ``d`` = 0, 1, ... (see
         ``rounds_reaching``)."""
@@ -308,7 +327,8 @@ class Completion:
     ``stop_reason`` is the stop the server says ended the answer (a stop string or
     a token id), read from the field ``stop_field`` names (vLLM's
     ``choices[0].stop_reason``, SGLang's ``choices[0].matched_stop``); None when
-    the server does not say.
+    the server does not say. ``stats_asked`` is True when the answer was read for
+    speculative statistics (a statistics dialect other than ``none``).
     """
 
     request: RequestSpec
@@ -334,6 +354,15 @@ class Completion:
     count_error: str | None = None
     stop_reason: str | int | None = None
     stop_field: str | None = None
+    stats_asked: bool = False
+
+    @property
+    def speculation_reported(self) -> bool | None:
+        """Whether the speculative statistics asked for came back (None: none were asked
+        for, or the request failed, so their absence says nothing)."""
+        if not self.stats_asked or not self.ok:
+            return None
+        return self.stats is not None and self.stats.speculative
 
     @property
     def client_side_failure(self) -> bool:
