@@ -56,12 +56,10 @@ def requests(stop_token: int) -> dict[str, tuple[str, dict[str, Any]]]:
                 FOX, max_tokens=48, stop_token_ids=[stop_token], stream=True, stream_options=USAGE
             ),
         ),
-        "chat_plain_eos": (chat, _chat("What is the capital of France?", max_tokens=256)),
+        "chat_plain_eos": (chat, _chat("What is 2+2?", max_tokens=128)),
         "chat_stream_eos": (
             chat,
-            _chat(
-                "What is the capital of France?", max_tokens=256, stream=True, stream_options=USAGE
-            ),
+            _chat("What is 2+2?", max_tokens=128, stream=True, stream_options=USAGE),
         ),
         "chat_plain_length": (chat, essay),
         "chat_stream_length": (chat, {**essay, "stream": True, "stream_options": USAGE}),
