@@ -141,11 +141,6 @@ def write_summary(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     if settings.dialect == "auto":
         found = client.detected_dialect or "none (no speculation statistics seen)"
         tr.write_line(f"ddtree: statistics dialect detected: {found}")
-    from pytest_ddtree.invariants import unstated
-
-    note = unstated(client.detected_dialect or settings.dialect) if client.stats_seen else None
-    if note is not None:  # once a run: what this engine's statistics do not promise
-        tr.write_line(f"ddtree: statistics checks: {note}")
     elif settings.dialect != "none" and not client.stats_seen:
         tr.write_line(
             f"ddtree: WARNING: --ddtree-dialect {settings.dialect} (from "
@@ -154,6 +149,11 @@ def write_summary(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
             "run; try --ddtree-dialect auto",
             yellow=True,
         )
+    from pytest_ddtree.invariants import unstated
+
+    note = unstated(client.detected_dialect or settings.dialect) if client.stats_seen else None
+    if note is not None:  # once a run: what this engine's statistics do not promise
+        tr.write_line(f"ddtree: statistics checks: {note}")
     _write_transport(tr, runtime)
 
 
