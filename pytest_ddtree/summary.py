@@ -149,6 +149,11 @@ def write_summary(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
             "run; try --ddtree-dialect auto",
             yellow=True,
         )
+    from pytest_ddtree.invariants import unstated
+
+    note = unstated(client.detected_dialect or settings.dialect) if client.stats_seen else None
+    if note is not None:  # once a run: what this engine's statistics do not promise
+        tr.write_line(f"ddtree: statistics checks: {note}")
     _write_transport(tr, runtime)
 
 
@@ -221,7 +226,7 @@ def _tables(
 def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     if not session.load:
         return
-    from pytest_ddtree.load.metrics import never_drafted_lines
+    from pytest_ddtree.load.metrics import speculation_warnings
     from pytest_ddtree.load.tester import render_table
 
     tr.write_sep("-", "pytest-ddtree load")
@@ -233,7 +238,7 @@ def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
             tr.write_line(f"  note: {test.note}")
         for line in render_table(test.stats, test.schedule).splitlines():
             tr.write_line("  " + line)
-        for line in never_drafted_lines(test.stats):
+        for line in speculation_warnings(test.stats):
             tr.write_line(f"  WARNING: {line}", yellow=True)
         if test.unreliable:
             tr.write_line(

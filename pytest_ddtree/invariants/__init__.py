@@ -21,6 +21,7 @@ from pytest_ddtree.invariants._expectation import (
     Expectation,
 )
 from pytest_ddtree.invariants._schema import SCHEMA_NAMES, load_schema, schema_errors
+from pytest_ddtree.invariants._stats import unstated
 
 __all__ = [
     "CODES",
@@ -40,4 +41,5 @@ __all__ = [
     "check_determinism",
     "load_schema",
     "schema_errors",
+    "unstated",
 ]

@@ -9,6 +9,27 @@ from pytest_ddtree.invariants._context import Context, as_float, as_int
 from pytest_ddtree.violation import Violation
 from pytest_ddtree.wire.dialects import llamacpp_bad_fields
 
+#: what each engine's statistics cannot promise, so is not checked there (said once a run)
+UNSTATED = {
+    "vllm": (
+        "completion tokens are not checked against acceptance x num_spec_steps: vLLM counts "
+        "only the steps that verified drafts (a step whose drafter proposed nothing is a plain "
+        "decode step), the first token comes from the prefill, and the tokens of the last step "
+        "after a stop are dropped; checked instead: the tokens of the speculative steps fit in "
+        "the answer, accepted <= drafted, and the histogram, per-step counts, mean and rate "
+        "agree with each other"
+    ),
+    "llamacpp": (
+        "mean acceptance length and decode rounds are not checked: llama.cpp reports drafted "
+        "and accepted tokens, not its verification rounds"
+    ),
+}
+
+
+def unstated(dialect: str | None) -> str | None:
+    """The statistics invariants ``dialect``'s engine does not promise (None: all hold)."""
+    return UNSTATED.get(dialect or "")
+
 
 def check_stats(ctx: Context) -> Iterator[Violation]:
     """budget-mismatch, stats-inconsistent and stats-inflated."""
@@ -62,7 +83,9 @@ def check_stats(ctx: Context) -> Iterator[Violation]:
     if rounds is not None and rounds < 0:
         yield ctx.violation("stats-inconsistent", f"decode_rounds is negative ({rounds})")
     n, _slack = ctx.tokens_for_limits()
-    if n is not None and rounds is not None:
+    if stats.dialect == "vllm":
+        yield from _check_vllm(ctx)
+    elif n is not None and rounds is not None:
         if rounds == 0 and n >= 2:
             yield ctx.violation(
                 "stats-inconsistent",
@@ -105,6 +128,137 @@ def check_stats(ctx: Context) -> Iterator[Violation]:
         )
     yield from check_depth(ctx)
     yield from _check_rate(ctx)
+
+
+def _vllm_last_step_cut(ctx: Context) -> tuple[int | None, str]:
+    """The most tokens vLLM may have counted in the last speculative step and then dropped
+    after a stop (its accepted drafts: the step keeps at least one token), and from where."""
+    stats = ctx.completion.stats
+    assert stats is not None
+    steps = stats.raw.get("per_step_accepted")
+    if isinstance(steps, list) and steps and as_int(steps[-1]) is not None:
+        return as_int(steps[-1]), "per_step_accepted[-1]"
+    k = as_int(stats.num_spec_tokens)
+    return (k, "num_spec_tokens") if k is not None and k >= 0 else (None, "")
+
+
+def _check_vllm(ctx: Context) -> Iterator[Violation]:
+    """vLLM's per-request statistics, by what vLLM promises.
+
+    ``num_spec_steps`` counts the steps that verified drafts only: the first token
+    comes from the prefill and a step whose drafter proposed nothing is a plain decode
+    step, so the speculative steps commit at most the answer's tokens but one. The
+    counts are taken before the stop is applied: the last step's tokens after a stop
+    (token, string or length) are counted in it and dropped from the answer.
+    ``mean_acceptance_length`` is ``1 + accepted / steps`` (1.0 with no step) and
+    ``draft_acceptance_rate`` is ``accepted / drafted`` (0.0 with no draft).
+    """
+    stats = ctx.completion.stats
+    assert stats is not None
+    raw = stats.raw
+    where = "metrics.speculative_decoding"
+    hist = stats.acceptance_histogram
+    steps = as_int(stats.decode_rounds)
+    accepted = as_int(stats.num_accepted_draft_tokens)
+    if hist is not None:  # a histogram disagreeing with the totals is check_depth's finding
+        steps = sum(hist) if steps is None else steps
+        accepted = sum(j * n for j, n in enumerate(hist)) if accepted is None else accepted
+    drafted = as_int(stats.num_draft_tokens)
+    tau = as_float(stats.mean_acceptance_length)
+    if steps is None or accepted is None or steps < 0 or accepted < 0:
+        return
+    if "mean_acceptance_length" in raw and tau is not None:
+        want = 1.0 + accepted / steps if steps else 1.0
+        if abs(tau - want) > 0.005:
+            yield ctx.violation(
+                "stats-inconsistent",
+                f"{where}.mean_acceptance_length is {tau:g}, but 1 + {accepted} accepted "
+                f"drafts / {steps} steps = {want:g}",
+                mean_acceptance_length=tau,
+                num_spec_steps=steps,
+                num_accepted_draft_tokens=accepted,
+            )
+    rate = as_float(raw.get("draft_acceptance_rate"))
+    if rate is not None and drafted is not None and accepted <= drafted:
+        want = accepted / drafted if drafted else 0.0
+        if abs(rate - want) > 0.005:
+            yield ctx.violation(
+                "stats-inconsistent",
+                f"{where}.draft_acceptance_rate is {rate:g}, but {accepted} accepted / "
+                f"{drafted} drafted = {want:g}",
+                draft_acceptance_rate=rate,
+                num_draft_tokens=drafted,
+                num_accepted_draft_tokens=accepted,
+            )
+    yield from _vllm_per_step(ctx, where, steps, drafted)
+    n, slack = ctx.tokens_for_limits()
+    if n is None or steps == 0:
+        return
+    cut, cut_from = _vllm_last_step_cut(ctx)
+    if cut is None:
+        return
+    committed = steps + accepted
+    room = n - 1 + cut + slack
+    if committed > room:
+        yield ctx.violation(
+            "stats-inflated",
+            f"{where} claims {committed} tokens from {steps} speculative steps ({steps} + "
+            f"{accepted} accepted drafts), more than {n} completion tokens allow: {n - 1} "
+            f"after the prefill's first token, plus at most {cut} cut after a stop in the "
+            f"last step ({cut_from})",
+            num_spec_steps=steps,
+            num_accepted_draft_tokens=accepted,
+            spec_step_tokens=committed,
+            completion_tokens=n,
+            last_step_cut=cut,
+        )
+
+
+def _vllm_per_step(
+    ctx: Context, where: str, steps: int, drafted: int | None
+) -> Iterator[Violation]:
+    """vLLM's ``detailed`` arrays: one entry per speculative step, summing to the totals
+    and counting the same steps as ``acceptance_histogram``."""
+    stats = ctx.completion.stats
+    assert stats is not None
+    per_acc = stats.raw.get("per_step_accepted")
+    per_draft = stats.raw.get("per_step_drafted")
+    if not isinstance(per_acc, list) or not all(as_int(a) is not None for a in per_acc):
+        return
+    if len(per_acc) != steps:
+        yield ctx.violation(
+            "stats-inconsistent",
+            f"{where}.per_step_accepted has {len(per_acc)} steps, num_spec_steps is {steps}",
+            field=f"{where}.per_step_accepted",
+            per_step_entries=len(per_acc),
+            num_spec_steps=steps,
+        )
+    hist = stats.raw.get("acceptance_histogram")
+    if isinstance(hist, list) and stats.depth_source == f"{where}.acceptance_histogram":
+        counts = [0] * len(hist)
+        for a in per_acc:
+            if 0 <= a < len(counts):
+                counts[a] += 1
+        if counts != hist:
+            yield ctx.violation(
+                "stats-inconsistent",
+                f"{where}.per_step_accepted makes the histogram {counts[:16]}, "
+                f"acceptance_histogram says {hist[:16]}",
+                field=f"{where}.per_step_accepted",
+            )
+    if (
+        drafted is not None
+        and isinstance(per_draft, list)
+        and all(as_int(d) is not None for d in per_draft)
+        and sum(per_draft) != drafted
+    ):
+        yield ctx.violation(
+            "stats-inconsistent",
+            f"{where}.per_step_drafted sums to {sum(per_draft)}, num_draft_tokens is {drafted}",
+            field=f"{where}.per_step_drafted",
+            per_step_drafted_sum=sum(per_draft),
+            num_draft_tokens=drafted,
+        )
 
 
 def _check_rate(ctx: Context) -> Iterator[Violation]:
@@ -255,7 +409,8 @@ def _depth_totals(ctx: Context, where: str, hist: tuple[int, ...]) -> Iterator[V
         yield from _sglang_commits(ctx, where, hist)
         return
     n, _slack = ctx.tokens_for_limits()
-    if n is None or not steps:
+    # vLLM's steps are not all the answer's tokens: its bound is checked in _check_vllm
+    if n is None or not steps or stats.dialect == "vllm":
         return
     committed = by_hist + steps
     e = ctx.expect

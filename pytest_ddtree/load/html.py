@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
-from pytest_ddtree.load.metrics import PointStats, acceptance_cell, never_drafted_lines
+from pytest_ddtree.load.metrics import PointStats, acceptance_cell, speculation_warnings
 from pytest_ddtree.load.race import PointRace
 from pytest_ddtree.load.recommend import NO_VALID, Choice
 from pytest_ddtree.load.record import LoadTestResult
@@ -93,7 +93,13 @@ def _table(stats: Sequence[PointStats]) -> str:
             client = f"{cpt * 1e6:.0f} µs/token" if cpt else "ok"
             if s.client.unreliable:
                 client = f"{s.client.verdict()}: {s.client.reason()}"
-        budget = budget_label(s.tree_budget) + (" (never drafted)" if s.never_drafted else "")
+        budget = budget_label(s.tree_budget) + (
+            " (no speculative statistics)"
+            if s.no_spec_stats
+            else " (never drafted)"
+            if s.never_drafted
+            else ""
+        )
         codes = ", ".join(f"{c} ×{k}" for c, k in s.codes.items())
         rows.append(
             "<tr>"
@@ -172,7 +178,7 @@ def _raced_item(c: Choice, race: PointRace) -> str:
 
 
 def _never_drafted(stats: Sequence[PointStats]) -> str:
-    lines = never_drafted_lines(stats)
+    lines = speculation_warnings(stats)
     return "".join(f'<div class="notice">{escape(line)}</div>' for line in lines)
 
 

@@ -34,7 +34,7 @@ from pytest_ddtree.load.arrivals import LoadPoint
 from pytest_ddtree.load.slo import SLO
 from pytest_ddtree.settings import budget_label
 from pytest_ddtree.sweep import quantile
-from pytest_ddtree.sweep.statistics import acceptance_text
+from pytest_ddtree.sweep.statistics import acceptance_text, no_spec_stats_line, silent
 
 __all__ = [
     "PERCENTILES",
@@ -45,8 +45,8 @@ __all__ = [
     "acceptance_cell",
     "chain_health",
     "merge_health",
-    "never_drafted_lines",
     "percentiles",
+    "speculation_warnings",
     "summarize_point",
 ]
 
@@ -93,6 +93,9 @@ class LoadSample:
     accepted: int | None = None
     #: which run of its budget at this point (a raced budget is sent in several runs)
     run: int = 0
+    #: whether the speculative statistics asked for came back (None: not asked, or the
+    #: request failed)
+    spec_reported: bool | None = None
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -144,6 +147,7 @@ class LoadSample:
             "drafted": self.drafted,
             "accepted": self.accepted,
             "run": self.run,
+            "spec_reported": self.spec_reported,
         }
 
     @classmethod
@@ -169,7 +173,12 @@ class LoadSample:
             drafted=_count(data.get("drafted")),
             accepted=_count(data.get("accepted")),
             run=_count(data.get("run")) or 0,
+            spec_reported=_flag(data.get("spec_reported")),
         )
+
+
+def _flag(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
 
 
 def _count(value: Any) -> int | None:
@@ -400,11 +409,19 @@ class PointStats:
     draft_reports: int = 0
     #: valid requests whose output token count is unknown (no usage, nothing counted it)
     uncounted: int = 0
+    #: answers that were read for speculative statistics, and how many carried some
+    stats_asked: int = 0
+    spec_reports: int = 0
+
+    @property
+    def no_spec_stats(self) -> bool:
+        """Answers were read for speculative statistics and not one carried any."""
+        return silent(self.stats_asked, self.spec_reports)
 
     @property
     def never_drafted(self) -> bool:
         """Requests reported their draft counts and not one drafted a token: no speculation."""
-        return self.draft_reports > 0 and self.drafted == 0
+        return self.draft_reports > 0 and self.drafted == 0 and not self.no_spec_stats
 
     @property
     def invalid(self) -> int:
@@ -469,6 +486,9 @@ class PointStats:
             "draft_reports": self.draft_reports,
             "never_drafted": self.never_drafted,
             "uncounted": self.uncounted,
+            "stats_asked": self.stats_asked,
+            "spec_reports": self.spec_reports,
+            "no_speculative_statistics": self.no_spec_stats,
             "client": self.client.to_json() if self.client is not None else None,
             "unreliable": self.unreliable,
             "workers": list(self.workers),
@@ -549,21 +569,37 @@ def summarize_point(
         drafted=sum(counted),
         draft_reports=len(counted),
         uncounted=sum(1 for s in valid if s.output_tokens is None),
+        stats_asked=sum(1 for s in samples if s.spec_reported is not None),
+        spec_reports=sum(1 for s in samples if s.spec_reported),
     )
 
 
 def acceptance_cell(s: PointStats) -> str:
     """The load point's acceptance cell (see ``sweep.statistics.acceptance_text``)."""
-    return acceptance_text(s.mean_acceptance, s.mean_acceptance_rate, s.never_drafted)
+    return acceptance_text(
+        s.mean_acceptance, s.mean_acceptance_rate, s.never_drafted, s.no_spec_stats
+    )
 
 
-def never_drafted_lines(stats: Sequence[PointStats]) -> list[str]:
-    """One warning per budget whose load points drafted no token at all, with the counts."""
+def speculation_warnings(stats: Sequence[PointStats]) -> list[str]:
+    """One warning per budget whose load points sent no speculative statistics at all, and
+    one per budget whose load points drafted no token at all, with the counts."""
+    quiet: dict[int | None, list[PointStats]] = {}
+    for s in stats:
+        if s.no_spec_stats:
+            quiet.setdefault(s.tree_budget, []).append(s)
+    lines = [
+        no_spec_stats_line(
+            f"budget {budget_label(budget)} ({', '.join(s.point.label for s in points)})",
+            sum(s.stats_asked for s in points),
+        )
+        for budget, points in quiet.items()
+    ]
     by_budget: dict[int | None, list[PointStats]] = {}
     for s in stats:
         if s.never_drafted:
             by_budget.setdefault(s.tree_budget, []).append(s)
-    return [
+    return lines + [
         f"speculation never drafted at budget {budget_label(budget)}: 0 draft tokens in "
         f"{sum(s.draft_reports for s in points)} request(s) that reported their drafts, at "
         f"{', '.join(s.point.label for s in points)}; these timings are the target model's "

@@ -468,6 +468,7 @@ def validate(
                 acceptance=stats.mean_acceptance_length if stats is not None else None,
                 drafted=stats.num_draft_tokens if stats is not None else None,
                 accepted=stats.num_accepted_draft_tokens if stats is not None else None,
+                spec_reported=c.speculation_reported,
                 server_ttft=_server_ttft(c.raw) if isinstance(c.raw, list) else None,
                 prompt_id=raw.spec.prompt_id,
                 worker=worker,

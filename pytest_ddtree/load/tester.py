@@ -145,7 +145,8 @@ _LEFT = {0, len(_HEAD) - 1}
 #: what the columns mean, printed under the table; docs/load.md has the long form
 LEGEND = (
     "ms; ok/n valid/sent; C seen achieved concurrency; accept mean acceptance length "
-    "(rate: accepted/drafted, 'no drafts': speculation never drafted); vs srv client TTFT "
+    "(rate: accepted/drafted, 'no drafts': speculation never drafted, 'no stats': no "
+    "speculative statistics came back); vs srv client TTFT "
     "minus the server's (ms); client load generator CPU per token (docs: load.md#columns)"
 )
 

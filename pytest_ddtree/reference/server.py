@@ -1125,22 +1125,7 @@ class _Handler(BaseHTTPRequestHandler):
         if dialect == "ddtree":
             return {"ddtree_stats": stats}
         if dialect == "vllm":
-            rounds = max(res.cycles - 1, 0)
-            accepted = max(res.completion_tokens - res.cycles, 0)
-            drafted = (self.server.engine.options.block_size - 1) * rounds
-            return {
-                "metrics": {
-                    "speculative_decoding": {
-                        "num_spec_steps": res.cycles,
-                        "mean_acceptance_length": stats["avg_acceptance"],
-                        "num_draft_tokens": drafted,
-                        "num_accepted_draft_tokens": accepted,
-                        "draft_acceptance_rate": round(accepted / drafted, 4) if drafted else 0.0,
-                        "num_spec_tokens": self.server.engine.options.block_size - 1,
-                        "acceptance_histogram": stats["acceptance_histogram"],
-                    }
-                }
-            }
+            return {"metrics": {"speculative_decoding": self._vllm_spec(res, faults)}}
         if dialect == "omlx":
             if "tree_budget" in stats:
                 usage["dflash_ddtree_tree_budget"] = stats["tree_budget"]
@@ -1148,6 +1133,27 @@ class _Handler(BaseHTTPRequestHandler):
             usage["dflash_ddtree_avg_acceptance"] = stats["avg_acceptance"]
             usage["dflash_ddtree_tokens_per_second"] = stats["tok_per_sec"]
         return {}
+
+    def _vllm_spec(self, res: _Result, faults: frozenset[str]) -> dict[str, Any]:
+        """``metrics.speculative_decoding`` as vLLM counts it: the first round is the
+        prefill's (its token is no speculative step); every later round is one step of
+        ``block_size - 1`` drafts. The ``stats-inflated`` fault claims that every step
+        accepted all its drafts."""
+        k = self.server.engine.options.block_size - 1
+        steps = res.accepted[1:]
+        if "stats-inflated" in faults:
+            steps = [k] * len(steps)
+        accepted = sum(steps)
+        drafted = k * len(steps)
+        return {
+            "mean_acceptance_length": 1.0 + accepted / len(steps) if steps else 1.0,
+            "draft_acceptance_rate": accepted / drafted if drafted else 0.0,
+            "acceptance_histogram": acceptance_histogram(steps, k + 1),
+            "num_spec_steps": len(steps),
+            "num_accepted_draft_tokens": accepted,
+            "num_draft_tokens": drafted,
+            "num_spec_tokens": k,
+        }
 
     def _hang(self) -> None:
         engine = self.server.engine
@@ -1297,6 +1303,8 @@ class _Handler(BaseHTTPRequestHandler):
             # consumer reading usage from the last chunk before [DONE] finds it there
             if req.include_usage:
                 tail_obj: dict[str, Any] | None = {**base, "choices": [], "usage": usage, **extra}
+            elif "metrics" in extra:
+                tail_obj = None  # vLLM sends its statistics only on the usage chunk
             else:
                 tail_obj = {**base, "choices": [], **extra} if extra else None
             if "stream-no-done" in faults:

@@ -38,7 +38,7 @@ from pytest_ddtree.sweep import (
     SweepSummary,
     budget_label,
 )
-from pytest_ddtree.sweep.statistics import never_drafted_lines
+from pytest_ddtree.sweep.statistics import speculation_warnings
 from pytest_ddtree.sweep.temperature import heading, sampling_problems, zero_only
 
 if TYPE_CHECKING:
@@ -911,7 +911,7 @@ def render_html(
             "at once). Compare budgets within this run only; for absolute figures run serially."
         )
     notices.extend(meta.notes)
-    notices.extend(never_drafted_lines(summary.budgets))
+    notices.extend(speculation_warnings(summary.budgets))
     charts = _charts(run, summary, colors)
     if load_cards and not run.samples:  # load tests only: no empty sweep sections
         return _page(

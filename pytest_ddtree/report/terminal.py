@@ -7,7 +7,7 @@ from typing import Any
 
 from pytest_ddtree.sweep import BudgetStats, SweepSummary, budget_label, deeper_line
 from pytest_ddtree.sweep.race import RaceRecord
-from pytest_ddtree.sweep.statistics import acceptance_text, never_drafted_lines, standing_text
+from pytest_ddtree.sweep.statistics import acceptance_text, speculation_warnings, standing_text
 
 HEADERS = (
     "tree_budget",
@@ -25,10 +25,11 @@ _RIGHT = (True, True, True, True, True, True, True, True, False)
 #: what the columns mean, printed under the table; docs/sweep.md has the long form
 LEGEND = (
     "accept len: tokens committed per decode round, the per-request mean (rate: "
-    "accepted/drafted; 'no drafts': speculation never drafted); the depth line's accept len "
-    "pools every round (a long request weighs more) and the server counters' counts all "
-    "traffic at a budget (warm-up and smoke requests too), so the three differ a little; "
-    "verify steps: decode rounds per request; srv/cli: server's "
+    "accepted/drafted; 'no drafts': speculation never drafted; 'no stats': no speculative "
+    "statistics came back); the depth line's accept len pools every round (a long request "
+    "weighs more) and the server counters' counts all traffic at a budget (warm-up and smoke "
+    "requests too), so the three differ a little; verify steps: decode rounds per request; "
+    "srv/cli: server's "
     "decode rate over the client's, near 1.00 when honest; slower than leader: the race's "
     "interval of the budget's slowdown against the fastest (docs: sweep.md#columns)"
 )
@@ -44,7 +45,9 @@ def _ms(x: float | None) -> str:
 
 def acceptance_cell(st: BudgetStats) -> str:
     """The budget's acceptance cell (see ``acceptance_text``)."""
-    return acceptance_text(st.mean_acceptance_length, st.mean_acceptance_rate, st.never_drafted)
+    return acceptance_text(
+        st.mean_acceptance_length, st.mean_acceptance_rate, st.never_drafted, st.no_spec_stats
+    )
 
 
 def race_cell(st: BudgetStats, race: RaceRecord[int | None] | None) -> str:
@@ -115,7 +118,7 @@ def table_lines(
             "compare budgets within this run only."
         )
     lines.extend(f"note: {n}" for n in notes)
-    lines.extend(f"WARNING: {w}" for w in never_drafted_lines(summary.budgets))
+    lines.extend(f"WARNING: {w}" for w in speculation_warnings(summary.budgets))
     lines.extend(drift_lines(summary))
     lines.extend(shared_server_lines(shared))
     lines.extend(race_lines(summary.race))

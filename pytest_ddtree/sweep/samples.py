@@ -60,6 +60,9 @@ class SweepSample:
     temperature: float = 0.0
     #: the request's sampling seed above temperature 0 (None: none was sent)
     seed: int | None = None
+    #: whether the speculative statistics asked for came back (None: not asked, or the
+    #: request failed)
+    spec_reported: bool | None = None
 
     @classmethod
     def from_completion(
@@ -104,6 +107,7 @@ class SweepSample:
             depth_source=None if stats is None else stats.depth_source,
             temperature=_finite(completion.request.temperature) or 0.0,
             seed=_int(completion.request.body.get("seed")),
+            spec_reported=completion.speculation_reported,
         )
 
     @property
@@ -209,6 +213,9 @@ _KINDS: dict[str, _Kind] = {
         lambda v: isinstance(v, str), "a string or null", {"type": ["string", "null"]}, True
     ),
     "bool": _Kind(lambda v: isinstance(v, bool), "true or false", {"type": "boolean"}),
+    "bool | None": _Kind(
+        lambda v: isinstance(v, bool), "true, false or null", {"type": ["boolean", "null"]}, True
+    ),
     "tuple[int, ...]": _Kind(
         lambda v: isinstance(v, list) and all(_is_int(x) and x >= 0 for x in v),
         "a list of integers >= 0",

@@ -217,11 +217,19 @@ class BudgetStats:
     #: draft tokens summed over the requests that reported a count, and how many did
     drafted_tokens: int = 0
     draft_reports: int = 0
+    #: answers that were read for speculative statistics, and how many carried some
+    stats_asked: int = 0
+    spec_reports: int = 0
+
+    @property
+    def no_spec_stats(self) -> bool:
+        """Answers were read for speculative statistics and not one carried any."""
+        return silent(self.stats_asked, self.spec_reports)
 
     @property
     def never_drafted(self) -> bool:
         """Requests reported their draft counts and not one drafted a token: no speculation."""
-        return self.draft_reports > 0 and self.drafted_tokens == 0
+        return self.draft_reports > 0 and self.drafted_tokens == 0 and not self.no_spec_stats
 
     # acceptance by depth, pooled over the valid requests (None: no server histogram)
     depth: DepthProfile | None = None
@@ -268,6 +276,9 @@ class BudgetStats:
             "drafted_tokens": self.drafted_tokens,
             "draft_reports": self.draft_reports,
             "never_drafted": self.never_drafted,
+            "stats_asked": self.stats_asked,
+            "spec_reports": self.spec_reports,
+            "no_speculative_statistics": self.no_spec_stats,
             "acceptance_by_depth": None if self.depth is None else self.depth.to_json(),
         }
 
@@ -329,6 +340,8 @@ def budget_stats(
         mean_acceptance_rate=_mean(s.acceptance_rate for s in valid),
         drafted_tokens=sum(counted),
         draft_reports=len(counted),
+        stats_asked=sum(1 for s in samples if s.spec_reported is not None),
+        spec_reports=sum(1 for s in samples if s.spec_reported),
         depth=depth_profile(valid),
     )
 
@@ -627,9 +640,31 @@ def check_drift(samples: Sequence[SweepSample], *, seed: int = 0) -> tuple[Drift
     return tuple(checks)
 
 
-def acceptance_text(length: float | None, rate: float | None, never_drafted: bool) -> str:
+def silent(asked: int, reported: int) -> bool:
+    """Answers were read for speculative statistics (``asked``) and none carried any."""
+    return asked > 0 and reported == 0
+
+
+#: the warning's opening, on every engine and in every table's legend
+NO_SPEC_STATS = "no speculative statistics came back: is speculation on?"
+
+
+def no_spec_stats_line(where: str, asked: int) -> str:
+    """The warning for answers that were asked for speculative statistics and sent none
+    (a server without speculation, or one that does not report it), at ``where``."""
+    return (
+        f"{NO_SPEC_STATS} {asked} answer(s) at {where} were read for speculative statistics "
+        "and none carried drafts, acceptance or rounds; these timings may be the target "
+        "model's alone"
+    )
+
+
+def acceptance_text(
+    length: float | None, rate: float | None, never_drafted: bool, no_stats: bool = False
+) -> str:
     """The acceptance cell of the sweep and load tables: the mean acceptance length, else
-    the acceptance rate (``rate 0.85``), ``no drafts``, or ``-``.
+    the acceptance rate (``rate 0.85``), ``no drafts``, ``no stats`` (no speculative
+    statistics came back), or ``-``.
 
     A server that reports drafted and accepted tokens but not its rounds
     (llama.cpp) has no honest length; its rate is shown, marked as such.
@@ -638,22 +673,31 @@ def acceptance_text(length: float | None, rate: float | None, never_drafted: boo
         return f"{length:.2f}"
     if rate is not None:
         return f"rate {rate:.2f}"
+    if no_stats:
+        return "no stats"
     return "no drafts" if never_drafted else "-"
 
 
-def never_drafted_lines(stats: Sequence[BudgetStats]) -> list[str]:
-    """One warning for the budgets whose requests drafted no token at all, with the counts."""
+def speculation_warnings(stats: Sequence[BudgetStats]) -> list[str]:
+    """The warnings for budgets whose answers sent no speculative statistics at all, and
+    for those whose requests drafted no token at all, with the counts."""
+    lines: list[str] = []
+    quiet = [s for s in stats if s.no_spec_stats]
+    if quiet:
+        which = "every budget" if len(quiet) == len(stats) else "budget"
+        names = ", ".join(budget_label(s.tree_budget) for s in quiet)
+        lines.append(no_spec_stats_line(f"{which} {names}", sum(s.stats_asked for s in quiet)))
     idle = [s for s in stats if s.never_drafted]
-    if not idle:
-        return []
-    which = "every budget" if len(idle) == len(stats) else "budget"
-    names = ", ".join(budget_label(s.tree_budget) for s in idle)
-    n = sum(s.draft_reports for s in idle)
-    return [
-        f"speculation never drafted at {which} {names}: 0 draft tokens in {n} request(s) that "
-        "reported their drafts; these timings are the target model's alone, not speculative "
-        "decoding"
-    ]
+    if idle:
+        which = "every budget" if len(idle) == len(stats) else "budget"
+        names = ", ".join(budget_label(s.tree_budget) for s in idle)
+        n = sum(s.draft_reports for s in idle)
+        lines.append(
+            f"speculation never drafted at {which} {names}: 0 draft tokens in {n} request(s) "
+            "that reported their drafts; these timings are the target model's alone, not "
+            "speculative decoding"
+        )
+    return lines
 
 
 @dataclass(frozen=True)

@@ -179,6 +179,25 @@ class SpecStats:
     num_spec_tokens: int | None = None
 
     @property
+    def speculative(self) -> bool:
+        """Whether these statistics say anything about speculation: drafts, acceptance,
+        rounds or a budget. llama.cpp's ``timings`` always come, its draft counts only
+        when it drafted (``draft_n``)."""
+        if self.dialect == "llamacpp":
+            return "draft_n" in self.raw
+        return any(
+            v is not None
+            for v in (
+                self.tree_budget,
+                self.decode_rounds,
+                self.mean_acceptance_length,
+                self.num_draft_tokens,
+                self.num_accepted_draft_tokens,
+                self.acceptance_histogram,
+            )
+        )
+
+    @property
     def rounds_reaching(self) -> tuple[int, ...]:
         """Rounds that accepted at least ``d`` drafts, ``d`` = 0, 1, ... (see
         ``rounds_reaching``)."""
@@ -330,7 +349,8 @@ class Completion:
     the server does not say.
     ``logprobs`` holds the per-token log-probabilities when the request asked for them
     (``logprobs``/``top_logprobs``) and the server sent them, in generation order;
-    None otherwise.
+    None otherwise. ``stats_asked`` is True when the answer was read for
+    speculative statistics (a statistics dialect other than ``none``).
     """
 
     request: RequestSpec
@@ -358,6 +378,15 @@ class Completion:
     stop_field: str | None = None
     client_stall: ClientStall | None = None
     logprobs: tuple[TokenLogprob, ...] | None = None
+    stats_asked: bool = False
+
+    @property
+    def speculation_reported(self) -> bool | None:
+        """Whether the speculative statistics asked for came back (None: none were asked
+        for, or the request failed, so their absence says nothing)."""
+        if not self.stats_asked or not self.ok:
+            return None
+        return self.stats is not None and self.stats.speculative
 
     @property
     def client_side_failure(self) -> bool:

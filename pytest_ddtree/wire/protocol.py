@@ -855,6 +855,7 @@ def assemble(
         finish_reason=ans.finish,
         usage=usage,
         stats=stats,
+        stats_asked=dialect != "none",
         timings=Timings(
             sent=ex.sent,
             headers=ex.headers_at,

@@ -290,7 +290,7 @@ def test_the_servers_own_budget_is_a_choice_not_no_budget() -> None:
 
 def test_acceptance_rate_and_never_drafted_are_shown() -> None:
     from pytest_ddtree.load import render_table
-    from pytest_ddtree.load.metrics import never_drafted_lines
+    from pytest_ddtree.load.metrics import speculation_warnings
 
     c1 = LoadPoint("concurrency", 1)
     drafted = [
@@ -311,7 +311,7 @@ def test_acceptance_rate_and_never_drafted_are_shown() -> None:
     lines = render_table(stats, schedule).splitlines()
     rows = {r[1]: r for r in (_cells(x) for x in lines[1:4])}
     assert (rows["8"][11], rows["16"][11], rows["32"][11]) == ("rate 0.50", "no drafts", "-")
-    assert never_drafted_lines(stats) == [
+    assert speculation_warnings(stats) == [
         "speculation never drafted at budget 16: 0 draft tokens in 3 request(s) that reported "
         "their drafts, at C=1; these timings are the target model's alone, not speculative "
         "decoding"
@@ -325,7 +325,7 @@ def test_html_keeps_the_servers_budget_apart_and_marks_no_drafts() -> None:
     from html import escape
 
     from pytest_ddtree.load.html import render_load_section
-    from pytest_ddtree.load.metrics import never_drafted_lines
+    from pytest_ddtree.load.metrics import speculation_warnings
     from pytest_ddtree.load.record import LoadTestResult
 
     c1 = LoadPoint("concurrency", 1)
@@ -340,7 +340,7 @@ def test_html_keeps_the_servers_budget_apart_and_marks_no_drafts() -> None:
     assert "<li>C=1: server-default (TPOT p50" in page
     assert "no valid budget" not in page
     assert "<td>server-default (never drafted)</td>" in page and "<td>no drafts</td>" in page
-    assert escape(never_drafted_lines(stats)[0]) in page
+    assert escape(speculation_warnings(stats)[0]) in page
 
 
 def test_no_best_budget_says_why_in_the_terminal_the_json_and_the_html() -> None:
@@ -370,3 +370,43 @@ def test_no_best_budget_says_why_in_the_terminal_the_json_and_the_html() -> None
     # only invalid budgets: the old reason, which is then true
     _, schedule = analyse(bad)
     assert "best at C=1: none (no budget had every request valid)" in render_table(*analyse(bad))
+
+
+def test_a_load_point_without_speculative_statistics_is_named() -> None:
+    from html import escape
+
+    from pytest_ddtree.load import render_table
+    from pytest_ddtree.load.html import render_load_section
+    from pytest_ddtree.load.metrics import speculation_warnings
+    from pytest_ddtree.load.record import LoadTestResult
+
+    c1, c4 = LoadPoint("concurrency", 1), LoadPoint("concurrency", 4)
+    silent = [
+        LoadSample(p, None, float(i), 1.0, 0.1, (0.01,), 50, True, spec_reported=False)
+        for p in (c1, c4)
+        for i in range(2)
+    ]
+    stats, schedule = analyse(silent)
+    assert all(s.no_spec_stats and not s.never_drafted for s in stats)
+    rows = [_cells(x) for x in render_table(stats, schedule).splitlines()[1:3]]
+    assert [r[11] for r in rows] == ["no stats", "no stats"]
+    assert speculation_warnings(stats) == [
+        "no speculative statistics came back: is speculation on? 4 answer(s) at budget "
+        "server-default (C=1, C=4) were read for speculative statistics and none carried "
+        "drafts, acceptance or rounds; these timings may be the target model's alone"
+    ]
+    data = stats[0].to_json()
+    assert (data["no_speculative_statistics"], data["stats_asked"], data["spec_reports"]) == (
+        True,
+        2,
+        0,
+    )
+    page = render_load_section(
+        [LoadTestResult("t.py::test_load", 1, ("main",), False, stats, schedule, tuple(silent))]
+    )
+    assert "<td>server-default (no speculative statistics)</td>" in page
+    assert escape(speculation_warnings(stats)[0]) in page
+    assert LoadSample.from_json(silent[0].to_json()).spec_reported is False
+    # one answer with statistics is enough: nothing is claimed
+    told = [*silent[:1], LoadSample(c1, None, 5.0, 1.0, 0.1, (0.01,), 50, True, spec_reported=True)]
+    assert not any(s.no_spec_stats for s in analyse(told)[0])

@@ -59,8 +59,8 @@ def test_counter_deltas_equal_the_per_request_sums(vllm_server: Any) -> None:
         assert d.prefix == "vllm" and d.requests == record.sent == 4
         assert d.draft_tokens == sum(s.num_draft_tokens for s in stats)
         assert d.accepted_tokens == sum(s.num_accepted_draft_tokens for s in stats)
-        # one verification step per decode round after the first (prefill) round
-        assert d.drafts == sum(s.decode_rounds - 1 for s in stats)
+        # one verification step per speculative step (the prefill round is none)
+        assert d.drafts == sum(s.decode_rounds for s in stats)
         assert sum(d.accepted_per_position.values()) == d.accepted_tokens
         rates = list(d.position_rates.values())
         assert rates == sorted(rates, reverse=True) and 0 < rates[0] <= 1
@@ -393,12 +393,12 @@ def test_sweep(ddtree_sweep, ddtree_runtime):
 
     def request(prompt, **kwargs):
         # the responses claim three accepted tokens more than the server counted (and no
-        # histogram, which would give the claim away within the response itself)
+        # histogram, mean or rate, which would give the claim away within the response)
         c = real(prompt, **kwargs)
         s = c.stats
         claimed = dataclasses.replace(
             s, num_accepted_draft_tokens=s.num_accepted_draft_tokens + 3,
-            acceptance_histogram=None, depth_source=None,
+            acceptance_histogram=None, depth_source=None, mean_acceptance_length=None, raw={},
         )
         return dataclasses.replace(c, stats=claimed)
 

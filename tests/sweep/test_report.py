@@ -370,3 +370,46 @@ def test_no_histogram_no_depth_section() -> None:
     assert all(st.depth is None for st in run.summary().budgets)
     assert "Acceptance by depth" not in render_html(run)
     assert not any(ln.startswith("acceptance by depth") for ln in table_lines(run.summary()))
+
+
+def test_a_sweep_whose_server_sent_no_speculative_statistics_says_so() -> None:
+    from pytest_ddtree.sweep import summarize
+
+    # budget 16: three answers read for statistics, none carried any (a server without
+    # speculation); budget 64: they came back; budget 128: none were asked for
+    samples = [
+        SweepSample(
+            budget,
+            "p",
+            r,
+            True,
+            completion_tokens=64,
+            decode_tokens_per_second=40.0 + r,
+            drafted_tokens=0 if budget == 16 else None,
+            spec_reported=reported,
+        )
+        for budget, reported in ((16, False), (64, True), (128, None))
+        for r in range(3)
+    ]
+    summary = summarize(samples)
+    lines = table_lines(summary)
+    rows = {ln.split()[0]: ln for ln in lines[2:5]}
+    assert "no stats" in rows["16"] and "no stats" not in rows["64"] + rows["128"]
+    # the silent server is not also said to have never drafted
+    assert "no drafts" not in rows["16"]
+    warning = (
+        "WARNING: no speculative statistics came back: is speculation on? 3 answer(s) at "
+        "budget 16 were read for speculative statistics and none carried drafts, acceptance "
+        "or rounds; these timings may be the target model's alone"
+    )
+    assert warning in lines
+    assert not any("speculation never drafted at" in ln for ln in lines)
+    first = summary.budgets[0].to_json()
+    assert first["no_speculative_statistics"] is True and first["never_drafted"] is False
+    assert (first["stats_asked"], first["spec_reports"]) == (3, 0)
+    assert summary.budgets[1].to_json()["no_speculative_statistics"] is False
+    assert summary.budgets[2].to_json()["no_speculative_statistics"] is False
+    assert escape(warning.removeprefix("WARNING: ")) in render_html(SweepRun(samples=samples))
+    assert SweepSample.from_json(samples[0].to_json()).spec_reported is False
+    with pytest.raises(ValueError, match="'spec_reported' must be true, false or null"):
+        SweepSample.from_json({**samples[0].to_json(), "spec_reported": "no"})
