@@ -41,6 +41,8 @@ ARGS = (
 )
 
 
+# pytest-benchmark must time the budgets, which it refuses to do inside an xdist worker
+@pytest.mark.serial
 def test_near_tie_mode_warns_of_a_near_tie_and_keeps_the_budget_timed(
     pytester: pytest.Pytester,
 ) -> None:

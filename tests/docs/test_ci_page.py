@@ -84,6 +84,8 @@ def server_url() -> Iterator[str]:
         proc.wait(timeout=30)
 
 
+# the page saves and compares pytest-benchmark timings, which an xdist worker never records
+@pytest.mark.serial
 def test_the_ci_page_runs_from_an_empty_directory(
     installed: Path, server_url: str, tmp_path: Path
 ) -> None:
