@@ -64,6 +64,7 @@ CPU_LIMIT = 0.90
 BUSY_SHARE = 0.50
 #: the client counts as stalled (latencies unreliable, not saturated) when its loop woke
 #: late for more than this share of the point's wall time, summed over the lag samples
+#: (each sample's lateness beyond the timer slack, ``wire.health.SLACK``)
 STALL_SHARE = 0.05
 
 

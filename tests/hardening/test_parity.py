@@ -96,6 +96,9 @@ def _comparable(c: Completion) -> dict[str, Any]:
     fields["content_events"] = len(timings.chunk_times)
     fields["stamped_first"] = timings.first_content is not None
     fields["headers_seen"] = timings.headers is not None
+    # how the client watched itself differs by shell (a thread or the event loop); both watch
+    stall = fields.pop("client_stall")
+    fields["client_watched"] = stall is not None
     return fields
 
 

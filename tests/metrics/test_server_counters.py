@@ -187,7 +187,10 @@ def test_a_second_client_is_flagged_on_the_budgets_it_overlapped(
     report = pytester.path / "report"
     # the reference server's own dialect echoes the budget; its /metrics uses vLLM's names
     with start_reference_server(simulated_latency=False) as server:
-        result = pytester.runpytest(*_args(server, f"--ddtree-report={report}"))
+        # the full grid: the counts below are the exhaustive sweep's requests
+        result = pytester.runpytest(
+            *_args(server, f"--ddtree-report={report}", "--ddtree-sweep=exhaustive")
+        )
     result.assert_outcomes(passed=1)
     out = result.stdout.str()
     rows = {
