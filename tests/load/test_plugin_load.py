@@ -321,6 +321,9 @@ def _raced_budgets(test: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {p["label"]: p["race"] for p in test["schedule"]["points"]}
 
 
+# the race decides only on points whose client was neither saturated nor stalled: beside
+# another worker on the same cores the loop wakes late and the point rightly has no verdict
+@pytest.mark.serial
 def test_adaptive_races_the_budgets_at_each_load_point(
     pytester: pytest.Pytester, timed_server: Any
 ) -> None:
