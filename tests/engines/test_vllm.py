@@ -200,12 +200,6 @@ def test_speculative_counts_follow_vllms_semantics(
     assert c.usage.completion_tokens >= 1 + steps + accepted
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="fixed on merge of the vLLM statistics invariants (steps without drafts and the "
-    "prefill token are not speculative rounds)",
-)
 def test_a_healthy_speculative_answer_raises_no_alarm(
     vllm_ngram: engines.EngineProcess, http: httpx.Client
 ) -> None:
