@@ -197,7 +197,9 @@ def pytest_runtest_makereport(
     if report.failed:
         from pytest_ddtree.summary import short_crash_line
 
-        short_crash_line(report, call.excinfo, str(item.config.getoption("tbstyle", "")))
+        short_crash_line(
+            report, call.excinfo, str(item.config.getoption("tbstyle", "")), item.path
+        )
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

@@ -10,6 +10,7 @@ the line of a failure in pytest's short test summary, codes first.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from collections.abc import Mapping
 
 import pytest
@@ -328,6 +329,7 @@ def short_crash_line(
     report: pytest.TestReport,
     excinfo: pytest.ExceptionInfo[BaseException] | None,
     tbstyle: str = "",
+    path: Path | None = None,
 ) -> None:
     """Put the violation codes where the short test summary shows them.
 
@@ -348,7 +350,12 @@ def short_crash_line(
     ):
         # the cause on screen: the failing line and the E lines, without the test's whole
         # source and a repr of every fixture above them (--tb=long shows those)
-        report.longrepr = excinfo.getrepr(style="short", tbfilter=True)
+        # from the test's own frame on, as pytest's own pruning does (a bare tbfilter=True
+        # kept every frame of pytest's runner and pluggy above it)
+        test_path = Path(str(report.fspath)) if path is None else path
+        report.longrepr = excinfo.getrepr(
+            style="short", tbfilter=lambda info: info.traceback.cut(path=test_path).filter(info)
+        )
     crash = getattr(report.longrepr, "reprcrash", None)
     if exc is None or crash is None or not hasattr(crash, "message"):
         return
