@@ -197,9 +197,7 @@ def pytest_runtest_makereport(
     if report.failed:
         from pytest_ddtree.summary import short_crash_line
 
-        short_crash_line(
-            report, call.excinfo, str(item.config.getoption("tbstyle", "")), item.path
-        )
+        short_crash_line(report, call.excinfo, str(item.config.getoption("tbstyle", "")), item.path)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

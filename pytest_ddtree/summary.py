@@ -10,8 +10,8 @@ the line of a failure in pytest's short test summary, codes first.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 
 import pytest
 
