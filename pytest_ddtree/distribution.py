@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from itertools import pairwise
+from math import comb
 from typing import TYPE_CHECKING, Any
 
 from pytest_ddtree.comparable import why_not_whole
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from pytest_ddtree.wire.completion import Completion
 
 __all__ = [
+    "CHANCE_CODES",
     "CODE",
     "DEFAULT_ALPHA",
     "DEFAULT_PERMUTATIONS",
@@ -55,6 +57,7 @@ __all__ = [
     "Statistic",
     "compare_answers",
     "least_alpha",
+    "more_often",
     "opening",
     "request_seeds",
     "run_distribution",
@@ -66,6 +69,27 @@ __all__ = [
 DEFAULT_ALPHA = 0.05
 #: Random splits of the pooled answers; the p-value's resolution is 1 / (this + 1).
 DEFAULT_PERMUTATIONS = DISTRIBUTION_PERMUTATIONS
+
+
+#: The codes a healthy model's sampled answer can break by chance (it wrote a loop, or its
+#: end-of-sequence came early): above temperature 0 one such answer is a draw, not a verdict,
+#: so they are judged by how often each side breaks them. Every other code (a count, a
+#: statistic, the wire) fails on one answer.
+CHANCE_CODES = frozenset(
+    {"early-stop", "finish-reason", "degenerate", "empty", "role-leak", "non-printable"}
+)
+
+
+def more_often(ours: int, n: int, theirs: int, m: int) -> float:
+    """The one-sided Fisher exact p-value that the server breaks more often than the baseline.
+
+    ``ours`` of the server's ``n`` answers broke and ``theirs`` of the baseline's ``m``: the
+    chance, were both sides breaking at one rate, that the server's answers hold ``ours`` or
+    more of the ``ours + theirs`` broken ones (the hypergeometric tail).
+    """
+    total = ours + theirs
+    tail = sum(comb(n, k) * comb(m, total - k) for k in range(ours, min(n, total) + 1))
+    return tail / comb(n + m, total)
 
 
 #: How many words make an answer's opening.

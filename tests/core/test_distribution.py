@@ -314,3 +314,54 @@ def test_an_answer_only_speculation_breaks_fails_the_test(pytester: pytest.Pytes
     result.stdout.fnmatch_lines(
         ["*an answer sampled at temperature 0.7 breaks output-quality invariants: *overrun*"]
     )
+
+
+def test_more_often_is_the_one_sided_fisher_exact_tail() -> None:
+    from pytest_ddtree.distribution import more_often
+
+    # nothing broke: nothing to explain
+    assert more_often(0, 40, 0, 40) == 1.0
+    # one draw of 40 against none: as likely on either side
+    assert more_often(1, 40, 0, 40) == pytest.approx(0.5)
+    # 5 of 40 against none: C(40,5) / C(80,5)
+    assert more_often(5, 40, 0, 40) == pytest.approx(658008 / 24040016)
+    # every answer broken on one side, none on the other: 1 / C(12, 6)
+    assert more_often(6, 6, 0, 6) == pytest.approx(1 / 924)
+    # the baseline breaks as often: no evidence against the server
+    assert more_often(3, 40, 3, 40) > 0.5
+
+
+def test_a_sampled_loop_in_every_server_answer_fails_with_the_rates(
+    pytester: pytest.Pytester,
+) -> None:
+    # every answer of the server loops, none of a healthy baseline's (another reference
+    # server, which replays the looping answers cleanly): far more often than chance, so the
+    # draws are a verdict, with both sides' counts in the header
+    from pytest_ddtree.reference import start_reference_server
+
+    pytester.makepyfile(
+        """
+        def test_distribution(ddtree_distribution):
+            ddtree_distribution("Write a detailed essay about harbours and ships.",
+                                samples=6, max_tokens=48)
+        """
+    )
+    looping = start_reference_server(simulated_latency=False, faults=("degenerate",))
+    healthy = start_reference_server(simulated_latency=False)
+    try:
+        result = pytester.runpytest(
+            f"--ddtree-endpoint={looping.root_url}/v1",
+            f"--ddtree-baseline-endpoint={healthy.root_url}/v1",
+            "--ddtree-budgets=64",
+        )
+    finally:
+        looping.stop()
+        healthy.stop()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*breaks output-quality invariants: degenerate; 6 of 6 answers sampled at "
+            "temperature 0.7 break degenerate, 0 of the target-only baseline's 6 (one-sided "
+            "Fisher exact p = 0.00108, alpha 0.05)*"
+        ]
+    )
