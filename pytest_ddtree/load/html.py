@@ -6,7 +6,12 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
-from pytest_ddtree.load.metrics import PointStats, acceptance_cell, speculation_warnings
+from pytest_ddtree.load.metrics import (
+    PointStats,
+    acceptance_cell,
+    speculation_warnings,
+    table_order,
+)
 from pytest_ddtree.load.race import PointRace
 from pytest_ddtree.load.recommend import NO_VALID, Choice
 from pytest_ddtree.load.record import LoadTestResult
@@ -85,7 +90,7 @@ def _table(stats: Sequence[PointStats]) -> str:
         return "-" if p is None else f"{getattr(p, q) * 1000:.2f}"
 
     rows = []
-    for s in stats:
+    for s in table_order(stats):  # by budget, then load point
         good = "-" if s.slo is None else f"{s.goodput_share:.0%} ({s.goodput_rate:.2f}/s)"
         client = "-"
         if s.client is not None:
