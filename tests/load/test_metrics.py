@@ -439,3 +439,23 @@ def test_load_tables_are_sorted_by_budget_then_load_point() -> None:
     table = page[page.index("<table") :]
     cells = [table.index(f"<td>{p}</td><td>{b}</td>") for p, b in expected]
     assert cells == sorted(cells)
+
+
+def test_load_charts_share_the_reports_scale_and_say_when_empty() -> None:
+    import re
+
+    from pytest_ddtree.load.html import latency_chart
+
+    c1, c4 = LoadPoint("concurrency", 1), LoadPoint("concurrency", 4)
+    stats, _ = analyse(_tpot_samples(c1, 16, 0.01) + _tpot_samples(c4, 16, 0.02))
+    chart = latency_chart(stats, "tpot", "TPOT vs load")
+    size = re.search(r'<svg class="chart load"[^>]*width="(\d+)" height="(\d+)"', chart)
+    assert size is not None, chart
+    assert (size.group(1), size.group(2)) == ("560", "300")  # acceptance by depth's size
+    # the report's type scale (its .tick and .axis-title classes), no font size of its own
+    assert "font-size" not in chart and 'class="tick"' in chart and 'class="axis-title"' in chart
+    # every request invalid: no figure to draw, and the page says so in words
+    bad = [LoadSample(c1, 16, 0.0, 1.0, 0.1, (), 10, False, ("role-leak",))]
+    stats, _ = analyse(bad)
+    empty = latency_chart(stats, "tpot", "TPOT vs load")
+    assert "<svg" not in empty and "nothing to draw" in empty and "TPOT vs load" in empty
