@@ -153,7 +153,11 @@ def _table(stats: Sequence[PointStats]) -> str:
             "client",
         )
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    # the per-budget table's type and layout (a narrow page scrolls it, never clips it)
+    return (
+        '<div class="table-scroll"><table class="stats load-points"><thead>'
+        f"<tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )
 
 
 def _choice_item(c: Choice) -> str:
