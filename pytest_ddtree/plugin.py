@@ -211,6 +211,7 @@ def pytest_sessionfinish(session: pytest.Session) -> Generator[None, pluggy.Resu
     session.exitstatus = gate_exit_status(session.config, session.exitstatus)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-benchmark's tables: the answer comes first
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, config: pytest.Config
 ) -> None:

@@ -111,9 +111,15 @@ def serving_lines(runtime: Runtime) -> list[str]:
 
 
 def write_summary(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
-    """The sweep and load tables, where the report went, a weakened run, the dialect found."""
+    """The sweep and load tables, where the report went, a weakened run, the dialect found;
+    written before pytest-benchmark's tables, which the last line announces."""
     if session.is_worker:
         return
+    _write_ddtree(tr, session)
+    _write_benchmark_lead(tr, session)
+
+
+def _write_ddtree(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     _write_sweep(tr, session)
     _write_load(tr, session)
     for line in session.report_lines:  # where the report went (or why not)
@@ -156,6 +162,24 @@ def write_summary(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     if note is not None:  # once a run: what this engine's statistics do not promise
         tr.write_line(f"ddtree: statistics checks: {note}")
     _write_transport(tr, runtime)
+
+
+def _write_benchmark_lead(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
+    """Say what the tables printed after this summary are, and how to leave them out.
+
+    pytest-benchmark prints one table per group (a budget) after this summary: every
+    timed test with its rounds, the detail behind the sweep table's per-budget figures.
+    """
+    bench = getattr(session.config, "_benchmarksession", None)
+    groups = getattr(bench, "groups", None)
+    if not groups or getattr(bench, "quiet", False):
+        return
+    tests = sum(len(g[1]) for g in groups if isinstance(g, tuple) and len(g) == 2)
+    tr.write_line(
+        f"ddtree: pytest-benchmark's tables follow: {len(groups)} group(s), {tests} timed "
+        "test(s), each test's own timings (the sweep table above has the per-budget "
+        "figures; --benchmark-columns picks their columns, --benchmark-quiet leaves them out)"
+    )
 
 
 def _write_transport(tr: pytest.TerminalReporter, runtime: Runtime) -> None:

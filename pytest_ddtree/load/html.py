@@ -6,7 +6,12 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
-from pytest_ddtree.load.metrics import PointStats, acceptance_cell, speculation_warnings
+from pytest_ddtree.load.metrics import (
+    PointStats,
+    acceptance_cell,
+    speculation_warnings,
+    table_order,
+)
 from pytest_ddtree.load.race import PointRace
 from pytest_ddtree.load.recommend import NO_VALID, Choice
 from pytest_ddtree.load.record import LoadTestResult
@@ -28,9 +33,13 @@ def latency_chart(stats: Sequence[PointStats], metric: str, title: str) -> str:
         if (p := getattr(s, metric)) is not None
         for q in ("p50", "p99")
     ]
-    if not points or not values:
-        return ""
-    w, h, left, right, top, bottom = 520, 240, 56, 110, 24, 36
+    if not points or not values:  # nothing to draw: said in words, not an empty frame
+        return (
+            f'<div class="chart-empty" role="note"><strong>{escape(title)}</strong>: '
+            "nothing to draw - no valid request at any load point reported this figure.</div>"
+        )
+    # the size and type scale of the report's other full-width chart (acceptance by depth)
+    w, h, left, right, top, bottom = 560, 300, 56, 110, 28, 40
     top_v = max(values) * 1.08 or 1.0
     span = max(len(points) - 1, 1)
 
@@ -42,17 +51,20 @@ def latency_chart(stats: Sequence[PointStats], metric: str, title: str) -> str:
 
     parts = [
         f'<svg class="chart load" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
-        f'aria-label="{escape(title)}" style="font-size:11px">',
-        f'<text x="{left}" y="14">{escape(title)} (ms; solid p50, dashed p99)</text>',
-        f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="#999"/>',
-        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="#999"/>',
+        f'aria-label="{escape(title)}">',
+        f'<text class="axis-title" x="{left}" y="16">{escape(title)} (ms; solid p50, dashed p99)'
+        "</text>",
+        f'<line class="axis" x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}"/>',
+        f'<line class="axis" x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}"/>',
     ]
     for k in range(5):
         v = top_v * k / 4
-        parts.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.3g}</text>')
+        parts.append(
+            f'<text class="tick" x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.3g}</text>'
+        )
     for i, p in enumerate(points):
         parts.append(
-            f'<text x="{x(i):.1f}" y="{h - bottom + 16}" text-anchor="middle">'
+            f'<text class="tick" x="{x(i):.1f}" y="{h - bottom + 16}" text-anchor="middle">'
             f"{escape(p.label)}</text>"
         )
     for j, b in enumerate(budgets):
@@ -74,7 +86,7 @@ def latency_chart(stats: Sequence[PointStats], metric: str, title: str) -> str:
         parts.append(
             f'<line x1="{w - right + 10}" x2="{w - right + 28}" y1="{ly}" y2="{ly}" '
             f'stroke="{color}" stroke-width="2"/>'
-            f'<text x="{w - right + 32}" y="{ly + 4}">budget {escape(label)}</text>'
+            f'<text class="tick" x="{w - right + 32}" y="{ly + 4}">budget {escape(label)}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -85,7 +97,7 @@ def _table(stats: Sequence[PointStats]) -> str:
         return "-" if p is None else f"{getattr(p, q) * 1000:.2f}"
 
     rows = []
-    for s in stats:
+    for s in table_order(stats):  # by budget, then load point
         good = "-" if s.slo is None else f"{s.goodput_share:.0%} ({s.goodput_rate:.2f}/s)"
         client = "-"
         if s.client is not None:
@@ -141,7 +153,11 @@ def _table(stats: Sequence[PointStats]) -> str:
             "client",
         )
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    # the per-budget table's type and layout (a narrow page scrolls it, never clips it)
+    return (
+        '<div class="table-scroll"><table class="stats load-points"><thead>'
+        f"<tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )
 
 
 def _choice_item(c: Choice) -> str:

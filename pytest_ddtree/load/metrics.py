@@ -48,6 +48,7 @@ __all__ = [
     "percentiles",
     "speculation_warnings",
     "summarize_point",
+    "table_order",
 ]
 
 PERCENTILES = (0.50, 0.90, 0.99)
@@ -573,6 +574,18 @@ def summarize_point(
         stats_asked=sum(1 for s in samples if s.spec_reported is not None),
         spec_reports=sum(1 for s in samples if s.spec_reported),
     )
+
+
+def table_order(stats: Iterable[PointStats]) -> list[PointStats]:
+    """Rows of a load table: by budget (the server's own first, then numerically), then
+    by load point (concurrency before rate, each by its number), whatever the run order."""
+
+    def key(s: PointStats) -> tuple[int, int, str, float, float]:
+        b = s.tree_budget
+        p = s.point
+        return (0 if b is None else 1, b or 0, p.mode, p.value, p.burstiness)
+
+    return sorted(stats, key=key)
 
 
 def acceptance_cell(s: PointStats) -> str:

@@ -19,6 +19,7 @@ from pytest_ddtree.load.metrics import (
     chain_health,
     merge_health,
     summarize_point,
+    table_order,
 )
 from pytest_ddtree.load.race import PointRace, PointRacer, Run
 from pytest_ddtree.load.recommend import NO_VALID, Choice, Schedule, recommend
@@ -231,13 +232,14 @@ def _raced_line(c: Choice, race: PointRace) -> str:
 
 
 def render_table(stats: Sequence[PointStats], schedule: Schedule) -> str:
-    """Per budget × load point: latencies (ms, p50/p99), rates, concurrency, goodput.
+    """Per budget × load point, by budget then load point: latencies (ms, p50/p99), rates,
+    concurrency, goodput.
 
     Columns are as wide as their widest cell, so no budget label or figure runs
     into its neighbour. ``vs srv`` is the median of the client's TTFT minus the
     server's own (ms), where the server reports one.
     """
-    rows = [_HEAD, *(_cells(s) for s in stats)]
+    rows = [_HEAD, *(_cells(s) for s in table_order(stats))]
     widths = [max(len(r[i]) for r in rows) for i in range(len(_HEAD))]
     lines = []
     for row in rows:

@@ -849,6 +849,7 @@ border-bottom:2px solid var(--line);vertical-align:bottom}
 table.stats td{text-align:right;padding:6px 8px;border-bottom:1px solid var(--line)}
 table.stats th:first-child,table.stats td:first-child{text-align:left}
 table.stats th:last-child,table.stats td:last-child{text-align:left}
+.table-scroll{overflow-x:auto}
 table.invalid-table td,table.invalid-table th{text-align:left}
 td.msg{font-size:12px}
 tr.row-bad td{background:var(--bad-bg)}

@@ -410,3 +410,52 @@ def test_a_load_point_without_speculative_statistics_is_named() -> None:
     # one answer with statistics is enough: nothing is claimed
     told = [*silent[:1], LoadSample(c1, None, 5.0, 1.0, 0.1, (0.01,), 50, True, spec_reported=True)]
     assert not any(s.no_spec_stats for s in analyse(told)[0])
+
+
+def test_load_tables_are_sorted_by_budget_then_load_point() -> None:
+    """The run visits load point by load point; both tables read budget by budget."""
+    from pytest_ddtree.load import render_table
+    from pytest_ddtree.load.html import render_load_section
+    from pytest_ddtree.load.record import LoadTestResult
+
+    points = [LoadPoint("concurrency", c) for c in (8, 1, 16, 2)]
+    budgets: list[int | None] = [64, None, 16, 1024]
+    samples = [
+        LoadSample(p, b, float(i), 1.0, 0.1, (0.01,), 50, True)
+        for p in points
+        for b in budgets
+        for i in range(2)
+    ]
+    random.Random(7).shuffle(samples)
+    stats, schedule = analyse(samples)
+    lines = render_table(stats, schedule).splitlines()
+    rows = [_cells(x) for x in lines[1 : 1 + len(points) * len(budgets)]]
+    order = ["C=1", "C=2", "C=8", "C=16"]
+    expected = [(p, b) for b in ("server-default", "16", "64", "1024") for p in order]
+    assert [(r[0], r[1]) for r in rows] == expected
+    page = render_load_section(
+        [LoadTestResult("t.py::test_load", 1, ("main",), False, stats, schedule, tuple(samples))]
+    )
+    table = page[page.index("<table") :]
+    cells = [table.index(f"<td>{p}</td><td>{b}</td>") for p, b in expected]
+    assert cells == sorted(cells)
+
+
+def test_load_charts_share_the_reports_scale_and_say_when_empty() -> None:
+    import re
+
+    from pytest_ddtree.load.html import latency_chart
+
+    c1, c4 = LoadPoint("concurrency", 1), LoadPoint("concurrency", 4)
+    stats, _ = analyse(_tpot_samples(c1, 16, 0.01) + _tpot_samples(c4, 16, 0.02))
+    chart = latency_chart(stats, "tpot", "TPOT vs load")
+    size = re.search(r'<svg class="chart load"[^>]*width="(\d+)" height="(\d+)"', chart)
+    assert size is not None, chart
+    assert (size.group(1), size.group(2)) == ("560", "300")  # acceptance by depth's size
+    # the report's type scale (its .tick and .axis-title classes), no font size of its own
+    assert "font-size" not in chart and 'class="tick"' in chart and 'class="axis-title"' in chart
+    # every request invalid: no figure to draw, and the page says so in words
+    bad = [LoadSample(c1, 16, 0.0, 1.0, 0.1, (), 10, False, ("role-leak",))]
+    stats, _ = analyse(bad)
+    empty = latency_chart(stats, "tpot", "TPOT vs load")
+    assert "<svg" not in empty and "nothing to draw" in empty and "TPOT vs load" in empty

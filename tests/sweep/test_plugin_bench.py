@@ -71,6 +71,15 @@ def test_valid_sweep_records_one_group_per_budget(
     text = result.stdout.str()
     positions = [text.index(f"benchmark 'tree_budget={b}'") for b in (16, 64, 256)]
     assert positions == sorted(positions)
+    # read top to bottom: the ddtree summary first, then a line saying what follows and
+    # how to leave it out, then pytest-benchmark's tables
+    lines = text.splitlines()
+    sweep = next(i for i, ln in enumerate(lines) if "pytest-ddtree budget sweep" in ln)
+    lead = next(i for i, ln in enumerate(lines) if "pytest-benchmark's tables follow" in ln)
+    first_table = next(i for i, ln in enumerate(lines) if "benchmark 'tree_budget=" in ln)
+    assert sweep < lead < first_table, text
+    assert "3 timed test(s)" in lines[lead] and "--benchmark-quiet leaves them out" in lines[lead]
+    assert not any(ln.startswith("ddtree:") for ln in lines[first_table:]), text
     machine = json.loads(out.read_text())["machine_info"]["ddtree"]
     assert machine["model"] and machine["endpoint"].startswith("http://127.0.0.1:")
     # The end-of-session table and recommendation.
