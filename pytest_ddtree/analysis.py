@@ -254,5 +254,11 @@ def write(
         paths = write_report(run, directory, summary, load=load, summaries=summaries)
     except (OSError, ValueError) as exc:
         return f"ddtree: could not write the report to {directory}: {exc}"
+    except Exception as exc:  # a renderer's bug must not take the run's output
+        # (the failures, the summary, pytest-benchmark's JSON) down with it
+        return (
+            f"ddtree: could not write the report to {directory} (a bug in pytest-ddtree, "
+            f"please report it): {type(exc).__name__}: {exc}"
+        )
     with_load = " (with the load results)" if load else ""
     return f"ddtree: sweep report written{with_load}: {paths.json}, {paths.html}"

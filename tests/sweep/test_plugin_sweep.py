@@ -225,3 +225,39 @@ def test_compare_reads_the_setup_the_plugin_wrote(
     other = replace(b, metadata=replace(b.metadata, server_models=["another-model"]))
     (diff,) = compare_runs(a, other).setup_differences
     assert diff.startswith("server_models:"), diff
+
+
+def test_a_renderer_that_breaks_leaves_the_json_and_the_run_output_whole(
+    pytester: pytest.Pytester, server_factory: Any
+) -> None:
+    # a bug in the HTML renderer: one line says so, sweep.json is written, the summary and
+    # the failures still print, and the run's exit status is its tests'
+    server = server_factory(simulated_latency=False)
+    pytester.makeconftest(
+        """
+        import pytest_ddtree.report.writer as writer
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("the chart engine fell over")
+
+        writer.write_sweep_html = broken
+        """
+    )
+    pytester.makepyfile(
+        test_sweep="""
+        def test_sweep(ddtree_sweep):
+            ddtree_sweep({"p": "Tell me about rivers."}, max_tokens=16, rounds=1)
+        """
+    )
+    report = pytester.path / "report"
+    result = pytester.runpytest(*_args(server, "16,64", f"--ddtree-report={report}"))
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*pytest-ddtree budget sweep*",
+            f"ddtree: could not write the report to {report} (a bug in pytest-ddtree, please "
+            "report it): RuntimeError: the chart engine fell over",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
+    assert read_sweep_json(report / "sweep.json").samples
