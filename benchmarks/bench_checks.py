@@ -20,7 +20,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from pytest_ddtree.invariants import check
+from pytest_ddtree.checks.invariants import check
 from pytest_ddtree.reference import start_reference_server, tokenizer_path
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion

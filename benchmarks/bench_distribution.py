@@ -25,7 +25,7 @@ import argparse
 import math
 import time
 
-from pytest_ddtree.distribution import (
+from pytest_ddtree.checks.distribution import (
     DEFAULT_ALPHA,
     compare_answers,
     request_seeds,

@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import random
 
-from pytest_ddtree.sweep import SweepPlan, SweepSample
-from pytest_ddtree.sweep.statistics import check_drift
+from pytest_ddtree.measure.sweep import SweepPlan, SweepSample
+from pytest_ddtree.measure.sweep.statistics import check_drift
 
 NOISE = (0.01, 0.1, 0.3)
 FACTORS = (1.0, 0.9, 0.75, 0.5)

@@ -18,9 +18,9 @@ import asyncio
 import os
 import statistics
 
-from pytest_ddtree.load import Endpoint, LoadPoint
-from pytest_ddtree.load.metrics import CPU_LIMIT, LAG_LIMIT
-from pytest_ddtree.load.runner import run_point
+from pytest_ddtree.measure.load import Endpoint, LoadPoint
+from pytest_ddtree.measure.load.metrics import CPU_LIMIT, LAG_LIMIT
+from pytest_ddtree.measure.load.runner import run_point
 from pytest_ddtree.reference import MODEL_ID, spawn_reference_server
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS, CostModel
 

@@ -26,9 +26,9 @@ from typing import Any
 
 import httpx
 
-from pytest_ddtree.invariants import check
-from pytest_ddtree.load import Endpoint, LoadPoint, LoadTester
-from pytest_ddtree.load.runner import run_point, validate
+from pytest_ddtree.checks.invariants import check
+from pytest_ddtree.measure.load import Endpoint, LoadPoint, LoadTester
+from pytest_ddtree.measure.load.runner import run_point, validate
 from pytest_ddtree.reference import MODEL_ID, spawn_reference_server, tokenizer_path
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS, optimal_schedule
 from pytest_ddtree.wire.tokens import load_counter

@@ -27,12 +27,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_ddtree.invariants import check
-from pytest_ddtree.load import Endpoint, LoadError, LoadResult, LoadTester
+from pytest_ddtree.checks.invariants import check
+from pytest_ddtree.core.settings import budget_label
+from pytest_ddtree.measure.load import Endpoint, LoadError, LoadResult, LoadTester
+from pytest_ddtree.measure.sweep.race import RaceRule, judge
 from pytest_ddtree.reference import MODEL_ID, spawn_reference_server, tokenizer_path
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS, optimal_schedule
-from pytest_ddtree.settings import budget_label
-from pytest_ddtree.sweep.race import RaceRule, judge
 from pytest_ddtree.wire.tokens import load_counter
 
 PROMPTS = list(DEFAULT_PROMPTS)

@@ -54,12 +54,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_ddtree.prompts import load_prompts
+from pytest_ddtree.core.prompts import load_prompts
+from pytest_ddtree.measure.sweep.adaptive import AUTO_ROUNDS
+from pytest_ddtree.measure.sweep.race import Judgement, Race, RaceRule, judge
+from pytest_ddtree.measure.sweep.statistics import bootstrap_median_difference
 from pytest_ddtree.reference.cost import CostModel, jitter_factor
 from pytest_ddtree.reference.model import get_model
-from pytest_ddtree.sweep.adaptive import AUTO_ROUNDS
-from pytest_ddtree.sweep.race import Judgement, Race, RaceRule, judge
-from pytest_ddtree.sweep.statistics import bootstrap_median_difference
 
 BUDGETS = (16, 32, 64, 128, 256, 512, 1024)
 SUITE = Path(__file__).resolve().parents[1] / "pytest_ddtree" / "suite"

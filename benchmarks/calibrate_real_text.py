@@ -48,9 +48,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from pytest_ddtree.invariants import Expectation, check
-from pytest_ddtree.invariants._loop import char_periods, list_loop, token_periods
-from pytest_ddtree.invariants._text import loop_share, repetition
+from pytest_ddtree.checks.invariants import Expectation, check
+from pytest_ddtree.checks.invariants._loop import char_periods, list_loop, token_periods
+from pytest_ddtree.checks.invariants._text import loop_share, repetition
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion, RequestSpec, Timings, Usage
 from pytest_ddtree.wire.tokens import ServerCounter, TokenCounter, TokenizerCounter

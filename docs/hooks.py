@@ -4,11 +4,11 @@ Pages contain placeholders that this hook replaces at build time with text gener
 the code itself, so the documentation cannot drift from it:
 
 ``<!-- ddtree:options -->``
-    the option reference, from ``pytest_ddtree.settings.OPTIONS``;
+    the option reference, from ``pytest_ddtree.core.options.OPTIONS``;
 ``<!-- ddtree:marker -->``
-    the ``@pytest.mark.ddtree`` keywords, from ``pytest_ddtree.settings.MARKER_KEYS``;
+    the ``@pytest.mark.ddtree`` keywords, from ``pytest_ddtree.core.options.MARKER_KEYS``;
 ``<!-- ddtree:codes -->``
-    the table of violation codes, from ``pytest_ddtree.invariants.CODES``;
+    the table of violation codes, from ``pytest_ddtree.checks.invariants.CODES``;
 ``<!-- ddtree:code NAME -->``
     the one-line meaning of one code (in its section of the invariants page);
 ``<!-- ddtree:faults -->``
@@ -16,7 +16,8 @@ the code itself, so the documentation cannot drift from it:
 ``<!-- ddtree:server-options -->``
     the reference server's command-line options, from its argument parser;
 ``<!-- ddtree:fixtures -->``
-    the signatures and docstrings of the fixture objects, from ``pytest_ddtree.fixtures``.
+    the signatures and docstrings of the fixture objects, from
+    ``pytest_ddtree.pytest_plugin.fixtures``.
 
 The invariants page must have one ``## `code` `` section per code and no other code
 sections; the build fails otherwise (and so does ``tests/docs``).
@@ -32,9 +33,9 @@ import inspect
 import re
 from typing import Any
 
-from pytest_ddtree.invariants import CODE_LAYERS, CODES, LAYERS
-from pytest_ddtree.invariants._codes import UNJUDGED_CODES
-from pytest_ddtree.settings import MARKER_KEYS, OPTIONS, OPTIONS_BY_ATTR, OptionDef
+from pytest_ddtree.checks.invariants import CODE_LAYERS, CODES, LAYERS
+from pytest_ddtree.core.codes import UNJUDGED_CODES
+from pytest_ddtree.core.options import MARKER_KEYS, OPTIONS, OPTIONS_BY_ATTR, OptionDef
 
 PLACEHOLDER = re.compile(r"<!--\s*ddtree:([a-z-]+)(?:\s+([a-z0-9-]+))?\s*-->")
 CODE_HEADING = re.compile(r"^## `([a-z0-9-]+)`\s*$", re.MULTILINE)
@@ -158,7 +159,8 @@ def server_options_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
-#: Each fixture returning an object, and the object's class in ``pytest_ddtree.fixtures``.
+#: Each fixture returning an object, and the object's class in
+#: ``pytest_ddtree.pytest_plugin.fixtures``.
 FIXTURE_CLASSES = (
     ("ddtree_check", "DDTreeCheck"),
     ("ddtree_benchmark", "DDTreeBenchmark"),
@@ -202,7 +204,7 @@ def _docstring(text: str | None) -> str:
 
 def fixtures_markdown() -> str:
     """One section per fixture object: its real signature, then its documentation."""
-    from pytest_ddtree import fixtures
+    from pytest_ddtree.pytest_plugin import fixtures
 
     lines: list[str] = []
     for fixture, name in FIXTURE_CLASSES:

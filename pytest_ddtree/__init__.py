@@ -9,7 +9,9 @@ Public API: ``check`` and ``assert_valid`` (the invariants), ``Expectation``,
 fixture objects ``DDTreeCheck``, ``DDTreeBenchmark``, ``DDTreeSweep``,
 ``DDTreeLossless``, ``DDTreeDeterminism``, ``DDTreeDistribution`` and ``LoadTester``
 (for annotations), and what a load run hands back or raises: ``LoadResult``,
-``PointStats``, ``LoadPoint``, ``SLO`` and ``LoadError``. They
+``PointStats``, ``LoadPoint``, ``SLO`` and ``LoadError``; what a test of the bundled suite
+annotates or reads: ``Settings``, ``Prompt``, ``PromptSet``, ``PromptFileError``,
+``load_prompts`` and ``check_determinism``. They
 are imported on first use, so ``python -m pytest_ddtree.reference`` starts
 without loading the plugin's dependencies.
 """
@@ -21,10 +23,28 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if "pytest" in sys.modules:  # under pytest: rich assertion messages in the helpers
-    sys.modules["pytest"].register_assert_rewrite("pytest_ddtree.invariants")
+    sys.modules["pytest"].register_assert_rewrite("pytest_ddtree.checks.invariants")
 
 if TYPE_CHECKING:
-    from pytest_ddtree.fixtures import (
+    from pytest_ddtree.checks.invariants import (
+        CODES,
+        Expectation,
+        assert_valid,
+        check,
+        check_determinism,
+    )
+    from pytest_ddtree.core.prompts import Prompt, PromptFileError, PromptSet, load_prompts
+    from pytest_ddtree.core.settings import Settings
+    from pytest_ddtree.core.violation import InvariantError, Violation
+    from pytest_ddtree.measure.load import (
+        SLO,
+        LoadError,
+        LoadPoint,
+        LoadResult,
+        LoadTester,
+        PointStats,
+    )
+    from pytest_ddtree.pytest_plugin.fixtures import (
         DDTreeBenchmark,
         DDTreeCheck,
         DDTreeDeterminism,
@@ -32,13 +52,10 @@ if TYPE_CHECKING:
         DDTreeLossless,
         DDTreeSweep,
     )
-    from pytest_ddtree.invariants import CODES, Expectation, assert_valid, check
-    from pytest_ddtree.load import SLO, LoadError, LoadPoint, LoadResult, LoadTester, PointStats
-    from pytest_ddtree.violation import InvariantError, Violation
     from pytest_ddtree.wire.client import DDTreeClient
     from pytest_ddtree.wire.completion import Completion, RequestSpec, SpecStats, Timings, Usage
 
-__version__ = "0.1.0"
+from pytest_ddtree.core import __version__
 
 _EXPORTS = {
     "DDTreeClient": "pytest_ddtree.wire.client",
@@ -47,25 +64,31 @@ _EXPORTS = {
     "SpecStats": "pytest_ddtree.wire.completion",
     "Timings": "pytest_ddtree.wire.completion",
     "Usage": "pytest_ddtree.wire.completion",
-    "DDTreeBenchmark": "pytest_ddtree.fixtures",
-    "DDTreeCheck": "pytest_ddtree.fixtures",
-    "DDTreeDeterminism": "pytest_ddtree.fixtures",
-    "DDTreeDistribution": "pytest_ddtree.fixtures",
-    "DDTreeLossless": "pytest_ddtree.fixtures",
-    "DDTreeSweep": "pytest_ddtree.fixtures",
-    "LoadTester": "pytest_ddtree.load.tester",
-    "LoadResult": "pytest_ddtree.load.tester",
-    "LoadError": "pytest_ddtree.load.tester",
-    "PointStats": "pytest_ddtree.load.metrics",
-    "LoadPoint": "pytest_ddtree.load.arrivals",
-    "SLO": "pytest_ddtree.load.slo",
-    "CODES": "pytest_ddtree.invariants",
-    "Expectation": "pytest_ddtree.invariants",
-    "assert_valid": "pytest_ddtree.invariants",
-    "check": "pytest_ddtree.invariants",
-    "InvariantError": "pytest_ddtree.violation",
-    "Violation": "pytest_ddtree.violation",
-    "settings_of": "pytest_ddtree.session",
+    "DDTreeBenchmark": "pytest_ddtree.pytest_plugin.fixtures",
+    "DDTreeCheck": "pytest_ddtree.pytest_plugin.fixtures",
+    "DDTreeDeterminism": "pytest_ddtree.pytest_plugin.fixtures",
+    "DDTreeDistribution": "pytest_ddtree.pytest_plugin.fixtures",
+    "DDTreeLossless": "pytest_ddtree.pytest_plugin.fixtures",
+    "DDTreeSweep": "pytest_ddtree.pytest_plugin.fixtures",
+    "LoadTester": "pytest_ddtree.measure.load.tester",
+    "LoadResult": "pytest_ddtree.measure.load.tester",
+    "LoadError": "pytest_ddtree.measure.load.tester",
+    "PointStats": "pytest_ddtree.measure.load.metrics",
+    "LoadPoint": "pytest_ddtree.measure.load.arrivals",
+    "SLO": "pytest_ddtree.core.slo",
+    "CODES": "pytest_ddtree.checks.invariants",
+    "Expectation": "pytest_ddtree.checks.invariants",
+    "assert_valid": "pytest_ddtree.checks.invariants",
+    "check": "pytest_ddtree.checks.invariants",
+    "check_determinism": "pytest_ddtree.checks.invariants",
+    "Prompt": "pytest_ddtree.core.prompts",
+    "PromptFileError": "pytest_ddtree.core.prompts",
+    "PromptSet": "pytest_ddtree.core.prompts",
+    "load_prompts": "pytest_ddtree.core.prompts",
+    "Settings": "pytest_ddtree.core.settings",
+    "InvariantError": "pytest_ddtree.core.violation",
+    "Violation": "pytest_ddtree.core.violation",
+    "settings_of": "pytest_ddtree.pytest_plugin.session",
 }
 
 __all__ = [
@@ -86,7 +109,11 @@ __all__ = [
     "LoadResult",
     "LoadTester",
     "PointStats",
+    "Prompt",
+    "PromptFileError",
+    "PromptSet",
     "RequestSpec",
+    "Settings",
     "SpecStats",
     "Timings",
     "Usage",
@@ -94,6 +121,8 @@ __all__ = [
     "__version__",
     "assert_valid",
     "check",
+    "check_determinism",
+    "load_prompts",
     "settings_of",
 ]
 

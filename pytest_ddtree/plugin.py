@@ -1,6 +1,6 @@
 """pytest hooks and fixtures of pytest-ddtree: each one a short delegate.
 
-The options come from ``settings.OPTIONS``; the run's records and the
+The options come from ``core.options.OPTIONS``; the run's records and the
 end-of-session analysis from the ``session`` object; the fixtures return the
 typed objects of ``fixtures``; pytest-benchmark and pytest-xdist interop live
 in ``integrations`` and are registered only when those plugins are active.
@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 import pytest
 
-from pytest_ddtree import _guard
-from pytest_ddtree.runtime import Runtime
-from pytest_ddtree.session import (
+from pytest_ddtree.core.options import OPTIONS
+from pytest_ddtree.core.settings import Settings, SettingsError
+from pytest_ddtree.pytest_plugin import _guard
+from pytest_ddtree.pytest_plugin.runtime import Runtime
+from pytest_ddtree.pytest_plugin.session import (
     RUNTIME_KEY,
     SESSION_KEY,
     SETTINGS_KEY,
@@ -25,13 +27,12 @@ from pytest_ddtree.session import (
     ensure_runtime,
     needs_runtime,
 )
-from pytest_ddtree.settings import OPTIONS, Settings, SettingsError
 from pytest_ddtree.wire.client import DDTreeClient, EndpointError
 
 if TYPE_CHECKING:
     # the fixture objects pull in the sweep and the invariants: loaded when a test uses them
-    from pytest_ddtree import fixtures
-    from pytest_ddtree.load.tester import LoadTester
+    from pytest_ddtree.measure.load.tester import LoadTester
+    from pytest_ddtree.pytest_plugin import fixtures
     from pytest_ddtree.wire.tokens import TokenCounter
 
 MARKER_HELP = (
@@ -68,7 +69,7 @@ _BUNDLED_SUITE = pytest.StashKey[bool]()
 def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) -> None:
     # `pytest --pyargs pytest_ddtree.suite` reads the user's ini file, not the suite's: the
     # suite's addopts go before the user's, as pytest puts an ini file's before the command's
-    from pytest_ddtree import bundle
+    from pytest_ddtree.pytest_plugin import bundle
 
     ns = early_config.known_args_namespace
     inipath = early_config.inipath
@@ -87,7 +88,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
     try:
         if config.stash.get(_BUNDLED_SUITE, False):
-            from pytest_ddtree.bundle import suite_ini
+            from pytest_ddtree.pytest_plugin.bundle import suite_ini
 
             settings = configured_settings(config, suite_ini())
         else:
@@ -102,7 +103,7 @@ def pytest_configure(config: pytest.Config) -> None:
     session = config.stash[SESSION_KEY] = DDTreeSession(config, settings)
     if not (getattr(config.option, "help", False) or config.option.collectonly):
         session.probe_machine("before")
-    from pytest_ddtree.integrations import register
+    from pytest_ddtree.pytest_plugin.integrations import register
 
     register(config, session)
 
@@ -147,7 +148,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    from pytest_ddtree.summary import header_lines
+    from pytest_ddtree.pytest_plugin.summary import header_lines
 
     session = config.stash.get(SESSION_KEY, None)
     return [] if session is None else header_lines(session)
@@ -161,7 +162,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     runtime = ddtree.ensure_runtime()
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None and not hasattr(config, "workerinput"):
-        from pytest_ddtree.summary import collection_lines
+        from pytest_ddtree.pytest_plugin.summary import collection_lines
 
         for line in collection_lines(ddtree, runtime, session.items):
             reporter.write_line(line)
@@ -169,18 +170,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "tree_budget" in metafunc.fixturenames:
-        from pytest_ddtree.collection import parametrize_budgets
+        from pytest_ddtree.pytest_plugin.collection import parametrize_budgets
 
         parametrize_budgets(metafunc, metafunc.config.stash[SESSION_KEY])
     if "ddtree_temperature" in metafunc.fixturenames:
-        from pytest_ddtree.collection import parametrize_temperatures
+        from pytest_ddtree.pytest_plugin.collection import parametrize_temperatures
 
         parametrize_temperatures(metafunc, metafunc.config.stash[SETTINGS_KEY])
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from pytest_ddtree.collection import check_markers, order_benchmarks
+    from pytest_ddtree.pytest_plugin.collection import check_markers, order_benchmarks
 
     session = config.stash[SESSION_KEY]
     check_markers(items, session)
@@ -195,7 +196,7 @@ def pytest_runtest_makereport(
     report = outcome.get_result()
     item.config.stash[SESSION_KEY].end_phase(item, report)
     if report.failed:
-        from pytest_ddtree.summary import short_crash_line
+        from pytest_ddtree.pytest_plugin.summary import short_crash_line
 
         short_crash_line(report, call.excinfo, str(item.config.getoption("tbstyle", "")), item.path)
 
@@ -206,7 +207,7 @@ def pytest_sessionfinish(session: pytest.Session) -> Generator[None, pluggy.Resu
     session.config.stash[SESSION_KEY].finish(session)
     yield
     # after the terminal summary: a tripped --benchmark-compare-fail gate fails the run
-    from pytest_ddtree.summary import gate_exit_status
+    from pytest_ddtree.pytest_plugin.summary import gate_exit_status
 
     session.exitstatus = gate_exit_status(session.config, session.exitstatus)
 
@@ -215,7 +216,7 @@ def pytest_sessionfinish(session: pytest.Session) -> Generator[None, pluggy.Resu
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, config: pytest.Config
 ) -> None:
-    from pytest_ddtree.summary import write_summary
+    from pytest_ddtree.pytest_plugin.summary import write_summary
 
     write_summary(terminalreporter, config.stash[SESSION_KEY])
 
@@ -225,7 +226,7 @@ def pytest_terminal_summary_gate(
     terminalreporter: pytest.TerminalReporter, config: pytest.Config
 ) -> Generator[None, None, None]:
     """A tripped ``--benchmark-compare-fail`` gate: one line per regression, no traceback."""
-    from pytest_ddtree.summary import take_regressions, write_regressions
+    from pytest_ddtree.pytest_plugin.summary import take_regressions, write_regressions
 
     regressions = take_regressions(config)
     yield
@@ -284,39 +285,39 @@ def ddtree_counter(ddtree_runtime: Runtime) -> TokenCounter:
 def _ddtree_gate(
     request: pytest.FixtureRequest, ddtree_settings: Settings, ddtree_runtime: Runtime
 ) -> fixtures.Gate:
-    from pytest_ddtree.fixtures import Gate
+    from pytest_ddtree.pytest_plugin.fixtures import Gate
 
     return Gate(request.config.stash[SESSION_KEY], ddtree_runtime, ddtree_settings, request)
 
 
 @pytest.fixture
 def ddtree_check(_ddtree_gate: fixtures.Gate) -> fixtures.DDTreeCheck:
-    """A :class:`~pytest_ddtree.fixtures.DDTreeCheck`: ``ddtree_check(completion, **expect)``."""
-    from pytest_ddtree.fixtures import DDTreeCheck
+    """A :class:`~pytest_ddtree.DDTreeCheck`: ``ddtree_check(completion, **expect)``."""
+    from pytest_ddtree.pytest_plugin.fixtures import DDTreeCheck
 
     return DDTreeCheck(_ddtree_gate)
 
 
 @pytest.fixture
 def ddtree_lossless(_ddtree_gate: fixtures.Gate) -> fixtures.DDTreeLossless:
-    """A :class:`~pytest_ddtree.fixtures.DDTreeLossless`: ``ddtree_lossless(prompt, ...)``."""
-    from pytest_ddtree.fixtures import DDTreeLossless
+    """A :class:`~pytest_ddtree.DDTreeLossless`: ``ddtree_lossless(prompt, ...)``."""
+    from pytest_ddtree.pytest_plugin.fixtures import DDTreeLossless
 
     return DDTreeLossless(_ddtree_gate)
 
 
 @pytest.fixture
 def ddtree_distribution(_ddtree_gate: fixtures.Gate) -> fixtures.DDTreeDistribution:
-    """A :class:`~pytest_ddtree.fixtures.DDTreeDistribution`: ``(prompt, temperature=0.7)``."""
-    from pytest_ddtree.fixtures import DDTreeDistribution
+    """A :class:`~pytest_ddtree.DDTreeDistribution`: ``(prompt, temperature=0.7)``."""
+    from pytest_ddtree.pytest_plugin.fixtures import DDTreeDistribution
 
     return DDTreeDistribution(_ddtree_gate)
 
 
 @pytest.fixture
 def ddtree_determinism(_ddtree_gate: fixtures.Gate) -> fixtures.DDTreeDeterminism:
-    """A :class:`~pytest_ddtree.fixtures.DDTreeDeterminism`: ``(prompt, other_prompt, ...)``."""
-    from pytest_ddtree.fixtures import DDTreeDeterminism
+    """A :class:`~pytest_ddtree.DDTreeDeterminism`: ``(prompt, other_prompt, ...)``."""
+    from pytest_ddtree.pytest_plugin.fixtures import DDTreeDeterminism
 
     return DDTreeDeterminism(_ddtree_gate)
 
@@ -336,8 +337,8 @@ def ddtree_benchmark(
     _ddtree_gate: fixtures.Gate,
     ddtree_temperature: float,
 ) -> fixtures.DDTreeBenchmark:
-    """A :class:`~pytest_ddtree.fixtures.DDTreeBenchmark`: ``ddtree_benchmark(prompt, ...)``."""
-    from pytest_ddtree.fixtures import DDTreeBenchmark
+    """A :class:`~pytest_ddtree.DDTreeBenchmark`: ``ddtree_benchmark(prompt, ...)``."""
+    from pytest_ddtree.pytest_plugin.fixtures import DDTreeBenchmark
 
     budget = (
         request.getfixturevalue("tree_budget") if "tree_budget" in request.fixturenames else None
@@ -347,8 +348,8 @@ def ddtree_benchmark(
 
 @pytest.fixture
 def ddtree_sweep(_ddtree_gate: fixtures.Gate, ddtree_temperature: float) -> fixtures.DDTreeSweep:
-    """A :class:`~pytest_ddtree.fixtures.DDTreeSweep`: ``ddtree_sweep(prompts, ...)``."""
-    from pytest_ddtree.fixtures import DDTreeSweep
+    """A :class:`~pytest_ddtree.DDTreeSweep`: ``ddtree_sweep(prompts, ...)``."""
+    from pytest_ddtree.pytest_plugin.fixtures import DDTreeSweep
 
     return DDTreeSweep(_ddtree_gate, ddtree_temperature)
 
@@ -356,6 +357,6 @@ def ddtree_sweep(_ddtree_gate: fixtures.Gate, ddtree_temperature: float) -> fixt
 @pytest.fixture
 def ddtree_load(_ddtree_gate: fixtures.Gate, ddtree_temperature: float) -> LoadTester:
     """A :class:`~pytest_ddtree.LoadTester`: ``ddtree_load(prompts, concurrencies=...)``."""
-    from pytest_ddtree.fixtures.load import load_tester
+    from pytest_ddtree.pytest_plugin.fixtures.load import load_tester
 
     return load_tester(_ddtree_gate, ddtree_temperature)

@@ -10,7 +10,7 @@ import signal
 import sys
 import textwrap
 import threading
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .cost import CostModel
 from .faults import FAULT_LAYERS, FAULTS
@@ -57,8 +57,149 @@ def _fault_help() -> str:
     return "\n".join(lines)
 
 
+#: The command line, in the order ``--help`` and the docs list it: each flag, where its
+#: default comes from (a field of ``ServerOptions`` as ``server.NAME``, of ``CostModel`` as
+#: ``cost.NAME``, or none) and the rest of its ``add_argument`` keywords.
+_ARGUMENTS: tuple[tuple[str, str | None, dict[str, Any]], ...] = (
+    ("--host", "server.host", {"help": "bind address (default %(default)s)"}),
+    ("--port", "server.port", {"type": int, "help": "port; 0 picks a free one"}),
+    (
+        "--target-only",
+        None,
+        {
+            "action": "store_true",
+            "help": "plain target decoding (the baseline): no drafter, no tree; ddtree_stats "
+            "reports tree_budget 0, cycles = tokens, avg_acceptance 1.0",
+        },
+    ),
+    (
+        "--fault",
+        None,
+        {
+            "action": "append",
+            "default": [],
+            "metavar": "NAME",
+            "choices": list(FAULTS),
+            "help": "inject a fault on every request (repeatable; see below)",
+        },
+    ),
+    (
+        "--no-simulated-latency",
+        None,
+        {
+            "action": "store_true",
+            "help": "do not wait the simulated accelerator time (fast tests)",
+        },
+    ),
+    (
+        "--tree-budget",
+        "server.default_tree_budget",
+        {
+            "type": int,
+            "help": "default tree budget when a request has none (default %(default)s)",
+        },
+    ),
+    (
+        "--block-size",
+        "server.block_size",
+        {
+            "type": int,
+            "help": "drafter block size; the tree is at most block-1 deep (default %(default)s)",
+        },
+    ),
+    ("--draft-ms", "cost.draft_ms", {"type": float, "help": "drafter cost per round"}),
+    (
+        "--verify-base-ms",
+        "cost.verify_base_ms",
+        {"type": float, "help": "fixed cost of one verification pass"},
+    ),
+    (
+        "--verify-free-nodes",
+        "cost.verify_free_nodes",
+        {"type": int, "help": "tree nodes verified at no extra cost (default %(default)s)"},
+    ),
+    (
+        "--verify-per-node-ms",
+        "cost.verify_per_node_ms",
+        {"type": float, "help": "verification cost per tree node"},
+    ),
+    (
+        "--verify-quadratic-ms",
+        "cost.verify_quadratic_ms",
+        {"type": float, "help": "verification cost per squared tree node count"},
+    ),
+    (
+        "--prefill-ms-per-token",
+        "cost.prefill_ms_per_token",
+        {"type": float, "help": "prefill cost per prompt token"},
+    ),
+    (
+        "--slowdown",
+        "cost.slowdown",
+        {"type": float, "help": "multiply every simulated cost by this factor"},
+    ),
+    (
+        "--slowdown-after",
+        "server.slowdown_after",
+        {
+            "type": int,
+            "metavar": "N",
+            "help": "after N generation requests, multiply every simulated cost by "
+            "--slowdown-factor (a server that degrades mid-run, to show drift)",
+        },
+    ),
+    (
+        "--slowdown-factor",
+        "server.slowdown_factor",
+        {
+            "type": float,
+            "metavar": "F",
+            "help": "the factor of --slowdown-after (default %(default)s)",
+        },
+    ),
+    (
+        "--jitter",
+        "server.jitter",
+        {
+            "type": float,
+            "metavar": "CV",
+            "help": "seeded multiplicative noise on each request's simulated costs: lognormal "
+            "with mean 1 and this coefficient of variation, 0 to 1 (default %(default)s: none)",
+        },
+    ),
+    (
+        "--seed",
+        "server.seed",
+        {"type": int, "help": "server seed (sampling without a request seed)"},
+    ),
+    (
+        "--stats-dialect",
+        "server.stats_dialect",
+        {
+            "choices": STATS_DIALECTS,
+            "help": "where speculation statistics are reported (default %(default)s)",
+        },
+    ),
+    (
+        "--hang-seconds",
+        "server.hang_seconds",
+        {"type": float, "help": "how long the 'hang' fault stalls (default %(default)s)"},
+    ),
+    ("--model-id", "server.model_id", {"help": "model id served (default %(default)s)"}),
+    (
+        "--stop-on-stdin-eof",
+        None,
+        {
+            "action": "store_true",
+            "help": "stop when standard input reaches end of file (a parent process that dies "
+            "closes it, so the server never outlives it)",
+        },
+    ),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (also used to document the options)."""
+    """The argument parser (also used to document the options), from ``_ARGUMENTS``."""
     p = _Parser(
         prog="ddtree-reference-server",
         description=(
@@ -69,123 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_fault_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    d = ServerOptions()
-    c = CostModel()
-    p.add_argument("--host", default=d.host, help="bind address (default %(default)s)")
-    p.add_argument("--port", type=int, default=d.port, help="port; 0 picks a free one")
-    p.add_argument(
-        "--target-only",
-        action="store_true",
-        help="plain target decoding (the baseline): no drafter, no tree; ddtree_stats "
-        "reports tree_budget 0, cycles = tokens, avg_acceptance 1.0",
-    )
-    p.add_argument(
-        "--fault",
-        action="append",
-        default=[],
-        metavar="NAME",
-        choices=list(FAULTS),
-        help="inject a fault on every request (repeatable; see below)",
-    )
-    p.add_argument(
-        "--no-simulated-latency",
-        action="store_true",
-        help="do not wait the simulated accelerator time (fast tests)",
-    )
-    p.add_argument(
-        "--tree-budget",
-        type=int,
-        default=d.default_tree_budget,
-        help="default tree budget when a request has none (default %(default)s)",
-    )
-    p.add_argument(
-        "--block-size",
-        type=int,
-        default=d.block_size,
-        help="drafter block size; the tree is at most block-1 deep (default %(default)s)",
-    )
-    p.add_argument("--draft-ms", type=float, default=c.draft_ms, help="drafter cost per round")
-    p.add_argument(
-        "--verify-base-ms",
-        type=float,
-        default=c.verify_base_ms,
-        help="fixed cost of one verification pass",
-    )
-    p.add_argument(
-        "--verify-free-nodes",
-        type=int,
-        default=c.verify_free_nodes,
-        help="tree nodes verified at no extra cost (default %(default)s)",
-    )
-    p.add_argument(
-        "--verify-per-node-ms",
-        type=float,
-        default=c.verify_per_node_ms,
-        help="verification cost per tree node",
-    )
-    p.add_argument(
-        "--verify-quadratic-ms",
-        type=float,
-        default=c.verify_quadratic_ms,
-        help="verification cost per squared tree node count",
-    )
-    p.add_argument(
-        "--prefill-ms-per-token",
-        type=float,
-        default=c.prefill_ms_per_token,
-        help="prefill cost per prompt token",
-    )
-    p.add_argument(
-        "--slowdown",
-        type=float,
-        default=c.slowdown,
-        help="multiply every simulated cost by this factor",
-    )
-    p.add_argument(
-        "--slowdown-after",
-        type=int,
-        default=d.slowdown_after,
-        metavar="N",
-        help="after N generation requests, multiply every simulated cost by "
-        "--slowdown-factor (a server that degrades mid-run, to show drift)",
-    )
-    p.add_argument(
-        "--slowdown-factor",
-        type=float,
-        default=d.slowdown_factor,
-        metavar="F",
-        help="the factor of --slowdown-after (default %(default)s)",
-    )
-    p.add_argument(
-        "--jitter",
-        type=float,
-        default=d.jitter,
-        metavar="CV",
-        help="seeded multiplicative noise on each request's simulated costs: lognormal with "
-        "mean 1 and this coefficient of variation, 0 to 1 (default %(default)s: none)",
-    )
-    p.add_argument(
-        "--seed", type=int, default=d.seed, help="server seed (sampling without a request seed)"
-    )
-    p.add_argument(
-        "--stats-dialect",
-        default=d.stats_dialect,
-        choices=STATS_DIALECTS,
-        help="where speculation statistics are reported (default %(default)s)",
-    )
-    p.add_argument(
-        "--hang-seconds",
-        type=float,
-        default=d.hang_seconds,
-        help="how long the 'hang' fault stalls (default %(default)s)",
-    )
-    p.add_argument("--model-id", default=d.model_id, help="model id served (default %(default)s)")
-    p.add_argument(
-        "--stop-on-stdin-eof",
-        action="store_true",
-        help="stop when standard input reaches end of file (a parent process that dies "
-        "closes it, so the server never outlives it)",
-    )
+    defaults: dict[str, object] = {"server": ServerOptions(), "cost": CostModel()}
+    for flag, source, kwargs in _ARGUMENTS:
+        if source is not None:
+            owner, _, name = source.partition(".")
+            kwargs = {**kwargs, "default": getattr(defaults[owner], name)}
+        p.add_argument(flag, **kwargs)
     return p
 
 

@@ -33,6 +33,14 @@ from prometheus_client import (
 from .cost import Accelerator, CostModel, check_jitter, jitter_factor
 from .faults import SPECULATION_FAULTS, TEMPLATE_FAULTS, parse_faults
 from .model import MODEL_ID, GenerationPlan, ReferenceModel, get_model
+from .request import (
+    MAX_MODEL_LEN,
+    MAX_TREE_BUDGET,
+    Request,
+    RequestError,
+    error_body,
+    parse_request,
+)
 
 __all__ = [
     "ReferenceServer",
@@ -42,9 +50,6 @@ __all__ = [
 ]
 
 MAX_BODY_BYTES = 1 << 20
-MAX_TREE_BUDGET = 4096
-DEFAULT_MAX_TOKENS = 256
-MAX_MODEL_LEN = 32768
 STATS_DIALECTS = ("ddtree", "vllm", "omlx", "none")
 _URL_PREFIX = "ddtree reference server listening on "
 _MID_STREAM = 2  # content chunks sent before a mid-stream fault strikes
@@ -122,237 +127,6 @@ def _check_slowdown_after(after: object, factor: object) -> None:
         raise ValueError(f"slowdown_factor: must be a number > 0, got {factor!r}")
     if not math.isfinite(factor) or factor <= 0:
         raise ValueError(f"slowdown_factor: must be a number > 0, got {factor!r}")
-
-
-class _RequestError(Exception):
-    def __init__(self, status: int, message: str, code: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.code = code
-        self.param = param
-
-
-def _error_body(status: int, message: str, code: str, param: str | None = None) -> bytes:
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    if status == 404 and code == "model_not_found":
-        kind = "not_found_error"
-    return json.dumps(
-        {"error": {"message": message, "type": kind, "param": param, "code": code}}
-    ).encode()
-
-
-# ------------------------------------------------------------------ request parsing
-
-
-@dataclass
-class _Request:
-    chat: bool
-    prompt_text: str  # the text the plan is derived from (last user message or raw prompt)
-    rendered: str  # what the model actually reads
-    max_tokens: int
-    temperature: float
-    top_p: float
-    seed: int | None
-    stop: tuple[str, ...]
-    stream: bool
-    include_usage: bool
-    tree_budget: int | None
-    think: bool
-    #: alternatives per token when the request asked for log-probabilities (None: not asked)
-    logprobs: int | None = None
-
-
-#: the most alternatives per token the server lists (``top_logprobs``), as OpenAI's API
-MAX_TOP_LOGPROBS = 20
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _parse_request(body: dict[str, Any], chat: bool, model_id: str) -> _Request:
-    def bad(msg: str, param: str, code: str = "invalid_value") -> _RequestError:
-        return _RequestError(400, msg, code, param)
-
-    model = body.get("model", model_id)
-    if not isinstance(model, str):
-        raise bad(f"'model' must be a string, got {type(model).__name__}", "model", "invalid_type")
-    if model != model_id:
-        raise _RequestError(
-            404,
-            f"The model '{model}' does not exist; this server serves '{model_id}'",
-            "model_not_found",
-            "model",
-        )
-    think = False
-    if chat:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise bad("'messages' must be a non-empty array", "messages", "invalid_type")
-        pairs: list[tuple[str, str]] = []
-        for i, m in enumerate(messages):
-            if not isinstance(m, dict):
-                raise bad(f"messages[{i}] must be an object", "messages", "invalid_type")
-            role = m.get("role")
-            if role not in ("system", "user", "assistant", "tool", "developer"):
-                raise bad(f"messages[{i}].role {role!r} is not a known role", "messages")
-            content = m.get("content")
-            if isinstance(content, list):
-                texts = []
-                for part in content:
-                    if (
-                        not isinstance(part, dict)
-                        or part.get("type") != "text"
-                        or not isinstance(part.get("text"), str)
-                    ):
-                        raise bad(
-                            f"messages[{i}].content parts must be {{'type': 'text', 'text': str}}",
-                            "messages",
-                            "invalid_type",
-                        )
-                    texts.append(part["text"])
-                content = "".join(texts)
-            if not isinstance(content, str):
-                raise bad(f"messages[{i}].content must be a string", "messages", "invalid_type")
-            pairs.append((role, content))
-        kwargs = body.get("chat_template_kwargs", {})
-        if kwargs is None:
-            kwargs = {}
-        if not isinstance(kwargs, dict):
-            raise bad(
-                "'chat_template_kwargs' must be an object", "chat_template_kwargs", "invalid_type"
-            )
-        et = kwargs.get("enable_thinking", False)
-        if not isinstance(et, bool):
-            raise bad(
-                "'chat_template_kwargs.enable_thinking' must be a boolean",
-                "chat_template_kwargs",
-                "invalid_type",
-            )
-        think = et
-        users = [c for r, c in pairs if r == "user"]
-        prompt_text = users[-1] if users else pairs[-1][1]
-        rendered = ReferenceModel.render_chat(pairs, think)
-    else:
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-            prompt = prompt[0]
-        if not isinstance(prompt, str):
-            raise bad("'prompt' must be a string", "prompt", "invalid_type")
-        prompt_text = rendered = prompt
-
-    max_tokens = body.get("max_tokens", body.get("max_completion_tokens", DEFAULT_MAX_TOKENS))
-    if max_tokens is None:
-        max_tokens = DEFAULT_MAX_TOKENS
-    if not _is_int(max_tokens):
-        raise bad(
-            f"'max_tokens' must be an integer, got {max_tokens!r}", "max_tokens", "invalid_type"
-        )
-    if max_tokens < 1:
-        raise bad(f"'max_tokens' must be at least 1, got {max_tokens}", "max_tokens")
-    if max_tokens > MAX_MODEL_LEN:
-        raise bad(
-            f"'max_tokens' {max_tokens} exceeds the model's context of {MAX_MODEL_LEN} tokens",
-            "max_tokens",
-        )
-    temperature = body.get("temperature", 0.0)
-    if temperature is None:
-        temperature = 0.0
-    if not _is_num(temperature):
-        raise bad(
-            f"'temperature' must be a number, got {temperature!r}", "temperature", "invalid_type"
-        )
-    if not 0 <= temperature <= 2:
-        raise bad(f"'temperature' must be in [0, 2], got {temperature}", "temperature")
-    top_p = body.get("top_p", 1.0)
-    if top_p is None:
-        top_p = 1.0
-    if not _is_num(top_p):
-        raise bad(f"'top_p' must be a number, got {top_p!r}", "top_p", "invalid_type")
-    if not 0 < top_p <= 1:
-        raise bad(f"'top_p' must be in (0, 1], got {top_p}", "top_p")
-    seed = body.get("seed")
-    if seed is not None and not _is_int(seed):
-        raise bad(f"'seed' must be an integer, got {seed!r}", "seed", "invalid_type")
-    stop = body.get("stop")
-    if stop is None:
-        stops: tuple[str, ...] = ()
-    elif isinstance(stop, str):
-        stops = (stop,) if stop else ()
-    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
-        if len(stop) > 16:
-            raise bad("'stop' may hold at most 16 strings", "stop")
-        stops = tuple(s for s in stop if s)
-    else:
-        raise bad("'stop' must be a string or an array of strings", "stop", "invalid_type")
-    stream = body.get("stream", False)
-    if stream is None:
-        stream = False
-    if not isinstance(stream, bool):
-        raise bad(f"'stream' must be a boolean, got {stream!r}", "stream", "invalid_type")
-    so = body.get("stream_options")
-    include_usage = False
-    if so is not None:
-        if not isinstance(so, dict):
-            raise bad("'stream_options' must be an object", "stream_options", "invalid_type")
-        iu = so.get("include_usage", False)
-        if not isinstance(iu, bool):
-            raise bad(
-                "'stream_options.include_usage' must be a boolean", "stream_options", "invalid_type"
-            )
-        include_usage = iu
-    n = body.get("n", 1)
-    if n is not None and (not _is_int(n) or n != 1):
-        raise bad(f"only n=1 is supported, got {n!r}", "n")
-    budget = body.get("tree_budget")
-    if budget is not None:
-        if not _is_int(budget):
-            raise bad(
-                f"'tree_budget' must be an integer, got {budget!r}", "tree_budget", "invalid_type"
-            )
-        if not 1 <= budget <= MAX_TREE_BUDGET:
-            raise bad(f"'tree_budget' must be in 1..{MAX_TREE_BUDGET}, got {budget}", "tree_budget")
-    return _Request(
-        logprobs=_logprobs_asked(body, chat, bad),
-        chat=chat,
-        prompt_text=prompt_text,
-        rendered=rendered,
-        max_tokens=max_tokens,
-        temperature=float(temperature),
-        top_p=float(top_p),
-        seed=seed,
-        stop=stops,
-        stream=stream,
-        include_usage=include_usage,
-        tree_budget=budget,
-        think=think,
-    )
-
-
-def _logprobs_asked(body: dict[str, Any], chat: bool, bad: Any) -> int | None:
-    """The alternatives per token a request asks for (chat: ``logprobs`` true and
-    ``top_logprobs``; text completions: ``logprobs`` as a count), None when not asked."""
-    lp = body.get("logprobs")
-    if chat:
-        if lp is None or lp is False:
-            return None
-        if lp is not True:
-            raise bad(f"'logprobs' must be a boolean, got {lp!r}", "logprobs", "invalid_type")
-        top = body.get("top_logprobs", 0)
-        top = 0 if top is None else top
-    else:
-        if lp is None:
-            return None
-        top = lp
-    if not _is_int(top) or not 0 <= top <= MAX_TOP_LOGPROBS:
-        param = "top_logprobs" if chat else "logprobs"
-        raise bad(f"'{param}' must be an integer in 0..{MAX_TOP_LOGPROBS}, got {top!r}", param)
-    return int(top)
 
 
 # ------------------------------------------------------------------ generation
@@ -502,7 +276,7 @@ class _Engine:
             faults -= SPECULATION_FAULTS
         return frozenset(faults)
 
-    def make_plan(self, req: _Request, faults: frozenset[str]) -> GenerationPlan:
+    def make_plan(self, req: Request, faults: frozenset[str]) -> GenerationPlan:
         if "temperature-ignored" in faults:
             req = replace(req, temperature=0.0, seed=None)
         elif "seed-ignored" in faults:
@@ -536,7 +310,7 @@ class _Engine:
             with self._lock:
                 self._last_tail = (tail[-3], tail[-2], tail[-1])
 
-    def run(self, req: _Request, faults: frozenset[str], result: _Result) -> Iterator[_Event]:
+    def run(self, req: Request, faults: frozenset[str], result: _Result) -> Iterator[_Event]:
         """Generate on the shared accelerator; yield text per round (see ``_generate``)."""
         result.slot = self.accelerator.join()
         running = self.metrics.running.labels(self.metrics.model)
@@ -548,133 +322,37 @@ class _Engine:
             running.dec()
             self.accelerator.leave(result.slot)
 
-    def _generate(self, req: _Request, faults: frozenset[str], result: _Result) -> Iterator[_Event]:
+    def _generate(self, req: Request, faults: frozenset[str], result: _Result) -> Iterator[_Event]:
         """Generate, sleeping the simulated cost of each round; yield text per round."""
-        opts = self.options
         model = self.model
         plan = result.plan = self.make_plan(req, faults)
-        budget: int | None
-        if opts.target_only:
-            budget = None
-        elif req.tree_budget is None or "budget-ignored" in faults:
-            budget = opts.default_tree_budget
-        else:
-            budget = req.tree_budget
-        result.tree_budget = budget
+        budget = result.tree_budget = self._budget(req, faults)
         cost = self.cost_now()
-        latency = opts.simulated_latency
-        prompt_tokens = result.prompt_tokens = len(model.encode(req.rendered))
-        hide_reasoning = plan.think and req.think  # reasoning goes to reasoning_content
-        reasoning_only = "reasoning-only" in faults
-        in_think = hide_reasoning
-        strip_leading = False
-        think_lead = False
-        nl_pending = ""
-        dec = model.incremental_decoder()
-        eos = model.eos
-        stops = req.stop
-        held = ""  # content held back while it could still be the start of a stop string
+        result.prompt_tokens = len(model.encode(req.rendered))
+        text = _TextStream(model, req, hide_reasoning=plan.think and req.think, faults=faults)
         produced = 0
         tail: list[int] = []
         # absolute deadlines: an oversleep in one round is taken out of the next one, so the
         # observed time is the simulated time (plus at most one wake-up delay)
         deadline = time.perf_counter()
-        gen = model.generate(plan, req.max_tokens, budget, opts.block_size)
+        gen = model.generate(plan, req.max_tokens, budget, self.options.block_size)
         for i, rd in enumerate(gen):
-            if i == 0:
-                self.accelerator.step(result.slot, 0)
-                target = cost.prefill_seconds(prompt_tokens)
-            elif budget is None:
-                # one token, no tree; the pass still carries the trees of the batch
-                target = cost.verify_seconds(self.accelerator.step(result.slot, 0))
-            else:
-                # the verification pass covers every tree in flight, this one included
-                verify = cost.verify_seconds(self.accelerator.step(result.slot, rd.nodes))
-                target = cost.draft_seconds() + verify
-                result.draft_seconds += cost.draft_seconds()
-                result.verify_seconds += verify
-            toks = rd.tokens
-            finished_eos = False
-            room = req.max_tokens - produced
-            if eos in toks:
-                at = toks.index(eos)
-                toks = toks[:at]
-                # a real server stops at max_tokens before it ever samples the end token
-                finished_eos = at < room
-            if len(toks) > room:
-                toks = toks[:room]
+            target = self._round_seconds(i, rd.nodes, budget, cost, result)
+            toks, finished_eos = _committed(rd.tokens, model.eos, req.max_tokens - produced)
             produced += len(toks)
             if toks:  # a round that only emits the end-of-turn token commits no output
                 result.cycles += 1
                 result.accepted.append(len(toks) - 1)
                 if i > 0 and budget is not None:
-                    self.metrics.drafted_round(opts.block_size - 1, len(toks))
+                    self.metrics.drafted_round(self.options.block_size - 1, len(toks))
             tail.extend(toks)
-            deadline += target
-            now = time.perf_counter()
-            if latency and deadline > now:
-                time.sleep(deadline - now)
-                now = time.perf_counter()
-            elif not latency or now - deadline > 0.05:
-                deadline = now  # behind schedule (a slow reader): do not bank the debt
+            deadline, now = self._pace(deadline + target)
             if i == 0:
                 result.first_round_end = now
             else:
                 result.decode_tokens += len(toks)
             ev = _Event()
-            stop_hit = False
-            for k, tok in enumerate(toks):
-                if req.logprobs is not None and not in_think and k < len(rd.states):
-                    result.scored.append((tok, rd.states[k]))
-                if in_think:
-                    result.reasoning_tokens += 1
-                    if tok == model.think_open:
-                        think_lead = True
-                        continue
-                    if tok == model.think_close:
-                        in_think = False
-                        strip_leading = True
-                        nl_pending = ""
-                        continue
-                    piece = dec.decode(model.pieces[tok])
-                    if think_lead:
-                        piece = piece.lstrip("\n")
-                        if not piece:
-                            continue
-                        think_lead = False
-                    # a newline right before </think> belongs to the markup, not the reasoning
-                    if nl_pending:
-                        ev.reasoning += nl_pending
-                        nl_pending = ""
-                    if piece.endswith("\n"):
-                        stripped = piece.rstrip("\n")
-                        nl_pending = piece[len(stripped) :]
-                        piece = stripped
-                    ev.reasoning += piece
-                    continue
-                piece = dec.decode(model.pieces[tok])
-                if strip_leading:
-                    piece = piece.lstrip("\n")
-                    if not piece:
-                        continue
-                    strip_leading = False
-                if reasoning_only:
-                    ev.reasoning += piece
-                    continue
-                if stops:
-                    held += piece
-                    cut = _find_stop(held, stops)
-                    if cut is not None:
-                        ev.content += held[:cut]
-                        result.stop_reason = _stop_at(held, cut, stops)
-                        held = ""
-                        stop_hit = True
-                        break
-                    keep = _partial_stop_len(held, stops)
-                    ev.content += held[: len(held) - keep]
-                    held = held[len(held) - keep :]
-                else:
-                    ev.content += piece
+            stop_hit = text.feed(toks, rd.states, ev, result)
             result.completion_tokens = produced
             if ev.content:
                 result.content.append(ev.content)
@@ -685,29 +363,64 @@ class _Engine:
                 if finished_eos and not stop_hit and "early-eos" in faults:
                     # the fault imitates a stop list that holds the end-of-turn id: vLLM
                     # names a stop token from the request's list by its id
-                    result.stop_reason = eos
+                    result.stop_reason = model.eos
                 yield ev
                 break
             if produced >= req.max_tokens:
                 result.finish_reason = "length"
-                if held:
-                    ev.content += held
-                    result.content.append(held)
-                    held = ""
+                if text.held:
+                    ev.content += text.held
+                    result.content.append(text.held)
+                    text.held = ""
                 yield ev
                 break
             yield ev
             if self.stop_event.is_set():
                 break
-        if held:
-            result.content.append(held)
-            yield _Event(content=held)
+        if text.held:
+            result.content.append(text.held)
+            yield _Event(content=text.held)
         if "overrun" in faults and budget is not None:
             extra = self._overrun(tail, result)
             if extra:
                 yield _Event(content=extra)
         result.end = time.perf_counter()
         self.remember_tail(tail)
+
+    def _budget(self, req: Request, faults: frozenset[str]) -> int | None:
+        """The budget the request is served at (None: no tree, the target alone)."""
+        if self.options.target_only:
+            return None
+        if req.tree_budget is None or "budget-ignored" in faults:
+            return self.options.default_tree_budget
+        return req.tree_budget
+
+    def _round_seconds(
+        self, i: int, nodes: int, budget: int | None, cost: CostModel, result: _Result
+    ) -> float:
+        """The simulated time of round ``i``: the prefill, then draft and verification."""
+        if i == 0:
+            self.accelerator.step(result.slot, 0)
+            return cost.prefill_seconds(result.prompt_tokens)
+        if budget is None:
+            # one token, no tree; the pass still carries the trees of the batch
+            return cost.verify_seconds(self.accelerator.step(result.slot, 0))
+        # the verification pass covers every tree in flight, this one included
+        verify = cost.verify_seconds(self.accelerator.step(result.slot, nodes))
+        result.draft_seconds += cost.draft_seconds()
+        result.verify_seconds += verify
+        return cost.draft_seconds() + verify
+
+    def _pace(self, deadline: float) -> tuple[float, float]:
+        """Sleep until ``deadline`` when latency is simulated; (the next deadline base, now)."""
+        latency = self.options.simulated_latency
+        now = time.perf_counter()
+        if latency and deadline > now:
+            time.sleep(deadline - now)
+            now = time.perf_counter()
+        elif not latency or now - deadline > 0.05:
+            deadline = now  # behind schedule (a slow reader): do not bank the debt
+        return deadline, now
 
     def logprob_entries(self, res: _Result, top: int, chat: bool) -> dict[str, Any] | None:
         """``choices[0].logprobs`` of an answer, in the chat or the text-completion shape."""
@@ -746,6 +459,98 @@ class _Engine:
         result.completion_tokens += len(extra)
         result.content.append(text)
         return text
+
+
+def _committed(toks: list[int], eos: int, room: int) -> tuple[list[int], bool]:
+    """A round's tokens up to the end token and within ``room``; whether it ended on it."""
+    finished_eos = False
+    if eos in toks:
+        at = toks.index(eos)
+        toks = toks[:at]
+        # a real server stops at max_tokens before it ever samples the end token
+        finished_eos = at < room
+    return toks[:room], finished_eos
+
+
+class _TextStream:
+    """Tokens into text: the reasoning apart (inside ``<think>``), the content held back
+    while it could still be the start of a stop string."""
+
+    def __init__(
+        self, model: ReferenceModel, req: Request, *, hide_reasoning: bool, faults: frozenset[str]
+    ) -> None:
+        self.model, self.req = model, req
+        self.dec = model.incremental_decoder()
+        self.reasoning_only = "reasoning-only" in faults
+        self.in_think = hide_reasoning  # reasoning goes to reasoning_content
+        self.strip_leading = False
+        self.think_lead = False
+        self.nl_pending = ""
+        self.held = ""  # content held back while it could still be the start of a stop string
+
+    def feed(self, toks: list[int], states: Any, ev: _Event, result: _Result) -> bool:
+        """One round's tokens into ``ev``; True when a stop string was hit."""
+        for k, tok in enumerate(toks):
+            if self.req.logprobs is not None and not self.in_think and k < len(states):
+                result.scored.append((tok, states[k]))
+            if self.in_think:
+                result.reasoning_tokens += 1
+                self._think(tok, ev)
+                continue
+            piece = self.dec.decode(self.model.pieces[tok])
+            if self.strip_leading:
+                piece = piece.lstrip("\n")
+                if not piece:
+                    continue
+                self.strip_leading = False
+            if self.reasoning_only:
+                ev.reasoning += piece
+            elif self._content(piece, ev, result):
+                return True
+        return False
+
+    def _think(self, tok: int, ev: _Event) -> None:
+        model = self.model
+        if tok == model.think_open:
+            self.think_lead = True
+            return
+        if tok == model.think_close:
+            self.in_think = False
+            self.strip_leading = True
+            self.nl_pending = ""
+            return
+        piece = self.dec.decode(model.pieces[tok])
+        if self.think_lead:
+            piece = piece.lstrip("\n")
+            if not piece:
+                return
+            self.think_lead = False
+        # a newline right before </think> belongs to the markup, not the reasoning
+        if self.nl_pending:
+            ev.reasoning += self.nl_pending
+            self.nl_pending = ""
+        if piece.endswith("\n"):
+            stripped = piece.rstrip("\n")
+            self.nl_pending = piece[len(stripped) :]
+            piece = stripped
+        ev.reasoning += piece
+
+    def _content(self, piece: str, ev: _Event, result: _Result) -> bool:
+        stops = self.req.stop
+        if not stops:
+            ev.content += piece
+            return False
+        held = self.held + piece
+        cut = _find_stop(held, stops)
+        if cut is not None:
+            ev.content += held[:cut]
+            result.stop_reason = _stop_at(held, cut, stops)
+            self.held = ""
+            return True
+        keep = _partial_stop_len(held, stops)
+        ev.content += held[: len(held) - keep]
+        self.held = held[len(held) - keep :]
+        return False
 
 
 def _stop_at(text: str, cut: int, stops: tuple[str, ...]) -> str | None:
@@ -881,7 +686,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._drain()
                 self._send_json(
                     405,
-                    _error_body(
+                    error_body(
                         405,
                         f"method {method} not allowed on {path}; use {allow}",
                         "method_not_allowed",
@@ -890,9 +695,9 @@ class _Handler(BaseHTTPRequestHandler):
                 )
             else:
                 self._drain()
-                self._send_json(404, _error_body(404, f"no route {method} {path}", "not_found"))
-        except _RequestError as e:
-            self._send_json(e.status, _error_body(e.status, e.message, e.code, e.param))
+                self._send_json(404, error_body(404, f"no route {method} {path}", "not_found"))
+        except RequestError as e:
+            self._send_json(e.status, error_body(e.status, e.message, e.code, e.param))
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
             self.close_connection = True
 
@@ -921,7 +726,7 @@ class _Handler(BaseHTTPRequestHandler):
         """Protocol-level errors (bad request line, unsupported method) as JSON too."""
         self.close_connection = True
         text = message or self.responses.get(code, ("error",))[0]
-        body = _error_body(code, text, "bad_request" if code < 500 else "server_error")
+        body = error_body(code, text, "bad_request" if code < 500 else "server_error")
         self.send_response(code, message)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -944,7 +749,7 @@ class _Handler(BaseHTTPRequestHandler):
         if length is None:
             if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
                 self.close_connection = True
-                raise _RequestError(
+                raise RequestError(
                     411,
                     "chunked request bodies are not supported; send Content-Length",
                     "length_required",
@@ -952,11 +757,11 @@ class _Handler(BaseHTTPRequestHandler):
             length = "0"
         if not length.isdigit():
             self.close_connection = True
-            raise _RequestError(400, f"bad Content-Length {length!r}", "invalid_request")
+            raise RequestError(400, f"bad Content-Length {length!r}", "invalid_request")
         n = int(length)
         if n > MAX_BODY_BYTES:
             self.close_connection = True
-            raise _RequestError(
+            raise RequestError(
                 413,
                 f"request body of {n} bytes exceeds the limit of {MAX_BODY_BYTES} bytes",
                 "request_too_large",
@@ -965,11 +770,11 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
-            raise _RequestError(400, f"request body is not valid JSON: {e}", "invalid_json") from e
+            raise RequestError(400, f"request body is not valid JSON: {e}", "invalid_json") from e
         except RecursionError:
-            raise _RequestError(400, "request body is nested too deeply", "invalid_json") from None
+            raise RequestError(400, "request body is nested too deeply", "invalid_json") from None
         if not isinstance(body, dict):
-            raise _RequestError(400, "request body must be a JSON object", "invalid_type")
+            raise RequestError(400, "request body must be a JSON object", "invalid_type")
         return body
 
     def _send_metrics(self, body: bytes) -> None:
@@ -1036,7 +841,7 @@ class _Handler(BaseHTTPRequestHandler):
             isinstance(i, int) and not isinstance(i, bool) and 0 <= i < size for i in ids
         ):
             why = f"'tokens' must be a list of token ids in [0, {size})"
-            raise _RequestError(400, why, "invalid_type", "tokens")
+            raise RequestError(400, why, "invalid_type", "tokens")
         text = model.tokenizer.decode(ids, skip_special_tokens=False)
         self._send_json(200, json.dumps({"prompt": text}).encode())
 
@@ -1049,7 +854,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path.endswith("tokenize"):
             prompt = body.get("prompt")
             if not isinstance(prompt, str):
-                raise _RequestError(400, "'prompt' must be a string", "invalid_type", "prompt")
+                raise RequestError(400, "'prompt' must be a string", "invalid_type", "prompt")
             ids = engine.model.encode(prompt)
             self._send_json(
                 200,
@@ -1059,23 +864,21 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return
         chat = path.endswith("chat/completions")
-        req = _parse_request(body, chat, engine.options.model_id)
+        req = parse_request(body, chat, engine.options.model_id)
         try:
             faults = engine.effective_faults(self.headers.get("X-DDTree-Fault"))
         except ValueError as e:
-            raise _RequestError(400, str(e), "invalid_fault") from e
+            raise RequestError(400, str(e), "invalid_fault") from e
         if "intermittent-5xx" in faults and engine.count_fault("intermittent-5xx") % 2 == 0:
-            raise _RequestError(503, "service temporarily unavailable (injected)", "unavailable")
+            raise RequestError(503, "service temporarily unavailable (injected)", "unavailable")
         if "stream-error-event" in faults and not req.stream:
-            raise _RequestError(
-                500, "internal error during generation (injected)", "internal_error"
-            )
+            raise RequestError(500, "internal error during generation (injected)", "internal_error")
         if req.stream:
             self._stream(req, faults)
         else:
             self._complete(req, faults)
 
-    def _usage(self, req: _Request, res: _Result, faults: frozenset[str]) -> dict[str, Any]:
+    def _usage(self, req: Request, res: _Result, faults: frozenset[str]) -> dict[str, Any]:
         prompt = res.prompt_tokens
         completion = res.completion_tokens
         total = prompt + completion
@@ -1090,7 +893,7 @@ class _Handler(BaseHTTPRequestHandler):
             usage["completion_tokens_details"] = {"reasoning_tokens": res.reasoning_tokens}
         return usage
 
-    def _stats(self, req: _Request, res: _Result, faults: frozenset[str]) -> dict[str, Any]:
+    def _stats(self, req: Request, res: _Result, faults: frozenset[str]) -> dict[str, Any]:
         decode_time = max(res.end - res.first_round_end, 1e-9)
         tps = res.decode_tokens / decode_time if res.decode_tokens else 0.0
         avg = res.completion_tokens / res.cycles if res.cycles else 0.0
@@ -1117,7 +920,7 @@ class _Handler(BaseHTTPRequestHandler):
         return stats
 
     def _dialect_fields(
-        self, req: _Request, res: _Result, faults: frozenset[str], usage: dict[str, Any]
+        self, req: Request, res: _Result, faults: frozenset[str], usage: dict[str, Any]
     ) -> dict[str, Any]:
         """Top-level fields carrying the statistics (and usage) in the configured dialect."""
         dialect = self.server.engine.options.stats_dialect
@@ -1172,7 +975,7 @@ class _Handler(BaseHTTPRequestHandler):
                     return
                 time.sleep(0.05)
 
-    def _complete(self, req: _Request, faults: frozenset[str]) -> None:
+    def _complete(self, req: Request, faults: frozenset[str]) -> None:
         engine = self.server.engine
         res = _Result()
         for _ in engine.run(req, faults, res):
@@ -1229,7 +1032,7 @@ class _Handler(BaseHTTPRequestHandler):
             return True
         return False
 
-    def _stream(self, req: _Request, faults: frozenset[str]) -> None:
+    def _stream(self, req: Request, faults: frozenset[str]) -> None:
         engine = self.server.engine
         rid = engine.next_id()
         obj = "chat.completion.chunk" if req.chat else "text_completion"

@@ -24,16 +24,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pytest_ddtree.report.jsonfile import read_sweep_json
-from pytest_ddtree.sweep import (
+from pytest_ddtree.measure.sweep import (
     RunMetadata,
     SweepRun,
     SweepSample,
     bootstrap_median_difference,
     budget_label,
 )
-from pytest_ddtree.sweep.race import signed_percent
-from pytest_ddtree.sweep.temperature import summarize_temperatures
+from pytest_ddtree.measure.sweep.race import signed_percent
+from pytest_ddtree.measure.sweep.temperature import summarize_temperatures
+from pytest_ddtree.report.jsonfile import read_sweep_json
 
 Metric = Literal["decode", "ttft"]
 

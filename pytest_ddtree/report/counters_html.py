@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
-from pytest_ddtree.settings import budget_label
+from pytest_ddtree.core.settings import budget_label
 
 
 def _num(x: Any, digits: int = 0) -> str:

@@ -14,9 +14,7 @@ measured nothing and must not blend in with the timings.
 
 from __future__ import annotations
 
-import itertools
 import json
-import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -25,12 +23,8 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_ddtree import __version__
-from pytest_ddtree.report._atomic import write_text_atomic
-from pytest_ddtree.report.counters_html import server_counters_section
-from pytest_ddtree.report.depth_chart import depth_section
-from pytest_ddtree.report.terminal import acceptance_cell, race_cell, race_lines
-from pytest_ddtree.sweep import (
+from pytest_ddtree.core import __version__
+from pytest_ddtree.measure.sweep import (
     BudgetStats,
     DiagnosisRecord,
     SweepRun,
@@ -38,108 +32,26 @@ from pytest_ddtree.sweep import (
     SweepSummary,
     budget_label,
 )
-from pytest_ddtree.sweep.statistics import speculation_warnings
-from pytest_ddtree.sweep.temperature import heading, sampling_problems, zero_only
+from pytest_ddtree.measure.sweep.statistics import speculation_warnings
+from pytest_ddtree.measure.sweep.temperature import heading, sampling_problems, zero_only
+from pytest_ddtree.report._atomic import write_text_atomic
+from pytest_ddtree.report.charts import (
+    HEIGHT,
+    NARROW,
+    PALETTE,
+    WIDE,
+    Svg,
+    XScale,
+    YScale,
+    empty_chart,
+    f,
+)
+from pytest_ddtree.report.counters_html import server_counters_section
+from pytest_ddtree.report.depth_chart import depth_section
+from pytest_ddtree.report.terminal import acceptance_cell, race_cell, race_lines
 
 if TYPE_CHECKING:
-    from pytest_ddtree.load import LoadTestResult
-
-_PALETTE = (
-    "#4e79a7",
-    "#f28e2b",
-    "#59a14f",
-    "#b07aa1",
-    "#76b7b2",
-    "#edc948",
-    "#ff9da7",
-    "#9c755f",
-    "#e15759",
-    "#bab0ac",
-)
-
-
-# --------------------------------------------------------------------------- scales
-
-
-def _fmt_num(x: float) -> str:
-    if x == 0:
-        return "0"
-    ax = abs(x)
-    if ax >= 10_000:
-        return f"{x / 1000:,.0f}k"
-    if ax >= 100:
-        return f"{x:,.0f}"
-    if ax >= 10:
-        return f"{x:.1f}".rstrip("0").rstrip(".")
-    return f"{x:.2f}".rstrip("0").rstrip(".")
-
-
-def _nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
-    """Round tick values (1, 2, 2.5, 5 x 10^k steps) covering ``[lo, hi]``."""
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return [0.0, 1.0]
-    if hi <= lo:
-        pad = abs(lo) * 0.1 or 1.0
-        lo, hi = lo - pad, hi + pad
-    raw = (hi - lo) / count
-    if not (math.isfinite(raw) and raw > 0.0):
-        # a span that overflows or underflows a float: no round steps to find
-        return [lo, hi]
-    mag = 10 ** math.floor(math.log10(raw))
-    step = mag
-    for m in (1.0, 2.0, 2.5, 5.0, 10.0):
-        step = m * mag
-        if step >= raw:
-            break
-    start = math.floor(lo / step) * step
-    end = math.ceil(hi / step) * step
-    n = round((end - start) / step)
-    return [start + i * step for i in range(n + 1)]
-
-
-class _XScale:
-    """Budgets on a log2 axis; the server-default budget (None) sits left of the rest."""
-
-    def __init__(self, budgets: Sequence[int | None], left: float, right: float) -> None:
-        ints = sorted({b for b in budgets if b is not None})
-        self.units: dict[int | None, float] = {b: math.log2(b) for b in ints}
-        if None in budgets or not ints:
-            self.units[None] = (min(self.units.values()) - 1.0) if ints else 0.0
-        values = sorted(self.units.values())
-        gaps = [b - a for a, b in itertools.pairwise(values)]
-        self.min_gap = min(gaps) if gaps else 1.0
-        self.lo = values[0] - 0.6 * self.min_gap
-        self.hi = values[-1] + 0.6 * self.min_gap
-        self.left, self.right = left, right
-
-    @property
-    def budgets(self) -> list[int | None]:
-        """Budgets in axis order."""
-        return sorted(self.units, key=lambda b: self.units[b])
-
-    def __call__(self, budget: int | None, offset: float = 0.0) -> float:
-        u = self.units[budget] + offset * self.min_gap
-        return self.left + (u - self.lo) / (self.hi - self.lo) * (self.right - self.left)
-
-    def half_band(self) -> float:
-        """Half the pixel width of one budget's column."""
-        return 0.42 * self.min_gap / (self.hi - self.lo) * (self.right - self.left)
-
-
-class _YScale:
-    def __init__(self, values: Sequence[float], top: float, bottom: float, *, zero: bool) -> None:
-        lo = min(values) if values else 0.0
-        hi = max(values) if values else 1.0
-        # Without a zero floor, leave air below the lowest point without
-        # pretending the axis starts at zero.
-        lo = min(0.0, lo) if zero else max(0.0, lo - (hi - lo) * 0.15)
-        self.ticks = _nice_ticks(lo, hi)
-        self.lo, self.hi = self.ticks[0], self.ticks[-1]
-        self.top, self.bottom = top, bottom
-
-    def __call__(self, v: float) -> float:
-        span = (self.hi - self.lo) or 1.0
-        return self.bottom - (v - self.lo) / span * (self.bottom - self.top)
+    from pytest_ddtree.measure.load import LoadTestResult
 
 
 # --------------------------------------------------------------------------- charts
@@ -172,10 +84,6 @@ class _Invalid:
     count: int
 
 
-def _f(x: float) -> str:
-    return f"{x:.1f}"
-
-
 def _chart(
     *,
     title: str,
@@ -190,143 +98,131 @@ def _chart(
     width: int,
     empty: str = "no valid request reported this figure",
 ) -> str:
+    """One figure by budget: each request's dot, each budget's mark, the invalid requests
+    in a strip under the plot, the recommended and the tied budgets banded."""
     if not points and not marks and not invalid:
-        # nothing to draw: say so in words, not with an empty frame
-        return (
-            f'<div class="chart-empty" role="note"><strong>{escape(title)}</strong>: '
-            f"nothing to draw - {escape(empty)}.</div>"
-        )
-    height = 330
+        return empty_chart(title, empty)
     left, right, top = 66.0, width - 18.0, 30.0
     strip = 46.0 if invalid else 0.0
-    plot_bottom = height - 58.0 - strip
-    xs = _XScale(budgets, left, right)
+    plot_bottom = HEIGHT - 58.0 - strip
+    xs = XScale(budgets, left, right)
     values = [p.value for p in points]
     for m in marks:
-        values.append(m.center)
-        if m.ci:
-            values.extend(m.ci)
-        if m.box:
-            values.extend(m.box)
+        values.extend([m.center, *(m.ci or ()), *(m.box or ())])
         if m.extra is not None:
             values.append(m.extra)
-    ys = _YScale(values, top + 6, plot_bottom, zero=zero)
-    out: list[str] = [
-        f'<svg class="chart" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-        'role="img" '
-        f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">',
-        f"<title>{escape(title)}</title>",
-    ]
-    for tb in tied:
-        if tb in xs.units:
-            hb = xs.half_band()
-            out.append(
-                f'<rect class="tie-band" x="{_f(xs(tb) - hb)}" y="{_f(top)}" width="{_f(2 * hb)}" '
-                f'height="{_f(plot_bottom - top)}" rx="6"/>'
-                f'<text class="tie-label" x="{_f(xs(tb))}" y="{_f(top - 8)}" '
-                f'text-anchor="middle">tied</text>'
-            )
-    if highlight in xs.units:
-        hb = xs.half_band()
-        hx = xs(highlight)
-        out.append(
-            f'<rect class="best-band" x="{_f(hx - hb)}" y="{_f(top)}" width="{_f(2 * hb)}" '
-            f'height="{_f(plot_bottom - top)}" rx="6"/>'
-        )
-        out.append(
-            f'<text class="best-label" x="{_f(hx)}" y="{_f(top - 8)}" '
-            f'text-anchor="middle">recommended</text>'
-        )
-    for t in ys.ticks:
-        y = ys(t)
-        out.append(
-            f'<line class="grid" x1="{_f(left)}" x2="{_f(right)}" y1="{_f(y)}" y2="{_f(y)}"/>'
-        )
-        out.append(
-            f'<text class="tick" x="{_f(left - 8)}" y="{_f(y + 4)}" text-anchor="end">'
-            f"{escape(_fmt_num(t))}</text>"
-        )
-    out.append(
-        f'<line class="axis" x1="{_f(left)}" x2="{_f(right)}" '
-        f'y1="{_f(plot_bottom)}" y2="{_f(plot_bottom)}"/>'
-    )
-    mid_y = (top + plot_bottom) / 2
-    out.append(
-        f'<text class="axis-title" transform="translate(16 {_f(mid_y)}) rotate(-90)" '
-        f'text-anchor="middle">{escape(y_label)}</text>'
-    )
-    label_y = plot_bottom + strip + 20
+    ys = YScale(values, top + 6, plot_bottom, zero=zero)
+    svg = Svg(title, width)
+    _bands(svg, xs, highlight, tied, top, plot_bottom)
+    svg.y_grid(ys, left, right)
+    svg.axis(left, plot_bottom, right, plot_bottom)
+    svg.y_title(16, (top + plot_bottom) / 2, y_label)
     spaced = sum(1 for b in xs.budgets if b is not None) > 1
-    axis = "tree_budget (log2 scale)" if spaced else "tree_budget"
     for b in xs.budgets:
-        x = xs(b)
-        out.append(
-            f'<text class="tick" x="{_f(x)}" y="{_f(label_y)}" text-anchor="middle">'
-            f"{escape(budget_label(b))}</text>"
-        )
-    out.append(
-        f'<text class="axis-title" x="{_f((left + right) / 2)}" y="{_f(height - 10)}" '
-        f'text-anchor="middle">{axis}</text>'
+        svg.x_tick(xs(b), plot_bottom + strip + 20, budget_label(b))
+    svg.x_title(
+        (left + right) / 2, HEIGHT - 10, "tree_budget (log2 scale)" if spaced else "tree_budget"
     )
     # Median trend first so dots and marks sit on top of it.
     ordered = sorted(marks, key=lambda m: xs.units[m.budget])
     if len(ordered) > 1:
-        pts = " ".join(f"{_f(xs(m.budget))},{_f(ys(m.center))}" for m in ordered)
-        out.append(f'<polyline class="trend" points="{pts}"/>')
+        svg.line([(xs(m.budget), ys(m.center)) for m in ordered], cls="trend")
     for p in points:
-        out.append(
-            f'<circle class="pt" cx="{_f(xs(p.budget, p.offset))}" cy="{_f(ys(p.value))}" r="3.4" '
-            f'fill="{p.color}"><title>{escape(p.tip)}</title></circle>'
-        )
+        svg.dot(xs(p.budget, p.offset), ys(p.value), 3.4, p.color, p.tip, cls="pt")
     for m in ordered:
-        x = xs(m.budget)
-        group = [f'<g class="mark"><title>{escape(m.tip)}</title>']
-        if m.box is not None:
-            y1, y2 = ys(m.box[1]), ys(m.box[0])
-            group.append(
-                f'<rect class="iqr" x="{_f(x - 9)}" y="{_f(y1)}" width="18" '
-                f'height="{_f(max(y2 - y1, 1.0))}" rx="2"/>'
-            )
-        if m.ci is not None:
-            y1, y2 = ys(m.ci[1]), ys(m.ci[0])
-            group.append(
-                f'<line class="ci" x1="{_f(x)}" x2="{_f(x)}" y1="{_f(y1)}" y2="{_f(y2)}"/>'
-                f'<line class="ci" x1="{_f(x - 6)}" x2="{_f(x + 6)}" y1="{_f(y1)}" y2="{_f(y1)}"/>'
-                f'<line class="ci" x1="{_f(x - 6)}" x2="{_f(x + 6)}" y1="{_f(y2)}" y2="{_f(y2)}"/>'
-            )
-        if m.extra is not None:
-            ye = ys(m.extra)
-            group.append(
-                f'<path class="extra" d="M{_f(x - 5)},{_f(ye - 5)} L{_f(x + 5)},{_f(ye - 5)} '
-                f'L{_f(x)},{_f(ye + 3)} Z"/>'
-            )
-        y = ys(m.center)
-        group.append(f'<circle class="center" cx="{_f(x)}" cy="{_f(y)}" r="5.5"/>')
-        group.append("</g>")
-        out.append("".join(group))
+        svg.add(_mark(m, xs(m.budget), ys))
     if invalid:
-        sy = plot_bottom + 10
-        out.append(
-            f'<rect class="invalid-strip" x="{_f(left)}" y="{_f(sy - 4)}" '
-            f'width="{_f(right - left)}" height="{_f(strip - 12)}" rx="4"/>'
-        )
-        out.append(
-            f'<text class="invalid-title" x="{_f(left - 8)}" y="{_f(sy + 12)}" '
-            f'text-anchor="end">invalid</text>'
-        )
-        for inv in invalid:
-            x = xs(inv.budget)
-            cy = sy + 7
-            count = f" ×{inv.count}" if inv.count > 1 else ""
-            out.append(
-                f'<g class="invalid"><title>{escape(inv.tip)}</title>'
-                f'<path class="cross" d="M{_f(x - 5)},{_f(cy - 5)} L{_f(x + 5)},{_f(cy + 5)} '
-                f'M{_f(x - 5)},{_f(cy + 5)} L{_f(x + 5)},{_f(cy - 5)}"/>'
-                f'<text class="invalid-code" x="{_f(x)}" y="{_f(cy + 18)}" text-anchor="middle">'
-                f"{escape(inv.label + count)}</text></g>"
+        _invalid_strip(svg, xs, invalid, left, right, plot_bottom + 10, strip)
+    return svg.render()
+
+
+def _bands(
+    svg: Svg,
+    xs: XScale,
+    highlight: int | None,
+    tied: Sequence[int | None],
+    top: float,
+    bottom: float,
+) -> None:
+    """The tied budgets' bands, then the recommended one's, behind everything else."""
+    hb = xs.half_band()
+    for tb in tied:
+        if tb in xs.units:
+            svg.add(
+                f'<rect class="tie-band" x="{f(xs(tb) - hb)}" y="{f(top)}" width="{f(2 * hb)}" '
+                f'height="{f(bottom - top)}" rx="6"/>'
+                f'<text class="tie-label" x="{f(xs(tb))}" y="{f(top - 8)}" '
+                f'text-anchor="middle">tied</text>'
             )
-    out.append("</svg>")
-    return "\n".join(out)
+    if highlight in xs.units:
+        hx = xs(highlight)
+        svg.add(
+            f'<rect class="best-band" x="{f(hx - hb)}" y="{f(top)}" width="{f(2 * hb)}" '
+            f'height="{f(bottom - top)}" rx="6"/>'
+        )
+        svg.add(
+            f'<text class="best-label" x="{f(hx)}" y="{f(top - 8)}" '
+            f'text-anchor="middle">recommended</text>'
+        )
+
+
+def _mark(m: _Mark, x: float, ys: YScale) -> str:
+    """A budget's mark: the interquartile box, the confidence interval, the extra
+    figure (TTFT p90) and the centre."""
+    group = [f'<g class="mark"><title>{escape(m.tip)}</title>']
+    if m.box is not None:
+        y1, y2 = ys(m.box[1]), ys(m.box[0])
+        group.append(
+            f'<rect class="iqr" x="{f(x - 9)}" y="{f(y1)}" width="18" '
+            f'height="{f(max(y2 - y1, 1.0))}" rx="2"/>'
+        )
+    if m.ci is not None:
+        y1, y2 = ys(m.ci[1]), ys(m.ci[0])
+        group.append(
+            f'<line class="ci" x1="{f(x)}" x2="{f(x)}" y1="{f(y1)}" y2="{f(y2)}"/>'
+            f'<line class="ci" x1="{f(x - 6)}" x2="{f(x + 6)}" y1="{f(y1)}" y2="{f(y1)}"/>'
+            f'<line class="ci" x1="{f(x - 6)}" x2="{f(x + 6)}" y1="{f(y2)}" y2="{f(y2)}"/>'
+        )
+    if m.extra is not None:
+        ye = ys(m.extra)
+        group.append(
+            f'<path class="extra" d="M{f(x - 5)},{f(ye - 5)} L{f(x + 5)},{f(ye - 5)} '
+            f'L{f(x)},{f(ye + 3)} Z"/>'
+        )
+    group.append(f'<circle class="center" cx="{f(x)}" cy="{f(ys(m.center))}" r="5.5"/>')
+    group.append("</g>")
+    return "".join(group)
+
+
+def _invalid_strip(
+    svg: Svg,
+    xs: XScale,
+    invalid: Sequence[_Invalid],
+    left: float,
+    right: float,
+    sy: float,
+    strip: float,
+) -> None:
+    """The invalid requests, crossed out with their codes, in a strip under the plot."""
+    svg.add(
+        f'<rect class="invalid-strip" x="{f(left)}" y="{f(sy - 4)}" '
+        f'width="{f(right - left)}" height="{f(strip - 12)}" rx="4"/>'
+    )
+    svg.add(
+        f'<text class="invalid-title" x="{f(left - 8)}" y="{f(sy + 12)}" '
+        f'text-anchor="end">invalid</text>'
+    )
+    cy = sy + 7
+    for inv in invalid:
+        x = xs(inv.budget)
+        count = f" ×{inv.count}" if inv.count > 1 else ""
+        svg.add(
+            f'<g class="invalid"><title>{escape(inv.tip)}</title>'
+            f'<path class="cross" d="M{f(x - 5)},{f(cy - 5)} L{f(x + 5)},{f(cy + 5)} '
+            f'M{f(x - 5)},{f(cy + 5)} L{f(x + 5)},{f(cy - 5)}"/>'
+            f'<text class="invalid-code" x="{f(x)}" y="{f(cy + 18)}" text-anchor="middle">'
+            f"{escape(inv.label + count)}</text></g>"
+        )
 
 
 def _offsets(samples: Sequence[SweepSample], key: Callable[[SweepSample], object]) -> list[float]:
@@ -389,6 +285,47 @@ def _invalid_marks(samples: Sequence[SweepSample]) -> list[_Invalid]:
     return marks
 
 
+def _decode_mark(st: BudgetStats) -> _Mark | None:
+    """A budget's decode rate: median, IQR and CI."""
+    if st.decode_median is None:
+        return None
+    box = None if st.decode_q1 is None or st.decode_q3 is None else (st.decode_q1, st.decode_q3)
+    ci = st.decode_ci
+    tip = f"tree_budget={budget_label(st.tree_budget)}: median {st.decode_median:,.0f} tok/s"
+    if ci:
+        tip += f", 95% CI {ci[0]:,.0f}-{ci[1]:,.0f}"
+    if box:
+        tip += f", IQR {box[0]:,.0f}-{box[1]:,.0f}"
+    return _Mark(st.tree_budget, st.decode_median, ci, box, None, tip + f" ({st.verdict})")
+
+
+def _accept_mark(st: BudgetStats) -> _Mark | None:
+    """A budget's mean acceptance length and its CI."""
+    if st.mean_acceptance_length is None:
+        return None
+    tip = (
+        f"tree_budget={budget_label(st.tree_budget)}: mean acceptance length "
+        f"{st.mean_acceptance_length:.2f}"
+    )
+    if st.acceptance_ci:
+        tip += f", 95% CI {st.acceptance_ci[0]:.2f}-{st.acceptance_ci[1]:.2f}"
+    if st.mean_decode_rounds is not None:
+        tip += f"; {st.mean_decode_rounds:.1f} verify steps per request"
+    return _Mark(st.tree_budget, st.mean_acceptance_length, st.acceptance_ci, None, None, tip)
+
+
+def _ttft_mark(st: BudgetStats) -> _Mark | None:
+    """A budget's TTFT p50 with its CI and the p90 (ms)."""
+    if st.ttft_p50 is None:
+        return None
+    ci = None if st.ttft_ci is None else (st.ttft_ci[0] * 1000, st.ttft_ci[1] * 1000)
+    p90 = None if st.ttft_p90 is None else st.ttft_p90 * 1000
+    tip = f"tree_budget={budget_label(st.tree_budget)}: TTFT p50 {st.ttft_p50 * 1000:,.0f} ms"
+    if p90 is not None:
+        tip += f", p90 {p90:,.0f} ms"
+    return _Mark(st.tree_budget, st.ttft_p50 * 1000, ci, None, p90, tip)
+
+
 def _charts(run: SweepRun, summary: SweepSummary, colors: dict[str, str]) -> list[str]:
     samples = run.samples
     budgets = [b.tree_budget for b in summary.budgets]
@@ -412,41 +349,6 @@ def _charts(run: SweepRun, summary: SweepSummary, colors: dict[str, str]) -> lis
                 pts.append(_Point(s.tree_budget, v * scale, colors[s.prompt_id], _tip(s), off))
         return pts
 
-    def decode_mark(st: BudgetStats) -> _Mark | None:
-        if st.decode_median is None:
-            return None
-        box = None if st.decode_q1 is None or st.decode_q3 is None else (st.decode_q1, st.decode_q3)
-        ci = st.decode_ci
-        tip = f"tree_budget={budget_label(st.tree_budget)}: median {st.decode_median:,.0f} tok/s"
-        if ci:
-            tip += f", 95% CI {ci[0]:,.0f}-{ci[1]:,.0f}"
-        if box:
-            tip += f", IQR {box[0]:,.0f}-{box[1]:,.0f}"
-        return _Mark(st.tree_budget, st.decode_median, ci, box, None, tip + f" ({st.verdict})")
-
-    def accept_mark(st: BudgetStats) -> _Mark | None:
-        if st.mean_acceptance_length is None:
-            return None
-        tip = (
-            f"tree_budget={budget_label(st.tree_budget)}: mean acceptance length "
-            f"{st.mean_acceptance_length:.2f}"
-        )
-        if st.acceptance_ci:
-            tip += f", 95% CI {st.acceptance_ci[0]:.2f}-{st.acceptance_ci[1]:.2f}"
-        if st.mean_decode_rounds is not None:
-            tip += f"; {st.mean_decode_rounds:.1f} verify steps per request"
-        return _Mark(st.tree_budget, st.mean_acceptance_length, st.acceptance_ci, None, None, tip)
-
-    def ttft_mark(st: BudgetStats) -> _Mark | None:
-        if st.ttft_p50 is None:
-            return None
-        ci = None if st.ttft_ci is None else (st.ttft_ci[0] * 1000, st.ttft_ci[1] * 1000)
-        p90 = None if st.ttft_p90 is None else st.ttft_p90 * 1000
-        tip = f"tree_budget={budget_label(st.tree_budget)}: TTFT p50 {st.ttft_p50 * 1000:,.0f} ms"
-        if p90 is not None:
-            tip += f", p90 {p90:,.0f} ms"
-        return _Mark(st.tree_budget, st.ttft_p50 * 1000, ci, None, p90, tip)
-
     def marks(fn: Callable[[BudgetStats], _Mark | None]) -> list[_Mark]:
         return [m for m in (fn(st) for st in summary.budgets) if m is not None]
 
@@ -455,24 +357,24 @@ def _charts(run: SweepRun, summary: SweepSummary, colors: dict[str, str]) -> lis
         y_label="decode tokens/s (client)",
         budgets=budgets,
         points=points(lambda s: s.decode_tokens_per_second),
-        marks=marks(decode_mark),
+        marks=marks(_decode_mark),
         invalid=invalid,
         highlight=best,
         tied=tied,
         zero=False,
-        width=980,
+        width=WIDE,
     )
     accept_svg = _chart(
         title="Mean acceptance length by tree budget",
         y_label="tokens per decode round",
         budgets=budgets,
         points=points(lambda s: s.mean_acceptance_length),
-        marks=marks(accept_mark),
+        marks=marks(_accept_mark),
         invalid=invalid,
         highlight=best,
         tied=tied,
         zero=True,
-        width=480,
+        width=NARROW,
         empty="the server reported no acceptance length (no speculation statistics)",
     )
     ttft_svg = _chart(
@@ -480,12 +382,12 @@ def _charts(run: SweepRun, summary: SweepSummary, colors: dict[str, str]) -> lis
         y_label="TTFT ms",
         budgets=budgets,
         points=points(lambda s: s.ttft, 1000.0),
-        marks=marks(ttft_mark),
+        marks=marks(_ttft_mark),
         invalid=invalid,
         highlight=best,
         tied=tied,
         zero=True,
-        width=480,
+        width=NARROW,
     )
     return [decode_svg, accept_svg, ttft_svg]
 
@@ -885,12 +787,12 @@ def render_html(
     summary = summary or run.summary()
     load_cards = ""
     if load:
-        from pytest_ddtree.load.html import render_load_section
+        from pytest_ddtree.report.load_html import render_load_section
 
         load_cards = render_load_section(load)
     meta = run.metadata
     prompts = sorted({s.prompt_id for s in run.samples})
-    colors = {p: _PALETTE[i % len(_PALETTE)] for i, p in enumerate(prompts)}
+    colors = {p: PALETTE[i % len(PALETTE)] for i, p in enumerate(prompts)}
     model = meta.model or "unknown model"
     endpoint = meta.endpoint or ""
     dialect = meta.dialect or ""

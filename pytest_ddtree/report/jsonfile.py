@@ -38,13 +38,23 @@ from typing import TYPE_CHECKING, Any
 
 import jsonschema
 
-from pytest_ddtree import __version__
+from pytest_ddtree.core import __version__
+from pytest_ddtree.measure.sweep import (
+    DiagnosisRecord,
+    RunMetadata,
+    SweepRun,
+    SweepSample,
+    SweepSummary,
+)
+from pytest_ddtree.measure.sweep.temperature import (
+    sampling_problems,
+    summarize_temperatures,
+    zero_only,
+)
 from pytest_ddtree.report._atomic import write_text_atomic
-from pytest_ddtree.sweep import DiagnosisRecord, RunMetadata, SweepRun, SweepSample, SweepSummary
-from pytest_ddtree.sweep.temperature import sampling_problems, summarize_temperatures, zero_only
 
 if TYPE_CHECKING:
-    from pytest_ddtree.load import LoadTestResult
+    from pytest_ddtree.measure.load import LoadTestResult
 
 SCHEMA_VERSION = 1
 
@@ -133,7 +143,7 @@ def sweep_to_json(
             for t, s in summaries.items()
         ]
     if load:
-        from pytest_ddtree.load.record import load_json
+        from pytest_ddtree.measure.load.record import load_json
 
         doc["load"] = load_json(load)
     return doc

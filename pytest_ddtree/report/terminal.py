@@ -5,9 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_ddtree.sweep import BudgetStats, SweepSummary, budget_label, deeper_line
-from pytest_ddtree.sweep.race import RaceRecord
-from pytest_ddtree.sweep.statistics import acceptance_text, speculation_warnings, standing_text
+from pytest_ddtree.measure.sweep import BudgetStats, SweepSummary, budget_label, deeper_line
+from pytest_ddtree.measure.sweep.race import RaceRecord
+from pytest_ddtree.measure.sweep.statistics import (
+    acceptance_text,
+    speculation_warnings,
+    standing_text,
+)
 
 HEADERS = (
     "tree_budget",

@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pytest_ddtree.measure.sweep import SweepRun, SweepSummary
+from pytest_ddtree.measure.sweep.temperature import summarize_temperatures
 from pytest_ddtree.report.html import write_sweep_html
 from pytest_ddtree.report.jsonfile import write_sweep_json
-from pytest_ddtree.sweep import SweepRun, SweepSummary
-from pytest_ddtree.sweep.temperature import summarize_temperatures
 
 if TYPE_CHECKING:
-    from pytest_ddtree.load import LoadTestResult
+    from pytest_ddtree.measure.load import LoadTestResult
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ddtree import settings_of
-from pytest_ddtree.prompts import Prompt, PromptFileError, PromptSet, load_prompts
+from pytest_ddtree import Prompt, PromptFileError, PromptSet, load_prompts, settings_of
 
 PROMPTS_FILE = Path(__file__).with_name("prompts.json")
 

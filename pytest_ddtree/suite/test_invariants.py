@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pytest_ddtree import DDTreeClient
-from pytest_ddtree.settings import Settings
+from pytest_ddtree import DDTreeClient, Settings
 
 if TYPE_CHECKING:
-    from pytest_ddtree.prompts import Prompt
+    from pytest_ddtree import Prompt
 
 
 def test_invariants(

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pytest_ddtree import LoadTester
-from pytest_ddtree.settings import Settings
+from pytest_ddtree import LoadTester, Settings
 
 if TYPE_CHECKING:
-    from pytest_ddtree.prompts import Prompt
+    from pytest_ddtree import Prompt
 
 
 def test_load(

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from pytest_ddtree.prompts import Prompt
+    from pytest_ddtree import Prompt
 
 
 def test_deterministic_and_stateless(

@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_ddtree import DDTreeClient
-from pytest_ddtree.settings import Settings
+from pytest_ddtree import DDTreeClient, Settings
 
 if TYPE_CHECKING:
-    from pytest_ddtree.prompts import Prompt
+    from pytest_ddtree import Prompt
 
 
 def test_smoke(

@@ -14,13 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_ddtree import Completion, DDTreeClient
-from pytest_ddtree.invariants import check_determinism
-from pytest_ddtree.settings import Settings
-from pytest_ddtree.violation import InvariantError
+from pytest_ddtree import Completion, DDTreeClient, InvariantError, Settings, check_determinism
 
 if TYPE_CHECKING:
-    from pytest_ddtree.prompts import Prompt
+    from pytest_ddtree import Prompt
 
 
 def _budget(settings: Settings) -> int | None:

@@ -15,11 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pytest_ddtree import Completion
-from pytest_ddtree.settings import Settings
+from pytest_ddtree import Completion, Settings
 
 if TYPE_CHECKING:
-    from pytest_ddtree.prompts import Prompt
+    from pytest_ddtree import Prompt
 
 
 def test_sweep(

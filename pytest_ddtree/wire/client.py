@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from pytest_ddtree.settings import Timeout
+from pytest_ddtree.core.settings import Timeout
 from pytest_ddtree.wire import _net
 from pytest_ddtree.wire.completion import Api, Completion, ErrorKind, RequestSpec
 from pytest_ddtree.wire.health import TICKER

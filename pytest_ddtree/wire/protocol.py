@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from pytest_ddtree.settings import DEFAULT_MAX_RESPONSE_BYTES, Timeout
+from pytest_ddtree.core.settings import DEFAULT_MAX_RESPONSE_BYTES, Timeout
 from pytest_ddtree.wire import dialects
 from pytest_ddtree.wire.completion import (
     MAX_CHARS_PER_TOKEN,
@@ -45,7 +45,7 @@ from pytest_ddtree.wire.completion import (
 from pytest_ddtree.wire.health import StallLog
 
 if TYPE_CHECKING:
-    from pytest_ddtree.settings import Settings
+    from pytest_ddtree.core.settings import Settings
 
 __all__ = [
     "Attempts",

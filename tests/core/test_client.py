@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from pytest_ddtree.core.settings import Timeout
 from pytest_ddtree.reference import MODEL_ID, start_reference_server
-from pytest_ddtree.settings import Timeout
 from pytest_ddtree.wire.client import DDTreeClient, EndpointError, root_url
 from pytest_ddtree.wire.completion import ErrorKind
 from pytest_ddtree.wire.protocol import EndpointConfig

@@ -20,16 +20,16 @@ from typing import Any
 import httpx
 import pytest
 
-from pytest_ddtree.comparable import prompt_mismatch, why_not_whole
-from pytest_ddtree.diagnose import (
+from pytest_ddtree.checks.comparable import prompt_mismatch, why_not_whole
+from pytest_ddtree.checks.diagnose import (
     Diagnoser,
     check_state,
     first_divergence,
     judge_lossless,
 )
+from pytest_ddtree.core.settings import Lossless
+from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.reference import ReferenceServer
-from pytest_ddtree.settings import Lossless
-from pytest_ddtree.violation import Violation
 from pytest_ddtree.wire.completion import Completion, RequestSpec, StreamInfo, Timings, Usage
 
 FAST = ("--ddtree-reference-latency=off",)
@@ -334,7 +334,7 @@ def test_a_cut_reference_makes_every_budget_not_comparable() -> None:
 
 
 def test_a_cut_lowest_budget_is_named_once_in_the_not_comparable_evidence() -> None:
-    from pytest_ddtree.diagnose import _reference, not_comparable_violations
+    from pytest_ddtree.checks.diagnose import _reference, not_comparable_violations
 
     # no budget arrived whole: the lowest is the reference, and it is cut
     outputs = {b: _answer("The harb", done=False, budget=b) for b in (16, 64)}
@@ -388,7 +388,7 @@ def test_the_baseline_diagnosis_does_not_compare_a_cut_answer() -> None:
 
 
 def test_comparable_budgets_are_still_judged_beside_the_cut_ones() -> None:
-    from pytest_ddtree.diagnose import lossless_footer, lossless_header
+    from pytest_ddtree.checks.diagnose import lossless_footer, lossless_header
 
     reference = _answer("The harbour is busy today.", budget=None)
     outputs = {

@@ -6,8 +6,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pytest_ddtree.diagnose import compare_lossless, first_divergence, prompt_mismatch
-from pytest_ddtree.settings import Lossless
+from pytest_ddtree.checks.diagnose import compare_lossless, first_divergence, prompt_mismatch
+from pytest_ddtree.core.settings import Lossless
 from pytest_ddtree.wire.completion import Completion
 
 FAST = ("--ddtree-reference-latency=off",)

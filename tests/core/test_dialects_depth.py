@@ -19,10 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
-from pytest_ddtree.diagnose import Diagnoser
-from pytest_ddtree.invariants import Expectation, check
-from pytest_ddtree.load import LoadPoint
-from pytest_ddtree.load.runner import completion_of, run_point
+from pytest_ddtree.checks.diagnose import Diagnoser
+from pytest_ddtree.checks.invariants import Expectation, check
+from pytest_ddtree.measure.load import LoadPoint
+from pytest_ddtree.measure.load.runner import completion_of, run_point
 from pytest_ddtree.wire import dialects
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion, SpecStats

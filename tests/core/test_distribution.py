@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from pytest_ddtree.distribution import (
+from pytest_ddtree.checks.distribution import (
     compare_answers,
     opening,
     request_seeds,
@@ -133,7 +133,7 @@ def test_healthy_passes_and_a_verifier_that_favours_the_drafter_fails(
             "*words: more frequent on the server (count in all answers): *",
             # the seeds named are the ones sent, and the call named draws them again
             f"*seeds: server {seeds[0]}, {seeds[1]}, ... (40 seeds), baseline {seeds[40]}, "
-            f"{seeds[41]}, ... (40 seeds): pytest_ddtree.distribution.request_seeds(0, 82)*",
+            f"{seeds[41]}, ... (40 seeds): pytest_ddtree.checks.distribution.request_seeds(0, 82)*",
             "*diagnosis: speculative decoding*",
         ]
     )
@@ -233,7 +233,8 @@ def test_bad_options_stop_the_run_in_one_line(
 
 
 def test_options_resolve_with_their_source() -> None:
-    from pytest_ddtree.settings import SettingsError, resolve
+    from pytest_ddtree.core.options import resolve
+    from pytest_ddtree.core.settings import SettingsError
 
     settings = resolve({}, {"ddtree_distribution_samples": "60"}, {})
     assert (settings.distribution_samples, settings.distribution_alpha) == (60, 0.05)
@@ -317,7 +318,7 @@ def test_an_answer_only_speculation_breaks_fails_the_test(pytester: pytest.Pytes
 
 
 def test_more_often_is_the_one_sided_fisher_exact_tail() -> None:
-    from pytest_ddtree.distribution import more_often
+    from pytest_ddtree.checks.distribution import more_often
 
     # nothing broke: nothing to explain
     assert more_often(0, 40, 0, 40) == 1.0

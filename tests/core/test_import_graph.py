@@ -1,10 +1,17 @@
-"""No import cycle inside the package, lazy imports included.
+"""No import cycle inside the package, lazy imports included; no import against the layers.
 
 A cycle hidden in a function-level import (``session`` importing ``integrations`` at the end of
 the run while ``integrations`` imports ``session`` at the top) works until the day the order of
 first imports changes. The graph below is read from the source: every ``import`` of a
 ``pytest_ddtree`` module, at module level or inside a function, except those under
 ``if TYPE_CHECKING:`` (never executed).
+
+The layers are read from the same graph, type-only imports included (a type is a dependency
+too): the pytest layer (the root, ``plugin``, ``pytest_plugin/``) -> ``report/`` -> ``measure/``
+-> ``checks/`` -> ``wire/`` -> ``core/``; a module imports its own layer or one below. The
+servers (``reference/``, ``engines/``) import nothing but themselves and ``core/``, and only the
+pytest layer starts them. Only the pytest layer (and the bundled suite, which is a user's tests)
+imports pytest.
 """
 
 from __future__ import annotations
@@ -19,10 +26,10 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "pytest_ddtree"
 
 
-def _modules() -> dict[str, Path]:
+def _modules(package: Path = PACKAGE) -> dict[str, Path]:
     out: dict[str, Path] = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    for path in package.rglob("*.py"):
+        parts = path.relative_to(package.parent).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         out[name] = path
     return out
@@ -37,12 +44,14 @@ def _is_type_checking(test: ast.expr) -> bool:
 class _Imports(ast.NodeVisitor):
     """The ``pytest_ddtree`` modules one module imports when it runs."""
 
-    def __init__(self, module: str, is_package: bool, known: set[str]) -> None:
+    def __init__(self, module: str, is_package: bool, known: set[str], types: bool = False) -> None:
         self.module, self.is_package, self.known = module, is_package, known
+        self.types = types  # also the imports under ``if TYPE_CHECKING:``
         self.found: set[str] = set()
+        self.outside: set[str] = set()  # top-level names of the other packages imported
 
     def visit_If(self, node: ast.If) -> None:
-        if _is_type_checking(node.test):
+        if _is_type_checking(node.test) and not self.types:
             for child in node.orelse:
                 self.visit(child)
             return
@@ -50,6 +59,7 @@ class _Imports(ast.NodeVisitor):
 
     def visit_Import(self, node: ast.Import) -> None:
         self.found.update(a.name for a in node.names if a.name in self.known)
+        self.outside.update(a.name.split(".")[0] for a in node.names)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.level:
@@ -59,6 +69,7 @@ class _Imports(ast.NodeVisitor):
             source = ".".join([*base, node.module] if node.module else base)
         else:
             source = node.module or ""
+            self.outside.add(source.split(".")[0])
         for alias in node.names:
             child = f"{source}.{alias.name}"
             if child in self.known:
@@ -67,16 +78,57 @@ class _Imports(ast.NodeVisitor):
                 self.found.add(source)
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the package modules it imports (itself left out)."""
-    modules = _modules()
+def _visitors(types: bool, package: Path = PACKAGE) -> dict[str, _Imports]:
+    modules = _modules(package)
     known = set(modules)
-    graph: dict[str, set[str]] = {}
+    out: dict[str, _Imports] = {}
     for name, path in modules.items():
-        visitor = _Imports(name, path.name == "__init__.py", known)
+        visitor = _Imports(name, path.name == "__init__.py", known, types)
         visitor.visit(ast.parse(path.read_text(encoding="utf-8")))
-        graph[name] = visitor.found - {name}
-    return graph
+        out[name] = visitor
+    return out
+
+
+def import_graph(types: bool = False, package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the package modules it imports (itself left out); ``types``: type-only too."""
+    return {name: v.found - {name} for name, v in _visitors(types, package).items()}
+
+
+#: The layers, top first; a module may import its own layer or one below.
+LAYERS = ("pytest", "report", "measure", "checks", "wire", "core")
+#: The servers the tests talk to: they import only themselves and ``core``.
+SERVERS = ("reference", "engines")
+
+
+def layer_of(module: str) -> str:
+    """``pytest``, a folder of ``LAYERS`` or ``SERVERS``, or ``suite`` (a user's tests)."""
+    parts = module.split(".")
+    if len(parts) == 1 or parts[1] in ("plugin", "pytest_plugin"):
+        return "pytest"
+    if parts[1] in (*LAYERS, *SERVERS, "suite"):
+        return parts[1]
+    return "root"  # a module at the root outside the pytest layer: nowhere
+
+
+def against_the_layers(graph: dict[str, set[str]]) -> list[str]:
+    """Every import against the layer order, as ``a -> b (layer -> layer)``."""
+    bad: list[str] = []
+    for module, imports in sorted(graph.items()):
+        here = layer_of(module)
+        for imported in sorted(imports):
+            there = layer_of(imported)
+            if here == "suite" or here == there:
+                continue
+            if here in SERVERS:
+                ok = there == "core"
+            elif there in SERVERS:
+                ok = here == "pytest"
+            else:
+                ok = here in LAYERS and there in LAYERS
+                ok = ok and LAYERS.index(here) <= LAYERS.index(there)
+            if not ok:
+                bad.append(f"{module} -> {imported} ({here} -> {there})")
+    return bad
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -108,15 +160,65 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_package_has_no_import_cycle() -> None:
     graph = import_graph()
-    assert "pytest_ddtree.session" in graph and "pytest_ddtree.integrations" in graph
+    assert (
+        "pytest_ddtree.pytest_plugin.session" in graph
+        and "pytest_ddtree.pytest_plugin.integrations" in graph
+    )
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
 def test_the_session_does_not_import_its_integrations() -> None:
     graph = import_graph()
-    assert "pytest_ddtree.session" in graph["pytest_ddtree.integrations"]
-    assert "pytest_ddtree.integrations" not in graph["pytest_ddtree.session"]
+    assert (
+        "pytest_ddtree.pytest_plugin.session" in graph["pytest_ddtree.pytest_plugin.integrations"]
+    )
+    assert (
+        "pytest_ddtree.pytest_plugin.integrations"
+        not in graph["pytest_ddtree.pytest_plugin.session"]
+    )
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    graph = import_graph()
+    assert {layer_of(m) for m in graph} == {*LAYERS, *SERVERS, "suite"}
+    assert sorted(m for m in graph if m.count(".") == 1 and layer_of(m) == "pytest") == [
+        "pytest_ddtree.plugin",
+        "pytest_ddtree.pytest_plugin",
+    ]
+
+
+@pytest.mark.parametrize("types", [False, True], ids=["run", "types"])
+def test_no_import_goes_against_the_layers(types: bool) -> None:
+    bad = against_the_layers(import_graph(types))
+    assert bad == [], "imports against the layer order:\n" + "\n".join(bad)
+
+
+def test_the_layer_check_finds_an_import_upward() -> None:
+    graph = {
+        "pytest_ddtree.wire.client": {"pytest_ddtree.core.settings"},
+        "pytest_ddtree.core.settings": {"pytest_ddtree.measure.load.slo"},
+        "pytest_ddtree.checks.diagnose": {"pytest_ddtree.reference.server"},
+        "pytest_ddtree.reference.server": {"pytest_ddtree.wire.client"},
+        "pytest_ddtree.pytest_plugin.runtime": {"pytest_ddtree.reference", "pytest_ddtree.wire"},
+        "pytest_ddtree.suite.conftest": {"pytest_ddtree.pytest_plugin.session"},
+    }
+    assert against_the_layers(graph) == [
+        "pytest_ddtree.checks.diagnose -> pytest_ddtree.reference.server (checks -> reference)",
+        "pytest_ddtree.core.settings -> pytest_ddtree.measure.load.slo (core -> measure)",
+        "pytest_ddtree.reference.server -> pytest_ddtree.wire.client (reference -> wire)",
+    ]
+
+
+def test_only_the_pytest_layer_imports_pytest() -> None:
+    importers = sorted(
+        name
+        for name, v in _visitors(types=True).items()
+        if v.outside & {"pytest", "_pytest"} and layer_of(name) not in ("pytest", "suite")
+    )
+    assert importers == []
+    # the check sees an import of pytest at all: the pytest layer does import it
+    assert "pytest" in _visitors(types=False)["pytest_ddtree.plugin"].outside
 
 
 def test_the_cycle_finder_finds_a_lazy_cycle() -> None:
@@ -137,10 +239,16 @@ def test_the_cycle_finder_finds_a_lazy_cycle() -> None:
 
 
 @pytest.mark.parametrize(
-    "first", ["pytest_ddtree.integrations", "pytest_ddtree.session", "pytest_ddtree.diagnose"]
+    "first",
+    [
+        "pytest_ddtree.pytest_plugin.integrations",
+        "pytest_ddtree.pytest_plugin.session",
+        "pytest_ddtree.checks.diagnose",
+    ],
 )
 def test_each_module_imports_fresh_first(first: str) -> None:
-    code = f"import {first}; from pytest_ddtree.session import WorkerPayload; WorkerPayload()"
+    session = "pytest_ddtree.pytest_plugin.session"
+    code = f"import {first}; from {session} import WorkerPayload; WorkerPayload()"
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
     )

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from pytest_ddtree.margin import Margin, classify, probe_fields
-from pytest_ddtree.settings import DEFAULT_NEAR_TIE, Lossless, SettingsError, resolve
+from pytest_ddtree.checks.margin import Margin, classify, probe_fields
+from pytest_ddtree.core.options import resolve
+from pytest_ddtree.core.settings import DEFAULT_NEAR_TIE, Lossless, SettingsError
 from pytest_ddtree.wire import dialects
 from pytest_ddtree.wire.completion import Completion, RequestSpec, Timings, TokenLogprob
 from pytest_ddtree.wire.protocol import Exchange, StreamDecoder, assemble

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from invariants.factories import completion
 
-from pytest_ddtree.invariants import check
-from pytest_ddtree.runtime import expectation_kwargs
-from pytest_ddtree.settings import resolve
+from pytest_ddtree.checks.invariants import check
+from pytest_ddtree.core.options import resolve
+from pytest_ddtree.pytest_plugin.runtime import expectation_kwargs
 
 TEXT = (
     "Rivers carry silt from the hills to the sea, and the towns along them grew "

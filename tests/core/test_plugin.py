@@ -297,7 +297,7 @@ def _squeezed(text: str) -> str:
 
 
 def test_help_renders_every_option(pytester: pytest.Pytester) -> None:
-    from pytest_ddtree.settings import OPTIONS
+    from pytest_ddtree.core.options import OPTIONS
 
     result = pytester.runpytest("--help")
     assert result.ret == 0, result.stderr.str()
@@ -327,7 +327,7 @@ def test_short_summary_shows_the_codes_at_80_columns(
     result.assert_outcomes(failed=1)
     line = next(ln for ln in result.stdout.lines if ln.startswith("FAILED "))
     assert len(line) <= 80, line
-    # the old line, cut at 80 columns: "... - pytest_ddtree.violation.InvariantError: 1 out..."
+    # the old line, cut at 80 columns: "... - pytest_ddtree.core.violation.InvariantError: 1 out..."
     assert line.startswith("FAILED test_s.py::test_short - [finish-reason] 1 output-"), line
     # JUnit XML's failure message keeps the whole message, evidence included
     import xml.etree.ElementTree as ET
@@ -359,7 +359,7 @@ def test_short_summary_names_a_load_failure_without_its_module(
 
 
 def test_regression_lines_read_as_words() -> None:
-    from pytest_ddtree.summary import _regression_text
+    from pytest_ddtree.pytest_plugin.summary import _regression_text
 
     assert (
         _regression_text("Field 'min' has failed DifferenceRegressionCheck: 0.250000000 > 0.1")

@@ -4,18 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_ddtree.core.options import OPTIONS, apply_marker, check_reference_faults, resolve
+from pytest_ddtree.core.settings import DEFAULT_BUDGETS, Lossless, SettingsError, Timeout, budget_id
 from pytest_ddtree.reference.faults import FAULTS
-from pytest_ddtree.settings import (
-    DEFAULT_BUDGETS,
-    OPTIONS,
-    Lossless,
-    SettingsError,
-    Timeout,
-    apply_marker,
-    budget_id,
-    check_reference_faults,
-    resolve,
-)
 
 
 def run(
@@ -257,7 +248,7 @@ def test_bad_temperatures_name_value_and_source(cli, ini, env, needle) -> None:
 
 
 def test_settings_repr_is_short_and_names_what_was_set() -> None:
-    from pytest_ddtree.settings import resolve
+    from pytest_ddtree.core.options import resolve
 
     cli = {"ddtree_endpoint": "http://127.0.0.1:9/v1", "ddtree_api_key": "sk-secret"}
     s = resolve(cli, {}, {})

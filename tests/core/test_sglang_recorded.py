@@ -28,11 +28,10 @@ from typing import Any
 
 import pytest
 
-from pytest_ddtree import servermetrics
-from pytest_ddtree.invariants import check
-from pytest_ddtree.load import LoadPoint
-from pytest_ddtree.load.runner import completion_of, run_point
-from pytest_ddtree.wire import dialects
+from pytest_ddtree.checks.invariants import check
+from pytest_ddtree.measure.load import LoadPoint
+from pytest_ddtree.measure.load.runner import completion_of, run_point
+from pytest_ddtree.wire import dialects, servermetrics
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion
 from pytest_ddtree.wire.protocol import EndpointConfig

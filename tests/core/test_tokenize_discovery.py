@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from pytest_ddtree.runtime import start_runtime
-from pytest_ddtree.settings import resolve
+from pytest_ddtree.core.options import resolve
+from pytest_ddtree.pytest_plugin.runtime import start_runtime
 
 
 def _server(tokenize: Any) -> Iterator[str]:

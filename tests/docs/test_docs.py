@@ -21,9 +21,9 @@ from types import ModuleType
 
 import pytest
 
-from pytest_ddtree.invariants import CODES
+from pytest_ddtree.checks.invariants import CODES
+from pytest_ddtree.core.options import MARKER_KEYS, OPTIONS
 from pytest_ddtree.reference import FAULTS
-from pytest_ddtree.settings import MARKER_KEYS, OPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -201,7 +201,7 @@ def test_fixture_reference_shows_the_real_signatures() -> None:
     source = (DOCS / "writing-tests.md").read_text(encoding="utf-8")
     assert "<!-- ddtree:fixtures -->" in source
     page = _rendered("writing-tests.md")
-    from pytest_ddtree import fixtures
+    from pytest_ddtree.pytest_plugin import fixtures
 
     for fixture, name in hooks.FIXTURE_CLASSES:
         cls = getattr(fixtures, name)
@@ -211,8 +211,8 @@ def test_fixture_reference_shows_the_real_signatures() -> None:
 
 
 def test_every_code_and_fault_has_one_layer_vocabulary() -> None:
-    from pytest_ddtree.diagnose import TRANSPORT_CODES, VERDICT_TITLES
-    from pytest_ddtree.invariants import CODE_LAYERS, CODES, LAYERS
+    from pytest_ddtree.checks.diagnose import TRANSPORT_CODES, VERDICT_TITLES
+    from pytest_ddtree.checks.invariants import CODE_LAYERS, CODES, LAYERS
     from pytest_ddtree.reference.faults import FAULT_LAYERS, FAULTS
 
     assert CODE_LAYERS.keys() == CODES.keys()

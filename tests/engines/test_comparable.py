@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from pytest_ddtree import engines
-from pytest_ddtree.diagnose import run_lossless
-from pytest_ddtree.settings import Lossless
+from pytest_ddtree.checks.diagnose import run_lossless
+from pytest_ddtree.core.settings import Lossless
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.tokens import ServerCounter
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from pytest_ddtree import engines
-from pytest_ddtree.distribution import request_seeds, run_distribution
+from pytest_ddtree.checks.distribution import request_seeds, run_distribution
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.tokens import ServerCounter
 

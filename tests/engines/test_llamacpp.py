@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from pytest_ddtree import engines
-from pytest_ddtree.diagnose import Diagnoser, run_lossless
-from pytest_ddtree.invariants import check
-from pytest_ddtree.settings import Lossless
+from pytest_ddtree.checks.diagnose import Diagnoser, run_lossless
+from pytest_ddtree.checks.invariants import check
+from pytest_ddtree.core.settings import Lossless
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.tokens import ServerCounter, detect_tokenize_shape
 
@@ -88,7 +88,7 @@ def test_divergence_is_located_by_token(target: engines.LlamaCppServer, http: ht
     # at which token (counted by the engine's own /tokenize)
     client = client_for(target, http)
     try:
-        from pytest_ddtree.diagnose import compare_lossless
+        from pytest_ddtree.checks.diagnose import compare_lossless
 
         a = client.chat(PROSE_PROMPT, max_tokens=32)
         b = client.chat(PROSE_PROMPT + " Be brief.", max_tokens=32)
@@ -276,8 +276,8 @@ def test_endpoints_mode_sweeps_draft_lengths_and_shows_the_rate(
     draft: engines.LlamaCppServer, draft8: engines.LlamaCppServer, http: httpx.Client
 ) -> None:
     """One server per draft length (this build ignores a per-request speculative.n_max)."""
+    from pytest_ddtree.measure.sweep import SweepSample, summarize
     from pytest_ddtree.report.terminal import table_lines
-    from pytest_ddtree.sweep import SweepSample, summarize
 
     client = DDTreeClient(
         draft.base_url,

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from pytest_ddtree import engines
-from pytest_ddtree.invariants import check
+from pytest_ddtree.checks.invariants import check
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.tokens import ServerCounter
 

@@ -15,14 +15,14 @@ import httpx
 import pytest
 
 from pytest_ddtree import engines
-from pytest_ddtree.servermetrics import (
+from pytest_ddtree.wire.client import DDTreeClient
+from pytest_ddtree.wire.servermetrics import (
     CounterLog,
     GroupWatch,
     MetricsReader,
     RequestSums,
     default_metrics_url,
 )
-from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.tokens import ServerCounter
 
 pytestmark = pytest.mark.real_engine

@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from pytest_ddtree import engines
-from pytest_ddtree.diagnose import run_lossless
-from pytest_ddtree.margin import classify, probe_fields
-from pytest_ddtree.settings import DEFAULT_NEAR_TIE, Lossless, Timeout
+from pytest_ddtree.checks.diagnose import run_lossless
+from pytest_ddtree.checks.margin import classify, probe_fields
+from pytest_ddtree.core.settings import DEFAULT_NEAR_TIE, Lossless, Timeout
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.tokens import ServerCounter
 

@@ -32,12 +32,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pytest_ddtree import engines, servermetrics
-from pytest_ddtree.invariants import check
-from pytest_ddtree.load import LoadPoint
-from pytest_ddtree.load.runner import completion_of, run_point
-from pytest_ddtree.settings import Timeout
-from pytest_ddtree.wire import dialects
+from pytest_ddtree import engines
+from pytest_ddtree.checks.invariants import check
+from pytest_ddtree.core.settings import Timeout
+from pytest_ddtree.measure.load import LoadPoint
+from pytest_ddtree.measure.load.runner import completion_of, run_point
+from pytest_ddtree.wire import dialects, servermetrics
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.protocol import EndpointConfig
 from pytest_ddtree.wire.tokens import ServerCounter, detect_tokenize_shape

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pytest_ddtree import engines
-from pytest_ddtree.fixtures._sampling import PROBE_PROMPT
-from pytest_ddtree.sampling import PROBE_TOKENS, check_sampling
+from pytest_ddtree.checks.sampling import PROBE_TOKENS, check_sampling
+from pytest_ddtree.pytest_plugin.fixtures._sampling import PROBE_PROMPT
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion
 

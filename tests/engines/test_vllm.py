@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from pytest_ddtree import engines
-from pytest_ddtree.invariants import check
-from pytest_ddtree.settings import Timeout
+from pytest_ddtree.checks.invariants import check
+from pytest_ddtree.core.settings import Timeout
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.tokens import ServerCounter, detect_tokenize_shape
 

@@ -16,21 +16,21 @@ from typing import Any
 
 import pytest
 
-from pytest_ddtree.invariants import check
-from pytest_ddtree.load import LoadPoint
-from pytest_ddtree.load.runner import completion_of, run_point
-from pytest_ddtree.servermetrics import (
+from pytest_ddtree.checks.invariants import check
+from pytest_ddtree.measure.load import LoadPoint
+from pytest_ddtree.measure.load.runner import completion_of, run_point
+from pytest_ddtree.measure.sweep import SweepSample, summarize
+from pytest_ddtree.measure.sweep.statistics import speculation_warnings
+from pytest_ddtree.wire.client import DDTreeClient
+from pytest_ddtree.wire.completion import Completion
+from pytest_ddtree.wire.protocol import EndpointConfig
+from pytest_ddtree.wire.servermetrics import (
     CounterLog,
     GroupWatch,
     MetricsReader,
     RequestSums,
     default_metrics_url,
 )
-from pytest_ddtree.sweep import SweepSample, summarize
-from pytest_ddtree.sweep.statistics import speculation_warnings
-from pytest_ddtree.wire.client import DDTreeClient
-from pytest_ddtree.wire.completion import Completion
-from pytest_ddtree.wire.protocol import EndpointConfig
 
 pytestmark = pytest.mark.real_engine
 

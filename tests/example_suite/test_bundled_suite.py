@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ddtree import bundle
+from pytest_ddtree.pytest_plugin import bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = ("--ddtree-reference-latency", "off", "-p", "no:xdist")
@@ -114,7 +114,7 @@ def test_targets_suite_only_for_the_suite() -> None:
 
 
 def _init(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return _run(cwd, "-m", "pytest_ddtree.bundle", "init", *args)
+    return _run(cwd, "-m", "pytest_ddtree.pytest_plugin.bundle", "init", *args)
 
 
 def test_init_writes_a_suite_that_runs_where_it_was_written(tmp_path: Path) -> None:
@@ -178,13 +178,13 @@ def test_init_fails_in_one_line(tmp_path: Path, setup: str) -> None:
 
 
 def test_init_needs_a_directory_argument(tmp_path: Path) -> None:
-    result = _run(tmp_path, "-m", "pytest_ddtree.bundle")
+    result = _run(tmp_path, "-m", "pytest_ddtree.pytest_plugin.bundle")
     assert result.returncode == 2
     assert "init" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_the_suite_ini_layer_sits_between_the_users_ini_and_the_environment() -> None:
-    from pytest_ddtree.settings import resolve
+    from pytest_ddtree.core.options import resolve
 
     suite = bundle.suite_ini()
     assert suite["ddtree_max_tokens"] == "96"
@@ -203,7 +203,8 @@ def test_the_suite_ini_layer_sits_between_the_users_ini_and_the_environment() ->
 
 @pytest.mark.parametrize("raw", ["0", "fast", "11", "nan"])
 def test_a_bad_slowdown_is_one_line(raw: str) -> None:
-    from pytest_ddtree.settings import SettingsError, resolve
+    from pytest_ddtree.core.options import resolve
+    from pytest_ddtree.core.settings import SettingsError
 
     with pytest.raises(SettingsError) as info:
         resolve({}, {"ddtree_reference_slowdown": raw}, {})

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ddtree.invariants import Expectation
-from pytest_ddtree.prompts import PromptFileError, load_prompts
-from pytest_ddtree.settings import SettingsError, parse_prompts
+from pytest_ddtree.checks.invariants import Expectation
+from pytest_ddtree.core.prompts import PromptFileError, load_prompts
+from pytest_ddtree.core.settings import SettingsError, parse_prompts
 
 SUITE_PROMPTS = Path(__file__).resolve().parents[2] / "pytest_ddtree" / "suite" / "prompts.json"
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ddtree.invariants import check
-from pytest_ddtree.load import LoadTester
-from pytest_ddtree.load.tester import LoadError
-from pytest_ddtree.settings import Timeout
+from pytest_ddtree.checks.invariants import check
+from pytest_ddtree.core.settings import Timeout
+from pytest_ddtree.measure.load import LoadTester
+from pytest_ddtree.measure.load.tester import LoadError
 from pytest_ddtree.wire.protocol import EndpointConfig, StallGuard
 
 from ._hostile import HostileServer

@@ -13,9 +13,9 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_ddtree.invariants import check
-from pytest_ddtree.settings import DIALECTS
-from pytest_ddtree.violation import Violation
+from pytest_ddtree.checks.invariants import check
+from pytest_ddtree.core.settings import DIALECTS
+from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.wire import dialects
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion

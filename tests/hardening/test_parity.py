@@ -20,10 +20,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_ddtree.invariants import check
-from pytest_ddtree.load import LoadPoint
-from pytest_ddtree.load.runner import completion_of, run_point
-from pytest_ddtree.settings import Timeout
+from pytest_ddtree.checks.invariants import check
+from pytest_ddtree.core.settings import Timeout
+from pytest_ddtree.measure.load import LoadPoint
+from pytest_ddtree.measure.load.runner import completion_of, run_point
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion, ErrorKind
 from pytest_ddtree.wire.protocol import EndpointConfig

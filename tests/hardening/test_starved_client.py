@@ -116,7 +116,7 @@ class _GatedHandler(BaseHTTPRequestHandler):
 _CHILD = textwrap.dedent(
     """
     import json, sys
-    from pytest_ddtree.invariants import check
+    from pytest_ddtree.checks.invariants import check
     from pytest_ddtree.wire.client import DDTreeClient
     with DDTreeClient(sys.argv[1], dialect="ddtree") as client:
         c = client.chat("rivers", max_tokens=10, tree_budget=16)

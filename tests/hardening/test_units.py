@@ -8,11 +8,12 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_ddtree import _guard
-from pytest_ddtree.diagnose import Diagnoser
-from pytest_ddtree.invariants import check
-from pytest_ddtree.settings import MAX_BUDGET, MAX_MAX_TOKENS, SettingsError, Timeout, resolve
-from pytest_ddtree.violation import Violation
+from pytest_ddtree.checks.diagnose import Diagnoser
+from pytest_ddtree.checks.invariants import check
+from pytest_ddtree.core.options import resolve
+from pytest_ddtree.core.settings import MAX_BUDGET, MAX_MAX_TOKENS, SettingsError, Timeout
+from pytest_ddtree.core.violation import Violation
+from pytest_ddtree.pytest_plugin import _guard
 from pytest_ddtree.wire import _net
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import RequestSpec
@@ -200,7 +201,7 @@ def test_retries_and_counter_failures_reach_the_report_metadata() -> None:
         client = Client()
         baseline = None
 
-    from pytest_ddtree.sweep import RunMetadata
+    from pytest_ddtree.measure.sweep import RunMetadata
 
     meta = RunMetadata(notes=["Weakened run"])
     _guard.transport_metadata(meta, Runtime())

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from pytest_ddtree.invariants import BudgetSample, check_budget_ignored, check_determinism
+from pytest_ddtree.checks.invariants import BudgetSample, check_budget_ignored, check_determinism
 
 from .factories import HEALTHY_TEXT, completion
 

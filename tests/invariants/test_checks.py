@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_ddtree.invariants import CODES, Expectation, assert_valid, check
-from pytest_ddtree.violation import InvariantError
+from pytest_ddtree.checks.invariants import CODES, Expectation, assert_valid, check
+from pytest_ddtree.core.violation import InvariantError
 from pytest_ddtree.wire.completion import SpecStats, StreamInfo, Usage
 
 from .factories import HEALTHY_TEXT, FakeCounter, completion, replace
@@ -461,7 +461,7 @@ def test_assert_valid_lists_every_violation():
 
 
 def test_assert_valid_hides_its_frame():
-    import pytest_ddtree.invariants._core as core
+    import pytest_ddtree.checks.invariants._core as core
 
     assert core.assert_valid.__code__.co_varnames[0] == "completion"
     assert "__tracebackhide__" in core.assert_valid.__code__.co_varnames

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_ddtree.invariants import Expectation, check
-from pytest_ddtree.invariants._loop import (
+from pytest_ddtree.checks.invariants import Expectation, check
+from pytest_ddtree.checks.invariants._loop import (
     char_loop,
     list_loop,
     readable_unit,

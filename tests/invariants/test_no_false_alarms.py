@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ddtree.invariants import Expectation, check
-from pytest_ddtree.invariants._loop import char_periods, list_loop, token_periods
-from pytest_ddtree.invariants._text import loop_share, repetition
+from pytest_ddtree.checks.invariants import Expectation, check
+from pytest_ddtree.checks.invariants._loop import char_periods, list_loop, token_periods
+from pytest_ddtree.checks.invariants._text import loop_share, repetition
 
 from .factories import HEALTHY_TEXT, FakeCounter, RecordedCounter, completion, fake_count
 

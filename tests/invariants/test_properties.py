@@ -7,7 +7,7 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_ddtree.invariants import (
+from pytest_ddtree.checks.invariants import (
     CODES,
     BudgetSample,
     check,

@@ -8,8 +8,13 @@ from typing import Any
 
 import pytest
 
-from pytest_ddtree.invariants import BudgetSample, check, check_budget_ignored, check_determinism
-from pytest_ddtree.settings import Timeout
+from pytest_ddtree.checks.invariants import (
+    BudgetSample,
+    check,
+    check_budget_ignored,
+    check_determinism,
+)
+from pytest_ddtree.core.settings import Timeout
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion
 from pytest_ddtree.wire.tokens import TokenizerCounter

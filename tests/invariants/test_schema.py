@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_ddtree.invariants import SCHEMA_NAMES, check, load_schema, schema_errors
-from pytest_ddtree.invariants._fastschema import compile_schema
-from pytest_ddtree.invariants._schema import _fast, validator
+from pytest_ddtree.checks.invariants import SCHEMA_NAMES, check, load_schema, schema_errors
+from pytest_ddtree.checks.invariants._fastschema import compile_schema
+from pytest_ddtree.checks.invariants._schema import _fast, validator
 from pytest_ddtree.wire.completion import StreamInfo
 
 from .factories import chat_body, chunks_for, completion, split

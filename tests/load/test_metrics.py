@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_ddtree.load import (
+from pytest_ddtree.measure.load import (
     SLO,
     ClientHealth,
     LoadPoint,
@@ -22,7 +22,7 @@ from pytest_ddtree.load import (
     percentiles,
     summarize_point,
 )
-from pytest_ddtree.load.metrics import BUSY_SHARE, CPU_LIMIT, LAG_LIMIT
+from pytest_ddtree.measure.load.metrics import BUSY_SHARE, CPU_LIMIT, LAG_LIMIT
 
 C4 = LoadPoint("concurrency", 4)
 
@@ -249,7 +249,7 @@ def _cells(line: str) -> list[str]:
 
 
 def test_table_columns_stay_apart_for_every_budget_label() -> None:
-    from pytest_ddtree.load import render_table
+    from pytest_ddtree.measure.load import render_table
 
     c1, c16 = LoadPoint("concurrency", 1), LoadPoint("concurrency", 16)
     samples = [
@@ -276,7 +276,7 @@ def test_the_servers_own_budget_is_a_choice_not_no_budget() -> None:
     assert schedule.text() == "all C: server-default"
     assert schedule.to_json()["points"][0]["budget_label"] == "server-default"
     assert schedule.to_json()["points"][0]["chosen"] is True
-    from pytest_ddtree.load import render_table
+    from pytest_ddtree.measure.load import render_table
 
     text = render_table(stats, schedule)
     assert "best at C=1: server-default (TPOT p50" in text and "no budget" not in text
@@ -289,8 +289,8 @@ def test_the_servers_own_budget_is_a_choice_not_no_budget() -> None:
 
 
 def test_acceptance_rate_and_never_drafted_are_shown() -> None:
-    from pytest_ddtree.load import render_table
-    from pytest_ddtree.load.metrics import speculation_warnings
+    from pytest_ddtree.measure.load import render_table
+    from pytest_ddtree.measure.load.metrics import speculation_warnings
 
     c1 = LoadPoint("concurrency", 1)
     drafted = [
@@ -324,9 +324,9 @@ def test_acceptance_rate_and_never_drafted_are_shown() -> None:
 def test_html_keeps_the_servers_budget_apart_and_marks_no_drafts() -> None:
     from html import escape
 
-    from pytest_ddtree.load.html import render_load_section
-    from pytest_ddtree.load.metrics import speculation_warnings
-    from pytest_ddtree.load.record import LoadTestResult
+    from pytest_ddtree.measure.load.metrics import speculation_warnings
+    from pytest_ddtree.measure.load.record import LoadTestResult
+    from pytest_ddtree.report.load_html import render_load_section
 
     c1 = LoadPoint("concurrency", 1)
     samples = [
@@ -344,9 +344,9 @@ def test_html_keeps_the_servers_budget_apart_and_marks_no_drafts() -> None:
 
 
 def test_no_best_budget_says_why_in_the_terminal_the_json_and_the_html() -> None:
-    from pytest_ddtree.load import render_table
-    from pytest_ddtree.load.html import render_load_section
-    from pytest_ddtree.load.record import LoadTestResult
+    from pytest_ddtree.measure.load import render_table
+    from pytest_ddtree.measure.load.record import LoadTestResult
+    from pytest_ddtree.report.load_html import render_load_section
 
     c1 = LoadPoint("concurrency", 1)
     # every request valid, none counted (no usage, the counter failed): no TPOT to rank
@@ -375,10 +375,10 @@ def test_no_best_budget_says_why_in_the_terminal_the_json_and_the_html() -> None
 def test_a_load_point_without_speculative_statistics_is_named() -> None:
     from html import escape
 
-    from pytest_ddtree.load import render_table
-    from pytest_ddtree.load.html import render_load_section
-    from pytest_ddtree.load.metrics import speculation_warnings
-    from pytest_ddtree.load.record import LoadTestResult
+    from pytest_ddtree.measure.load import render_table
+    from pytest_ddtree.measure.load.metrics import speculation_warnings
+    from pytest_ddtree.measure.load.record import LoadTestResult
+    from pytest_ddtree.report.load_html import render_load_section
 
     c1, c4 = LoadPoint("concurrency", 1), LoadPoint("concurrency", 4)
     silent = [
@@ -414,9 +414,9 @@ def test_a_load_point_without_speculative_statistics_is_named() -> None:
 
 def test_load_tables_are_sorted_by_budget_then_load_point() -> None:
     """The run visits load point by load point; both tables read budget by budget."""
-    from pytest_ddtree.load import render_table
-    from pytest_ddtree.load.html import render_load_section
-    from pytest_ddtree.load.record import LoadTestResult
+    from pytest_ddtree.measure.load import render_table
+    from pytest_ddtree.measure.load.record import LoadTestResult
+    from pytest_ddtree.report.load_html import render_load_section
 
     points = [LoadPoint("concurrency", c) for c in (8, 1, 16, 2)]
     budgets: list[int | None] = [64, None, 16, 1024]
@@ -444,14 +444,16 @@ def test_load_tables_are_sorted_by_budget_then_load_point() -> None:
 def test_load_charts_share_the_reports_scale_and_say_when_empty() -> None:
     import re
 
-    from pytest_ddtree.load.html import latency_chart
+    from pytest_ddtree.report.charts import HEIGHT, NARROW
+    from pytest_ddtree.report.load_html import latency_chart
 
     c1, c4 = LoadPoint("concurrency", 1), LoadPoint("concurrency", 4)
     stats, _ = analyse(_tpot_samples(c1, 16, 0.01) + _tpot_samples(c4, 16, 0.02))
     chart = latency_chart(stats, "tpot", "TPOT vs load")
     size = re.search(r'<svg class="chart load"[^>]*width="(\d+)" height="(\d+)"', chart)
     assert size is not None, chart
-    assert (size.group(1), size.group(2)) == ("560", "300")  # acceptance by depth's size
+    # the chart engine's size, as acceptance by depth's
+    assert (size.group(1), size.group(2)) == (str(NARROW), str(HEIGHT))
     # the report's type scale (its .tick and .axis-title classes), no font size of its own
     assert "font-size" not in chart and 'class="tick"' in chart and 'class="axis-title"' in chart
     # every request invalid: no figure to draw, and the page says so in words

@@ -188,7 +188,7 @@ def test_xdist_merge_equals_one_process_on_the_same_samples(
     pytester: pytest.Pytester, fast_server: Any
 ) -> None:
     """The controller recomputes percentiles from the workers' raw samples."""
-    from pytest_ddtree.load import LoadSample, analyse
+    from pytest_ddtree.measure.load import LoadSample, analyse
 
     pytester.makepyfile(test_load=TEST_FILE)
     report = pytester.path / "report"
@@ -309,7 +309,7 @@ def test_load_at_a_temperature_the_server_ignores_sends_nothing(
 
 
 def test_load_seeds_are_the_same_at_every_budget() -> None:
-    from pytest_ddtree.load.tester import _seeded
+    from pytest_ddtree.measure.load.tester import _seeded
 
     assert _seeded({"x": 1}, 0.0, 0, "p0", 3) == {"x": 1}
     hot = _seeded(None, 0.7, 0, "p0", 3)
@@ -385,7 +385,7 @@ def test_adaptive_under_xdist_stops_in_one_line(pytester: pytest.Pytester) -> No
 
 INTERRUPTED = textwrap.dedent(
     """
-    import pytest_ddtree.load.tester as tester
+    import pytest_ddtree.measure.load.tester as tester
 
     PROMPTS = ["Write a long essay about rivers.", "Write a detailed article about bees."]
 

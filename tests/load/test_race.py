@@ -6,11 +6,11 @@ import random
 
 import pytest
 
-from pytest_ddtree.load import LoadPoint, LoadRecord, LoadSample, analyse, summarize_point
-from pytest_ddtree.load.metrics import ClientHealth, chain_health
-from pytest_ddtree.load.race import PointRace, PointRacer, Run, chunk_size, race_point
-from pytest_ddtree.load.runner import CLIENT_TIMEOUT
-from pytest_ddtree.load.tester import render_table
+from pytest_ddtree.measure.load import LoadPoint, LoadRecord, LoadSample, analyse, summarize_point
+from pytest_ddtree.measure.load.metrics import ClientHealth, chain_health
+from pytest_ddtree.measure.load.race import PointRace, PointRacer, Run, chunk_size, race_point
+from pytest_ddtree.measure.load.runner import CLIENT_TIMEOUT
+from pytest_ddtree.measure.load.tester import render_table
 
 C1, C4, C16 = (LoadPoint("concurrency", c) for c in (1, 4, 16))
 
@@ -209,7 +209,7 @@ def _later(s: LoadSample, by: float) -> LoadSample:
 
 
 def test_too_few_requests_for_a_race_stop_before_anything_is_sent() -> None:
-    from pytest_ddtree.load import LoadTester
+    from pytest_ddtree.measure.load import LoadTester
 
     tester = LoadTester(None, judge=None, tree_budgets=(16, 64), sweep="adaptive")  # type: ignore[arg-type]
     with pytest.raises(ValueError) as err:
@@ -251,7 +251,7 @@ def test_runs_with_a_saturated_client_count_but_do_not_race() -> None:
 
 
 def test_a_tester_sharing_its_points_with_other_processes_runs_them_in_full() -> None:
-    from pytest_ddtree.load import LoadTester
+    from pytest_ddtree.measure.load import LoadTester
 
     shared = LoadTester(None, judge=None, tree_budgets=(16, 64), sweep="adaptive", shares=2)  # type: ignore[arg-type]
     assert not shared.racing((16, 64))

@@ -6,7 +6,7 @@ import random
 import subprocess
 import sys
 
-from pytest_ddtree.load import (
+from pytest_ddtree.measure.load import (
     SLO,
     ClientHealth,
     LoadPoint,
@@ -15,7 +15,7 @@ from pytest_ddtree.load import (
     analyse,
     merge_records,
 )
-from pytest_ddtree.session import WorkerPayload
+from pytest_ddtree.pytest_plugin.session import WorkerPayload
 
 POINT = LoadPoint("concurrency", 4)
 
@@ -103,7 +103,7 @@ def test_a_record_without_samples_leaves_no_test() -> None:
 def test_importing_the_plugin_does_not_load_the_load_package() -> None:
     code = (
         "import sys, pytest_ddtree.plugin; "
-        "print(sorted(m for m in sys.modules if m.startswith('pytest_ddtree.load')))"
+        "print(sorted(m for m in sys.modules if m.startswith('pytest_ddtree.measure.load')))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from pytest_ddtree.invariants import check
-from pytest_ddtree.load import Endpoint, LoadError, LoadPoint, LoadTester, parse_slo
-from pytest_ddtree.load.runner import run_point
+from pytest_ddtree.checks.invariants import check
+from pytest_ddtree.measure.load import Endpoint, LoadError, LoadPoint, LoadTester, parse_slo
+from pytest_ddtree.measure.load.runner import run_point
 from pytest_ddtree.reference import spawn_reference_server, tokenizer_path
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS, optimal_schedule
 from pytest_ddtree.wire.tokens import load_counter
@@ -121,7 +121,7 @@ def test_schedule_matches_the_batching_servers_optimum(timed_server: Any) -> Non
 def test_a_request_the_loop_stalled_in_has_its_speed_claim_withheld() -> None:
     """The event loop's late wake-ups over one request's decode window: that request's
     rate comparison is withheld (counted on the sample), the others are judged."""
-    from pytest_ddtree.load.runner import completion_of, validate
+    from pytest_ddtree.measure.load.runner import completion_of, validate
     from pytest_ddtree.wire.health import StallLog
 
     counter = load_counter(str(tokenizer_path()))
@@ -156,7 +156,7 @@ def test_a_request_the_loop_stalled_in_has_its_speed_claim_withheld() -> None:
 def test_a_saturated_client_withholds_only_its_timing_checks() -> None:
     """The server's decode rate is compared with the client's own timings only when the
     client kept up; the checks that need no client timing (acceptance) still judge."""
-    from pytest_ddtree.load.runner import completion_of, validate
+    from pytest_ddtree.measure.load.runner import completion_of, validate
 
     counter = load_counter(str(tokenizer_path()))
 

@@ -9,8 +9,10 @@ from typing import Any
 import httpx
 import pytest
 
+from pytest_ddtree.measure.sweep.drift import DRIFT_PAIRS
 from pytest_ddtree.reference import start_reference_server, tokenizer_path
-from pytest_ddtree.servermetrics import (
+from pytest_ddtree.wire.client import DDTreeClient
+from pytest_ddtree.wire.servermetrics import (
     CounterDelta,
     CounterLog,
     GroupWatch,
@@ -23,8 +25,6 @@ from pytest_ddtree.servermetrics import (
     parse,
     stats_disagreement,
 )
-from pytest_ddtree.sweep.drift import DRIFT_PAIRS
-from pytest_ddtree.wire.client import DDTreeClient
 
 PROMPTS = {
     "rivers": "Write a short essay about rivers and the towns along them.",

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from pytest_ddtree.diagnose import Diagnoser
-from pytest_ddtree.invariants import check
+from pytest_ddtree.checks.diagnose import Diagnoser
+from pytest_ddtree.checks.invariants import check
 from pytest_ddtree.reference import ReferenceServer, start_reference_server
 from pytest_ddtree.reference.model import ReferenceModel
 from pytest_ddtree.wire.client import DDTreeClient

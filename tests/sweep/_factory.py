@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from pytest_ddtree.sweep import SweepSample
+from pytest_ddtree.measure.sweep import SweepSample
 from pytest_ddtree.wire.completion import Completion, RequestSpec, SpecStats, Timings, Usage
 
 

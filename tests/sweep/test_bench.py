@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from pytest_ddtree.bench import (
+from pytest_ddtree.core.violation import InvariantError, Violation
+from pytest_ddtree.measure.bench import (
     discard_timings,
     group_name,
     keep_passed,
     machine_info_extra,
     run_gated,
 )
-from pytest_ddtree.sweep import SweepSample
-from pytest_ddtree.violation import InvariantError, Violation
+from pytest_ddtree.measure.sweep import SweepSample
 from pytest_ddtree.wire.completion import Completion
 
 from ._factory import make_completion

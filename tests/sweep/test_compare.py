@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_ddtree.measure.sweep import SweepRun, SweepSample
 from pytest_ddtree.report import write_sweep_json
 from pytest_ddtree.report.compare import compare_runs, main, parse_threshold
-from pytest_ddtree.sweep import SweepRun, SweepSample
 
 from ._factory import synthetic_sweep
 

@@ -10,14 +10,15 @@ from typing import Any
 
 import pytest
 
+from pytest_ddtree.core.options import resolve
+from pytest_ddtree.core.settings import SettingsError
+from pytest_ddtree.measure.sweep import SweepPlan, SweepSample, summarize
+from pytest_ddtree.measure.sweep.drift import DRIFT_MARGIN, DRIFT_PAIRS
+from pytest_ddtree.measure.sweep.statistics import check_drift
 from pytest_ddtree.reference import ServerOptions, start_reference_server, tokenizer_path
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS
 from pytest_ddtree.reference.server import options_to_argv
 from pytest_ddtree.report import read_sweep_json
-from pytest_ddtree.settings import SettingsError, resolve
-from pytest_ddtree.sweep import SweepPlan, SweepSample, summarize
-from pytest_ddtree.sweep.drift import DRIFT_MARGIN, DRIFT_PAIRS
-from pytest_ddtree.sweep.statistics import check_drift
 
 PROMPTS = ("a", "b", "c", "d")
 

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from pytest_ddtree.machine import run_probe, scrub, server_info
+from pytest_ddtree.measure.machine import run_probe, scrub, server_info
 from pytest_ddtree.reference import tokenizer_path
 from pytest_ddtree.report import read_sweep_json
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from pytest_ddtree.measure.sweep import SweepPlan
 from pytest_ddtree.reference import tokenizer_path
 from pytest_ddtree.report import read_sweep_json
-from pytest_ddtree.sweep import SweepPlan
 
 PROMPT = "Write a long essay about rivers and the valleys they shape."
 

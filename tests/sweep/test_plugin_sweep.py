@@ -76,7 +76,7 @@ def test_ddtree_sweep_reports_invalid_budgets(
     pytester.makepyfile(
         test_sweep="""
         import pytest
-        from pytest_ddtree.violation import InvariantError
+        from pytest_ddtree.core.violation import InvariantError
 
         def test_sweep(ddtree_sweep):
             with pytest.raises(InvariantError) as info:

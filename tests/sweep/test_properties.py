@@ -7,10 +7,10 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pytest_ddtree.measure.sweep import SweepRun, SweepSample, summarize
 from pytest_ddtree.report import render_html, table_lines
 from pytest_ddtree.report.compare import compare_runs
 from pytest_ddtree.report.jsonfile import sweep_from_json, sweep_to_json
-from pytest_ddtree.sweep import SweepRun, SweepSample, summarize
 
 _rate = st.one_of(st.none(), st.floats(min_value=0.0, max_value=1e6, allow_nan=False))
 _text = st.text(max_size=20)

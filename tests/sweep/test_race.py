@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from pytest_ddtree.sweep.race import (
+from pytest_ddtree.measure.sweep.race import (
     Judgement,
     Race,
     RaceRule,
@@ -79,7 +79,7 @@ def test_looks_spend_the_confidence_so_all_looks_add_up_to_it() -> None:
 
 
 def test_the_t_quantile_matches_the_tables() -> None:
-    from pytest_ddtree.sweep.race import _t_quantile
+    from pytest_ddtree.measure.sweep.race import _t_quantile
 
     tables = [(0.975, 1, 12.706), (0.975, 2, 4.303), (0.995, 2, 9.925), (0.975, 3, 3.182)]
     for p, df, table in [*tables, (0.975, 6, 2.447), (0.995, 10, 3.169)]:

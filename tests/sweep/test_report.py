@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ddtree.invariants import check
+from pytest_ddtree.checks.invariants import check
+from pytest_ddtree.measure.sweep import DepthProfile, SweepRun, SweepSample, deeper_line
 from pytest_ddtree.reference import ReferenceServer
 from pytest_ddtree.report import (
     SCHEMA_VERSION,
@@ -23,7 +24,6 @@ from pytest_ddtree.report import (
     write_sweep_json,
 )
 from pytest_ddtree.report.jsonfile import SWEEP_JSON_SCHEMA, sweep_from_json
-from pytest_ddtree.sweep import DepthProfile, SweepRun, SweepSample, deeper_line
 from pytest_ddtree.wire.client import DDTreeClient
 
 from ._factory import synthetic_sweep
@@ -220,8 +220,8 @@ def test_report_files_are_readable_as_the_umask_allows(tmp_path: Path) -> None:
 
 
 def test_acceptance_rate_is_shown_where_the_length_is_unknown() -> None:
+    from pytest_ddtree.measure.sweep import SweepSample, budget_stats, summarize
     from pytest_ddtree.report.terminal import acceptance_cell, table_lines
-    from pytest_ddtree.sweep import SweepSample, budget_stats, summarize
 
     samples = [
         SweepSample(
@@ -244,7 +244,7 @@ def test_acceptance_rate_is_shown_where_the_length_is_unknown() -> None:
 
 
 def test_a_sweep_that_never_drafted_says_so() -> None:
-    from pytest_ddtree.sweep import summarize
+    from pytest_ddtree.measure.sweep import summarize
 
     samples = [
         SweepSample(
@@ -373,7 +373,7 @@ def test_no_histogram_no_depth_section() -> None:
 
 
 def test_a_sweep_whose_server_sent_no_speculative_statistics_says_so() -> None:
-    from pytest_ddtree.sweep import summarize
+    from pytest_ddtree.measure.sweep import summarize
 
     # budget 16: three answers read for statistics, none carried any (a server without
     # speculation); budget 64: they came back; budget 128: none were asked for
@@ -413,3 +413,33 @@ def test_a_sweep_whose_server_sent_no_speculative_statistics_says_so() -> None:
     assert SweepSample.from_json(samples[0].to_json()).spec_reported is False
     with pytest.raises(ValueError, match="'spec_reported' must be true, false or null"):
         SweepSample.from_json({**samples[0].to_json(), "spec_reported": "no"})
+
+
+def test_every_chart_of_the_page_has_one_size_and_font_scale(
+    reference_server: ReferenceServer,
+) -> None:
+    from pytest_ddtree.measure.load import LoadPoint, LoadSample, analyse
+    from pytest_ddtree.measure.load.record import LoadTestResult
+    from pytest_ddtree.report.charts import HEIGHT, NARROW, WIDE
+
+    points = (LoadPoint("concurrency", 1), LoadPoint("concurrency", 4))
+    samples = [
+        LoadSample(p, b, float(i), 1.0, 0.1 + 0.01 * i, (0.01, 0.02), 50, True)
+        for p in points
+        for b in (None, 16)
+        for i in range(3)
+    ]
+    stats, schedule = analyse(samples)
+    load = LoadTestResult("t.py::test_load", 1, ("main",), False, stats, schedule, tuple(samples))
+    html = render_html(_depth_run(reference_server), load=[load])
+    frames = re.findall(
+        r'<svg class="chart( depth| load)?" width="(\d+)" height="(\d+)" viewBox="0 0 (\d+) (\d+)"',
+        html,
+    )
+    kinds = sorted({kind for kind, *_ in frames})
+    assert kinds == ["", " depth", " load"], kinds
+    assert html.count("<svg") == len(frames) + html.count('<span class="lg"><svg')
+    for _, w, h, vw, vh in frames:
+        assert (int(w), int(h)) in ((WIDE, HEIGHT), (NARROW, HEIGHT)) and (w, h) == (vw, vh)
+    charts = re.findall(r'<svg class="chart.*?</svg>', html, re.S)
+    assert charts and not any("font-size" in c or "style=" in c for c in charts)

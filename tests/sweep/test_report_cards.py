@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from pytest_ddtree.analysis import _partial
+from pytest_ddtree.measure.sweep import SweepRun, SweepSample, SweepSummary, summarize
+from pytest_ddtree.pytest_plugin.analysis import _partial
 from pytest_ddtree.report import render_html
 from pytest_ddtree.report.html import card_state
-from pytest_ddtree.sweep import SweepRun, SweepSample, SweepSummary, summarize
 
 from ._factory import synthetic_sweep
 from .test_drift import _samples as drift_samples

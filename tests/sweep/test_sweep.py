@@ -7,7 +7,8 @@ import statistics
 
 import pytest
 
-from pytest_ddtree.sweep import (
+from pytest_ddtree.core.violation import Violation
+from pytest_ddtree.measure.sweep import (
     SweepPlan,
     SweepSample,
     bootstrap_median_ci,
@@ -21,8 +22,7 @@ from pytest_ddtree.sweep import (
     run_sweep,
     summarize,
 )
-from pytest_ddtree.sweep.race import RaceRule
-from pytest_ddtree.violation import Violation
+from pytest_ddtree.measure.sweep.race import RaceRule
 from pytest_ddtree.wire.completion import Completion
 
 from ._factory import make_completion, synthetic_sweep

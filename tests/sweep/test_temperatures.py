@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from pytest_ddtree.checks.sampling import check_sampling, request_seed
+from pytest_ddtree.measure.sweep import SweepSample, summarize
+from pytest_ddtree.measure.sweep.temperature import summarize_temperatures
 from pytest_ddtree.reference import tokenizer_path
 from pytest_ddtree.report import read_sweep_json
-from pytest_ddtree.sampling import check_sampling, request_seed
-from pytest_ddtree.sweep import SweepSample, summarize
-from pytest_ddtree.sweep.temperature import summarize_temperatures
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion
 
@@ -240,8 +240,8 @@ def test_a_server_that_ignores_sampling_is_named_and_not_timed(
 
 
 def test_compare_never_compares_across_temperatures() -> None:
+    from pytest_ddtree.measure.sweep import SweepRun
     from pytest_ddtree.report.compare import compare_runs
-    from pytest_ddtree.sweep import SweepRun
 
     baseline = SweepRun(samples=_samples(0.0, 64))
     # at 0.7 budget 64 is far slower than at 0: pooled, it would read as a regression

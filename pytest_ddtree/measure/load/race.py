@@ -1,0 +1,350 @@
+"""Racing the tree budgets of one load point (``--ddtree-sweep adaptive``).
+
+At a load point every budget first gets a minimum batch of requests; from
+then on only the budgets still in contention get more, a *chunk* at a time,
+until the race is decided or the point's request budget is spent. The rule is
+the sweep's (:mod:`pytest_ddtree.measure.sweep.race`) on the median TPOT, lower
+better: a budget leaves once it is clearly slower than the leader by more
+than the practical margin, and the smallest budget as fast as the leader
+within the margin is recommended. A spent budget is *undecided*: no winner
+is forced.
+
+A chunk is sent as one run at the point's load, so it is at least C requests
+at a concurrency C (fewer would never reach C in flight; the ``C seen`` column
+shows what each budget got), and an eighth of the point's exhaustive requests:
+with the default 8 × C requests a chunk is one wave of C, and the race's first
+batch (two rounds at least) a quarter of the exhaustive count. The request
+budget of a point is what the exhaustive grid would send there (budgets ×
+requests): racing never costs more.
+
+A raced budget sends each prompt twice in a row (``LoadTester`` picks them), and
+the i-th run of every budget the same prompts. A run is one value of the race
+(its round): its requests are in flight together and share the run's conditions,
+so the race pairs budgets run by run, never request by request.
+
+An invalid request excludes its budget at the point, as in the exhaustive grid;
+a request that hit the client's own limits (a timeout, not sent) excludes it
+too, said as that, never as a verdict on the server. No pytest here.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pytest_ddtree.core.settings import budget_label
+from pytest_ddtree.measure.load.arrivals import LoadPoint
+from pytest_ddtree.measure.load.metrics import LoadSample
+from pytest_ddtree.measure.load.runner import CLIENT_TIMEOUT, NOT_SENT
+from pytest_ddtree.measure.sweep.race import Race, RaceRule, Standing
+
+__all__ = ["Left", "PointRace", "PointRacer", "Run", "chunk_size", "race_point", "race_rule"]
+
+Budget = int | None
+Outcome = Literal["decided", "undecided", "interrupted"]
+
+#: a chunk is at least this share of a point's exhaustive requests per budget (1/8)
+CHUNKS_PER_BUDGET = 8
+
+
+def chunk_size(point: LoadPoint, requests: int) -> int:
+    """Requests sent in one run of one budget: at least C, and an eighth of ``requests``."""
+    return max(point.concurrency or 1, -(-requests // CHUNKS_PER_BUDGET))
+
+
+def race_rule(equivalence: float, budgets: int, requests: int) -> RaceRule:
+    """The rule of a point's race: TPOT (lower is better), the exhaustive cost as budget."""
+    return RaceRule(
+        equivalence=equivalence, higher_is_better=False, max_requests=budgets * requests
+    )
+
+
+@dataclass(frozen=True)
+class Left:
+    """A budget that left a point's race: after how many requests at the point, and why."""
+
+    tree_budget: Budget
+    after_requests: int
+    n: int
+    status: str  # "out" (clearly slower) or "excluded" (an invalid or unanswered request)
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON."""
+        return {
+            "tree_budget": self.tree_budget,
+            "budget_label": budget_label(self.tree_budget),
+            "after_requests": self.after_requests,
+            "n": self.n,
+            "status": self.status,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Left:
+        """Inverse of :meth:`to_json`."""
+        return cls(
+            doc.get("tree_budget"),
+            int(doc["after_requests"]),
+            int(doc["n"]),
+            str(doc["status"]),
+            str(doc.get("reason", "")),
+        )
+
+
+@dataclass(frozen=True)
+class PointRace:
+    """How the race at one load point went.
+
+    ``requests`` were spent of ``max_requests``; ``recommended`` is set when
+    ``outcome`` is ``decided``. ``standing`` holds every budget's last status
+    (``leader``, ``as fast``, ``out``, ``in contention``, ``excluded``) with
+    its n and reason; ``left`` the budgets that left, in order.
+    """
+
+    point: LoadPoint
+    budgets: tuple[Budget, ...]
+    chunk: int
+    min_n: int
+    equivalence: float
+    confidence: float
+    max_requests: int
+    requests: int
+    outcome: Outcome
+    leader: Budget
+    recommended: Budget
+    left: tuple[Left, ...]
+    standing: tuple[tuple[Budget, int, str, str], ...]  # (budget, n, status, reason)
+    #: runs whose timings did not race: the client was saturated while they ran
+    discarded: int = 0
+
+    @property
+    def decided(self) -> bool:
+        """The race ended with a recommendation."""
+        return self.outcome == "decided"
+
+    @property
+    def contending(self) -> tuple[Budget, ...]:
+        """Budgets still in contention (with the leader) when the race stopped undecided."""
+        if self.decided:
+            return ()
+        return tuple(
+            b for b, _, status, _ in self.standing if status in ("leader", "in contention")
+        )
+
+    @property
+    def saved(self) -> int:
+        """Requests not spent against the point's budget (the exhaustive cost)."""
+        return self.max_requests - self.requests
+
+    def verdict(self) -> str:
+        """One line: decided after how many requests, or undecided and why."""
+        spent = f"{self.requests} of {self.max_requests} requests"
+        if self.discarded:
+            spent += (
+                f" ({self.discarded} run(s) not raced: the client was saturated, "
+                "no verdict on a budget)"
+            )
+        if self.decided:
+            return f"race decided after {spent}"
+        still = ", ".join(budget_label(b) for b in self.contending) or "none"
+        if self.outcome == "interrupted":
+            return f"race interrupted after {spent}: undecided (in contention: {still})"
+        if self.leader is None:
+            return f"race undecided after {spent}: no budget had every request valid"
+        return (
+            f"race undecided after {spent}: the point's request budget is spent with "
+            f"{still} in contention (no winner forced)"
+        )
+
+    def lines(self) -> list[str]:
+        """Per budget: who left the race when and why, who was as fast, who led."""
+        out = []
+        gone = {x.tree_budget: x for x in self.left}
+        for budget, n, status, reason in self.standing:
+            label = budget_label(budget)
+            if budget in gone:
+                x = gone[budget]
+                out.append(
+                    f"{label} {x.status} after {x.after_requests} requests (n={x.n}): {x.reason}"
+                )
+            elif status == "leader":
+                out.append(f"{label} leader (n={n})")
+            else:
+                out.append(f"{label} {status} (n={n})" + (f": {reason}" if reason else ""))
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON (sweep.json and the xdist payload)."""
+        return {
+            "point": self.point.to_json(),
+            "budgets": list(self.budgets),
+            "chunk": self.chunk,
+            "min_n": self.min_n,
+            "equivalence": self.equivalence,
+            "confidence": self.confidence,
+            "max_requests": self.max_requests,
+            "requests": self.requests,
+            "saved": self.saved,
+            "outcome": self.outcome,
+            "decided": self.decided,
+            "leader": self.leader,
+            "recommended": self.recommended,
+            "discarded_runs": self.discarded,
+            "verdict": self.verdict(),
+            "left": [x.to_json() for x in self.left],
+            "standing": [
+                {"tree_budget": b, "n": n, "status": s, "reason": r} for b, n, s, r in self.standing
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> PointRace:
+        """Inverse of :meth:`to_json`."""
+        return cls(
+            point=LoadPoint.from_json(doc["point"]),
+            budgets=tuple(doc.get("budgets", ())),
+            chunk=int(doc["chunk"]),
+            min_n=int(doc["min_n"]),
+            equivalence=float(doc["equivalence"]),
+            confidence=float(doc["confidence"]),
+            max_requests=int(doc["max_requests"]),
+            requests=int(doc["requests"]),
+            outcome=doc["outcome"],
+            leader=doc.get("leader"),
+            recommended=doc.get("recommended"),
+            left=tuple(Left.from_json(x) for x in doc.get("left", ())),
+            standing=tuple(
+                (s.get("tree_budget"), int(s["n"]), str(s["status"]), str(s.get("reason", "")))
+                for s in doc.get("standing", ())
+            ),
+            discarded=int(doc.get("discarded_runs", 0)),
+        )
+
+
+def _exclusion(samples: Sequence[LoadSample]) -> str:
+    """Why a run's invalid requests exclude its budget (the client's limits said as such)."""
+    bad = [s for s in samples if not s.valid]
+    codes = sorted({c for s in bad for c in (s.codes or ("error",))})
+    if all(set(s.codes) & {CLIENT_TIMEOUT, NOT_SENT} for s in bad):
+        return (
+            f"{len(bad)} request(s) hit the client's own limits ({', '.join(codes)}): "
+            "not comparable, no verdict on the server"
+        )
+    return f"{len(bad)} invalid request(s) ({', '.join(codes)})"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of one budget at a point: its validated samples, and whether the client was
+    saturated meanwhile (its own queueing may then be in the timings)."""
+
+    samples: Sequence[LoadSample]
+    saturated: bool = False
+
+
+#: sends ``count`` requests of one budget at the point, returns them validated
+Measure = Callable[[Budget, int], Run]
+
+
+class PointRacer:
+    """The race at one load point in progress; :meth:`snapshot` says where it stands."""
+
+    def __init__(
+        self,
+        point: LoadPoint,
+        budgets: Sequence[Budget],
+        requests: int,
+        *,
+        equivalence: float,
+        seed: int = 0,
+    ) -> None:
+        self.point = point
+        self.budgets = tuple(budgets)
+        self.chunk = chunk_size(point, requests)
+        rule = race_rule(equivalence, len(self.budgets), requests)
+        self.race: Race[Budget] = Race(self.budgets, rule, per_round=self.chunk, seed=seed)
+        self._rng = random.Random(f"ddtree-load-race:{seed}:{point.label}")
+        self.discarded = 0
+
+    @property
+    def first_batch(self) -> int:
+        """Requests every budget gets before the race first looks."""
+        return self.race.min_rounds * self.chunk
+
+    def run(self, measure: Measure) -> PointRace:
+        """Race to the end: each round, the budgets still in it in a shuffled order."""
+        while keys := self.race.next_round():
+            self._rng.shuffle(keys)  # interleaved, so slow drift does not favour one budget
+            for budget in keys:
+                self.feed(budget, measure(budget, self.chunk))
+        return self.snapshot()
+
+    def feed(self, budget: Budget, run: Run) -> None:
+        """One run's validated samples: TPOTs race, an invalid request excludes the budget.
+
+        A run measured while the client was saturated counts against the point's budget
+        but its timings do not race: the client's own queueing is no verdict on a budget
+        (the budget gets another run; the table still shows every request).
+        """
+        samples = run.samples
+        if run.saturated:
+            self.discarded += 1
+        for s in samples:
+            tpot = s.tpot if s.valid and not run.saturated else None
+            if tpot is None:
+                self.race.count()
+            else:
+                self.race.add(budget, tpot, s.prompt_id or "")
+        if any(not s.valid for s in samples):
+            self.race.exclude(budget, _exclusion(samples))
+
+    def snapshot(self, interrupted: bool = False) -> PointRace:
+        """The race as it stands (``interrupted``: stopped before its end)."""
+        race, j = self.race, self.race.judgement()
+        outcome: Outcome = "decided" if j.decided and not interrupted else "undecided"
+        if interrupted:
+            outcome = "interrupted"
+        left = [Left(x.key, x.after_requests, x.n, x.status, x.reason) for x in race.exits]
+        gone = {x.tree_budget for x in left}
+        # the last look's losers: the race ended there, so they left after every request
+        left += [
+            Left(s.key, race.requests, s.n, s.status, s.reason)
+            for s in j.standings
+            if s.status == "out" and s.key not in gone
+        ]
+        return PointRace(
+            point=self.point,
+            budgets=self.budgets,
+            chunk=self.chunk,
+            min_n=race.rule.min_n,
+            equivalence=race.rule.equivalence,
+            confidence=race.rule.confidence,
+            max_requests=race.rule.max_requests or 0,
+            requests=race.requests,
+            outcome=outcome,
+            leader=j.leader,
+            recommended=j.recommended if outcome == "decided" else None,
+            left=tuple(left),
+            standing=tuple(_standing(s) for s in j.standings),
+            discarded=self.discarded,
+        )
+
+
+def _standing(s: Standing[Budget]) -> tuple[Budget, int, str, str]:
+    return (s.key, s.n, s.status, s.reason)
+
+
+def race_point(
+    point: LoadPoint,
+    budgets: Sequence[Budget],
+    requests: int,
+    measure: Measure,
+    *,
+    equivalence: float,
+    seed: int = 0,
+) -> PointRace:
+    """Race ``budgets`` at ``point`` (``requests``: the exhaustive per-budget count)."""
+    return PointRacer(point, budgets, requests, equivalence=equivalence, seed=seed).run(measure)

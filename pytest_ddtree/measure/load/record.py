@@ -1,0 +1,192 @@
+"""What one ``ddtree_load`` call leaves behind, and the merged analysis of a test.
+
+A :class:`LoadRecord` holds the *raw* samples and client health of one call in
+one process (never percentiles): under pytest-xdist each worker records its
+share and the controller merges the records of a test with :func:`merge_records`,
+so the statistics are computed once from every raw sample. No pytest here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pytest_ddtree.core.slo import SLO, parse_slo
+from pytest_ddtree.measure.load.arrivals import LoadPoint
+from pytest_ddtree.measure.load.metrics import ClientHealth, LoadSample, PointStats
+from pytest_ddtree.measure.load.race import PointRace
+from pytest_ddtree.measure.load.recommend import Schedule
+
+if TYPE_CHECKING:
+    from pytest_ddtree.measure.load.tester import LoadResult
+
+__all__ = ["LoadRecord", "LoadTestResult", "load_json", "merge_records"]
+
+#: client health of one process at one (load point, tree budget)
+HealthEntry = tuple[LoadPoint, "int | None", ClientHealth]
+
+
+@dataclass(frozen=True)
+class LoadRecord:
+    """The raw samples and client health of one ``ddtree_load`` call in one process."""
+
+    nodeid: str
+    samples: tuple[LoadSample, ...]
+    health: tuple[HealthEntry, ...] = ()
+    shares: int = 1
+    partial: bool = False
+    slo: SLO | None = None
+    #: the sampling temperature of the call
+    temperature: float = 0.0
+    races: tuple[PointRace, ...] = ()
+    mode: str = "exhaustive"
+    note: str = ""
+
+    @classmethod
+    def of(cls, nodeid: str, result: LoadResult, slo: SLO | None, temperature: float) -> LoadRecord:
+        """What one call left for the report; ``slo`` the configured one, unless the call
+        judged by an SLO of its own (a call's ``slo=`` replaces it)."""
+        return cls(
+            nodeid=nodeid,
+            samples=result.samples,
+            health=tuple((p, b, h) for (p, b), h in result.health.items()),
+            shares=result.shares,
+            partial=result.partial,
+            slo=next((s.slo for s in result.stats), slo),
+            temperature=temperature,
+            races=result.races,
+            mode=result.mode,
+            note=result.note,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON (what execnet carries from a worker)."""
+        return {
+            "nodeid": self.nodeid,
+            "temperature": self.temperature,
+            "shares": self.shares,
+            "partial": self.partial,
+            "slo": str(self.slo) if self.slo is not None else None,
+            "mode": self.mode,
+            "note": self.note,
+            "races": [r.to_json() for r in self.races],
+            "samples": [s.to_json() for s in self.samples],
+            "health": [[p.to_json(), b, h.to_json()] for p, b, h in self.health],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> LoadRecord:
+        """Inverse of :meth:`to_json`."""
+        raw_slo = doc.get("slo")
+        return cls(
+            nodeid=str(doc["nodeid"]),
+            samples=tuple(LoadSample.from_json(s) for s in doc.get("samples", ())),
+            health=tuple(
+                (LoadPoint.from_json(p), b, ClientHealth.from_json(h))
+                for p, b, h in doc.get("health", ())
+            ),
+            shares=int(doc.get("shares", 1)),
+            partial=bool(doc.get("partial", False)),
+            slo=parse_slo(str(raw_slo), "load record") if raw_slo else None,
+            temperature=float(doc.get("temperature") or 0.0),
+            races=tuple(PointRace.from_json(r) for r in doc.get("races", ())),
+            mode=str(doc.get("mode", "exhaustive")),
+            note=str(doc.get("note", "")),
+        )
+
+
+@dataclass(frozen=True)
+class LoadTestResult:
+    """One load test, merged from the records of every process that ran it."""
+
+    nodeid: str
+    processes: int
+    workers: tuple[str, ...]
+    partial: bool
+    stats: tuple[PointStats, ...]
+    schedule: Schedule
+    samples: tuple[LoadSample, ...]
+    #: the sampling temperature of the test's calls
+    temperature: float = 0.0
+    #: ``adaptive`` when some call raced its budgets, else ``exhaustive``; and why not, if not
+    mode: str = "exhaustive"
+    note: str = ""
+
+    @property
+    def races(self) -> tuple[PointRace, ...]:
+        """The races of the raced points, in load order."""
+        return tuple(c.race for c in self.schedule.choices if c.race is not None)
+
+    @property
+    def requests(self) -> int:
+        """Requests sent in all (valid or not)."""
+        return len(self.samples)
+
+    @property
+    def unreliable(self) -> bool:
+        """True when the client was saturated at some load point."""
+        return any(s.unreliable for s in self.stats)
+
+    @property
+    def where(self) -> str:
+        """``2 processes (gw0, gw1)`` or ``1 process``."""
+        if self.processes > 1:
+            return f"{self.processes} processes ({', '.join(self.workers)})"
+        return "1 process"
+
+    def to_json(self) -> dict[str, Any]:
+        """The test's entry in the ``load`` part of ``sweep.json``."""
+        return {
+            "nodeid": self.nodeid,
+            "temperature": self.temperature,
+            "processes": self.processes,
+            "workers": list(self.workers),
+            "partial": self.partial,
+            "sweep": self.mode,
+            "note": self.note,
+            "requests": self.requests,
+            "points": [s.to_json() for s in self.stats],
+            "schedule": self.schedule.to_json(),
+            "samples": [s.to_json() for s in self.samples],
+        }
+
+
+def merge_records(records: Iterable[LoadRecord], *, seed: int) -> list[LoadTestResult]:
+    """One analysis per test, from the raw samples of every process that ran it."""
+    from pytest_ddtree.measure.load.tester import analyse
+
+    by_test: dict[tuple[str, float], list[LoadRecord]] = {}
+    for record in records:  # calls at two temperatures are two analyses, never pooled
+        by_test.setdefault((record.nodeid, record.temperature), []).append(record)
+    out = []
+    for (nodeid, _), group in by_test.items():
+        samples = tuple(s for r in group for s in r.samples)
+        if not samples:
+            continue
+        health: dict[tuple[LoadPoint, int | None], list[ClientHealth]] = {}
+        for record in group:
+            for point, budget, h in record.health:
+                health.setdefault((point, budget), []).append(h)
+        races = [race for r in group for race in r.races]
+        stats, schedule = analyse(samples, health, slo=group[0].slo, seed=seed, races=races)
+        out.append(
+            LoadTestResult(
+                nodeid=nodeid,
+                processes=max(r.shares for r in group),
+                workers=tuple(sorted({s.worker for s in samples})),
+                partial=any(r.partial for r in group),
+                stats=stats,
+                schedule=schedule,
+                samples=samples,
+                temperature=group[0].temperature,
+                mode="adaptive" if any(r.mode == "adaptive" for r in group) else "exhaustive",
+                note=next((r.note for r in group if r.note), ""),
+            )
+        )
+    return out
+
+
+def load_json(tests: Sequence[LoadTestResult]) -> dict[str, Any]:
+    """The ``load`` part of ``sweep.json``: per test, the statistics, the schedule, raw samples."""
+    return {"tests": [t.to_json() for t in tests]}

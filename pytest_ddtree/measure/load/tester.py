@@ -1,0 +1,705 @@
+"""``LoadTester``: the object behind the ``ddtree_load`` fixture (no pytest here)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pytest_ddtree.core.settings import budget_label
+from pytest_ddtree.core.slo import SLO
+from pytest_ddtree.measure.load.arrivals import LoadPoint
+from pytest_ddtree.measure.load.metrics import (
+    ClientHealth,
+    LoadSample,
+    PointStats,
+    acceptance_cell,
+    chain_health,
+    merge_health,
+    summarize_point,
+    table_order,
+)
+from pytest_ddtree.measure.load.race import PointRace, PointRacer, Run
+from pytest_ddtree.measure.load.recommend import NO_VALID, Choice, Schedule, recommend
+from pytest_ddtree.measure.load.runner import (
+    CLIENT_TIMEOUT,
+    NOT_SENT,
+    Endpoint,
+    Prompt,
+    run_point,
+    validate,
+)
+from pytest_ddtree.measure.sweep.race import DEFAULT_EQUIVALENCE, DEFAULT_MIN_N
+from pytest_ddtree.wire.protocol import StallGuard
+from pytest_ddtree.wire.servermetrics import Counts, GroupWatch
+
+__all__ = ["LoadError", "LoadResult", "LoadTester", "analyse", "render_table"]
+
+Key = tuple[LoadPoint, "int | None"]
+
+
+@dataclass
+class _Call:
+    """One ``ddtree_load`` call's arguments, and the races it ran (the last one in progress)."""
+
+    prompts: Sequence[Prompt]
+    per_prompt: Sequence[Mapping[str, Any]]
+    budgets: tuple[int | None, ...]
+    concurrencies: Sequence[int] | None
+    rates: Sequence[float] | None
+    requests: int | None
+    max_tokens: int
+    temperature: float
+    extra: Mapping[str, Any] | None
+    races: list[PointRace] = field(default_factory=list)
+    racer: PointRacer | None = None
+    #: requests of each (point, budget) sent so far: where its prompt cycle goes on
+    sent: dict[Key, int] = field(default_factory=dict)
+
+
+class LoadError(AssertionError):
+    """A load run failed: invalid requests, or an SLO missed. The message says which."""
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """Samples, per-point statistics and the budget schedule of one load run."""
+
+    samples: tuple[LoadSample, ...]
+    stats: tuple[PointStats, ...]
+    schedule: Schedule
+    health: Mapping[Key, ClientHealth] = field(default_factory=dict)
+    shares: int = 1
+    partial: bool = False
+    #: per load point, how its race went (``--ddtree-sweep adaptive``)
+    races: tuple[PointRace, ...] = ()
+    #: ``adaptive`` when the budgets were raced at each point, else ``exhaustive``
+    mode: str = "exhaustive"
+    #: why an adaptive sweep ran the points in full (xdist, one budget); empty otherwise
+    note: str = ""
+
+    def point(self, tree_budget: int | None, point: LoadPoint) -> PointStats:
+        """The statistics at one budget × load point."""
+        for s in self.stats:
+            if s.tree_budget == tree_budget and s.point == point:
+                return s
+        raise KeyError(f"{point.label} tree_budget={tree_budget}")
+
+    @property
+    def invalid(self) -> list[LoadSample]:
+        """Every request that was not valid."""
+        return [s for s in self.samples if not s.valid]
+
+    def table(self) -> str:
+        """The terminal table."""
+        return render_table(self.stats, self.schedule)
+
+
+def analyse(
+    samples: Sequence[LoadSample],
+    health: Mapping[Key, Sequence[ClientHealth]] | None = None,
+    *,
+    slo: SLO | None = None,
+    seed: int = 0,
+    races: Sequence[PointRace] = (),
+) -> tuple[tuple[PointStats, ...], Schedule]:
+    """Statistics of raw samples (from any number of processes), and the schedule.
+
+    ``races``: the points whose budgets were raced; their choice is the race's.
+    """
+    groups: dict[Key, list[LoadSample]] = {}
+    for s in samples:
+        groups.setdefault((s.point, s.tree_budget), []).append(s)
+    stats = []
+    for key in sorted(groups, key=lambda k: (k[0].mode, k[0].value, k[0].burstiness, k[1] or 0)):
+        parts = list((health or {}).get(key, ()))
+        stats.append(summarize_point(groups[key], slo=slo, client=merge_health(parts)))
+    return tuple(stats), recommend(stats, seed=seed, races=races)
+
+
+def _ms(p: Any, attr: str) -> str:
+    return "-" if p is None else f"{getattr(p, attr) * 1000:.1f}"
+
+
+_HEAD = (
+    "load",
+    "budget",
+    "ok/n",
+    "TTFT p50/p99",
+    "ITL p50/p99",
+    "TPOT p50/p99",
+    "e2e p50/p99",
+    "tok/s",
+    "req/s",
+    "C seen",
+    "goodput",
+    "accept",
+    "vs srv",
+    "client",
+)
+#: every column right-aligned (numbers) but the first and the last (prose)
+_LEFT = {0, len(_HEAD) - 1}
+#: what the columns mean, printed under the table; docs/load.md has the long form
+LEGEND = (
+    "ms; ok/n valid/sent; C seen achieved concurrency; accept mean acceptance length "
+    "(rate: accepted/drafted, 'no drafts': speculation never drafted, 'no stats': no "
+    "speculative statistics came back); vs srv client TTFT "
+    "minus the server's (ms); client load generator CPU per token (docs: load.md#columns)"
+)
+
+
+def _client_cell(s: PointStats) -> str:
+    if s.client is None:
+        return "-"
+    cpt = s.client.cpu_per_token
+    client = f"{cpt * 1e6:.0f}us/tok" if cpt else "ok"
+    if s.client.unreliable:
+        client = f"{s.client.verdict()}: {s.client.reason()}"
+    if s.withheld:
+        client += f"; timing checks withheld on {s.withheld} request(s)"
+    if s.client.retries:
+        client += f"; {s.client.retries} sent again on a fresh connection"
+    return client
+
+
+def _cells(s: PointStats) -> tuple[str, ...]:
+    def pair(p: Any) -> str:
+        return f"{_ms(p, 'p50')}/{_ms(p, 'p99')}"
+
+    return (
+        s.point.label,
+        budget_label(s.tree_budget),
+        f"{s.valid}/{s.requests}",
+        pair(s.ttft),
+        pair(s.itl),
+        pair(s.tpot),
+        pair(s.e2e),
+        f"{s.output_tokens_per_second:.0f}",
+        f"{s.requests_per_second:.1f}",
+        f"{s.achieved_concurrency:.1f}",
+        "-" if s.slo is None else f"{s.goodput_share:.0%}",
+        acceptance_cell(s),
+        _ms(s.ttft_offset, "p50"),
+        _client_cell(s),
+    )
+
+
+def _choice_line(c: Choice) -> str:
+    if c.race is not None:
+        return _raced_line(c, c.race)
+    if not c.chosen:
+        return f"best at {c.point.label}: none ({c.why_none or NO_VALID})"
+    ci = f" [{c.ci_ms[0]:.2f}, {c.ci_ms[1]:.2f}]" if c.ci_ms else ""
+    tpot = f"TPOT p50 {c.tpot_ms:.2f} ms{ci} n={c.n}" if c.tpot_ms is not None else "no TPOT"
+    vs = ""
+    if c.has_runner_up and c.margin is not None:
+        vs = (
+            f"; runner-up {c.runner_up_label} is {c.margin[0]:+.1%} slower "
+            f"[{c.margin[1]:+.1%}, {c.margin[2]:+.1%}] n={c.runner_up_n}"
+        )
+        if min(c.n, c.runner_up_n) < DEFAULT_MIN_N:
+            vs += f" (too few requests for a claim: n < {DEFAULT_MIN_N})"
+        elif not c.decisive:
+            vs += " (a tie at this noise)"
+    elif not c.has_runner_up:
+        vs = "; the only valid budget"
+    warn = " (UNRELIABLE: client saturated or stalled)" if c.unreliable else ""
+    return f"best at {c.point.label}: {c.label} ({tpot}){vs}{warn}"
+
+
+def _raced_line(c: Choice, race: PointRace) -> str:
+    """A raced point: the race's pick (or undecided), then who left the race when and why."""
+    warn = " (UNRELIABLE: client saturated or stalled)" if c.unreliable else ""
+    if not c.chosen:
+        head = f"best at {c.point.label}: undecided; {race.verdict()}{warn}"
+    else:
+        ci = f" [{c.ci_ms[0]:.2f}, {c.ci_ms[1]:.2f}]" if c.ci_ms else ""
+        why = (
+            "the leader"
+            if race.recommended == race.leader
+            else f"the smallest within {race.equivalence:.0%} of the leader "
+            f"{budget_label(race.leader)}"
+        )
+        head = (
+            f"best at {c.point.label}: {c.label} (TPOT p50 {c.tpot_ms or 0:.2f} ms{ci} "
+            f"n={c.n}; {why}); {race.verdict()}{warn}"
+        )
+    return "\n".join([head, *(f"  race at {c.point.label}: {line}" for line in race.lines())])
+
+
+def render_table(stats: Sequence[PointStats], schedule: Schedule) -> str:
+    """Per budget × load point, by budget then load point: latencies (ms, p50/p99), rates,
+    concurrency, goodput.
+
+    Columns are as wide as their widest cell, so no budget label or figure runs
+    into its neighbour. ``vs srv`` is the median of the client's TTFT minus the
+    server's own (ms), where the server reports one.
+    """
+    rows = [_HEAD, *(_cells(s) for s in table_order(stats))]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(_HEAD))]
+    lines = []
+    for row in rows:
+        cells = [
+            cell.ljust(w) if i in _LEFT else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+    lines.append(f"({LEGEND})")
+    lines.extend(_choice_line(c) for c in schedule.choices)
+    changes = "changes with load" if schedule.changes_with_load else "same at every load point"
+    lines.append(f"schedule: {schedule.text()} ({changes})")
+    races = [c.race for c in schedule.choices if c.race is not None]
+    if races:
+        spent, full = sum(r.requests for r in races), sum(r.max_requests for r in races)
+        lines.append(
+            f"raced points: {spent} requests of the {full} sent in full "
+            f"({1 - spent / full:.0%} saved); margin {races[0].equivalence:.0%}, "
+            f"minimum n {races[0].min_n}"
+        )
+    return "\n".join(lines)
+
+
+class LoadTester:
+    """Run requests under load, validate every one, and judge latency against an SLO.
+
+    ``ddtree_load(prompts, concurrencies=[1, 8], tree_budgets=[32, 128])`` sends,
+    for each tree budget × load point, ``requests`` streamed requests cycling
+    through ``prompts``, at a fixed concurrency C or at a Poisson/gamma arrival
+    rate, from one asyncio event loop. Every response is checked with the
+    project's invariants before it counts. The call raises ``LoadError`` when a
+    request is invalid (counts, codes and the first evidence in the message) or
+    when an SLO is missed; a miss measured while the client itself was saturated
+    is reported as that, never as server latency. Under pytest-xdist with
+    ``--dist each`` each worker sends its share of every load point and the
+    controller merges the raw samples of all of them. With ``sweep="adaptive"``
+    (``--ddtree-sweep adaptive``) the budgets race at each load point instead of
+    all getting ``requests`` (see ``load.race``); under ``--dist each`` they run in full.
+    """
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        judge: Callable[..., Sequence[Any]] | None,
+        tree_budgets: Sequence[int | None] = (None,),
+        concurrencies: Sequence[int] = (1,),
+        rates: Sequence[float] = (),
+        burstiness: float = 1.0,
+        requests: int | None = None,
+        max_tokens: int = 128,
+        slo: SLO | None = None,
+        seed: int = 0,
+        dialect: str = "auto",
+        stats_map: Mapping[str, str] | None = None,
+        counter: Any = None,
+        guard: StallGuard | None = None,
+        share: int = 0,
+        shares: int = 1,
+        worker: str = "main",
+        sink: Callable[[LoadResult], None] | None = None,
+        watch: GroupWatch | None = None,
+        temperature: float = 0.0,
+        before: Callable[[float], None] | None = None,
+        sweep: str = "exhaustive",
+        equivalence: float = DEFAULT_EQUIVALENCE,
+    ) -> None:
+        self.endpoint = endpoint
+        #: the server's counters around each load point (None: /metrics not read)
+        self.watch = watch
+        self.judge = judge
+        self.tree_budgets = tuple(tree_budgets)
+        self.concurrencies = tuple(concurrencies)
+        self.rates = tuple(rates)
+        self.burstiness = burstiness
+        self.requests = requests
+        self.max_tokens = max_tokens
+        self.slo = slo
+        self.seed = seed
+        self.dialect = dialect
+        self.stats_map = dict(stats_map or {})
+        self.counter = counter
+        self.guard = guard
+        self.share = share
+        self.shares = max(1, shares)
+        self.worker = worker
+        self.sink = sink
+        #: the default temperature of a call; above 0 each request carries a seed
+        self.temperature = temperature
+        #: called with a call's temperature before its first request (the sampling check)
+        self.before = before
+        #: ``adaptive``: race the budgets at each load point (see ``load.race``)
+        self.sweep = sweep
+        self.equivalence = equivalence
+
+    def points(
+        self, concurrencies: Sequence[int] | None = None, rates: Sequence[float] | None = None
+    ) -> list[LoadPoint]:
+        """The (whole, unsplit) load points a call would run."""
+        cs = (
+            self.concurrencies if concurrencies is None and rates is None else (concurrencies or ())
+        )
+        rs = self.rates if concurrencies is None and rates is None else (rates or ())
+        pts = [LoadPoint("concurrency", int(c)) for c in cs]
+        pts += [LoadPoint("rate", float(r), self.burstiness) for r in rs]
+        if not pts:
+            raise ValueError("ddtree_load: no load point (give concurrencies or rates)")
+        return pts
+
+    def _count(self, point: LoadPoint, requests: int | None) -> int:
+        n = requests if requests is not None else self.requests
+        if n is None:  # enough that the closing tail barely lowers the achieved concurrency
+            n = max(16, 8 * int(point.value)) if point.mode == "concurrency" else 32
+        if n < 1:
+            raise ValueError(f"ddtree_load: requests must be >= 1, got {n}")
+        k = self.shares
+        return n // k + (1 if self.share < n % k else 0)
+
+    def __call__(
+        self,
+        prompts: Sequence[Prompt],
+        *,
+        tree_budgets: Sequence[int | None] | None = None,
+        concurrencies: Sequence[int] | None = None,
+        rates: Sequence[float] | None = None,
+        requests: int | None = None,
+        max_tokens: int | None = None,
+        slo: SLO | None = None,
+        temperature: float | None = None,
+        expect: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> LoadResult:
+        """Run every tree budget × load point; return the result or raise ``LoadError``.
+
+        ``prompts``: a non-empty list of prompt strings (or chat message lists),
+        cycled. ``concurrencies``/``rates``: the load points (default: the
+        configured ones; giving either replaces both). ``requests``: per budget
+        and point (default: the configured count, else 8 × C, at least 16, or 32
+        at a rate). ``slo`` replaces the configured SLO for this call. ``expect``:
+        keyword arguments of the invariants (``min_tokens=64``) for every prompt, or a
+        list with one mapping per prompt. ``temperature``: default the tester's (the
+        test's, ``--ddtree-temperatures``); above 0 the i-th request of a load point
+        carries the same seed at every budget.
+        """
+        __tracebackhide__ = True  # a failure shows the test, not this method
+        if isinstance(prompts, str) or not prompts:
+            raise ValueError("ddtree_load: prompts must be a non-empty list of prompts")
+        if expect is None:
+            per_prompt: list[Mapping[str, Any]] = [{} for _ in prompts]
+        elif isinstance(expect, Mapping):
+            per_prompt = [expect for _ in prompts]
+        else:
+            per_prompt = list(expect)
+            if len(per_prompt) != len(prompts):
+                raise ValueError(
+                    f"ddtree_load: expect has {len(per_prompt)} entries for {len(prompts)} prompts"
+                )
+        temperature = self.temperature if temperature is None else temperature
+        if self.before is not None:
+            self.before(temperature)
+        call = _Call(
+            prompts=prompts,
+            per_prompt=per_prompt,
+            budgets=tuple(tree_budgets) if tree_budgets is not None else self.tree_budgets,
+            concurrencies=concurrencies,
+            rates=rates,
+            requests=requests,
+            max_tokens=max_tokens or self.max_tokens,
+            temperature=temperature,
+            extra=extra,
+        )
+        slo = slo if slo is not None else self.slo
+        self._check_race(call)
+        samples: list[LoadSample] = []
+        health: dict[Key, list[ClientHealth]] = {}
+        try:
+            self._run(call, samples, health)
+        except BaseException:
+            # an interrupted run (Ctrl-C, a crash) keeps every point it finished
+            if samples and self.sink is not None:
+                if call.racer is not None:  # the point in progress: undecided, said so
+                    call.races.append(call.racer.snapshot(interrupted=True))
+                self.sink(self._result(call, samples, health, slo, partial=True))
+            raise
+        result = self._result(call, samples, health, slo)
+        if self.sink is not None:
+            self.sink(result)
+        problem = failure_message(result.stats, self.endpoint, result.samples)
+        if problem:
+            raise LoadError(problem)
+        return result
+
+    def racing(self, budgets: Sequence[int | None]) -> bool:
+        """True when this call races its budgets at each point (see :attr:`note`)."""
+        return self.sweep == "adaptive" and self.shares == 1 and len(budgets) > 1
+
+    def note(self, budgets: Sequence[int | None]) -> str:
+        """Why an adaptive sweep runs this call's points in full (empty when it races)."""
+        if self.sweep != "adaptive" or self.racing(budgets):
+            return ""
+        if self.shares > 1:
+            return (
+                "adaptive sweep: load points run in full under xdist --dist each "
+                "(each worker sees only its share, so the workers cannot race together)"
+            )
+        return "adaptive sweep: one budget, nothing to race: its points run in full"
+
+    def _check_race(self, call: _Call) -> None:
+        """Before anything is sent: every point's requests cover the race's first batch."""
+        if not self.racing(call.budgets):
+            return
+        for whole in self.points(call.concurrencies, call.rates):
+            n = self._count(whole, call.requests)
+            first = self._racer(whole, call, n).first_batch
+            if first > n:
+                given = (
+                    f"requests={n}" if call.requests is not None else f"--ddtree-load-requests {n}"
+                )
+                raise ValueError(
+                    f"ddtree_load: {given} per budget at {whole.label} is below the race's first "
+                    f"batch of {first} (--ddtree-sweep adaptive): no budget could be judged; "
+                    f"give at least {first} requests, or --ddtree-sweep exhaustive"
+                )
+
+    def _prompts(self, call: _Call, requests: range) -> list[int]:
+        """Which prompt each of a budget's ``requests`` at a point sends.
+
+        In turn, this process's share of them; in a race each prompt twice in a row, so
+        a budget has a spread within prompts from its first batch on (the race compares
+        budgets prompt by prompt, over the prompts both have).
+        """
+        k = len(call.prompts)
+        if self.racing(call.budgets):
+            return [(i // 2) % k for i in requests]
+        return [(self.share + i * self.shares) % k for i in requests]
+
+    def _racer(self, whole: LoadPoint, call: _Call, n: int) -> PointRacer:
+        return PointRacer(whole, call.budgets, n, equivalence=self.equivalence, seed=self.seed)
+
+    def _result(
+        self,
+        call: _Call,
+        samples: list[LoadSample],
+        health: dict[Key, list[ClientHealth]],
+        slo: SLO | None,
+        *,
+        partial: bool = False,
+    ) -> LoadResult:
+        races = tuple(call.races)
+        chained = {k: chain_health(v) for k, v in health.items()}  # a raced budget's runs
+        merged = {k: [h] for k, h in chained.items()}
+        stats, schedule = analyse(samples, merged, slo=slo, seed=self.seed, races=races)
+        return LoadResult(
+            tuple(samples),
+            stats,
+            schedule,
+            chained,
+            self.shares,
+            partial=partial,
+            races=races,
+            mode="adaptive" if self.racing(call.budgets) else "exhaustive",
+            note=self.note(call.budgets),
+        )
+
+    def _run(
+        self, call: _Call, samples: list[LoadSample], health: dict[Key, list[ClientHealth]]
+    ) -> None:
+        rng = random.Random(f"ddtree-load:{self.seed}")
+        for whole in self.points(call.concurrencies, call.rates):
+            point = whole.split(self.share, self.shares)
+            n = self._count(whole, call.requests)
+            if point is None or n == 0:
+                continue
+            measure = functools.partial(self._send, call, whole, point, samples, health)
+            if self.racing(call.budgets):
+                call.racer = self._racer(whole, call, n)
+                call.races.append(call.racer.run(measure))
+                call.racer = None
+                continue
+            order = list(call.budgets)
+            rng.shuffle(order)  # interleave budgets so slow drift does not favour one
+            for budget in order:
+                measure(budget, n)
+
+    def _send(
+        self,
+        call: _Call,
+        whole: LoadPoint,
+        point: LoadPoint,
+        samples: list[LoadSample],
+        health: dict[Key, list[ClientHealth]],
+        budget: int | None,
+        count: int,
+    ) -> Run:
+        """Send ``count`` requests of ``budget`` at ``point`` (this process's share) as one run,
+        validate them, keep them. A budget's runs at a point go on through the prompts."""
+        prompts = call.prompts
+        first = call.sent.get((whole, budget), 0)
+        call.sent[(whole, budget)] = first + count
+        which = self._prompts(call, range(first, first + count))
+        # above 0 the i-th request of a point samples alike at every budget
+        specs = [
+            self.endpoint.spec(
+                prompts[k],
+                tree_budget=budget,
+                max_tokens=call.max_tokens,
+                temperature=call.temperature,
+                prompt_id=f"p{k}",
+                extra=_seeded(
+                    call.extra, call.temperature, self.seed, f"p{k}", self.share + i * self.shares
+                ),
+                dialect=self.dialect,
+            )
+            for i, k in zip(range(first, first + count), which, strict=True)
+        ]
+        if self.watch is not None:
+            self.watch.start(0, budget)
+        raws, wall0, perf0, h = asyncio.run(
+            run_point(
+                self.endpoint,
+                specs,
+                point,
+                seed=self.seed + self.share,
+                expect=[call.per_prompt[k] for k in which],
+                guard=self.guard,
+            )
+        )
+        cpu0 = time.thread_time()
+        got = validate(
+            raws,
+            whole,
+            wall0,
+            perf0,
+            judge=self.judge,
+            dialect=self.dialect,
+            stats_map=self.stats_map,
+            counter=self.counter,
+            worker=self.worker,
+            client_saturated=h.unreliable,
+        )
+        runs = health.setdefault((whole, budget), [])
+        if runs:  # a later run of a raced budget: its own span (see summarize_point)
+            got = [replace(s, run=len(runs)) for s in got]
+        tokens = sum(s.output_tokens or 0 for s in got)
+        h = replace(h, tokens=tokens, validation_cpu_seconds=time.thread_time() - cpu0)
+        if self.watch is not None:
+            counts = [Counts(s.drafted, s.accepted) for s in got]
+            self.watch.end(0, budget, counts, label=whole.label)
+        samples.extend(got)
+        runs.append(h)
+        return Run(got, h.unreliable)
+
+
+def _seeded(
+    extra: Mapping[str, Any] | None, temperature: float, base: int, pid: str, i: int
+) -> Mapping[str, Any] | None:
+    """Above temperature 0: the body with the seed of the i-th request (same at every budget)."""
+    if temperature <= 0:
+        return extra
+    from pytest_ddtree.checks.sampling import request_seed
+
+    return {"seed": request_seed(base, pid, f"load-{i}"), **(extra or {})}
+
+
+#: codes of requests that hit the client's own limits: no verdict on the outputs
+CLIENT_LIMIT_CODES = frozenset({CLIENT_TIMEOUT, NOT_SENT})
+
+
+def _client_limit_message(
+    samples: Sequence[LoadSample], total: int, endpoint: Endpoint | None
+) -> str:
+    """The client's own limits, said as such: no verdict on the server's outputs."""
+    timed_out = [s for s in samples if CLIENT_TIMEOUT in s.codes]
+    unsent = [s for s in samples if NOT_SENT in s.codes]
+    t = endpoint.timeout if endpoint is not None else None
+    limits = f" (connect={t.connect:g},read={t.read:g},total={t.total:g})" if t else ""
+    lines = []
+    if timed_out:
+        where = ", ".join(dict.fromkeys(_where(s) for s in timed_out))
+        lines.append(
+            f"{len(timed_out)} of {total} requests under load got no complete answer within "
+            f"the client's time limits{limits}, at {where}: the client's limit, no verdict on "
+            "the outputs. If the server is only slow at this load (its queue), raise "
+            "--ddtree-timeout or lower the concurrency (--ddtree-load-concurrency)"
+        )
+    if unsent:
+        where = ", ".join(dict.fromkeys(_where(s) for s in unsent))
+        lines.append(
+            f"{len(unsent)} request(s) not sent or stopped mid-answer, at {where}: the stall "
+            "guard stopped the point after the endpoint stalled, or sent answers past the "
+            "byte cap, twice in a row"
+        )
+    first = (timed_out or unsent)[0].evidence
+    return "\n".join(lines) + (f"\nfirst:\n{first}" if first else "")
+
+
+def _where(sample: LoadSample) -> str:
+    return f"{sample.point.label} tree_budget={sample.tree_budget}"
+
+
+def failure_message(
+    stats: Sequence[PointStats],
+    endpoint: Endpoint | None = None,
+    samples: Sequence[LoadSample] = (),
+) -> str:
+    """Why a load run fails (invalid requests first, then SLO misses); empty when it passes.
+
+    Requests that got no answer within the client's time limits, or that the stall
+    guard kept from being sent (``samples`` says which), are reported as that, apart
+    from the requests whose outputs broke invariants.
+    """
+    total = sum(s.requests for s in stats)
+    limited = [s for s in samples if set(s.codes) & CLIENT_LIMIT_CODES]
+    broken = [s for s in samples if set(s.codes) - CLIENT_LIMIT_CODES]
+    bad = len(broken) if samples else sum(s.invalid for s in stats)
+    parts = []
+    if bad:
+        codes: dict[str, int] = {}
+        evidence = ""
+        where = []
+        for s in stats:
+            for code, k in s.codes.items():
+                if code not in CLIENT_LIMIT_CODES or not samples:
+                    codes[code] = codes.get(code, 0) + k
+            if s.invalid:
+                where.append(f"{s.point.label} tree_budget={s.tree_budget}: {s.invalid}")
+        evidence = (
+            broken[0].evidence
+            if broken
+            else next((s.first_evidence for s in stats if s.invalid), "")
+        )
+        listed = ", ".join(f"{c} x{k}" for c, k in sorted(codes.items(), key=lambda i: -i[1]))
+        parts.append(
+            f"{bad} of {total} requests under load broke output-quality invariants ({listed}); "
+            f"not counted in the latencies; at {'; '.join(where)}\nfirst evidence:\n{evidence}"
+        )
+    if limited:
+        parts.append(_client_limit_message(limited, total, endpoint))
+    if parts:
+        return "\n".join(parts)
+    misses, withheld = [], []
+    for s in stats:
+        if s.slo_met is False:
+            line = (
+                f"{s.point.label} tree_budget={s.tree_budget}: goodput {s.goodput_share:.1%} "
+                f"< {s.slo.goodput:.0%} required by {s.slo}"  # type: ignore[union-attr]
+                f" (TTFT p99 {_ms(s.ttft, 'p99')} ms, TPOT p99 {_ms(s.tpot, 'p99')} ms, "
+                f"e2e p99 {_ms(s.e2e, 'p99')} ms)"
+            )
+            if s.unreliable:
+                assert s.client is not None
+                withheld.append(f"{line}; client saturated: {s.client.reason()}")
+            else:
+                misses.append(line)
+    if misses:
+        return f"SLO missed at {len(misses)} load point(s):\n" + "\n".join(misses)
+    if withheld:
+        return (
+            "SLO verdict withheld: the client was saturated, so its own queueing is in the "
+            "latencies (lower the concurrency or spread the load over processes with -n):\n"
+            + "\n".join(withheld)
+        )
+    return ""

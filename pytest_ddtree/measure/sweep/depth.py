@@ -1,0 +1,178 @@
+"""Acceptance by depth: how deep the accepted prefixes of the draft tree reach.
+
+Servers that report an acceptance histogram (rounds that accepted 0, 1, 2, ...
+drafts) let a sweep answer "is the tree budget too low?": if, at the largest
+budget, the rounds that reached the deepest levels were still accepted further
+most of the time, deeper trees would still be accepted; if acceptance has
+fallen off well before, more nodes buy little. The histograms of one budget's
+valid requests are pooled (summed), so every round counts once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_ddtree.measure.sweep.samples import SweepSample
+from pytest_ddtree.wire.completion import conditional_acceptance, rounds_reaching
+
+#: a conditional acceptance is judged only where at least this many rounds got there
+MIN_ROUNDS = 10
+#: a mean accepted length that grew by less than this (relative) from the next smaller
+#: budget to the largest has stopped growing
+PLATEAU = 0.02
+#: at or above this conditional acceptance at the deepest judged depth, deeper trees are
+#: still accepted
+STILL_ACCEPTED = 0.5
+
+
+@dataclass(frozen=True)
+class DepthProfile:
+    """The pooled acceptance histogram of one budget.
+
+    ``histogram[k]`` counts the rounds (over ``requests`` valid requests) that
+    accepted exactly ``k`` drafts; ``sources`` names the server fields it came from.
+    """
+
+    histogram: tuple[int, ...]
+    requests: int
+    sources: tuple[str, ...]
+
+    @property
+    def rounds(self) -> int:
+        """Every round counted."""
+        return sum(self.histogram)
+
+    @property
+    def reaching(self) -> tuple[int, ...]:
+        """Rounds that accepted at least ``d`` drafts, ``d`` = 0, 1, ...."""
+        return rounds_reaching(self.histogram)
+
+    @property
+    def conditional(self) -> tuple[float, ...]:
+        """Conditional acceptance at depth ``d`` = 1, 2, ...: of the rounds accepted up
+        to depth ``d - 1``, the share accepted at depth ``d`` too."""
+        return conditional_acceptance(self.histogram)
+
+    @property
+    def per_position(self) -> tuple[float, ...]:
+        """Share of all rounds that accepted a draft at depth ``d`` = 1, 2, ... (what
+        vLLM's per-position counters give)."""
+        total = self.rounds
+        return tuple(n / total for n in self.reaching[1:]) if total else ()
+
+    @property
+    def mean_accepted_length(self) -> float | None:
+        """Tokens committed per round: accepted drafts plus the bonus token."""
+        total = self.rounds
+        if not total:
+            return None
+        return sum((k + 1) * n for k, n in enumerate(self.histogram)) / total
+
+    def deepest(self) -> int:
+        """The deepest depth any round's draft was accepted to (0: none ever)."""
+        r = self.reaching
+        return max((d for d in range(len(r)) if r[d] > 0), default=0)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-JSON form for ``sweep.json``."""
+        return {
+            "histogram": list(self.histogram),
+            "rounds": self.rounds,
+            "requests": self.requests,
+            "sources": list(self.sources),
+            "conditional_acceptance": [round(x, 4) for x in self.conditional],
+            "per_position_acceptance": [round(x, 4) for x in self.per_position],
+            "mean_accepted_length": self.mean_accepted_length,
+        }
+
+
+def depth_profile(samples: Iterable[SweepSample]) -> DepthProfile | None:
+    """The pooled histogram of the valid ``samples`` that carry one, or None."""
+    pooled: list[int] = []
+    requests = 0
+    sources: list[str] = []
+    for s in samples:
+        if not s.valid or not s.acceptance_histogram:
+            continue
+        requests += 1
+        if len(pooled) < len(s.acceptance_histogram):
+            pooled.extend([0] * (len(s.acceptance_histogram) - len(pooled)))
+        for k, n in enumerate(s.acceptance_histogram):
+            pooled[k] += n
+        if s.depth_source and s.depth_source not in sources:
+            sources.append(s.depth_source)
+    if not requests or not sum(pooled):
+        return None
+    return DepthProfile(tuple(pooled), requests, tuple(sources))
+
+
+def deeper_line(profiles: Sequence[tuple[int | None, DepthProfile]]) -> str | None:
+    """One line answering "is the largest budget too low?" from the profiles of every
+    budget (``(budget, profile)``, any order); None without any profile.
+
+    With two budgets or more, the answer is whether the mean accepted length still
+    grew from the next smaller budget to the largest (by ``PLATEAU`` or more): if
+    it did, deeper trees are still accepted and a larger budget may help. With one
+    budget, the deepest level reached by enough rounds (``MIN_ROUNDS``) is judged:
+    when at least half of the rounds that got to the level before it were accepted
+    there too, acceptance has not fallen off. The depth figures are shown either way.
+    """
+    known = sorted(((b, p) for b, p in profiles if b is not None), key=lambda bp: bp[0])
+    if not known:
+        return None
+    budget, top = known[-1]
+    head = f"acceptance by depth at the largest budget, tree_budget={budget}:"
+    judged = _judged(top)
+    where = "too few rounds to judge any depth" if judged is None else judged[1]
+    if len(known) > 1:
+        b0, p0 = known[-2]
+        m0, m1 = p0.mean_accepted_length, top.mean_accepted_length
+        if m0 is not None and m1 is not None and m0 > 0:
+            grew = f"accept len pooled by depth {m0:.2f} at {b0}, {m1:.2f} at {budget}"
+            if m1 / m0 - 1.0 < PLATEAU:
+                return (
+                    f"{head} deeper trees add nothing ({grew}; {where}): a budget above "
+                    f"{budget} is unlikely to help"
+                )
+            return (
+                f"{head} deeper trees are still accepted ({grew}; {where}): a budget above "
+                f"{budget} may help; sweep larger budgets"
+            )
+    if judged is None:
+        return (
+            f"{head} only {top.rounds} rounds, too few to judge any depth (a depth is judged "
+            f"on at least {MIN_ROUNDS} rounds): run more requests"
+        )
+    rate, where = judged
+    if rate < STILL_ACCEPTED:
+        return (
+            f"{head} acceptance falls off ({where}): deeper trees are rarely accepted, so a "
+            f"budget above {budget} is unlikely to help"
+        )
+    return (
+        f"{head} deeper trees are still accepted ({where}): a budget above {budget} may "
+        "help; sweep larger budgets"
+    )
+
+
+def _judged(profile: DepthProfile) -> tuple[float, str] | None:
+    """The conditional acceptance at the deepest depth reached by ``MIN_ROUNDS`` rounds,
+    and a phrase saying so; None when no depth has that many."""
+    deepest = profile.deepest()
+    reach = profile.reaching
+    judged = [d for d in range(1, deepest + 1) if reach[d - 1] >= MIN_ROUNDS]
+    if not judged:
+        return None
+    depth = judged[-1]
+    rate = profile.conditional[depth - 1]
+    where = (
+        f"{rate:.0%} of the {reach[depth - 1]:,} rounds accepted to depth {depth - 1} were "
+        f"accepted at depth {depth}, "
+    )
+    if depth == deepest:
+        where += f"none deeper than {deepest}"
+    else:
+        where += f"{reach[deepest]:,} as deep as {deepest}"
+    return rate, where

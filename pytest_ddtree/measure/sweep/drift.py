@@ -1,0 +1,131 @@
+"""Drift: did the server stay the same while the sweep ran?
+
+A sweep with ``recheck`` measures its first budget in two extra blocks: right
+after the warm-up (samples marked ``drift_mark="start"``) and again after the
+last round (``"end"``), the same prompts the same number of times. The i-th
+start and the i-th end request of a prompt make a pair; each pair gives a
+ratio end / start of decode tokens/s. Pairing matters: prompts differ in speed
+far more than two requests of one prompt do, and an unpaired interval would
+mostly measure the prompt mix. The rule:
+
+    the sweep is drifting when the 99% bootstrap interval of the median
+    end/start ratio excludes 1 **and** that median is more than
+    :data:`DRIFT_MARGIN` (5%) away from 1, with at least
+    :data:`DRIFT_PAIRS` pairs.
+
+A bootstrap interval of a median from a handful of values is too narrow (from
+three values it is their range, which misses the true median one time in
+four), so the blocks hold at least eight pairs and the interval is taken at
+99%: on pure noise the rule then fires 3-5% of the time on a very noisy
+shared machine (10-30% spread per request) and never on a quiet one
+(``benchmarks/bench_drift.py`` measures it). The interval alone would call a real but
+tiny change drift; the margin alone would call noise drift. The blocks are
+not counted in the budget's statistics (an invalid answer in them is: a
+broken answer is broken whenever it came). The check itself,
+:func:`~pytest_ddtree.measure.sweep.statistics.check_drift`, lives with the bootstrap
+it uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_ddtree.core.settings import budget_label
+from pytest_ddtree.measure.sweep.race import signed_percent
+from pytest_ddtree.measure.sweep.samples import SweepSample
+
+#: The practical margin: a change of the decode median smaller than this is not drift.
+DRIFT_MARGIN = 0.05
+#: Start/end pairs the drift blocks hold at least (fewer: not assessed).
+DRIFT_PAIRS = 8
+#: Confidence of the drift interval.
+DRIFT_CONFIDENCE = 0.99
+
+
+@dataclass(frozen=True)
+class DriftCheck:
+    """The first budget measured at the start and again at the end of a sweep.
+
+    ``ratio`` is the median of the paired end/start ratios of decode
+    tokens/s, ``ci`` its 99% bootstrap interval (None with fewer than
+    :data:`DRIFT_PAIRS` pairs);
+    ``drifting`` applies the rule of this module.
+    """
+
+    tree_budget: int | None
+    start: tuple[float, ...]
+    end: tuple[float, ...]
+    ratio: float | None
+    ci: tuple[float, float] | None
+
+    @property
+    def assessed(self) -> bool:
+        """True when both sides had enough timings for an interval."""
+        return self.ratio is not None and self.ci is not None
+
+    @property
+    def drifting(self) -> bool:
+        """The rule: the interval excludes 1 and the ratio is beyond the margin."""
+        if self.ratio is None or self.ci is None:
+            return False
+        excludes_one = self.ci[0] > 1.0 or self.ci[1] < 1.0
+        return excludes_one and abs(self.ratio - 1.0) > DRIFT_MARGIN
+
+    def line(self) -> str:
+        """One line for the terminal and the report."""
+        label = budget_label(self.tree_budget)
+        if self.ratio is None or self.ci is None:
+            return (
+                f"drift not assessed at tree_budget={label}: {min(len(self.start), len(self.end))}"
+                f" valid start/end pair(s), the rule needs {DRIFT_PAIRS}"
+            )
+        change = signed_percent(self.ratio - 1.0, 0)
+        what = (
+            f"tree_budget={label} measured again at the end: median decode {change} "
+            f"(ratio {self.ratio:.2f}, 99% CI {self.ci[0]:.2f}-{self.ci[1]:.2f}, "
+            f"{len(self.start)} pairs)"
+        )
+        if self.drifting:
+            return (
+                f"DRIFT: {what}; the server changed during the sweep (throttling, another "
+                "tenant, a restart?), so the budgets measured at different times are not "
+                "comparable"
+            )
+        return f"no drift: {what}; within the rule (interval includes 1 or change <= 5%)"
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-JSON form for ``sweep.json``."""
+        return {
+            "tree_budget": self.tree_budget,
+            "pairs": min(len(self.start), len(self.end)),
+            "ratio": self.ratio,
+            "ci99": None if self.ci is None else list(self.ci),
+            "margin": DRIFT_MARGIN,
+            "assessed": self.assessed,
+            "drifting": self.drifting,
+            "message": self.line(),
+        }
+
+
+def without_repeats(samples: Sequence[SweepSample]) -> list[SweepSample]:
+    """The samples that count in the budget statistics: the valid drift blocks are left out.
+
+    An invalid answer in them stays: a broken answer is broken whenever it came.
+    """
+    return [s for s in samples if not (s.drift_mark is not None and s.valid)]
+
+
+def drift_message(checks: Sequence[DriftCheck]) -> str:
+    """What the recommendation adds when the sweep drifted ("" when it did not)."""
+    drifted = [c for c in checks if c.drifting]
+    if not drifted:
+        return ""
+    c = drifted[0]
+    assert c.ratio is not None
+    return (
+        f" The sweep drifted: tree_budget={budget_label(c.tree_budget)} measured again at the "
+        f"end ran at {c.ratio:.2f}x its first speed, so this recommendation cannot be trusted "
+        "as is; rerun on a quiet server."
+    )

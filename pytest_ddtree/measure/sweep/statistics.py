@@ -1,0 +1,805 @@
+"""Sweep statistics: medians, seeded bootstrap intervals, per-budget figures, the recommendation.
+
+Only the standard library: medians and interquartile ranges, and seeded
+percentile-bootstrap confidence intervals, so the same samples and seed always
+give the same report. The recommendation follows the racing rule
+(:mod:`~pytest_ddtree.measure.sweep.race`) on measured decode throughput, for an
+exhaustive sweep as for an adaptive one; acceptance *rate* is never used
+because it falls arithmetically as the budget grows, whatever the server does.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pytest_ddtree.core.settings import budget_label
+from pytest_ddtree.measure.sweep.depth import DepthProfile, depth_profile
+from pytest_ddtree.measure.sweep.drift import (
+    DRIFT_CONFIDENCE,
+    DRIFT_PAIRS,
+    DriftCheck,
+    drift_message,
+    without_repeats,
+)
+from pytest_ddtree.measure.sweep.race import (
+    DEFAULT_EQUIVALENCE,
+    RaceRecord,
+    RaceRule,
+    Standing,
+    exhaustive_record,
+    judge,
+    signed_percent,
+)
+from pytest_ddtree.measure.sweep.samples import SweepSample
+
+#: Resamples per bootstrap; 2,000 keeps a 95% percentile interval stable to a
+#: few tenths of a percent while a 7-budget report stays well under a second.
+BOOTSTRAP_RESAMPLES = 2000
+CONFIDENCE = 0.95
+
+
+def quantile(data: Sequence[float], q: float) -> float:
+    """Linearly interpolated quantile (the usual "type 7"); ``data`` non-empty."""
+    if not data:
+        raise ValueError("quantile of an empty sequence")
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile: q must be within [0, 1], got {q!r}")
+    xs = sorted(data)
+    pos = (len(xs) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def _rng(seed: int, *salt: object) -> random.Random:
+    return random.Random(":".join(["ddtree-boot", str(seed), *map(str, salt)]))
+
+
+def _resampler(
+    data: Sequence[float], strata: Sequence[str] | None
+) -> Callable[[random.Random], list[float]]:
+    """One bootstrap resample of ``data``, within strata when that is sound.
+
+    Every budget of a sweep is measured on the same prompts, and prompts
+    differ in speed far more than rounds do; resampling within each prompt
+    keeps the prompt mix fixed, so intervals reflect the round-to-round noise
+    a repeated sweep would see. With fewer than two values in some stratum
+    there is no within-prompt noise to resample, so the plain bootstrap is used.
+    """
+    xs = list(data)
+    if strata is not None and len(strata) == len(xs):
+        groups: dict[str, list[float]] = {}
+        for x, key in zip(xs, strata, strict=True):
+            groups.setdefault(key, []).append(x)
+        if len(groups) > 1 and all(len(g) >= 2 for g in groups.values()):
+            # Small strata make the bootstrap too confident (its variance is
+            # (n-1)/n of the truth); spreading each stratum around its mean by
+            # sqrt(n/(n-1)) undoes that, which matters with 2-3 rounds a prompt.
+            parts = []
+            for key in sorted(groups):
+                g = groups[key]
+                mean = statistics.fmean(g)
+                scale = math.sqrt(len(g) / (len(g) - 1))
+                parts.append([mean + (x - mean) * scale for x in g])
+            return lambda rng: [x for g in parts for x in rng.choices(g, k=len(g))]
+    n = len(xs)
+    return lambda rng: rng.choices(xs, k=n)
+
+
+def bootstrap_ci(
+    data: Sequence[float],
+    statistic: Callable[[Sequence[float]], float] = statistics.median,
+    *,
+    seed: int = 0,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = CONFIDENCE,
+    salt: object = "",
+    strata: Sequence[str] | None = None,
+) -> tuple[float, float] | None:
+    """Percentile-bootstrap confidence interval of ``statistic``; None below 2 values.
+
+    ``strata`` (e.g. the prompt of each value) resamples within each stratum.
+    """
+    if len(data) < 2:
+        return None
+    rng = _rng(seed, "ci", salt)
+    draw = _resampler(data, strata)
+    values = sorted(statistic(draw(rng)) for _ in range(resamples))
+    alpha = (1.0 - confidence) / 2.0
+    return quantile(values, alpha), quantile(values, 1.0 - alpha)
+
+
+def bootstrap_median_ci(
+    data: Sequence[float],
+    *,
+    seed: int = 0,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = CONFIDENCE,
+    salt: object = "",
+    strata: Sequence[str] | None = None,
+) -> tuple[float, float] | None:
+    """Percentile-bootstrap confidence interval of the median; None below 2 values."""
+    return bootstrap_ci(
+        data,
+        statistics.median,
+        seed=seed,
+        resamples=resamples,
+        confidence=confidence,
+        salt=salt,
+        strata=strata,
+    )
+
+
+def bootstrap_median_difference(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    seed: int = 0,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = CONFIDENCE,
+    relative: bool = False,
+    salt: object = "",
+    strata_a: Sequence[str] | None = None,
+    strata_b: Sequence[str] | None = None,
+) -> tuple[float, float, float] | None:
+    """Bootstrap of ``median(b) - median(a)`` (or ``median(b)/median(a) - 1``).
+
+    Returns ``(estimate, low, high)``; the difference is significant at the
+    given confidence when the interval excludes zero. None when either side
+    has fewer than two values (no honest interval exists then). ``strata_a``
+    and ``strata_b`` (the prompt of each value) resample within prompts.
+    """
+    if len(a) < 2 or len(b) < 2:
+        return None
+    ma, mb = statistics.median(a), statistics.median(b)
+    if relative and ma == 0:
+        return None
+    rng = _rng(seed, "diff", salt)
+    draw_a, draw_b = _resampler(a, strata_a), _resampler(b, strata_b)
+    diffs: list[float] = []
+    for _ in range(resamples):
+        ra = statistics.median(draw_a(rng))
+        rb = statistics.median(draw_b(rng))
+        if relative:
+            if ra == 0:
+                continue
+            diffs.append(rb / ra - 1.0)
+        else:
+            diffs.append(rb - ra)
+    if not diffs:
+        return None
+    diffs.sort()
+    alpha = (1.0 - confidence) / 2.0
+    estimate = (mb / ma - 1.0) if relative else (mb - ma)
+    return estimate, quantile(diffs, alpha), quantile(diffs, 1.0 - alpha)
+
+
+@dataclass(frozen=True)
+class BudgetStats:
+    """The statistics of one budget over every sample of a sweep.
+
+    Timing and acceptance statistics use valid samples only: an invalid
+    response measured nothing worth reporting. ``acceptance_ci`` is a
+    bootstrap interval of the mean acceptance length. ``codes`` counts the
+    violation codes of the invalid samples. ``verdict`` is filled by
+    :func:`summarize` once every budget is known (``best``, ``tied``,
+    ``slower``, ``invalid``, ``no timings``).
+    """
+
+    tree_budget: int | None
+    total: int
+    valid: int
+    codes: Mapping[str, int]
+    decode: tuple[float, ...]
+    decode_prompts: tuple[str, ...]
+    decode_median: float | None
+    decode_q1: float | None
+    decode_q3: float | None
+    decode_ci: tuple[float, float] | None
+    ttft_p50: float | None
+    ttft_p90: float | None
+    ttft_ci: tuple[float, float] | None
+    mean_acceptance_length: float | None
+    acceptance_ci: tuple[float, float] | None
+    mean_decode_rounds: float | None
+    server_client_ratio: float | None
+    echoed_mismatch: int
+    concurrent: bool
+    verdict: str = ""
+    # accepted / drafted tokens: shown only where the length is unknown (llama.cpp)
+    mean_acceptance_rate: float | None = None
+    #: draft tokens summed over the requests that reported a count, and how many did
+    drafted_tokens: int = 0
+    draft_reports: int = 0
+    #: answers that were read for speculative statistics, and how many carried some
+    stats_asked: int = 0
+    spec_reports: int = 0
+
+    @property
+    def no_spec_stats(self) -> bool:
+        """Answers were read for speculative statistics and not one carried any."""
+        return silent(self.stats_asked, self.spec_reports)
+
+    @property
+    def never_drafted(self) -> bool:
+        """Requests reported their draft counts and not one drafted a token: no speculation."""
+        return self.draft_reports > 0 and self.drafted_tokens == 0 and not self.no_spec_stats
+
+    # acceptance by depth, pooled over the valid requests (None: no server histogram)
+    depth: DepthProfile | None = None
+
+    @property
+    def all_valid(self) -> bool:
+        """True when every request at this budget passed the invariants."""
+        return self.total > 0 and self.valid == self.total
+
+    @property
+    def decode_iqr(self) -> float | None:
+        """Interquartile range of decode tokens/s."""
+        if self.decode_q1 is None or self.decode_q3 is None:
+            return None
+        return self.decode_q3 - self.decode_q1
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-JSON form for ``sweep.json``."""
+        return {
+            "tree_budget": self.tree_budget,
+            "total": self.total,
+            "valid": self.valid,
+            "codes": dict(self.codes),
+            "decode_tokens_per_second": {
+                "median": self.decode_median,
+                "q1": self.decode_q1,
+                "q3": self.decode_q3,
+                "ci95": None if self.decode_ci is None else list(self.decode_ci),
+                "n": len(self.decode),
+            },
+            "ttft": {
+                "p50": self.ttft_p50,
+                "p90": self.ttft_p90,
+                "ci95": None if self.ttft_ci is None else list(self.ttft_ci),
+            },
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "acceptance_ci95": None if self.acceptance_ci is None else list(self.acceptance_ci),
+            "mean_decode_rounds": self.mean_decode_rounds,
+            "server_client_ratio": self.server_client_ratio,
+            "echoed_mismatch": self.echoed_mismatch,
+            "concurrent": self.concurrent,
+            "verdict": self.verdict,
+            "mean_acceptance_rate": self.mean_acceptance_rate,
+            "drafted_tokens": self.drafted_tokens,
+            "draft_reports": self.draft_reports,
+            "never_drafted": self.never_drafted,
+            "stats_asked": self.stats_asked,
+            "spec_reports": self.spec_reports,
+            "no_speculative_statistics": self.no_spec_stats,
+            "acceptance_by_depth": None if self.depth is None else self.depth.to_json(),
+        }
+
+
+def _mean(values: Iterable[float | int | None]) -> float | None:
+    xs = [float(v) for v in values if v is not None]
+    return statistics.fmean(xs) if xs else None
+
+
+def budget_stats(
+    tree_budget: int | None, samples: Sequence[SweepSample], *, seed: int = 0
+) -> BudgetStats:
+    """Statistics of the samples of one budget (callers group by budget)."""
+    valid = [s for s in samples if s.valid]
+    timed = [s for s in valid if s.decode_tokens_per_second is not None]
+    decode = tuple(
+        s.decode_tokens_per_second for s in timed if s.decode_tokens_per_second is not None
+    )
+    decode_prompts = tuple(s.prompt_id for s in timed)
+    ttft_samples = [s for s in valid if s.ttft is not None]
+    ttfts = [s.ttft for s in ttft_samples if s.ttft is not None]
+    ratios = [r for r in (s.server_client_ratio for s in valid) if r is not None]
+    accept = [s.mean_acceptance_length for s in valid if s.mean_acceptance_length is not None]
+    codes: Counter[str] = Counter()
+    for s in samples:
+        codes.update(s.codes)
+    counted = [s.drafted_tokens for s in samples if s.drafted_tokens is not None]
+    return BudgetStats(
+        tree_budget=tree_budget,
+        total=len(samples),
+        valid=len(valid),
+        codes=dict(codes),
+        decode=decode,
+        decode_prompts=decode_prompts,
+        decode_median=statistics.median(decode) if decode else None,
+        decode_q1=quantile(decode, 0.25) if decode else None,
+        decode_q3=quantile(decode, 0.75) if decode else None,
+        decode_ci=bootstrap_median_ci(decode, seed=seed, salt=tree_budget, strata=decode_prompts),
+        ttft_p50=quantile(ttfts, 0.5) if ttfts else None,
+        ttft_p90=quantile(ttfts, 0.9) if ttfts else None,
+        ttft_ci=bootstrap_median_ci(
+            ttfts,
+            seed=seed,
+            salt=f"ttft{tree_budget}",
+            strata=[s.prompt_id for s in ttft_samples],
+        ),
+        mean_acceptance_length=_mean(accept),
+        acceptance_ci=bootstrap_ci(accept, statistics.fmean, seed=seed, salt=f"acc{tree_budget}"),
+        mean_decode_rounds=_mean(s.decode_rounds for s in valid),
+        server_client_ratio=statistics.median(ratios) if ratios else None,
+        echoed_mismatch=sum(
+            1
+            for s in samples
+            if s.echoed_tree_budget is not None
+            and s.tree_budget is not None
+            and s.echoed_tree_budget != s.tree_budget
+        ),
+        concurrent=any(s.concurrent for s in samples),
+        mean_acceptance_rate=_mean(s.acceptance_rate for s in valid),
+        drafted_tokens=sum(counted),
+        draft_reports=len(counted),
+        stats_asked=sum(1 for s in samples if s.spec_reported is not None),
+        spec_reports=sum(1 for s in samples if s.spec_reported),
+        depth=depth_profile(valid),
+    )
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """Which budget to deploy, and how sure the sweep is about it.
+
+    The rule is the race's (:mod:`~pytest_ddtree.measure.sweep.race`), for an exhaustive
+    sweep as for an adaptive one: among the valid budgets as fast as the leader
+    within the margin, the smallest (``tree_budget``, with its median decode
+    throughput, its interval and its ``n``). ``tied`` lists the other budgets
+    as fast as it (decided) or still in contention with the leader
+    (undecided); ``excluded`` the budgets with an invalid request. When the
+    sweep is undecided, ``tree_budget`` is None (no forced winner) and
+    ``leader`` says which budget leads.
+    """
+
+    tree_budget: int | None
+    decode_median: float | None
+    decode_ci: tuple[float, float] | None
+    tied: tuple[int | None, ...]
+    excluded: tuple[int | None, ...]
+    message: str
+    partial: bool = False
+    #: the server changed during the sweep (see :mod:`~pytest_ddtree.measure.sweep.drift`)
+    drifting: bool = False
+    #: the rule reached a verdict (False: more requests were needed, or none was valid)
+    decided: bool = True
+    #: the budget with the best measured figure (recommended or not)
+    leader: int | None = None
+    #: the recommended budget's timed requests
+    n: int | None = None
+    #: the practical margin of the rule
+    equivalence: float = DEFAULT_EQUIVALENCE
+
+    @property
+    def decisive(self) -> bool:
+        """True when the rule decided on a budget (the server's own one included), the run
+        is complete and did not drift."""
+        return (
+            self.decode_median is not None
+            and self.decided
+            and not self.partial
+            and not self.drifting
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-JSON form for ``sweep.json``."""
+        return {
+            "tree_budget": self.tree_budget,
+            "decode_median": self.decode_median,
+            "decode_ci95": None if self.decode_ci is None else list(self.decode_ci),
+            "n": self.n,
+            "leader": self.leader,
+            "decided": self.decided,
+            "equivalence": self.equivalence,
+            "tied": list(self.tied),
+            "excluded": list(self.excluded),
+            "decisive": self.decisive,
+            "partial": self.partial,
+            "drifting": self.drifting,
+            "message": self.message,
+        }
+
+
+def _budget_key(b: int | None) -> int:
+    return -1 if b is None else b
+
+
+def rank(stats: Sequence[BudgetStats]) -> list[BudgetStats]:
+    """Eligible budgets (all requests valid, with timings), fastest first.
+
+    Ordered by median decode tokens/s, then by mean acceptance length (more
+    tokens per verify pass is the better tie-break on equal throughput), then
+    by the smaller budget (less verify compute).
+    """
+    eligible = [s for s in stats if s.all_valid and s.decode_median is not None]
+    return sorted(
+        eligible,
+        key=lambda s: (
+            -(s.decode_median or 0.0),
+            -(s.mean_acceptance_length or 0.0),
+            _budget_key(s.tree_budget),
+        ),
+    )
+
+
+def _fmt_rate(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def judge_stats(
+    stats: Sequence[BudgetStats], rule: RaceRule | None = None
+) -> RaceRecord[int | None]:
+    """The race's verdict on an exhaustive sweep: every valid timed budget, every sample."""
+    samples = {
+        st.tree_budget: list(zip(st.decode, st.decode_prompts, strict=True))
+        for st in stats
+        if st.all_valid and st.decode
+    }
+    excluded = {st.tree_budget: "invalid responses" for st in stats if not st.all_valid}
+    return exhaustive_record(judge(samples, rule, excluded=excluded))
+
+
+def _pct(x: float) -> str:
+    return signed_percent(x)
+
+
+def standing_text(s: Standing[int | None]) -> str:
+    """``+7.1% [+4.0%, +9.9%] n=9``: a budget's slowdown against the leader, with its n."""
+    if s.slowdown is None:
+        return f"n={s.n}"
+    est, lo, hi = s.slowdown
+    return f"{_pct(est)} [{_pct(lo)}, {_pct(hi)}] n={s.n}"
+
+
+def _names(keys: Iterable[int | None]) -> str:
+    return ", ".join(budget_label(b) for b in sorted(keys, key=_budget_key))
+
+
+def recommend(
+    stats: Sequence[BudgetStats],
+    *,
+    seed: int = 0,
+    rule: RaceRule | None = None,
+    race: RaceRecord[int | None] | None = None,
+) -> Recommendation:
+    """The recommendation by the race's rule (``race``: an adaptive sweep's own record).
+
+    A budget with any invalid request is never recommended. Among the budgets as
+    fast as the leader within the margin, the smallest is recommended; below the
+    rule's minimum n, or while a budget's interval still crosses the margin, the
+    sweep is undecided and says so, with n, instead of naming a winner.
+    """
+    del seed  # the rule's interval is deterministic
+    by_budget = {st.tree_budget: st for st in stats}
+    if race is not None and any(s.n and s.key not in by_budget for s in race.judgement.standings):
+        # a raced budget's samples were dropped (e.g. its test failed after its timing):
+        # the kept samples are judged alone, by the same rule
+        rule, race = rule or race.judgement.rule, None
+    record = race or judge_stats(stats, rule)
+    j = record.judgement
+    m = j.rule.equivalence
+    excluded = tuple(s.tree_budget for s in stats if s.total > 0 and not s.all_valid)
+    tail = f" Excluded for invalid responses: {_names(excluded)}." if excluded else ""
+    if not any(s.status == "leader" for s in j.standings):
+        why = "no budget produced valid timed requests"
+        if excluded:
+            why += f" (invalid requests at {_names(excluded)})"
+        return Recommendation(
+            None,
+            None,
+            None,
+            (),
+            excluded,
+            f"No recommendation: {why}.",
+            decided=False,
+            equivalence=m,
+        )
+    if not j.decided:
+        return _undecided(record, by_budget, excluded, tail)
+    best = by_budget[j.recommended]
+    n = len(best.decode)
+    ci = best.decode_ci
+    ci_text = "" if ci is None else f" [95% CI {_fmt_rate(ci[0])}-{_fmt_rate(ci[1])}]"
+    message = (
+        f"Recommended tree_budget={budget_label(best.tree_budget)}: median decode "
+        f"{_fmt_rate(best.decode_median)} tok/s{ci_text} (n={n})"
+    )
+    if best.mean_acceptance_length is not None:
+        message += f", mean acceptance length {best.mean_acceptance_length:.2f}"
+    message += "."
+    others = [s for s in j.standings if s.key != j.recommended and s.status != "excluded"]
+    same = [s for s in others if s.status in ("leader", "as fast")]
+    if same:
+        names = ", ".join(
+            f"tree_budget={budget_label(s.key)} ({'leads' if s.status == 'leader' else 'as fast'}"
+            f"{'' if s.slowdown is None else ': ' + standing_text(s)})"
+            for s in same
+        )
+        message += (
+            f" Equivalent within {m:.0%}: {names}; the smallest is recommended, as a "
+            "bigger tree costs more verification under load."
+        )
+    if any(s.status == "out" for s in others):
+        message += f" Every other valid budget is slower by more than the {m:.0%} margin."
+    elif not others:
+        message += " It is the only budget with valid timings."
+    message += f" ({_rule_text(record)}.){tail}"
+    return Recommendation(
+        best.tree_budget,
+        best.decode_median,
+        best.decode_ci,
+        tuple(s.key for s in same),
+        excluded,
+        message,
+        leader=j.leader,
+        n=n,
+        equivalence=m,
+    )
+
+
+def _rule_text(record: RaceRecord[int | None]) -> str:
+    r = record.judgement.rule
+    what = f"{r.equivalence:.0%} margin, min n {r.min_n}, {r.confidence:.0%} confidence"
+    if record.mode == "adaptive":
+        budget = "" if r.max_requests is None else f" of {r.max_requests}"
+        return f"adaptive sweep, {record.requests}{budget} requests, {what}"
+    return f"exhaustive sweep, {what}"
+
+
+def _undecided(
+    record: RaceRecord[int | None],
+    by_budget: Mapping[int | None, BudgetStats],
+    excluded: tuple[int | None, ...],
+    tail: str,
+) -> Recommendation:
+    j = record.judgement
+    lead = by_budget[j.leader]
+    n = len(lead.decode)
+    open_ = [s for s in j.standings if s.status == "in contention"]
+    parts = ", ".join(f"tree_budget={budget_label(s.key)} ({standing_text(s)})" for s in open_)
+    if record.spent:
+        why = f"the request budget ({record.max_requests}) was spent first"
+    elif record.mode == "adaptive":
+        why = (
+            "the benchmark tests ran out first: more sweep prompts would decide (each prompt "
+            "is one round of the race)"
+        )
+    else:
+        why = "more rounds (--ddtree-rounds) or --ddtree-sweep adaptive would decide"
+    message = (
+        f"Undecided: tree_budget={budget_label(j.leader)} leads with median decode "
+        f"{_fmt_rate(lead.decode_median)} tok/s (n={n}), but {parts or 'no budget'} "
+        f"cannot yet be told within the {j.rule.equivalence:.0%} margin or clearly slower; "
+        f"{why}. No budget is recommended ({_rule_text(record)}).{tail}"
+    )
+    return Recommendation(
+        None,
+        lead.decode_median,
+        lead.decode_ci,
+        tuple(s.key for s in open_),
+        excluded,
+        message,
+        decided=False,
+        leader=j.leader,
+        n=n,
+        equivalence=j.rule.equivalence,
+    )
+
+
+def _drift_pairs(samples: Sequence[SweepSample]) -> list[tuple[float, float]]:
+    """The i-th start and i-th end request of each prompt (and worker), both valid and timed."""
+    blocks: dict[tuple[str, str, str], list[float | None]] = {}
+    for s in samples:
+        if s.drift_mark in ("start", "end"):
+            rate = s.decode_tokens_per_second if s.valid else None
+            blocks.setdefault((s.drift_mark, s.worker or "", s.prompt_id), []).append(rate)
+    pairs: list[tuple[float, float]] = []
+    for (mark, worker, prompt), starts in blocks.items():
+        if mark != "start":
+            continue
+        for a, b in zip(starts, blocks.get(("end", worker, prompt), []), strict=False):
+            if a is not None and b is not None and a > 0:
+                pairs.append((a, b))
+    return pairs
+
+
+def check_drift(samples: Sequence[SweepSample], *, seed: int = 0) -> tuple[DriftCheck, ...]:
+    """One drift check per budget measured again at the end (none without drift blocks).
+
+    See :mod:`~pytest_ddtree.measure.sweep.drift` for the rule: the ratios are paired by prompt.
+    """
+    rechecked = dict.fromkeys(s.tree_budget for s in samples if s.drift_mark == "end")
+    checks: list[DriftCheck] = []
+    for budget in rechecked:
+        pairs = _drift_pairs([s for s in samples if s.tree_budget == budget])
+        ratios = [b / a for a, b in pairs]
+        ci = (
+            bootstrap_median_ci(
+                ratios, seed=seed, salt=f"drift{budget}", confidence=DRIFT_CONFIDENCE
+            )
+            if len(ratios) >= DRIFT_PAIRS
+            else None
+        )
+        checks.append(
+            DriftCheck(
+                budget,
+                tuple(a for a, _ in pairs),
+                tuple(b for _, b in pairs),
+                statistics.median(ratios) if ci is not None else None,
+                ci,
+            )
+        )
+    return tuple(checks)
+
+
+def silent(asked: int, reported: int) -> bool:
+    """Answers were read for speculative statistics (``asked``) and none carried any."""
+    return asked > 0 and reported == 0
+
+
+#: the warning's opening, on every engine and in every table's legend
+NO_SPEC_STATS = "no speculative statistics came back: is speculation on?"
+
+
+def no_spec_stats_line(where: str, asked: int) -> str:
+    """The warning for answers that were asked for speculative statistics and sent none
+    (a server without speculation, or one that does not report it), at ``where``."""
+    return (
+        f"{NO_SPEC_STATS} {asked} answer(s) at {where} were read for speculative statistics "
+        "and none carried drafts, acceptance or rounds; these timings may be the target "
+        "model's alone"
+    )
+
+
+def acceptance_text(
+    length: float | None, rate: float | None, never_drafted: bool, no_stats: bool = False
+) -> str:
+    """The acceptance cell of the sweep and load tables: the mean acceptance length, else
+    the acceptance rate (``rate 0.85``), ``no drafts``, ``no stats`` (no speculative
+    statistics came back), or ``-``.
+
+    A server that reports drafted and accepted tokens but not its rounds
+    (llama.cpp) has no honest length; its rate is shown, marked as such.
+    """
+    if length is not None:
+        return f"{length:.2f}"
+    if rate is not None:
+        return f"rate {rate:.2f}"
+    if no_stats:
+        return "no stats"
+    return "no drafts" if never_drafted else "-"
+
+
+def speculation_warnings(stats: Sequence[BudgetStats]) -> list[str]:
+    """The warnings for budgets whose answers sent no speculative statistics at all, and
+    for those whose requests drafted no token at all, with the counts."""
+    lines: list[str] = []
+    quiet = [s for s in stats if s.no_spec_stats]
+    if quiet:
+        which = "every budget" if len(quiet) == len(stats) else "budget"
+        names = ", ".join(budget_label(s.tree_budget) for s in quiet)
+        lines.append(no_spec_stats_line(f"{which} {names}", sum(s.stats_asked for s in quiet)))
+    idle = [s for s in stats if s.never_drafted]
+    if idle:
+        which = "every budget" if len(idle) == len(stats) else "budget"
+        names = ", ".join(budget_label(s.tree_budget) for s in idle)
+        n = sum(s.draft_reports for s in idle)
+        lines.append(
+            f"speculation never drafted at {which} {names}: 0 draft tokens in {n} request(s) "
+            "that reported their drafts; these timings are the target model's alone, not "
+            "speculative decoding"
+        )
+    return lines
+
+
+@dataclass(frozen=True)
+class SweepSummary:
+    """Per-budget statistics (budget order ascending), the recommendation and the race."""
+
+    budgets: tuple[BudgetStats, ...]
+    recommendation: Recommendation
+    #: the drift checks of the sweep (empty when no budget was measured again)
+    drift: tuple[DriftCheck, ...] = ()
+    #: the rule's verdict on each budget and, for an adaptive sweep, who left when and why
+    race: RaceRecord[int | None] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-JSON form for ``sweep.json``."""
+        out = {
+            "budgets": [b.to_json() for b in self.budgets],
+            "recommendation": self.recommendation.to_json(),
+        }
+        if self.race is not None:
+            out["race"] = self.race.to_json()
+        if self.drift:
+            out["drift"] = [c.to_json() for c in self.drift]
+        return out
+
+
+def _verdict(st: BudgetStats, record: RaceRecord[int | None] | None, rec: Recommendation) -> str:
+    """The verdict cell of one budget: the rule's standing in words."""
+    if not st.all_valid:
+        return f"INVALID ({', '.join(sorted(st.codes)) or 'invalid'})"
+    if st.decode_median is None or record is None:
+        return "no timings"
+    try:
+        s = record.judgement.standing(st.tree_budget)
+    except KeyError:
+        return "not raced"
+    if rec.decided and st.tree_budget == rec.tree_budget:
+        return "best" if s.status == "leader" else "best (smallest as fast)"
+    gone = record.exit_of(st.tree_budget)
+    return {
+        "leader": "leads, undecided" if not rec.decided else "leads within the margin",
+        "as fast": "as fast",
+        "out": "slower" if gone is None else f"slower, left after round {gone.round}",
+        "in contention": "in contention",
+        "excluded": "excluded",
+    }[s.status]
+
+
+def _unseen_invalid(
+    stats: Sequence[BudgetStats], race: RaceRecord[int | None] | None
+) -> list[int | None]:
+    """Budgets with invalid samples that ``race`` did not exclude (none without a race)."""
+    if race is None:
+        return []
+    excluded = {s.key for s in race.judgement.standings if s.status == "excluded"}
+    return [
+        st.tree_budget
+        for st in stats
+        if st.total > 0 and not st.all_valid and st.tree_budget not in excluded
+    ]
+
+
+def summarize(
+    samples: Sequence[SweepSample],
+    *,
+    seed: int = 0,
+    rule: RaceRule | None = None,
+    race: RaceRecord[int | None] | None = None,
+) -> SweepSummary:
+    """Group ``samples`` by requested budget, compute statistics, verdicts and drift.
+
+    ``rule`` is the race's rule for an exhaustive sweep's verdict (default margin
+    2%); ``race`` an adaptive sweep's own record, whose verdict is kept as raced.
+    """
+    groups: dict[int | None, list[SweepSample]] = {}
+    for s in without_repeats(samples):
+        groups.setdefault(s.tree_budget, []).append(s)
+    raw = [budget_stats(b, groups[b], seed=seed) for b in sorted(groups, key=_budget_key)]
+    unseen = _unseen_invalid(raw, race)
+    if race is not None and unseen:
+        # found invalid after the race (a temperature-0 divergence marks its budget's
+        # samples): the race's verdict may name it, so every sample is judged afresh
+        rule, race = race.judgement.rule, None
+    record = race or judge_stats(raw, rule)
+    rec = recommend(raw, seed=seed, race=record)
+    if unseen:
+        rec = replace(
+            rec,
+            message=rec.message + f" The race's own verdict is set aside: it did not see the "
+            f"invalid responses at tree_budget={_names(unseen)}; every sample is judged by "
+            "the exhaustive rule.",
+        )
+    drift = check_drift(samples, seed=seed)
+    drifted = {c.tree_budget for c in drift if c.drifting}
+    if drifted:
+        rec = replace(rec, drifting=True, message=rec.message + drift_message(drift))
+    with_verdicts: list[BudgetStats] = []
+    for st in raw:
+        verdict = _verdict(st, record, rec)
+        if st.echoed_mismatch and st.all_valid:
+            verdict += " (echoed budget differs)"
+        if st.tree_budget in drifted:
+            verdict += " (DRIFTING)"
+        with_verdicts.append(replace(st, verdict=verdict))
+    return SweepSummary(tuple(with_verdicts), rec, drift, record)

@@ -1,0 +1,208 @@
+"""What the timing fixtures send, and the refusals they raise, without pytest.
+
+- ``Requester``: one fixture call's request, the same body at every budget; above temperature
+  0 each (prompt, round) carries a seed of its own, the same at every budget;
+- ``server_watch``: the server's counters around each group, when ``/metrics`` is read;
+- the refusals: ``lossy_error`` (a budget not lossless at temperature 0), ``sampling_error``
+  with its ``refused_sample`` record (a server that does not sample as asked),
+  ``smoke_error`` (the request before timing broke an invariant), ``sweep_error`` (invalid
+  responses in a sweep) and ``inconsistency_error`` (statistics against the counters).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_ddtree.checks.sampling import request_seed
+from pytest_ddtree.core.settings import budget_label
+from pytest_ddtree.core.violation import InvariantError, Violation
+from pytest_ddtree.measure.sweep import SweepSample, SweepSummary
+from pytest_ddtree.wire.client import DDTreeClient, Messages
+from pytest_ddtree.wire.completion import Api, Completion
+from pytest_ddtree.wire.servermetrics import CounterLog, GroupWatch
+
+#: a completion and the invariants it broke
+Failure = tuple[Completion, list[Violation]]
+
+
+@dataclass(frozen=True)
+class Requester:
+    """The request one fixture call sends for a prompt id, at a budget, for a round."""
+
+    client: DDTreeClient
+    prompts: Mapping[str, Messages]
+    max_tokens: int
+    temperature: float
+    seed: int
+    api: Api | None = None
+    stream: bool = True
+    headers: Mapping[str, str] | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def send(self, budget: int | None, pid: str, round_key: int | str = "smoke") -> Completion:
+        extra = dict(self.extra)
+        if self.temperature > 0:  # the same (prompt, round) samples alike at every budget
+            extra.setdefault("seed", request_seed(self.seed, pid, round_key))
+        return self.client.request(
+            self.prompts[pid],
+            api=self.api,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            tree_budget=budget,
+            stream=self.stream,
+            prompt_id=pid,
+            headers=self.headers,
+            **extra,
+        )
+
+
+def server_watch(
+    log: CounterLog | None, nodeid: str, workers: int, scope: str
+) -> GroupWatch | None:
+    """Snapshots of the server's counters around each group, when ``/metrics`` is read."""
+    if log is None or not log.reader.active:
+        return None
+    # several xdist workers on one server are each other's "other traffic": no verdict then
+    log.judge = workers <= 1
+    return GroupWatch(log, nodeid, scope=scope)
+
+
+def inconsistency_error(watch: GroupWatch, skip_checks: Sequence[str]) -> InvariantError | None:
+    """``stats-inconsistent`` when the responses' statistics do not add up to the counters."""
+    lines = watch.inconsistencies()
+    if not lines or "stats-inconsistent" in skip_checks:
+        return None
+    return InvariantError(
+        [
+            Violation(
+                "stats-inconsistent",
+                "the per-request speculation statistics do not add up to the server's own "
+                "counters over the same requests",
+                {"where": line, "metrics": watch.log.reader.url},
+                "",
+            )
+            for line in lines
+        ],
+        header="server counters disagree with the responses' statistics",
+    )
+
+
+def refused_sample(
+    found: list[Violation], budget: int | None, pid: str, temperature: float
+) -> SweepSample:
+    """The record of a budget not timed because the server does not sample as asked."""
+    return SweepSample(
+        tree_budget=budget,
+        prompt_id=pid,
+        round=0,
+        valid=False,
+        codes=tuple(v.code for v in found),
+        messages=tuple(v.message for v in found),
+        temperature=temperature,
+    )
+
+
+def sampling_error(found: list[Violation], temperature: float) -> InvariantError:
+    return InvariantError(
+        found,
+        header=f"sampling check before timing at temperature {temperature:g}: nothing timed",
+        footer="diagnosis: serving stack - the request's sampling parameters did not reach "
+        "the sampler; fix the server, or pass --ddtree-skip-check "
+        f"{found[0].code} to time it anyway (a weakened run)",
+    )
+
+
+def lossy_error(budget: int | None, shown_by: str) -> InvariantError:
+    return InvariantError(
+        [
+            Violation(
+                "not-lossless",
+                f"tree_budget {budget_label(budget)} changed the temperature-0 "
+                "output earlier in this session, so its timings would measure a "
+                "different computation: not timed",
+                {"shown by": shown_by},
+                "",
+            )
+        ],
+        footer="diagnosis: speculative decoding - the tree verification must not "
+        "change the output; fix it before timing this budget",
+    )
+
+
+def smoke_error(
+    failure: Failure, budget: int | None, footer: Callable[[Completion, list[Violation]], str]
+) -> tuple[str, InvariantError]:
+    """The benchmark's failed smoke request: why the session's later benchmarks are skipped
+    (to be completed with the test's id), and the error of this test."""
+    completion, violations = failure
+    codes = ", ".join(dict.fromkeys(v.code for v in violations))
+    why = f"({codes} at tree_budget={budget_label(budget)}); fix the endpoint first"
+    header = (
+        f"smoke request before timing (tree_budget={budget_label(budget)}, "
+        f"prompt={completion.request.prompt_id}): {len(violations)} output-quality "
+        "invariant(s) broken. No benchmark of this session will run until the "
+        "outputs are valid"
+    )
+    return why, InvariantError(violations, header=header, footer=footer(*failure))
+
+
+def sweep_smoke_error(
+    failures: list[Failure], budget: int, footer: Callable[[Completion, list[Violation]], str]
+) -> InvariantError:
+    """The sweep's smoke requests broke invariants: nothing was timed."""
+    bad = [v for _, violations in failures for v in violations]
+    return InvariantError(
+        bad,
+        header=(
+            f"smoke requests before the sweep (tree_budget={budget}): "
+            f"{len(bad)} output-quality invariant(s) broken; nothing was timed"
+        ),
+        footer=footer(*failures[0]),
+    )
+
+
+def sweep_error(
+    failures: list[Failure],
+    summary: SweepSummary,
+    footer: Callable[[Completion, list[Violation]], str],
+) -> InvariantError:
+    """Invalid responses in a sweep, by budget."""
+    per_budget = ", ".join(
+        f"{budget_label(b.tree_budget)}: {', '.join(sorted(b.codes))}"
+        for b in summary.budgets
+        if not b.all_valid
+    )
+    return InvariantError(
+        [v for _, vs in failures for v in vs],
+        header=f"sweep has invalid responses ({per_budget})",
+        footer=footer(*failures[0]),
+    )
+
+
+def collecting(
+    validate: Callable[[Completion], list[Violation]],
+) -> tuple[list[Failure], Callable[[Completion], list[Violation]]]:
+    """A validator that also keeps each failing completion with what it broke."""
+    failures: list[Failure] = []
+
+    def checked(completion: Completion) -> list[Violation]:
+        violations = validate(completion)
+        if violations:
+            failures.append((completion, violations))
+        return violations
+
+    return failures, checked
+
+
+def prompt_ids(prompts: Mapping[str, Messages] | Sequence[str] | str) -> dict[str, Messages]:
+    """A sweep's prompts by id; a plain list of strings gets the ids ``p0``, ``p1``, ..."""
+    if isinstance(prompts, str):
+        prompts = [prompts]
+    if isinstance(prompts, Mapping):
+        return dict(prompts)
+    if not all(isinstance(p, str) for p in prompts):
+        raise TypeError("ddtree_sweep takes {prompt_id: prompt} or a list of prompt strings")
+    # ids from the list position, stable across runs and workers
+    return {f"p{i}": p for i, p in enumerate(prompts)}

@@ -1,0 +1,264 @@
+"""The description and end-of-session analysis of a sweep, without pytest.
+
+:func:`describe` builds the run's metadata; :func:`conclude` turns the
+session's samples and lossy budgets into the samples that count, the
+budget-ignored verdict and the summary; :func:`conclude_load` merges the
+load records of every process per test; :func:`sweep_run` and :func:`write`
+make and write the report."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from pytest_ddtree.core.settings import Settings, budget_label
+from pytest_ddtree.core.violation import Violation
+from pytest_ddtree.measure.sweep import (
+    DiagnosisRecord,
+    RunMetadata,
+    SweepRun,
+    SweepSample,
+    SweepSummary,
+    redact_endpoint,
+    summarize,
+)
+from pytest_ddtree.measure.sweep.race import RaceRecord, RaceRule
+from pytest_ddtree.pytest_plugin.runtime import Runtime
+
+if TYPE_CHECKING:
+    from pytest_ddtree.measure.load import LoadRecord, LoadTestResult
+
+INTERRUPTED_NOTE = (
+    "interrupted: this is a partial run; tests that did not finish are left out "
+    "and the recommendation is not final"
+)
+
+
+def mark_interrupted(metadata: RunMetadata | None) -> RunMetadata:
+    """The run's metadata, marked partial (created if nothing was described yet)."""
+    meta = metadata or RunMetadata()
+    meta.interrupted = True
+    meta.notes.append(INTERRUPTED_NOTE)
+    return meta
+
+
+def no_report_line(directory: str) -> str:
+    """Why no report was written although tests ran."""
+    return f"ddtree: no sweep report in {directory}: no timed request counted in this run"
+
+
+def describe(runtime: Runtime, *, workers: int | None) -> RunMetadata:
+    """What describes the run, from the runtime (never a secret)."""
+    s = runtime.settings
+    endpoint = redact_endpoint(runtime.endpoint)
+    meta = RunMetadata(
+        endpoint=f"embedded reference server ({endpoint})" if runtime.embedded else endpoint,
+        model=runtime.model,
+        dialect=runtime.dialect,
+        embedded_setup=(
+            f"reference_latency={s.reference_latency}, "
+            f"reference_slowdown={s.reference_slowdown:g}, "
+            f"faults={','.join(s.reference_faults) or 'none'}{_slowdown_note(s)}"
+            if runtime.embedded
+            else None
+        ),
+        api=s.api,
+        budgets=list(s.budgets) if s.budget_mode != "none" else [budget_label(None)],
+        budget_mode=s.budget_mode,
+        max_tokens=s.max_tokens,
+        configured_rounds=s.rounds,
+        configured_warmup_rounds=s.warmup_rounds,
+        order=s.sweep_order,
+        tokenizer=runtime.tokenizer_source,
+        workers=workers,
+    )
+    # Descriptive only: a failed probe must not fail a benchmark.
+    with contextlib.suppress(Exception):
+        meta.server_models = list(runtime.client.list_models())
+    if s.skip_checks:
+        meta.notes.append(f"Weakened run: checks skipped: {', '.join(s.skip_checks)}.")
+    return meta
+
+
+def _slowdown_note(settings: Settings) -> str:
+    """``--ddtree-reference-slowdown-after`` in the embedded setup, when given."""
+    if settings.reference_slowdown_after is None:
+        return ""
+    after, factor = settings.reference_slowdown_after
+    return f", slowdown x{factor:g} after {after} requests"
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    """What the session measured, once analysed (``summary`` None when nothing counted)."""
+
+    samples: list[SweepSample]
+    summary: SweepSummary | None
+    budget_ignored: list[Violation]
+    #: one summary per temperature, lowest first (``summary`` is the lowest's)
+    summaries: Mapping[float, SweepSummary] = field(default_factory=dict)
+
+
+def _with_lossy(samples: list[SweepSample], lossy: Mapping[int | None, str]) -> list[SweepSample]:
+    """Mark every sample of a lossy budget invalid; report a lossy budget never timed."""
+    if not lossy:
+        return samples
+    timed = {s.tree_budget for s in samples}
+    untimed = [
+        SweepSample(
+            tree_budget=budget,
+            prompt_id="(losslessness)",
+            round=0,
+            valid=False,
+            codes=("not-lossless",),
+            messages=(f"not timed: the output changed at this budget ({where})",),
+        )
+        for budget, where in lossy.items()
+        if budget not in timed
+    ]
+    return [
+        replace(s, valid=False, codes=(*s.codes, "not-lossless"))
+        if s.tree_budget in lossy and "not-lossless" not in s.codes
+        else s
+        for s in [*samples, *untimed]
+    ]
+
+
+def budget_ignored(samples: Sequence[SweepSample], skip_checks: Sequence[str]) -> list[Violation]:
+    """The sweep-level check: does the server's speed depend on the budget at all?"""
+    if "budget-ignored" in skip_checks:
+        return []
+    from pytest_ddtree.checks.invariants import BudgetSample, check_budget_ignored
+
+    usable = [
+        BudgetSample(
+            tree_budget=s.tree_budget,
+            decode_tokens_per_second=s.decode_tokens_per_second,
+            mean_acceptance_length=s.mean_acceptance_length,
+            prompt_id=s.prompt_id,
+            echoed_tree_budget=s.echoed_tree_budget,
+        )
+        for s in samples
+        if s.valid and s.tree_budget is not None and s.round >= 0
+    ]
+    return list(check_budget_ignored(usable))
+
+
+def conclude(
+    samples: list[SweepSample],
+    lossy: Mapping[int | None, str],
+    *,
+    seed: int,
+    skip_checks: Sequence[str],
+    interrupted: bool,
+    rule: RaceRule | None = None,
+    races: Mapping[float, Sequence[RaceRecord[int | None]]] | None = None,
+) -> Conclusion:
+    """Samples that count, the budget-ignored verdict and the (maybe partial) summary."""
+    from pytest_ddtree.measure.sweep.temperature import by_temperature
+
+    samples = _with_lossy(samples, lossy)
+    if not samples:
+        return Conclusion(samples, None, [])
+    groups = by_temperature(samples)
+    # a budget that makes no difference shows at each temperature alone: never pooled
+    ignored = [
+        v if list(groups) == [0.0] else replace(v, message=f"at temperature {t:g}: {v.message}")
+        for t, group in groups.items()
+        for v in budget_ignored(group, skip_checks)
+    ]
+    summaries = {
+        t: _summary(group, seed=seed, rule=rule, races=(races or {}).get(t, ()))
+        for t, group in groups.items()
+    }
+    if interrupted:
+        summaries = {t: _partial(s) for t, s in summaries.items()}
+    return Conclusion(samples, next(iter(summaries.values())), ignored, summaries)
+
+
+def _summary(
+    samples: Sequence[SweepSample],
+    *,
+    seed: int,
+    rule: RaceRule | None,
+    races: Sequence[RaceRecord[int | None]],
+) -> SweepSummary:
+    """One temperature's summary: a race's own verdict when one race made its samples.
+
+    Several races (two raced tests at one temperature) each judged their own samples;
+    the table pools them all, so the pooled samples are judged by the exhaustive rule.
+    """
+    if len(races) == 1:
+        return summarize(samples, seed=seed, rule=rule, race=races[0])
+    summary = summarize(samples, seed=seed, rule=rule)
+    if not races:
+        return summary
+    rec = summary.recommendation
+    note = (
+        f" {len(races)} races ran at this temperature; their samples together are judged by "
+        "the exhaustive rule (each race judged its own test's samples alone)."
+    )
+    return replace(summary, recommendation=replace(rec, message=rec.message + note))
+
+
+def _partial(summary: SweepSummary) -> SweepSummary:
+    rec = summary.recommendation
+    return replace(
+        summary,
+        recommendation=replace(
+            rec, partial=True, message=f"Partial run (interrupted): {rec.message}"
+        ),
+    )
+
+
+def conclude_load(records: Sequence[LoadRecord], *, seed: int) -> list[LoadTestResult]:
+    """Per load test, the statistics and schedule of the raw samples of every process."""
+    if not records:
+        return []  # the load package is loaded only when a load test ran
+    from pytest_ddtree.measure.load.record import merge_records
+
+    return merge_records(records, seed=seed)
+
+
+def sweep_run(
+    samples: Sequence[SweepSample],
+    metadata: RunMetadata | None,
+    seed: int,
+    conclusion: Conclusion,
+    diagnoses: Sequence[DiagnosisRecord],
+) -> SweepRun:
+    """The run as reported: metadata with the seed and the sweep-level notes."""
+    meta = replace(metadata) if metadata is not None else RunMetadata()
+    meta.seed = seed
+    meta.notes = [
+        *meta.notes,
+        *(f"{v.code}: {v.message}" for v in conclusion.budget_ignored),
+    ]
+    return SweepRun(samples=list(samples), metadata=meta, seed=seed, diagnoses=list(diagnoses))
+
+
+def write(
+    run: SweepRun,
+    directory: str,
+    summary: SweepSummary | None,
+    load: Sequence[LoadTestResult] = (),
+    summaries: Mapping[float, SweepSummary] | None = None,
+) -> str:
+    """Write ``sweep.json`` and ``sweep.html`` (with any load results); the line saying where."""
+    # the report writers load jsonschema: only when a report is written
+    from pytest_ddtree.report import write_report
+
+    try:
+        paths = write_report(run, directory, summary, load=load, summaries=summaries)
+    except (OSError, ValueError) as exc:
+        return f"ddtree: could not write the report to {directory}: {exc}"
+    except Exception as exc:  # a renderer's bug must not take the run's output
+        # (the failures, the summary, pytest-benchmark's JSON) down with it
+        return (
+            f"ddtree: could not write the report to {directory} (a bug in pytest-ddtree, "
+            f"please report it): {type(exc).__name__}: {exc}"
+        )
+    with_load = " (with the load results)" if load else ""
+    return f"ddtree: sweep report written{with_load}: {paths.json}, {paths.html}"

@@ -1,0 +1,389 @@
+"""What pytest-ddtree writes to the terminal: the header, the serving line, the end summary.
+
+Also load mode's: the total load and how it is spread (in the header when
+load options were given or tests are split with ``--dist each``, else after
+collection when a test uses ``ddtree_load``), and the merged load table; the
+regressions of a tripped ``--benchmark-compare-fail`` gate, one line each; and
+the line of a failure in pytest's short test summary, codes first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from pytest_ddtree.core.settings import budget_label
+from pytest_ddtree.pytest_plugin.runtime import Runtime
+from pytest_ddtree.pytest_plugin.session import DDTreeSession
+
+#: the regressions a ``--benchmark-compare-fail`` gate found (name, why), once taken
+REGRESSIONS_KEY = pytest.StashKey[list[tuple[str, str]]]()
+
+#: options whose explicit value puts the load line in the header
+LOAD_OPTIONS = ("slo", "load_concurrency", "load_rate", "load_requests")
+
+
+def header_lines(session: DDTreeSession) -> list[str]:
+    """The report-header lines: where requests go, and a weakened run said plainly."""
+    settings, xdist = session.settings, session.xdist
+    if settings.endpoint is None:
+        where = "embedded reference server (started on first use"
+        where += ", one per xdist worker)" if xdist else ")"
+        if settings.reference_faults:
+            where += f", faults: {','.join(settings.reference_faults)}"
+    else:
+        where = settings.endpoint
+    budgets = (
+        f"{budget_label(None)} (budget-mode none)"
+        if settings.budget_mode == "none"
+        else ",".join(map(str, settings.budgets)) + f" via {settings.budget_mode}"
+    )
+    lines = [
+        f"ddtree: endpoint {where}; model {settings.model or 'first listed'}; "
+        f"dialect {settings.dialect}; budgets {budgets}; tokenizer {settings.tokenizer}"
+    ]
+    if settings.temperatures != (0.0,):
+        temps = ",".join(f"{t:g}" for t in settings.temperatures)
+        lines[0] += f"; timed at temperatures {temps}"
+    if settings.skip_checks:
+        lines.append(f"ddtree: WEAKENED run, checks skipped: {', '.join(settings.skip_checks)}")
+    if _load_in_header(session):
+        lines.append(load_line(session))
+    return lines
+
+
+def _load_in_header(session: DDTreeSession) -> bool:
+    explicit = any(session.settings.source_of(a) != "default" for a in LOAD_OPTIONS)
+    return explicit or getattr(session.config.option, "dist", "no") == "each"
+
+
+def load_line(session: DDTreeSession) -> str:
+    """The total load, and whether it is split over xdist workers."""
+    settings, option = session.settings, session.config.option
+    n = getattr(option, "numprocesses", None)
+    tx = getattr(option, "tx", None) or []
+    workers = int(n) if isinstance(n, int) else sum(_tx_count(t) for t in tx)
+    total = ",".join(map(str, settings.load_concurrency)) or "-"
+    rates = ",".join(f"{r:g}" for r in settings.load_rate)
+    load = f"total concurrency {total}" + (f"; total rate {rates}/s" if rates else "")
+    if workers > 1 and getattr(option, "dist", "no") == "each":
+        where = f"split over {workers} xdist workers, merged from raw samples"
+        if settings.endpoint is None:
+            where += (
+                "; WARNING: each worker starts its own embedded server, so the merged "
+                "load is not on one server: give --ddtree-endpoint"
+            )
+    elif workers > 1:
+        where = "each load test runs whole on one worker (use --dist each to split it)"
+    else:
+        where = "one process"
+    return f"ddtree load: {load} ({where})"
+
+
+def _tx_count(spec: str) -> int:
+    head = spec.split("*", 1)
+    return int(head[0]) if len(head) == 2 and head[0].isdigit() else 1
+
+
+def collection_lines(
+    session: DDTreeSession, runtime: Runtime, items: list[pytest.Item]
+) -> list[str]:
+    """After collection: the load line (unless in the header) and the serving lines."""
+    lines = []
+    uses_load = any("ddtree_load" in getattr(i, "fixturenames", ()) for i in items)
+    if uses_load and not _load_in_header(session):
+        lines.append(load_line(session))
+    return [*lines, *serving_lines(runtime)]
+
+
+def serving_lines(runtime: Runtime) -> list[str]:
+    """Once the runtime is up: what is served, and any caveat of the setup."""
+    line = (
+        f"ddtree: serving {runtime.endpoint} model {runtime.model}; "
+        f"tokenizer {runtime.tokenizer_source}"
+    )
+    if runtime.baseline is not None:
+        line += f"; baseline {runtime.baseline_endpoint}"
+    return [line, *(f"ddtree: {note}" for note in runtime.notes)]
+
+
+def write_summary(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
+    """The sweep and load tables, where the report went, a weakened run, the dialect found;
+    written before pytest-benchmark's tables, which the last line announces."""
+    if session.is_worker:
+        return
+    _write_ddtree(tr, session)
+    _write_benchmark_lead(tr, session)
+
+
+def _write_ddtree(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
+    _write_sweep(tr, session)
+    _write_load(tr, session)
+    for line in session.report_lines:  # where the report went (or why not)
+        tr.write_line(line)
+    if session.settings.report is None and (session.summary is not None or session.load):
+        tr.write_line(
+            "ddtree: add --ddtree-report DIR for sweep.json and sweep.html "
+            "(every request, the charts, and the load section)"
+        )
+    settings = session.settings
+    if settings.skip_checks:
+        tr.write_sep("-", "pytest-ddtree: weakened run", yellow=True)
+        tr.write_line(
+            f"checks skipped (--ddtree-skip-check): {', '.join(settings.skip_checks)}; "
+            "results do not prove these invariants hold"
+        )
+    runtime = session.runtime
+    if runtime is None:
+        return
+    if runtime.server_metrics is not None and runtime.server_metrics.reader.warning:
+        tr.write_line(f"ddtree: WARNING: {runtime.server_metrics.reader.warning}", yellow=True)
+    client = runtime.client
+    if not client.requests_sent:  # a load test alone: only what went wrong on the wire
+        _write_transport(tr, runtime)
+        return
+    if settings.dialect == "auto":
+        found = client.detected_dialect or "none (no speculation statistics seen)"
+        tr.write_line(f"ddtree: statistics dialect detected: {found}")
+    elif settings.dialect != "none" and not client.stats_seen:
+        tr.write_line(
+            f"ddtree: WARNING: --ddtree-dialect {settings.dialect} (from "
+            f"{settings.source_of('dialect')}) found no statistics in "
+            f"{client.requests_sent} response(s): the stats and budget checks did not "
+            "run; try --ddtree-dialect auto",
+            yellow=True,
+        )
+    from pytest_ddtree.checks.invariants import unstated
+
+    note = unstated(client.detected_dialect or settings.dialect) if client.stats_seen else None
+    if note is not None:  # once a run: what this engine's statistics do not promise
+        tr.write_line(f"ddtree: statistics checks: {note}")
+    _write_transport(tr, runtime)
+
+
+def _write_benchmark_lead(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
+    """Say what the tables printed after this summary are, and how to leave them out.
+
+    pytest-benchmark prints one table per group (a budget) after this summary: every
+    timed test with its rounds, the detail behind the sweep table's per-budget figures.
+    """
+    bench = getattr(session.config, "_benchmarksession", None)
+    groups = getattr(bench, "groups", None)
+    if not groups or getattr(bench, "quiet", False):
+        return
+    tests = sum(len(g[1]) for g in groups if isinstance(g, tuple) and len(g) == 2)
+    tr.write_line(
+        f"ddtree: pytest-benchmark's tables follow: {len(groups)} group(s), {tests} timed "
+        "test(s), each test's own timings (the sweep table above has the per-budget "
+        "figures; --benchmark-columns picks their columns, --benchmark-quiet leaves them out)"
+    )
+
+
+def _write_transport(tr: pytest.TerminalReporter, runtime: Runtime) -> None:
+    from pytest_ddtree.pytest_plugin import _guard
+
+    for line in _guard.transport_lines(runtime):  # retries, 429s, counter failures
+        tr.write_line(line, yellow=True)
+
+
+def _write_sweep(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
+    if session.summary is None:
+        return
+    tr.write_sep("-", "pytest-ddtree budget sweep")
+    notes: list[str] = []
+    if session.interrupted:
+        notes.append("interrupted: partial run, the recommendation is not final")
+    if session.smoke_failure:
+        notes.append(f"benchmarks skipped: {session.smoke_failure}")
+    if session.settings.sweep == "adaptive" and not session.races:
+        budgets = len(session.settings.budgets)
+        notes.append(
+            "--ddtree-sweep adaptive: nothing was raced "
+            + (
+                "(one budget, the server's own: there is no other to race it against)"
+                if budgets < 2
+                else "(no ddtree_sweep call or benchmark test with a tree_budget parameter)"
+            )
+            + "; every request ran as planned and is judged by the same rule"
+        )
+    log = session.runtime.server_metrics if session.runtime is not None else None
+    shared = log.shared_budgets() if log is not None else None
+    for line in _tables(session, notes, shared):
+        tr.write_line(line)
+    if log is not None:
+        from pytest_ddtree.measure.sweep.temperature import zero_only
+        from pytest_ddtree.report.terminal import server_counter_lines
+
+        # the counters are read per budget group, not per temperature: said so, not split
+        pooled = "" if zero_only(session.summaries) else " (every temperature together)"
+        for line in server_counter_lines(log.by_budget(), shared):
+            tr.write_line(line + pooled)
+        from pytest_ddtree.wire.servermetrics import gauge_lines
+
+        for line in gauge_lines(log.by_budget()):
+            tr.write_line(line)
+    for v in session.budget_ignored:
+        tr.write_line(f"FAILED sweep: [{v.code}] {v.message}", red=True)
+
+
+def _tables(
+    session: DDTreeSession, notes: list[str], shared: Mapping[int | None, str] | None
+) -> list[str]:
+    """The sweep table, or above temperature 0 one table per temperature, headed with it."""
+    from pytest_ddtree.measure.sweep.temperature import heading, sampling_problems, zero_only
+    from pytest_ddtree.report import table_lines
+
+    assert session.summary is not None
+    if zero_only(session.summaries):
+        return table_lines(session.summary, notes=notes, shared=shared)
+    lines: list[str] = []
+    for t, part in session.summaries.items():
+        problems = sampling_problems([s for s in session.samples if s.temperature == t])
+        lines.append(f"-- {heading(t)} --")
+        lines.extend(f"WARNING: {p}" for p in problems)
+        lines.extend(table_lines(part, notes=notes, shared=shared))
+    return lines
+
+
+def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
+    if not session.load:
+        return
+    from pytest_ddtree.measure.load.metrics import speculation_warnings
+    from pytest_ddtree.measure.load.tester import render_table
+
+    tr.write_sep("-", "pytest-ddtree load")
+    for test in session.load:
+        cut = " (interrupted: partial results)" if test.partial else ""
+        at = f" at temperature {test.temperature:g}" if test.temperature else ""
+        tr.write_line(f"{test.nodeid}{at}: merged from {test.where}; total load per point{cut}")
+        if test.note:
+            tr.write_line(f"  note: {test.note}")
+        for line in render_table(test.stats, test.schedule).splitlines():
+            tr.write_line("  " + line)
+        for line in speculation_warnings(test.stats):
+            tr.write_line(f"  WARNING: {line}", yellow=True)
+        if test.unreliable:
+            tr.write_line(
+                "  UNRELIABLE points: the client was saturated (its own queueing) or stalled "
+                "(the machine did not run it) there, and that delay is in those latencies "
+                "(spread the load with -n K --dist each; run the client on a quieter machine)",
+                yellow=True,
+            )
+
+
+def take_regressions(config: pytest.Config) -> list[tuple[str, str]]:
+    """pytest-benchmark's ``--benchmark-compare-fail`` findings, taken before it raises on them.
+
+    pytest-benchmark raises ``PerformanceRegression`` from its terminal summary when a
+    comparison fails: the run then ends in a long traceback, and every summary after its
+    own (the sweep table, pytest's closing line) is lost. Taken here, the findings are
+    written as one line each and the exit status is set instead (``gate_exit_status``).
+    """
+    bench = getattr(config, "_benchmarksession", None)
+    found = getattr(bench, "performance_regressions", None)
+    if not isinstance(found, list) or not found:
+        return []
+    taken = [(str(name), str(why)) for name, why in found]
+    found.clear()
+    config.stash[REGRESSIONS_KEY] = taken
+    return taken
+
+
+def write_regressions(tr: pytest.TerminalReporter, regressions: list[tuple[str, str]]) -> None:
+    """One line per regression the gate found."""
+    if not regressions:
+        return
+    tr.write_sep("-", f"--benchmark-compare-fail: {len(regressions)} regression(s)", red=True)
+    for name, why in sorted(regressions, key=lambda r: regression_order(r[0])):
+        tr.write_line(f"REGRESSION {name}: {_regression_text(why)}", red=True)
+    # pytest's closing line counts it: "1 failed, 111 passed" in its failure colour,
+    # not a green line over a failed exit status
+    tr.stats.setdefault("failed", []).append(
+        pytest.TestReport(
+            nodeid="ddtree::benchmark-compare",
+            location=("ddtree", None, "benchmark-compare"),
+            keywords={},
+            outcome="failed",
+            longrepr=f"--benchmark-compare-fail: {len(regressions)} regression(s)",
+            when="call",
+            duration=0.0,
+        )
+    )
+
+
+_BUDGET_IN_NAME = re.compile(r"tree_budget=(\d+|server-default)")
+
+
+def regression_order(name: str) -> tuple[int, str]:
+    """Regressions by budget (numerically; the server's own first), then by name."""
+    m = _BUDGET_IN_NAME.search(name)
+    budget = -1 if m is None or not m.group(1).isdigit() else int(m.group(1))
+    return (budget, name)
+
+
+_CHECK = re.compile(
+    r"Field '(\w+)' has failed (Percentage|Difference)RegressionCheck: (\S+) > (\S+)"
+)
+
+
+def _regression_text(why: str) -> str:
+    """``median 47.1% slower than the baseline (limit 10%)`` from pytest-benchmark's
+    ``Field 'median' has failed PercentageRegressionCheck: 47.090628174 > 10.000000000``;
+    any other text as it is."""
+    m = _CHECK.fullmatch(why.strip())
+    if m is None:
+        return why
+    field, kind, value, limit = m.group(1), m.group(2), float(m.group(3)), float(m.group(4))
+    if kind == "Percentage":
+        return f"{field} {value:.1f}% slower than the baseline (limit {limit:g}%)"
+    return f"{field} {value:.6g} s slower than the baseline (limit {limit:g} s)"
+
+
+def gate_exit_status(config: pytest.Config, status: int) -> int:
+    """The run's exit status, a failure when the compare gate found a regression."""
+    if config.stash.get(REGRESSIONS_KEY, None) and status == pytest.ExitCode.OK:
+        return int(pytest.ExitCode.TESTS_FAILED)
+    return status
+
+
+def short_crash_line(
+    report: pytest.TestReport,
+    excinfo: pytest.ExceptionInfo[BaseException] | None,
+    tbstyle: str = "",
+    path: Path | None = None,
+) -> None:
+    """Put the violation codes where the short test summary shows them.
+
+    pytest shows the exception's qualified name first (``pytest_ddtree.core.violation.
+    InvariantError``) and cuts the line at the terminal's width, so at 80 columns
+    the codes were never seen; this line starts with them, and the project's other
+    exceptions are named without their module. The message is otherwise whole, as
+    JUnit XML's failure message carries it.
+    """
+    from pytest_ddtree.core.violation import InvariantError
+
+    exc = excinfo.value if excinfo is not None else None
+    if (
+        isinstance(exc, InvariantError)
+        and excinfo is not None
+        and report.when == "call"
+        and tbstyle == "auto"
+    ):
+        # the cause on screen: the failing line and the E lines, without the test's whole
+        # source and a repr of every fixture above them (--tb=long shows those)
+        # from the test's own frame on, as pytest's own pruning does (a bare tbfilter=True
+        # kept every frame of pytest's runner and pluggy above it)
+        test_path = Path(str(report.fspath)) if path is None else path
+        report.longrepr = excinfo.getrepr(
+            style="short", tbfilter=lambda info: info.traceback.cut(path=test_path).filter(info)
+        )
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if exc is None or crash is None or not hasattr(crash, "message"):
+        return
+    if isinstance(exc, InvariantError):
+        crash.message = exc.coded_message
+    elif type(exc).__module__.startswith("pytest_ddtree."):  # LoadError: its counts and codes
+        crash.message = f"{type(exc).__name__}: {exc}"

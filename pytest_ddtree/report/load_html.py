@@ -1,0 +1,207 @@
+"""The load section of ``sweep.html``: latency against load per budget, and the schedule."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from html import escape
+from typing import Any
+
+from pytest_ddtree.core.settings import budget_label
+from pytest_ddtree.measure.load.metrics import (
+    PointStats,
+    acceptance_cell,
+    speculation_warnings,
+    table_order,
+)
+from pytest_ddtree.measure.load.race import PointRace
+from pytest_ddtree.measure.load.recommend import NO_VALID, Choice
+from pytest_ddtree.measure.load.record import LoadTestResult
+from pytest_ddtree.measure.sweep.race import signed_percent
+from pytest_ddtree.report.charts import HEIGHT, NARROW, PALETTE, Svg, YScale, empty_chart
+
+__all__ = ["latency_chart", "render_load_section"]
+
+
+def latency_chart(stats: Sequence[PointStats], metric: str, title: str) -> str:
+    """An inline SVG: ``metric`` p50 (solid) and p99 (dashed) per budget across load points."""
+    points = sorted({s.point for s in stats}, key=lambda p: (p.mode, p.value))
+    budgets = sorted({s.tree_budget for s in stats}, key=lambda b: -1 if b is None else b)
+    values = [
+        getattr(p, q) * 1000
+        for s in stats
+        if (p := getattr(s, metric)) is not None
+        for q in ("p50", "p99")
+    ]
+    if not points or not values:
+        return empty_chart(title, "no valid request at any load point reported this figure")
+    left, right, top, bottom = 66.0, NARROW - 122.0, 30.0, HEIGHT - 58.0
+    top_v = max(values) * 1.08 or 1.0
+    span = max(len(points) - 1, 1)
+
+    def x(i: int) -> float:
+        return left + (right - left) * (i / span if len(points) > 1 else 0.5)
+
+    svg = Svg(title, NARROW, kind="load")
+    svg.title(left, 16, f"{title} (ms; solid p50, dashed p99)")
+    ys = YScale([], top, bottom, zero=True, ticks=[top_v * k / 4 for k in range(5)])
+    svg.y_grid(ys, left, right, [f"{v:.3g}" for v in ys.ticks])
+    svg.axis(left, bottom, right, bottom)
+    for i, p in enumerate(points):
+        svg.x_tick(x(i), bottom + 20, p.label)
+    svg.x_title(right + 12 + 40, top + 6, "tree_budget")
+    for j, b in enumerate(budgets):
+        color = PALETTE[j % len(PALETTE)]
+        for q in ("p50", "p99"):
+            coords = []
+            for i, p in enumerate(points):
+                s = next((s for s in stats if s.point == p and s.tree_budget == b), None)
+                pct = getattr(s, metric) if s is not None else None
+                if pct is not None:
+                    coords.append((x(i), ys(getattr(pct, q) * 1000)))
+            if coords:
+                svg.line(coords, color=color, dashed=q == "p99")
+        svg.key(right + 12, top + 16 * (j + 1) + 6, color, budget_label(b))
+    return svg.render()
+
+
+def _table(stats: Sequence[PointStats]) -> str:
+    def ms(p: Any, q: str) -> str:
+        return "-" if p is None else f"{getattr(p, q) * 1000:.2f}"
+
+    rows = []
+    for s in table_order(stats):  # by budget, then load point
+        good = "-" if s.slo is None else f"{s.goodput_share:.0%} ({s.goodput_rate:.2f}/s)"
+        client = "-"
+        if s.client is not None:
+            cpt = s.client.cpu_per_token
+            client = f"{cpt * 1e6:.0f} µs/token" if cpt else "ok"
+            if s.client.unreliable:
+                client = f"{s.client.verdict()}: {s.client.reason()}"
+        budget = budget_label(s.tree_budget) + (
+            " (no speculative statistics)"
+            if s.no_spec_stats
+            else " (never drafted)"
+            if s.never_drafted
+            else ""
+        )
+        codes = ", ".join(f"{c} ×{k}" for c, k in s.codes.items())
+        rows.append(
+            "<tr>"
+            + "".join(
+                f"<td>{escape(str(v))}</td>"
+                for v in (
+                    s.point.label,
+                    budget,
+                    f"{s.valid}/{s.requests}" + (f" ({codes})" if codes else ""),
+                    f"{ms(s.ttft, 'p50')} / {ms(s.ttft, 'p90')} / {ms(s.ttft, 'p99')}",
+                    f"{ms(s.itl, 'p50')} / {ms(s.itl, 'p99')}",
+                    f"{ms(s.tpot, 'p50')} / {ms(s.tpot, 'p99')}",
+                    f"{ms(s.e2e, 'p50')} / {ms(s.e2e, 'p99')} / {ms(s.e2e, 'max')}",
+                    f"{s.output_tokens_per_second:.0f}",
+                    f"{s.requests_per_second:.2f}",
+                    f"{s.achieved_concurrency:.2f}",
+                    good,
+                    acceptance_cell(s),
+                    client,
+                )
+            )
+            + "</tr>"
+        )
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in (
+            "load",
+            "budget",
+            "valid",
+            "TTFT p50/p90/p99 ms",
+            "ITL p50/p99 ms",
+            "TPOT p50/p99 ms",
+            "e2e p50/p99/max ms",
+            "tok/s",
+            "req/s",
+            "concurrency seen",
+            "goodput",
+            "acceptance",
+            "client",
+        )
+    )
+    # the per-budget table's type and layout (a narrow page scrolls it, never clips it)
+    return (
+        '<div class="table-scroll"><table class="stats load-points"><thead>'
+        f"<tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+def _choice_item(c: Choice) -> str:
+    if c.race is not None:
+        return _raced_item(c, c.race)
+    if not c.chosen:
+        text = f"none ({escape(c.why_none or NO_VALID)})"
+    else:
+        text = f"{c.label} (TPOT p50 {c.tpot_ms or 0:.2f} ms"
+        text += f", 95% CI {c.ci_ms[0]:.2f}–{c.ci_ms[1]:.2f}" if c.ci_ms else ""
+        text += f", n={c.n}"
+        if c.has_runner_up and c.margin is not None:
+            text += (
+                f"; runner-up {c.runner_up_label} {signed_percent(c.margin[0])} "
+                f"[{signed_percent(c.margin[1])}, {signed_percent(c.margin[2])}], n={c.runner_up_n}"
+            )
+        text += ")" if c.decisive else "; a tie with the runner-up at this noise)"
+    text += " — UNRELIABLE: client saturated or stalled" if c.unreliable else ""
+    return f"<li>{escape(c.point.label)}: {escape(text)}</li>"
+
+
+def _raced_item(c: Choice, race: PointRace) -> str:
+    """A raced point: the pick (or undecided), the verdict, and each budget's part in the race."""
+    if c.chosen:
+        text = f"{c.label} (TPOT p50 {c.tpot_ms or 0:.2f} ms"
+        text += f", 95% CI {c.ci_ms[0]:.2f}–{c.ci_ms[1]:.2f}" if c.ci_ms else ""
+        text += f", n={c.n}); "
+    else:
+        text = "undecided; "
+    text += race.verdict()
+    text += " — UNRELIABLE: client saturated or stalled" if c.unreliable else ""
+    budgets = "".join(f"<li>{escape(line)}</li>" for line in race.lines())
+    return f"<li>{escape(c.point.label)}: {escape(text)}<ul>{budgets}</ul></li>"
+
+
+def _never_drafted(stats: Sequence[PointStats]) -> str:
+    lines = speculation_warnings(stats)
+    return "".join(f'<div class="notice">{escape(line)}</div>' for line in lines)
+
+
+def _at(temperature: float) -> str:
+    return f" at temperature {temperature:g}" if temperature else ""
+
+
+def render_load_section(tests: Sequence[LoadTestResult]) -> str:
+    """One card per load test: the schedule, the charts and the table."""
+    out = []
+    for test in tests:
+        nodeid, stats, schedule = test.nodeid, test.stats, test.schedule
+        choices = "".join(_choice_item(c) for c in schedule.choices)
+        where = test.where
+        races = test.races
+        raced = ""
+        if races:
+            spent, full = sum(r.requests for r in races), sum(r.max_requests for r in races)
+            raced = (
+                f'<p class="muted">Adaptive: budgets raced at each load point by TPOT '
+                f"(margin {races[0].equivalence:.0%}, minimum n {races[0].min_n}); "
+                f"{spent} requests of the {full} sent in full.</p>"
+            )
+        if test.note:
+            raced += f'<p class="muted">{escape(test.note)}</p>'
+        out.append(
+            '<section class="card"><h2>Load: '
+            f"{escape(nodeid)}{_at(test.temperature)}</h2>"
+            f'<p class="muted">Every request validated before it counts; merged from raw '
+            f"samples of {escape(where)}; loads are totals.</p>{raced}"
+            f"<p><strong>Schedule: {escape(schedule.text())}</strong>"
+            f"{' (the best budget changes with load)' if schedule.changes_with_load else ''}"
+            f"</p><ul>{choices}</ul>{_never_drafted(stats)}"
+            f"{latency_chart(stats, 'tpot', 'TPOT vs load')}"
+            f"{latency_chart(stats, 'ttft', 'TTFT vs load')}"
+            f"{_table(stats)}</section>"
+        )
+    return "".join(out)
