@@ -55,6 +55,9 @@ def _jsonable(value: Any) -> Any:
 class InvariantError(AssertionError):
     """Raised when a completion breaks invariants; carries the violations."""
 
+    # failure blocks name it as users import it, whatever folder defines it
+    __module__ = "pytest_ddtree"
+
     def __init__(self, violations: list[Violation], header: str = "", footer: str = "") -> None:
         self.violations = violations
         self.header = header or f"{len(violations)} output-quality invariant(s) broken"

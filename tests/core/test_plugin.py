@@ -327,7 +327,7 @@ def test_short_summary_shows_the_codes_at_80_columns(
     result.assert_outcomes(failed=1)
     line = next(ln for ln in result.stdout.lines if ln.startswith("FAILED "))
     assert len(line) <= 80, line
-    # the old line, cut at 80 columns: "... - pytest_ddtree.core.violation.InvariantError: 1 out..."
+    # the old line, cut at 80 columns: "... - pytest_ddtree.InvariantError: 1 out..."
     assert line.startswith("FAILED test_s.py::test_short - [finish-reason] 1 output-"), line
     # JUnit XML's failure message keeps the whole message, evidence included
     import xml.etree.ElementTree as ET

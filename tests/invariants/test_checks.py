@@ -561,3 +561,28 @@ def test_hidden_overrun_with_an_exact_tokenizer():
     honest = " ".join(f"w{i}" for i in range(72))  # 96 tokens
     ok = completion(honest, tokens=97, max_tokens=100, finish="stop")
     assert check(ok, counter=FakeCounter()) == []
+
+
+def test_a_sampled_answer_may_re_tokenize_to_a_few_more_tokens_than_it_was() -> None:
+    # real n-gram vLLM at temperature 0.7: 96 tokens generated (max_tokens 96, reported),
+    # and the text re-tokenized by the server's own /tokenize counts 100: the sampler chose
+    # a split the tokenizer would not make; greedy, the same counts are an overrun
+    sampled = completion(tokens=96, max_tokens=96, finish="length", local=100, temperature=0.7)
+    assert "overrun" not in [v.code for v in check(sampled)]
+    greedy = completion(tokens=96, max_tokens=96, finish="length", local=100)
+    v = next(v for v in check(greedy) if v.code == "overrun")
+    assert "100 completion tokens counted in the text exceed max_tokens=96" in v.message
+    # a whole extra block (16 tokens) is past any drift, sampled or not
+    block = completion(tokens=96, max_tokens=96, finish="length", local=112, temperature=0.7)
+    assert "overrun" in [v.code for v in check(block)]
+
+
+def test_a_sampled_answers_usage_is_judged_with_the_drift_of_re_tokenization() -> None:
+    # real n-gram vLLM at temperature 1.0: usage 96, the text counts 92 (beyond ±4)
+    sampled = completion(tokens=96, max_tokens=96, finish="length", local=92, temperature=1.0)
+    assert "usage-mismatch" not in [v.code for v in check(sampled)]
+    greedy = completion(tokens=96, max_tokens=96, finish="length", local=92)
+    assert "usage-mismatch" in [v.code for v in check(greedy)]
+    # counts far apart still fail when sampled
+    far = completion(tokens=96, max_tokens=96, finish="length", local=70, temperature=1.0)
+    assert "usage-mismatch" in [v.code for v in check(far)]

@@ -108,7 +108,8 @@ def check_finish(ctx: Context) -> Iterator[Violation]:
             # the server's usage may hide a whole draft block: an exact local count
             # of the text it returned must stay within max_tokens too
             local = ctx.local_total()
-            local_slack = int(e.usage_tolerance_abs)
+            # a greedy answer's own tokens come back; a sampled one's may not (drift)
+            local_slack = int(ctx.drift(limit) if ctx.sampled else e.usage_tolerance_abs)
             if local is not None and local > limit + local_slack:
                 yield ctx.violation(
                     "overrun",
@@ -189,7 +190,7 @@ def check_usage(ctx: Context) -> Iterator[Violation]:
         # think tags and the newlines around them are counted by the server but
         # are not part of reasoning_content ("<think>\n" ... "\n</think>\n\n": 6 tokens
         # on the reference tokenizer, 5 on Qwen-style vocabularies)
-        allowed = e.usage_tolerance_abs + e.usage_tolerance * max(completion, local)
+        allowed = ctx.drift(max(completion, local))
         allowed += 6 if has_reasoning else 0
         off = abs(completion - local) > allowed
         bound = f"±{allowed:.0f}"

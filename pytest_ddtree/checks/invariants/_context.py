@@ -61,6 +61,11 @@ def as_float(value: object) -> float | None:
     return None
 
 
+#: The relative slack of an exact local count of a sampled answer (temperature above 0)
+#: against the tokens the server generated (see :meth:`Context.drift`).
+SAMPLED_DRIFT = 0.1
+
+
 class Context:
     """One ``check`` call: inputs normalised so no check has to distrust types."""
 
@@ -187,6 +192,26 @@ class Context:
             self._content_count = (n, source)
         result: tuple[int, str] = self._content_count
         return result
+
+    def drift(self, n: int) -> float:
+        """How far an exact local count of the text may be from the tokens generated.
+
+        Re-tokenizing the text gives back the generated tokens when they are the text's own
+        tokenization, which a greedy answer almost always is: a few tokens of slack
+        (``usage_tolerance_abs`` + ``usage_tolerance``). A sampled answer need not be: the
+        sampler may pick a split the tokenizer would not make, or bytes that decode to a
+        replacement character, and real servers' sampled answers of 96 tokens re-tokenize
+        to 92 or 100. Above temperature 0 the relative slack is ``SAMPLED_DRIFT`` at least.
+        """
+        e = self.expect
+        relative = max(e.usage_tolerance, SAMPLED_DRIFT) if self.sampled else e.usage_tolerance
+        return e.usage_tolerance_abs + relative * n
+
+    @property
+    def sampled(self) -> bool:
+        """Whether the answer was sampled (asked for above temperature 0)."""
+        temperature = getattr(self.completion.request, "temperature", 0.0)
+        return isinstance(temperature, (int, float)) and temperature > 0
 
     def tokens_for_limits(self) -> tuple[int | None, int]:
         """Completion tokens to compare with ``max_tokens`` and the slack to allow.

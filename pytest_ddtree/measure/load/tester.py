@@ -64,6 +64,9 @@ class _Call:
 class LoadError(AssertionError):
     """A load run failed: invalid requests, or an SLO missed. The message says which."""
 
+    # failure blocks name it as users import it, whatever folder defines it
+    __module__ = "pytest_ddtree"
+
 
 @dataclass(frozen=True)
 class LoadResult:
