@@ -1,4 +1,16 @@
-"""Sweep reports: the terminal table, ``sweep.json`` and a self-contained ``sweep.html``."""
+"""The reports: the terminal tables, ``sweep.json`` and a self-contained ``sweep.html``.
+
+- ``terminal``: the sweep table and the lines about the server's counters;
+- ``jsonfile``: ``sweep.json``, its schema version, reading it back;
+- ``html``, ``load_html``, ``depth_chart``, ``counters_html``: the parts of ``sweep.html``;
+- ``charts``: the one chart engine every chart of ``sweep.html`` is drawn by (one size and
+  font scale, one palette);
+- ``writer``: both files written from one set of statistics, atomically (``_atomic``);
+- ``compare``: ``ddtree-compare``, two ``sweep.json`` files side by side.
+
+May import: ``core``, ``wire``, ``checks`` and ``measure``. Must not import the pytest layer,
+the servers (``reference``, ``engines``), nor pytest.
+"""
 
 from __future__ import annotations
 
