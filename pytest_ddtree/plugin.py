@@ -86,6 +86,10 @@ def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
+    if getattr(config.option, "help", False):
+        # --help lists the options; a bad value in an ini file or the environment fails the
+        # run that uses it, never the help of every project that installs the plugin
+        return
     try:
         if config.stash.get(_BUNDLED_SUITE, False):
             from pytest_ddtree.pytest_plugin.bundle import suite_ini
@@ -101,7 +105,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SETTINGS_KEY] = settings
     _guard.install()  # SIGTERM like Ctrl-C: the partial artefacts are still written
     session = config.stash[SESSION_KEY] = DDTreeSession(config, settings)
-    if not (getattr(config.option, "help", False) or config.option.collectonly):
+    if not config.option.collectonly:
         session.probe_machine("before")
     from pytest_ddtree.pytest_plugin.integrations import register
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,11 @@ class Violation:
             "evidence": {k: _jsonable(v) for k, v in self.evidence.items()},
             "request": self.request,
         }
+
+
+def codes_of(violations: Iterable[Violation]) -> str:
+    """The violations' codes, each once, in the order found (``"early-stop, degenerate"``)."""
+    return ", ".join(dict.fromkeys(v.code for v in violations))
 
 
 def _jsonable(value: Any) -> Any:

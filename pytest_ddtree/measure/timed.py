@@ -17,7 +17,7 @@ from typing import Any
 
 from pytest_ddtree.checks.sampling import request_seed
 from pytest_ddtree.core.settings import budget_label
-from pytest_ddtree.core.violation import InvariantError, Violation
+from pytest_ddtree.core.violation import InvariantError, Violation, codes_of
 from pytest_ddtree.measure.sweep import SweepSample, SweepSummary
 from pytest_ddtree.wire.client import DDTreeClient, Messages
 from pytest_ddtree.wire.completion import Api, Completion
@@ -137,7 +137,7 @@ def smoke_error(
     """The benchmark's failed smoke request: why the session's later benchmarks are skipped
     (to be completed with the test's id), and the error of this test."""
     completion, violations = failure
-    codes = ", ".join(dict.fromkeys(v.code for v in violations))
+    codes = codes_of(violations)
     why = f"({codes} at tree_budget={budget_label(budget)}); fix the endpoint first"
     header = (
         f"smoke request before timing (tree_budget={budget_label(budget)}, "

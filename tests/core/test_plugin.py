@@ -310,6 +310,23 @@ def test_help_renders_every_option(pytester: pytest.Pytester) -> None:
         assert _squeezed(f"{opt.ini} ({kind}):") in out, opt.ini
 
 
+def test_help_works_whatever_the_settings_say(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a bad value in the project's ini file or the environment fails a run with one line,
+    # never the help of a project that installs the plugin
+    pytester.makeini("[pytest]\nddtree_timeout = nope\n")
+    monkeypatch.setenv("DDTREE_ENDPOINT", "::bad")
+    result = pytester.runpytest_subprocess("--help")
+    assert result.ret == 0, result.stderr.str()
+    assert "--ddtree-endpoint" in result.stdout.str()
+    run = pytester.runpytest_subprocess()
+    assert run.ret == pytest.ExitCode.USAGE_ERROR
+    assert "invalid endpoint '::bad' (from environment variable DDTREE_ENDPOINT)" in (
+        run.stderr.str()
+    )
+
+
 def test_short_summary_shows_the_codes_at_80_columns(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -108,8 +108,7 @@ def check_finish(ctx: Context) -> Iterator[Violation]:
             # the server's usage may hide a whole draft block: an exact local count
             # of the text it returned must stay within max_tokens too
             local = ctx.local_total()
-            # a greedy answer's own tokens come back; a sampled one's may not (drift)
-            local_slack = int(ctx.drift(limit) if ctx.sampled else e.usage_tolerance_abs)
+            local_slack = ctx.local_slack()
             if local is not None and local > limit + local_slack:
                 yield ctx.violation(
                     "overrun",

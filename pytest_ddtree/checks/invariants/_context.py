@@ -217,13 +217,22 @@ class Context:
         """Completion tokens to compare with ``max_tokens`` and the slack to allow.
 
         The server's own count is exact (slack 0); a local exact count of decoded
-        text may drift by a few tokens; an approximation is not used at all.
+        text may drift by a few tokens, and a sampled answer's by more (:meth:`drift`);
+        an approximation is not used at all.
         """
         if self.reported is not None:
             return self.reported, 0
         if self.count_exact:
-            return self.local_total(), int(self.expect.usage_tolerance_abs)
+            return self.local_total(), self.local_slack()
         return None, 0
+
+    def local_slack(self) -> int:
+        """The slack of an exact local count against ``max_tokens``: a greedy answer's own
+        tokens come back (a few tokens), a sampled one's may not (:meth:`drift`)."""
+        limit = self.max_tokens
+        if self.sampled and limit is not None:
+            return int(self.drift(limit))
+        return int(self.expect.usage_tolerance_abs)
 
     def stop_evidence(self, *, trust_null: bool = True) -> dict[str, Any]:
         """``stop`` (which stop ended the answer, by the server's own field, with the

@@ -23,7 +23,7 @@ from pytest_ddtree.checks.invariants._text import (
 )
 from pytest_ddtree.checks.invariants._transport import check_encoding, check_http, check_stream
 from pytest_ddtree.core.expectation import DEFAULT_EXPECTATION, Expectation
-from pytest_ddtree.core.violation import InvariantError, Violation
+from pytest_ddtree.core.violation import InvariantError, Violation, codes_of
 from pytest_ddtree.wire.completion import Completion
 from pytest_ddtree.wire.tokens import TokenCounter
 
@@ -145,7 +145,7 @@ def assert_valid(
     __tracebackhide__ = True
     violations = check(completion, expectation, counter=counter, **expect)
     if violations:
-        codes = ", ".join(dict.fromkeys(v.code for v in violations))
+        codes = codes_of(violations)
         raise InvariantError(
             violations,
             header=f"{len(violations)} output-quality invariant(s) broken ({codes})",
