@@ -181,6 +181,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         from pytest_ddtree.pytest_plugin.collection import parametrize_temperatures
 
         parametrize_temperatures(metafunc, metafunc.config.stash[SETTINGS_KEY])
+    if "ddtree_sweep_pass" in metafunc.fixturenames:
+        from pytest_ddtree.pytest_plugin.collection import parametrize_passes
+
+        parametrize_passes(metafunc, metafunc.config.stash[SESSION_KEY])
 
 
 @pytest.hookimpl(trylast=True)
@@ -335,11 +339,19 @@ def ddtree_temperature() -> float:
 
 
 @pytest.fixture
+def ddtree_sweep_pass() -> int:
+    """The pass over the sweep prompts of a raced benchmark test (``pass=2`` in its id;
+    ``--ddtree-sweep-passes``); 1 when benchmark tests are not collected per pass."""
+    return 1
+
+
+@pytest.fixture
 def ddtree_benchmark(
     request: pytest.FixtureRequest,
     benchmark: Any,
     _ddtree_gate: fixtures.Gate,
     ddtree_temperature: float,
+    ddtree_sweep_pass: int,
 ) -> fixtures.DDTreeBenchmark:
     """A :class:`~pytest_ddtree.DDTreeBenchmark`: ``ddtree_benchmark(prompt, ...)``."""
     from pytest_ddtree.pytest_plugin.fixtures import DDTreeBenchmark
@@ -347,7 +359,9 @@ def ddtree_benchmark(
     budget = (
         request.getfixturevalue("tree_budget") if "tree_budget" in request.fixturenames else None
     )
-    return DDTreeBenchmark(_ddtree_gate, benchmark, budget, ddtree_temperature)
+    return DDTreeBenchmark(
+        _ddtree_gate, benchmark, budget, ddtree_temperature, pass_=ddtree_sweep_pass
+    )
 
 
 @pytest.fixture

@@ -385,6 +385,18 @@ OPTIONS: tuple[OptionDef, ...] = (
         parse=parse_sweep_requests,
     ),
     OptionDef(
+        "sweep-passes",
+        "Adaptive sweep, benchmark tests (ddtree_benchmark with tree_budget): the passes over "
+        "the sweep prompts collected for the race (ids gain pass=K); a later pass runs only "
+        "for the budgets still racing, and none runs once the race is decided. 1 (the "
+        "default; the bundled suite sets 4): one test per prompt and budget, each prompt a "
+        "round of the race, ids without pass=K.",
+        metavar="N",
+        default="1",
+        env=("DDTREE_SWEEP_PASSES",),
+        parse=lambda raw, src: parse_positive_int(raw, src, "sweep-passes", maximum=100),
+    ),
+    OptionDef(
         "reference-fault",
         "Embedded server only: inject this fault (repeatable), to see how a broken server fails.",
         metavar="FAULT",

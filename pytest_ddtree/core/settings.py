@@ -141,6 +141,8 @@ class Settings:
     equivalence: float = 0.02
     #: None: auto (an exhaustive sweep's requests at SWEEP_AUTO_ROUNDS rounds)
     sweep_requests: int | None = None
+    #: passes over the sweep prompts collected for a benchmark race (1: no pass=K ids)
+    sweep_passes: int = 1
     reference_faults: tuple[str, ...] = ()
     reference_latency: bool = True
     reference_slowdown: float = 1.0

@@ -100,6 +100,7 @@ def run_gated(
     *,
     rounds: int = 3,
     warmup_rounds: int = 1,
+    first_round: int = 0,
     group: str | None = None,
     extra_info_base: Mapping[str, Any] | None = None,
     on_sample: Callable[[SweepSample], None] | None = None,
@@ -114,7 +115,8 @@ def run_gated(
     round, so the benchmark is errored and nothing of it is recorded. Warm-up
     rounds are validated too (a broken server cannot hide there). ``on_sample``
     receives a :class:`SweepSample` for each timed round and for each invalid
-    round (warm-up included).
+    round (warm-up included); the timed rounds' numbers start at ``first_round``
+    (a later pass of the same test's prompt and budget follows the earlier ones).
 
     When the benchmark is disabled (``--benchmark-disable``, or pytest-xdist,
     under which pytest-benchmark turns itself off) the rounds run here
@@ -138,10 +140,12 @@ def run_gated(
         warmup = index < warmup_rounds
         round_no = index - warmup_rounds
         completion = call()
+        # a later pass's timed rounds follow the earlier passes' (warm-up rounds stay < 0)
+        sample_round = round_no if warmup else first_round + round_no
         violations = list(validate(completion))
         if violations or not warmup:
             sample = SweepSample.from_completion(
-                completion, violations, round=round_no, worker=worker, concurrent=concurrent
+                completion, violations, round=sample_round, worker=worker, concurrent=concurrent
             )
             result.samples.append(sample)
             if on_sample is not None:

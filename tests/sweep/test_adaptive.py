@@ -295,3 +295,47 @@ def test_a_lossy_budget_leaves_a_benchmark_race_instead_of_stalling_it(
     doc = json.loads((pytester.path / "report" / "sweep.json").read_text())
     standings = {s["key"]: s["status"] for s in doc["race"]["standings"]}
     assert standings[128] == "excluded"
+
+
+@pytest.mark.serial
+def test_benchmark_tests_race_in_passes_over_the_prompts(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_bench=textwrap.dedent(
+            f"""
+            import pytest
+
+            PROMPTS = {PROMPTS!r}
+
+            @pytest.mark.parametrize("name", sorted(PROMPTS))
+            def test_gen(ddtree_benchmark, tree_budget, name):
+                ddtree_benchmark(PROMPTS[name], prompt_id=name, max_tokens=64, rounds=3)
+            """
+        )
+    )
+    args = ["--ddtree-budgets=32,64,1024", "--ddtree-sweep=adaptive", "-rs", "-v"]
+    result = _run(pytester, *args, "--ddtree-sweep-passes=3")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) == 0, outcomes
+    # 3 prompts x 3 budgets x 3 passes collected, in pass, then prompt order
+    ran = [line.split(" ")[0] for line in result.outlines if "::test_gen[" in line]
+    assert len(ran) == 27, ran
+    assert "-pass=1" in ran[0] and "-pass=3" in ran[-1], ran
+    # 1024 (over 70% slower) left after two prompts: its tests of later passes are skipped
+    skipped = [line for line in result.outlines if line.startswith("SKIPPED")]
+    assert any("tree_budget=1024 left the race after 18 requests" in s for s in skipped)
+    doc = json.loads((pytester.path / "report" / "sweep.json").read_text())
+    assert doc["race"]["mode"] == "adaptive"
+    rounds: dict[tuple[object, object], list[int]] = {}
+    for s in doc["samples"]:
+        rounds.setdefault((s["tree_budget"], s["prompt_id"]), []).append(s["round"])
+    # a later pass's rounds follow the earlier passes' (3 timed rounds a test)
+    assert all(len(r) == len(set(r)) for r in rounds.values()), rounds
+    assert max(max(r) for r in rounds.values()) >= 3, rounds
+
+
+def test_sweep_passes_must_be_a_positive_integer(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_x="def test_x(): pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--ddtree-sweep-passes=0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*sweep-passes*'0'*--ddtree-sweep-passes*expected an integer*"])
+    assert "Traceback" not in result.stderr.str()

@@ -1,11 +1,17 @@
-"""Racing the parametrised benchmark tests: one (prompt, budget) test at a time.
+"""Racing the parametrised benchmark tests: one (prompt, budget, pass) test at a time.
 
 pytest-benchmark times a test whole, so the benchmark tests of one test function
-are put in prompt-major order (every budget of the first prompt, then of the
-second, ...) and each prompt is one round of the race: a test whose budget has
-left the race, or that comes after the race was decided, is skipped with the
-reason. The values of a round are the test's timed rounds of one prompt, back
-to back; their spread is the within-prompt spread the rule needs.
+are put in pass-major, then prompt-major order (every budget of the first prompt,
+then of the second, ..., then the next pass over the prompts). A test whose budget
+has left the race, or that comes after the race was decided, is skipped with the
+reason. The values of a test are its timed rounds of one prompt, back to back.
+
+In the first pass each prompt is a round of the race: a look there counts one
+prompt's budget differences as noise, so only a clearly slower budget leaves. From
+the second pass on a round is a whole pass (every prompt once, at each budget still
+racing), as in ``ddtree_sweep``: a block holds every prompt, the prompts' own
+differences between budgets cancel, and what is left is the noise from one test to
+the next of the same prompt and budget, which only repeating the tests measures.
 """
 
 from __future__ import annotations
@@ -19,25 +25,33 @@ from pytest_ddtree.measure.sweep.race import Race, RaceRule
 
 @dataclass
 class BenchRace:
-    """The race of one benchmark test function's (prompt, budget) tests."""
+    """The race of one benchmark test function's (prompt, budget, pass) tests."""
 
     race: Race[int | None]
+    #: timed rounds of one test
+    per_test: int = 1
     _prompt: str | None = None
+    _pass: int = 1
+    _prompts: list[str] = field(default_factory=list)
     _keys: list[int | None] = field(default_factory=list)
     _over: str | None = None
 
     @classmethod
     def of(cls, budgets: Iterable[int | None], rule: RaceRule, per_round: int) -> BenchRace:
         """A new race over ``budgets`` (``per_round``: timed rounds of one test)."""
-        return cls(Race(budgets, rule, per_round=per_round))
+        return cls(Race(budgets, rule, per_round=per_round), per_test=per_round)
 
-    def admit(self, prompt: str, budget: int | None) -> str | None:
-        """None when the test of (``prompt``, ``budget``) runs, else why it is skipped."""
-        if prompt != self._prompt and self._over is None:
-            self._prompt = prompt
-            self._keys = self.race.next_round()
-            if not self._keys:
-                self._over = self._why_over()
+    def admit(self, prompt: str, budget: int | None, pass_: int = 1) -> str | None:
+        """None when the test of (``prompt``, ``budget``, ``pass_``) runs, else why it is
+        skipped."""
+        if self._over is None:
+            if pass_ > self._pass:
+                self._next_pass(pass_)
+            elif pass_ == 1 and prompt != self._prompt:
+                self._prompt = prompt
+                if prompt not in self._prompts:
+                    self._prompts.append(prompt)
+                self._next(self.race.next_round())
         if self._over is not None:
             return self._over
         if budget in self._keys:
@@ -53,6 +67,21 @@ class BenchRace:
             f"requests: {reason}"
         )
 
+    def _next_pass(self, pass_: int) -> None:
+        """A new pass over the prompts: from the second on, a round is a whole pass."""
+        first = self._pass == 1
+        self._pass = pass_
+        if first:
+            # the first pass is one block from now on (its prompts were looked at as rounds
+            # already; judged again as rounds it would only spend confidence)
+            self.race.regroup(self.per_test * max(1, len(self._prompts)), prompt_cells=True)
+        self._next(self.race.next_round())
+
+    def _next(self, keys: list[int | None]) -> None:
+        self._keys = keys
+        if not keys:
+            self._over = self._why_over()
+
     def _why_over(self) -> str:
         j = self.race.judgement()
         if j.decided:
@@ -60,7 +89,9 @@ class BenchRace:
                 f"race decided after {self.race.requests} requests: "
                 f"tree_budget={budget_label(j.recommended)} recommended"
             )
-        return (
-            f"race undecided: the request budget ({self.race.rule.max_requests}) is spent "
-            f"after {self.race.requests} requests"
-        )
+        if self.race.spent:
+            return (
+                f"race undecided: the request budget ({self.race.rule.max_requests}) is spent "
+                f"after {self.race.requests} requests"
+            )
+        return f"race undecided after {self.race.requests} requests"

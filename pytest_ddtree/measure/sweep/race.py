@@ -418,25 +418,16 @@ class _Blocked:
     df: int
 
 
-def _blocked(arms: Mapping[Any, _Arm]) -> _Blocked | None:
-    """The residual variance of a block value in the arm x block table, pooled over ``arms``.
-
-    A block's effect shared by every arm (drift, the round's prompts) is the block's
-    level and cancels; what is left of each block value after its arm's level and its
-    block's is its own noise, pooled over the arms (one machine times them all, and an
-    arm that left the race still tells how noisy a block is) with ``cells - arms -
-    blocks + 1`` degrees of freedom. The levels of an incomplete table (arms that left
-    early) are fitted by alternating means (least squares). None below one degree of
-    freedom.
-    """
-    if any(min(a.values) <= 0 for a in arms.values()):
-        return None
-    y = {k: _block_values(a) for k, a in arms.items()}
+def _two_way(y: Mapping[Any, Mapping[int, float]]) -> tuple[float, int]:
+    """The residual sum of squares of an arm x block table after each arm's level and each
+    block's, and its degrees of freedom (``cells - arms - blocks + 1``). The levels of an
+    incomplete table (arms that left early) are fitted by alternating means (least
+    squares)."""
     cells = [(k, b, v) for k, row in y.items() for b, v in row.items()]
     blocks = {b for _, b, _ in cells}
     df = len(cells) - len(y) - len(blocks) + 1
     if len(y) < 2 or df < 1:
-        return None
+        return 0.0, 0
     level = dict.fromkeys(y, 0.0)
     shift = dict.fromkeys(blocks, 0.0)
     for _ in range(200):
@@ -447,8 +438,47 @@ def _blocked(arms: Mapping[Any, _Arm]) -> _Blocked | None:
             level[k] = statistics.fmean(v - shift[b] for b, v in row.items())
         if max(abs(level[k] - before[k]) for k in y) < 1e-12:
             break
-    ss = sum((v - level[k] - shift[b]) ** 2 for k, b, v in cells)
-    return _Blocked(y, ss / df, df)
+    return sum((v - level[k] - shift[b]) ** 2 for k, b, v in cells), df
+
+
+def _blocked(arms: Mapping[Any, _Arm], *, prompt_cells: bool = False) -> _Blocked | None:
+    """The residual variance of a block value in the arm x block table, pooled over ``arms``.
+
+    A block's effect shared by every arm (drift, the round's prompts) is the block's
+    level and cancels; what is left of each block value after its arm's level and its
+    block's is its own noise, pooled over the arms (one machine times them all, and an
+    arm that left the race still tells how noisy a block is) with ``cells - arms -
+    blocks + 1`` degrees of freedom. None below one degree of freedom.
+
+    ``prompt_cells``: each prompt of a block was measured on its own (a benchmark
+    test per prompt, budget and pass), so the noise is that of one prompt's cell: the
+    table is fitted prompt by prompt (each prompt's budget differences are its own,
+    fixed), the sums of squares pooled, and a block value, the mean over its ``k``
+    prompts, has ``1/k`` of a cell's variance.
+    """
+    if any(min(a.values) <= 0 for a in arms.values()):
+        return None
+    y = {k: _block_values(a) for k, a in arms.items()}
+    if not prompt_cells:
+        ss, df = _two_way(y)
+        return _Blocked(y, ss / df, df) if df >= 1 else None
+    per_prompt: dict[str, dict[Any, dict[int, float]]] = {}
+    for k, a in arms.items():
+        logs = _tamed_logs(a.values, a.strata)
+        cells: dict[tuple[str, int], list[float]] = {}
+        for x, key, block in zip(logs, a.strata, a.blocks, strict=True):
+            if block is not None:
+                cells.setdefault((key, block), []).append(x)
+        for (key, block), xs in cells.items():
+            per_prompt.setdefault(key, {}).setdefault(k, {})[block] = statistics.fmean(xs)
+    ss = 0.0
+    df = 0
+    for table in per_prompt.values():
+        s, d = _two_way(table)
+        ss, df = ss + s, df + d
+    if df < 1:
+        return None
+    return _Blocked(y, ss / df / len(per_prompt), df)
 
 
 def _blocked_interval(
@@ -473,7 +503,12 @@ def _score(arm: _Arm) -> float:
 
 
 def _judge(
-    arms: Mapping[K, _Arm], rule: RaceRule, *, frozen: Mapping[K, Standing[K]], look: int = 1
+    arms: Mapping[K, _Arm],
+    rule: RaceRule,
+    *,
+    frozen: Mapping[K, Standing[K]],
+    look: int = 1,
+    prompt_cells: bool = False,
 ) -> Judgement[K]:
     """Judge every arm against the leader; ``frozen`` arms keep the standing they left with."""
     live = {k: a for k, a in arms.items() if a.excluded is None and a.values and k not in frozen}
@@ -484,7 +519,7 @@ def _judge(
     leader: K | None = ranked[0] if ranked else None
     raced = {k: a for k, a in arms.items() if a.excluded is None and a.values}
     blocked = all(None not in a.blocks for a in raced.values())
-    spread = _blocked(raced) if blocked else None
+    spread = _blocked(raced, prompt_cells=prompt_cells) if blocked else None
     standings: list[Standing[K]] = []
     for key in sorted(arms, key=_order):
         arm = arms[key]
@@ -599,6 +634,11 @@ class Race(Generic[K]):
         self.exits: list[Exit[K]] = []
         self.requests = 0
         self.rounds = 0
+        #: the round from which blocks count anew (:meth:`regroup`); 0: every round a block
+        self._unit_start = 0
+        self._regrouped = False
+        #: each prompt of a block is its own cell (:meth:`regroup`)
+        self._prompt_cells = False
         self.spent = False
         self.looks = 0
         self._looked_at = -1
@@ -607,8 +647,34 @@ class Race(Generic[K]):
 
     @property
     def min_rounds(self) -> int:
-        """Rounds every arm gets before any arm may leave (two at least: a spread a prompt)."""
+        """Blocks every arm gets before any arm may leave (two at least: a spread a prompt)."""
         return max(2, -(-self.rule.min_n // self.per_round))
+
+    @property
+    def blocks(self) -> int:
+        """Blocks measured so far in the current unit (rounds, or passes after :meth:`regroup`)."""
+        return self.rounds - self._unit_start + (1 if self._regrouped else 0)
+
+    def regroup(self, per_round: int, *, prompt_cells: bool = False) -> None:
+        """From now on a block is a longer round: everything measured so far is one block.
+
+        A benchmark race's first rounds are its prompts, one after another (a
+        prompt's budget differences count as noise, so a look there is
+        conservative); once every prompt has been measured, a round is a pass over
+        all of them (``per_round`` values an arm), and a block value holds every
+        prompt, so the prompts' own budget differences are fixed and cancel. The
+        looks go on: their confidence keeps being spent as before.
+        """
+        if per_round < 1:
+            raise ValueError(f"race: per_round must be >= 1, got {per_round!r}")
+        for arm in self._arms.values():
+            arm.blocks = [None if b is None else 0 for b in arm.blocks]
+        self.per_round = per_round
+        self._unit_start = self.rounds
+        self._regrouped = True
+        self._prompt_cells = prompt_cells
+        self._next_look = 0
+        self._last = None
 
     def add(self, key: K, value: float, stratum: str = "") -> None:
         """One measured request of arm ``key`` (a valid one; see :meth:`exclude`).
@@ -619,7 +685,7 @@ class Race(Generic[K]):
         arm = self._arms[key]
         arm.values.append(float(value))
         arm.strata.append(stratum)
-        arm.blocks.append(self.rounds)
+        arm.blocks.append(self.rounds - self._unit_start)
         self.requests += 1
         self._last = None
 
@@ -645,7 +711,13 @@ class Race(Generic[K]):
         """The verdict on what was measured so far (at the latest look's confidence)."""
         if self._last is None:
             look = max(self.looks, 1)
-            self._last = _judge(self._arms, self.rule, frozen=self._frozen, look=look)
+            self._last = _judge(
+                self._arms,
+                self.rule,
+                frozen=self._frozen,
+                look=look,
+                prompt_cells=self._prompt_cells,
+            )
         return self._last
 
     def _leave(self, s: Standing[K], leader: K | None) -> None:
@@ -664,13 +736,13 @@ class Race(Generic[K]):
             if s.status == "out" and s.key not in self._frozen:
                 self._leave(s, j.leader)
         self._last = None
-        self._next_look = max(self.rounds + 1, math.ceil(self.rounds * LOOK_GROWTH))
+        self._next_look = max(self.blocks + 1, math.ceil(self.blocks * LOOK_GROWTH))
         return self.judgement()
 
     def finish(self) -> Judgement[K]:
         """A last look at what was measured since the previous one (a driver that ran out
         of rounds to give, e.g. of benchmark tests); the final verdict."""
-        if self._looked_at != self.requests and self.rounds >= self.min_rounds:
+        if self._looked_at != self.requests and self.blocks >= self.min_rounds:
             self._look()
         return self.judgement()
 
@@ -683,7 +755,7 @@ class Race(Generic[K]):
         """
         live = [k for k in sorted(self._arms, key=_order) if k not in self._frozen]
         keys = live
-        if self.rounds >= self.min_rounds and self.rounds >= self._next_look:
+        if self.blocks >= self.min_rounds and self.blocks >= self._next_look:
             j = self._look()
             if j.decided or not live:
                 return []

@@ -569,8 +569,8 @@ def _undecided(
         why = f"the request budget ({record.max_requests}) was spent first"
     elif record.mode == "adaptive":
         why = (
-            "the benchmark tests ran out first: more sweep prompts would decide (each prompt "
-            "is one round of the race)"
+            "the benchmark tests ran out first: more passes over the sweep prompts "
+            "(--ddtree-sweep-passes) would decide"
         )
     else:
         why = "more rounds (--ddtree-rounds) or --ddtree-sweep adaptive would decide"
