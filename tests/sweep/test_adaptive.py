@@ -25,6 +25,23 @@ def _suite(pytester: pytest.Pytester) -> None:
     )
 
 
+def _bench_suite(pytester: pytest.Pytester) -> None:
+    """One benchmark test function over the prompts, parametrised by budget."""
+    pytester.makepyfile(
+        test_bench=textwrap.dedent(
+            f"""
+            import pytest
+
+            PROMPTS = {PROMPTS!r}
+
+            @pytest.mark.parametrize("name", sorted(PROMPTS))
+            def test_gen(ddtree_benchmark, tree_budget, name):
+                ddtree_benchmark(PROMPTS[name], prompt_id=name, max_tokens=64, rounds=3)
+            """
+        )
+    )
+
+
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     return pytester.runpytest(
         "-p",
@@ -170,19 +187,7 @@ def test_a_request_budget_below_two_rounds_stops_the_sweep_in_one_line(
 def test_benchmark_tests_race_prompt_by_prompt_and_a_budget_that_left_is_skipped(
     pytester: pytest.Pytester,
 ) -> None:
-    pytester.makepyfile(
-        test_bench=textwrap.dedent(
-            f"""
-            import pytest
-
-            PROMPTS = {PROMPTS!r}
-
-            @pytest.mark.parametrize("name", sorted(PROMPTS))
-            def test_gen(ddtree_benchmark, tree_budget, name):
-                ddtree_benchmark(PROMPTS[name], prompt_id=name, max_tokens=64, rounds=3)
-            """
-        )
-    )
+    _bench_suite(pytester)
     result = _run(pytester, "--ddtree-budgets=32,64,1024", "--ddtree-sweep=adaptive", "-rs")
     # prompt by prompt: two prompts (6 timed requests a budget) before the first look, so
     # the third prompt's test at 1024 (over 70% slower) is skipped; 32 (about 6% slower)
@@ -299,19 +304,7 @@ def test_a_lossy_budget_leaves_a_benchmark_race_instead_of_stalling_it(
 
 @pytest.mark.serial
 def test_benchmark_tests_race_in_passes_over_the_prompts(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(
-        test_bench=textwrap.dedent(
-            f"""
-            import pytest
-
-            PROMPTS = {PROMPTS!r}
-
-            @pytest.mark.parametrize("name", sorted(PROMPTS))
-            def test_gen(ddtree_benchmark, tree_budget, name):
-                ddtree_benchmark(PROMPTS[name], prompt_id=name, max_tokens=64, rounds=3)
-            """
-        )
-    )
+    _bench_suite(pytester)
     args = ["--ddtree-budgets=32,64,1024", "--ddtree-sweep=adaptive", "-rs", "-v"]
     result = _run(pytester, *args, "--ddtree-sweep-passes=3")
     outcomes = result.parseoutcomes()

@@ -397,16 +397,21 @@ def _tamed_logs(values: Sequence[float], strata: Sequence[str]) -> list[float]:
     return logs
 
 
-def _block_values(arm: _Arm) -> dict[int, float]:
-    """One value per block (round) of an arm: the mean over the block's prompts of their
-    mean log value in it. Requests of one block share its conditions (a benchmark test's
-    back-to-back rounds, a load run): the block, not the request, is the replicate."""
+def _cells(arm: _Arm) -> dict[int, dict[str, float]]:
+    """Each block's prompts of an arm, with their mean log value in it."""
     cells: dict[int, dict[str, list[float]]] = {}
     logs = _tamed_logs(arm.values, arm.strata)
     for x, key, block in zip(logs, arm.strata, arm.blocks, strict=True):
         if block is not None:
             cells.setdefault(block, {}).setdefault(key, []).append(x)
-    return {b: statistics.fmean(statistics.fmean(g) for g in c.values()) for b, c in cells.items()}
+    return {b: {k: statistics.fmean(g) for k, g in c.items()} for b, c in cells.items()}
+
+
+def _block_values(arm: _Arm) -> dict[int, float]:
+    """One value per block (round) of an arm: the mean over the block's prompts of their
+    mean log value in it. Requests of one block share its conditions (a benchmark test's
+    back-to-back rounds, a load run): the block, not the request, is the replicate."""
+    return {b: statistics.fmean(c.values()) for b, c in _cells(arm).items()}
 
 
 @dataclass(frozen=True)
@@ -464,13 +469,9 @@ def _blocked(arms: Mapping[Any, _Arm], *, prompt_cells: bool = False) -> _Blocke
         return _Blocked(y, ss / df, df) if df >= 1 else None
     per_prompt: dict[str, dict[Any, dict[int, float]]] = {}
     for k, a in arms.items():
-        logs = _tamed_logs(a.values, a.strata)
-        cells: dict[tuple[str, int], list[float]] = {}
-        for x, key, block in zip(logs, a.strata, a.blocks, strict=True):
-            if block is not None:
-                cells.setdefault((key, block), []).append(x)
-        for (key, block), xs in cells.items():
-            per_prompt.setdefault(key, {}).setdefault(k, {})[block] = statistics.fmean(xs)
+        for block, prompts in _cells(a).items():
+            for key, mean in prompts.items():
+                per_prompt.setdefault(key, {}).setdefault(k, {})[block] = mean
     ss = 0.0
     df = 0
     for table in per_prompt.values():
