@@ -278,8 +278,10 @@ def options_from_args(ns: argparse.Namespace) -> ServerOptions:
 
 
 def _stop_at_stdin_eof() -> None:
+    # the raw descriptor, not sys.stdin.buffer: a daemon thread blocked in a buffered read
+    # holds the buffer's lock, and the interpreter's exit then waits a second for it
     with contextlib.suppress(OSError, ValueError):
-        while sys.stdin.buffer.read(65536):
+        while os.read(sys.stdin.fileno(), 65536):
             pass
     os.kill(os.getpid(), signal.SIGTERM)
 
@@ -302,10 +304,10 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
-    if ns.stop_on_stdin_eof:
-        threading.Thread(target=_stop_at_stdin_eof, daemon=True).start()
-    print(announce(httpd), flush=True)
-    try:
+    try:  # a parent may stop the server as soon as it has read the URL
+        if ns.stop_on_stdin_eof:
+            threading.Thread(target=_stop_at_stdin_eof, daemon=True).start()
+        print(announce(httpd), flush=True)
         httpd.serve_forever(poll_interval=0.05)
     except KeyboardInterrupt:
         pass

@@ -50,19 +50,19 @@ def test_in_process_start_stop_frees_port_and_threads() -> None:
     assert not set(threading.enumerate()) - before
 
 
-@pytest.mark.serial  # start-up must take under 1 s: wall-clock sensitive
 def test_spawn_and_stop_leave_nothing_behind() -> None:
     before = set(threading.enumerate())
-    t0 = time.perf_counter()
     srv = spawn_reference_server(simulated_latency=False, seed=3)
+    # spawn returns once the child listens: the first connection needs no retry
     with socket.create_connection((srv.host, srv.port), timeout=2):
-        startup = time.perf_counter() - t0
-    assert startup < 1.0, f"start-up took {startup:.2f} s"
+        pass
     assert srv.process is not None and srv.process.poll() is None
     with httpx.Client(base_url=srv.base_url) as c:
         assert post(c, LONG, max_tokens=8).json()["usage"]["completion_tokens"] == 8
     srv.stop()
-    assert srv.process.poll() is not None
+    # a clean exit, not an abort: a daemon thread blocked reading stdin once held its lock,
+    # and the child's shutdown waited a second for it, then died of SIGABRT
+    assert srv.process.poll() == 0
     assert _port_is_free(srv.port)
     with pytest.raises(httpx.ConnectError):
         httpx.get(srv.root_url + "/health", timeout=1)
