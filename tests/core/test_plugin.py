@@ -179,7 +179,8 @@ def test_runs_under_xdist(pytester: pytest.Pytester) -> None:
             ddtree_check(c)
         """
     )
-    result = pytester.runpytest("-n", "2", "--ddtree-budgets=16,32,64,128", *FAST)
+    # a subprocess: pytest-xdist's controller and pytest-benchmark keep state per process
+    result = pytester.runpytest_subprocess("-n", "2", "--ddtree-budgets=16,32,64,128", *FAST)
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["*one per xdist worker*"])
 

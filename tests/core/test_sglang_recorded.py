@@ -203,6 +203,7 @@ def test_recorded_sglang_stream_sends_sglext_in_a_chunk_of_its_own() -> None:
         assert len(carriers) == 1 and carriers[0]["choices"] == []
         usage_chunks = [e for e in events if isinstance(e.get("usage"), dict)]
         asked = "stream_options" in recording(name)["request"]
+        assert asked == (name == "chat_stream_usage")  # both cases below are recorded
         # with include_usage, usage rides in a later chunk of its own; without, nowhere
         assert len(usage_chunks) == (1 if asked else 0)
         if asked:

@@ -86,6 +86,7 @@ def server_url() -> Iterator[str]:
 
 # the page saves and compares pytest-benchmark timings, which an xdist worker never records
 @pytest.mark.serial
+@pytest.mark.slow  # pip installs the package, then runs the page's commands
 def test_the_ci_page_runs_from_an_empty_directory(
     installed: Path, server_url: str, tmp_path: Path
 ) -> None:

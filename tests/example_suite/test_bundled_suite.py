@@ -60,6 +60,9 @@ def test_the_example_suite_is_the_bundled_suite() -> None:
     }
 
 
+# the whole suite against the healthy embedded server: every test passes (the faults each
+# fail the test that catches them: test_example_suite.py)
+@pytest.mark.slow
 def test_pyargs_runs_the_whole_suite_from_an_empty_directory(tmp_path: Path) -> None:
     result = _pytest(tmp_path, "--pyargs", "pytest_ddtree.suite", "-q", *FAST)
     output = result.stdout + result.stderr
@@ -117,6 +120,7 @@ def _init(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return _run(cwd, "-m", "pytest_ddtree.pytest_plugin.bundle", "init", *args)
 
 
+@pytest.mark.slow  # runs the whole written suite
 def test_init_writes_a_suite_that_runs_where_it_was_written(tmp_path: Path) -> None:
     result = _init(tmp_path, "tests/ddtree")
     assert result.returncode == 0, result.stderr

@@ -1,9 +1,11 @@
-"""The example suite passes against the healthy reference server and fails, naming the
-violation code, against each kind of broken one.
+"""The example suite fails, naming the violation code, against each kind of broken reference
+server: the test of the suite that catches the fault fails, with that fault's code.
 
-Each case runs ``pytest example_suite`` in a subprocess exactly as a user would, with the
-embedded server's simulated latency off (only the budget-ignored case needs real timings, so
-it keeps latency on and runs the sweep only), and stops at the first failure (``-x``).
+Each case runs ``pytest example_suite`` in a subprocess exactly as a user would, selected
+with ``-k`` to the test that must catch the fault, with the embedded server's simulated
+latency off (only the budget-ignored case needs real timings, so it keeps latency on and
+runs the sweep only). The whole suite passing against the healthy server is
+``test_bundled_suite.py::test_pyargs_runs_the_whole_suite_from_an_empty_directory``.
 """
 
 from __future__ import annotations
@@ -19,20 +21,39 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "example_suite"
 
-# fault injected into the embedded server -> violation code the suite must report
-# (a representative subset: template, speculation, accounting, wire and state faults)
-FAULT_CODES = {
-    "early-eos": "early-stop",
-    "role-leak": "role-leak",
-    "think-leak": "reasoning-leak",
-    "finish-always-stop": "finish-lie",
-    "overrun": "overrun",
-    "stats-inflated": "stats-inflated",
-    "stream-no-done": "stream-integrity",
-    "lossy": "not-lossless",
-    # passes every temperature-0 test: only the distribution test at 0.7 catches it
-    "draft-confidence": "not-lossless-in-distribution",
-    "state-leak": "state-leak",
+# the first test a whole run reaches: one streamed request for the first prompt
+SMOKE = ("test_smoke and essay-rivers", "test_smoke.py::test_smoke[essay-rivers]")
+
+# fault injected into the embedded server -> the -k selection of the bundled-suite test that
+# must catch it, that test's node id in the suite, and the violation code it must fail with
+# (a representative subset: template, speculation, accounting, wire and state faults). Each
+# test is the one a whole run of the suite with -x stops at, with the same options.
+CAUGHT_BY: dict[str, tuple[str, str, str]] = {
+    "early-eos": (*SMOKE, "early-stop"),
+    "role-leak": (*SMOKE, "role-leak"),
+    "think-leak": (*SMOKE, "reasoning-leak"),
+    "finish-always-stop": (*SMOKE, "finish-lie"),
+    "overrun": (*SMOKE, "overrun"),
+    "stats-inflated": (*SMOKE, "stats-inflated"),
+    "stream-no-done": (*SMOKE, "stream-integrity"),
+    # diverges above budget 64 only: the test compares each budget (256 here) with the baseline
+    "lossy": (
+        "test_lossless and essay-rivers",
+        "test_lossless.py::test_lossless[essay-rivers]",
+        "not-lossless",
+    ),
+    # passes every temperature-0 test (a whole run passes the 34 before it): only the
+    # distribution test at 0.7 catches it
+    "draft-confidence": (
+        "test_lossless_in_distribution",
+        "test_lossless.py::test_lossless_in_distribution[temperature=0.7]",
+        "not-lossless-in-distribution",
+    ),
+    "state-leak": (
+        "test_deterministic_and_stateless and 16",
+        "test_lossless.py::test_deterministic_and_stateless[tree_budget=16]",
+        "state-leak",
+    ),
 }
 
 
@@ -56,22 +77,28 @@ def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_healthy_server_passes() -> None:
-    result = _run("-q", "--ddtree-reference-latency", "off")
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-3000:]
-    assert " passed" in output and "failed" not in output
-    # the sweep ran and printed its table and recommendation
-    # decided or not depends on this machine's noise (latency off); the verdict line is there
-    assert re.search(r"^(Recommended |Undecided: )tree_budget=", output, re.MULTILINE)
+def _failed(output: str) -> dict[str, list[str]]:
+    """Each failed test's node id -> the violation codes its failure report names."""
+    # a report is a header (the test's name between rules of '_'), then its 'E' lines
+    parts = re.split(r"^_+ (\S+) _+$", output, flags=re.MULTILINE)
+    codes = {
+        name: re.findall(r"^E +\[([a-z-]+)\] ", body, re.MULTILINE)
+        for name, body in zip(parts[1::2], parts[2::2], strict=True)
+    }
+    return {
+        node: codes.get(node.rsplit("::", 1)[-1], [])
+        for node in re.findall(r"^FAILED (\S+)", output, re.MULTILINE)
+    }
 
 
-@pytest.mark.parametrize("fault", sorted(FAULT_CODES))
+@pytest.mark.parametrize("fault", sorted(CAUGHT_BY))
 def test_fault_fails_with_its_code(fault: str) -> None:
+    select, node, code = CAUGHT_BY[fault]
     # two budgets, one on each side of the lossy fault's threshold (64), keep each run short
     result = _run(
         "-q",
-        "-x",
+        "-k",
+        select,
         "--ddtree-budgets",
         "16,256",
         "--ddtree-reference-latency",
@@ -81,7 +108,11 @@ def test_fault_fails_with_its_code(fault: str) -> None:
     )
     output = result.stdout + result.stderr
     assert result.returncode == 1, output[-3000:]
-    assert f"[{FAULT_CODES[fault]}]" in output, output[-3000:]
+    # the selection ran that one test, and it failed
+    assert re.search(r"^1 failed, \d+ deselected", result.stdout, re.MULTILINE), output[-3000:]
+    failed = _failed(output)
+    assert list(failed) == [f"{SUITE.name}/{node}"], output[-3000:]
+    assert code in failed[f"{SUITE.name}/{node}"], output[-3000:]
 
 
 def test_ignored_budget_fails_the_sweep() -> None:

@@ -94,6 +94,11 @@ def _keep_samples(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(LoadTester, "__init__", init)
 
 
+# the whole suite, not a selection: the claim is that no test of it (per-prompt tests, sweep,
+# gated benchmark, lossless, determinism, distribution, load) waits out the dead server. Most of
+# its time is start-up and the two stall guards' deadlines (~4 s each), which any selection that
+# still meets both servers pays too (smoke, lossless and load alone: 12 s of the whole run's 15)
+@pytest.mark.slow
 def test_the_example_suite_ends_soon_against_a_server_that_never_answers(
     pytester: pytest.Pytester, hostile: Callable[..., HostileServer]
 ) -> None:

@@ -76,6 +76,10 @@ def _failures(xml_path: str) -> dict[str, str]:
     return out
 
 
+# one whole hostile run: every mode in one session (the healthy test after each, the retry and
+# 429 counts of the session); its time is the trickling modes' deadlines, which no smaller
+# selection of modes proves for the others
+@pytest.mark.slow
 def test_every_hostile_mode_fails_its_own_test_with_its_code(
     pytester: pytest.Pytester, hostile: Callable[..., HostileServer]
 ) -> None:

@@ -133,6 +133,28 @@ def test_overrun_past_max_tokens():
     assert v.evidence["completion_tokens"] == 300 and v.evidence["max_tokens"] == 256
 
 
+def test_overrun_boundary_exactly_max_tokens_is_no_overrun():
+    def overrun(c):
+        return [v.evidence["completion_tokens"] for v in check(c) if v.code == "overrun"]
+
+    # the server's own count is exact (no slack): 256 of max_tokens=256 is within the limit
+    assert overrun(completion(tokens=256, max_tokens=256, finish="length")) == []
+    assert overrun(completion(tokens=257, max_tokens=256, finish="length")) == [257]
+    # a local exact count (no usage) may drift by the absolute usage tolerance: max_tokens
+    # plus that slack is still within the limit, one token more is an overrun
+    slack = Expectation().usage_tolerance_abs
+    assert slack > 0
+    at = completion(usage=None, local=256 + slack, max_tokens=256, finish="length")
+    assert overrun(at) == []
+    past = completion(usage=None, local=257 + slack, max_tokens=256, finish="length")
+    assert overrun(past) == [257 + slack]
+    # the same slack for an exact local count beside a usage of exactly max_tokens
+    at = completion(tokens=256, local=256 + slack, max_tokens=256, finish="length")
+    assert overrun(at) == []
+    past = completion(tokens=256, local=257 + slack, max_tokens=256, finish="length")
+    assert overrun(past) == [257 + slack]
+
+
 def test_overrun_after_eos_reports_the_tail_once():
     c = completion(HEALTHY_TEXT + "<|im_end|> and the draft block kept going")
     found = check(c)
@@ -168,6 +190,16 @@ def test_role_leak_detected(text):
     found = check(completion(text), min_tokens=1)
     v = next(v for v in found if v.code == "role-leak")
     assert "»" in v.evidence["excerpt"] and "«" in v.evidence["excerpt"]
+
+
+def test_role_leak_dialogue_boundary_one_speaker_at_line_starts_is_no_dialogue():
+    # a capitalised role word at a line start leaks only as a dialogue: a different role
+    # at another line start; one speaker's lines ("User: ..." twice) are prose
+    healthy = HEALTHY_TEXT + "\nUser: hi\nUser: again"
+    assert "role-leak" not in codes(completion(healthy), min_tokens=1)
+    leak = completion(HEALTHY_TEXT + "\nUser: hi\nAssistant: again")
+    (v,) = [v for v in check(leak, min_tokens=1) if v.code == "role-leak"]
+    assert v.message.endswith("dialogue turns 'User:' and 'Assistant:' at line starts"), v.message
 
 
 def test_role_leak_evidence_marks_the_match():

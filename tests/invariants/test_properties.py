@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from pytest_ddtree.checks.invariants import (
@@ -176,8 +176,9 @@ def test_truncated_stream_is_reported_never_raises(cut, done, finish_chunks):
         tokens=len(text.split()),
     )
     found = {v.code for v in check(c, counter=FakeCounter())}
-    if not done or finish_chunks != 1 or not chunks:
-        assert "stream-integrity" in found
+    # broken exactly when an event, [DONE] or the one finish chunk is missing
+    broken = not done or finish_chunks != 1 or not chunks
+    assert ("stream-integrity" in found) == broken, (cut, done, finish_chunks, found)
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -247,13 +248,9 @@ def test_role_words_mid_sentence_never_leak(words):
     # role word mid-line, where it is prose, whatever the order
     sentence = "Today " + " ".join(words) + "."
     text = HEALTHY_TEXT + " " + sentence + " " + HEALTHY_TEXT
-    if (
-        "user: user:" in sentence
-        or "user: assistant:" in sentence
-        or "assistant: user:" in sentence
-        or "assistant: assistant:" in sentence
-    ):
-        return  # a repeated marker is a leak by design
+    markers = ("user:", "assistant:")
+    # a repeated marker is a leak by design: rejected as an example, not counted as a pass
+    assume(not any(f"{a} {b}" in sentence for a in markers for b in markers))
     found = {v.code for v in check(completion(text), counter=FakeCounter())}
     assert "role-leak" not in found
 

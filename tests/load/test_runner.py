@@ -72,6 +72,10 @@ def test_slo_breach_fails(fast_server: Any) -> None:
     # a miss is never blamed on the server when the client itself was saturated
     assert msg.startswith(("SLO missed at 1 load point", "SLO verdict withheld"))
     assert "goodput 0.0% < 100% required by ttft=0.001ms" in msg
+    # a goodput share below 100% is the bar when the SLO names one
+    with pytest.raises(LoadError) as info:
+        tester(PROMPTS, requests=4, slo=parse_slo("ttft=1us,goodput=50%", "test"))
+    assert "goodput 0.0% < 50% required by ttft=0.001ms,goodput=50%" in str(info.value)
 
 
 def test_a_saturated_client_is_flagged(fast_server: Any) -> None:

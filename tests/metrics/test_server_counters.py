@@ -83,8 +83,10 @@ def _remember_completions(monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep each watched group's completions, to sum their statistics in the test."""
     real = GroupWatch.end
 
-    def end(self: GroupWatch, round: int, budget: int | None, completions: Any) -> None:
-        real(self, round, budget, completions)
+    def end(self: GroupWatch, *args: Any, **kwargs: Any) -> None:
+        # the signature as the callers use it (the load runner passes label= too)
+        real(self, *args, **kwargs)
+        completions = kwargs.get("completions", args[2] if len(args) > 2 else ())
         if self.records:
             _SEEN[id(self.records[-1])] = list(completions)
 

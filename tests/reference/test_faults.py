@@ -305,14 +305,16 @@ def test_intermittent_5xx() -> None:
     assert codes == [200, 503] * 3
 
 
-@pytest.mark.serial  # read timeout of 0.5 s and a 3 s bound: wall-clock sensitive
+@pytest.mark.serial  # a read timeout of 0.5 s: wall-clock sensitive
 def test_hang_until_client_disconnects() -> None:
     with start_reference_server(simulated_latency=False, hang_seconds=30) as srv:
         with httpx.Client(base_url=srv.base_url, timeout=httpx.Timeout(5, read=0.5)) as c:
             t0 = time.perf_counter()
             with pytest.raises(httpx.ReadTimeout):
                 stream(c, LONG, fault="hang")
-            assert time.perf_counter() - t0 < 3
+            # the client's read timeout ends it, not the 30 s hang (a third of it: generous
+            # on a busy machine, and far from the hang)
+            assert time.perf_counter() - t0 < 10
             with pytest.raises(httpx.ReadTimeout):
                 post(c, LONG, fault="hang")
         # the server still serves, and the stalled handlers noticed their clients left
@@ -344,7 +346,7 @@ def test_hang_does_not_block_shutdown() -> None:
     time.sleep(0.3)
     t0 = time.perf_counter()
     srv.stop()
-    assert time.perf_counter() - t0 < 3
+    assert time.perf_counter() - t0 < 10  # a third of the 30 s hang: shutdown did not wait
     t.join(10)
     assert not t.is_alive() and result
 

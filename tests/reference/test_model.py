@@ -8,6 +8,7 @@ import pytest
 
 from pytest_ddtree.reference import tokenizer_path
 from pytest_ddtree.reference._corpus import TOPICS
+from pytest_ddtree.reference._tables import TABLE_NAMES
 from pytest_ddtree.reference.model import ReferenceModel
 
 BUDGETS = (1, 2, 3, 5, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -60,8 +61,15 @@ def _decode(
     return ids[:max_tokens], rounds
 
 
-def test_enough_prompts() -> None:
-    assert len(set(PROMPTS)) >= 50
+def test_the_lossless_prompts_reach_every_answer_table(model: ReferenceModel) -> None:
+    # the model routes each prompt to the table it answers from: the prompts below must
+    # reach every one (each topic in prose and as a list, code, arithmetic, facts) and
+    # every answer shape, or the lossless test leaves part of the model unproved
+    plans = [model.plan(p, model.render_chat([("user", p)], False)) for p in PROMPTS]
+    answers = {n for n in TABLE_NAMES if not n.endswith(":reasoning")}
+    assert {TABLE_NAMES[p.table] for p in plans} == answers
+    shapes = {(p.max_sentences is None, p.list_items is not None) for p in plans}
+    assert shapes == {(True, False), (False, False), (False, True)}  # long, short, list
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)

@@ -30,7 +30,8 @@ def test_second(ddtree_benchmark, ddtree_client, tree_budget, monkeypatch):
 
 def test_interrupted_benchmark_is_not_saved(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(INTERRUPTED)
-    result = pytester.runpytest(
+    # a subprocess: in-process, pytester re-raises the inner run's Ctrl-C in this run
+    result = pytester.runpytest_subprocess(
         "--ddtree-reference-latency=off",
         "--ddtree-budgets=32",
         "--benchmark-json=bench.json",
@@ -103,7 +104,8 @@ def test_ctrl_c_in_the_first_timed_round_still_writes_every_report(
             "if len(calls) == 4:  # smoke, two timed rounds", "if len(calls) == 2:  #"
         )
     )
-    result = pytester.runpytest(
+    # a subprocess: in-process, pytester re-raises the inner run's Ctrl-C in this run
+    result = pytester.runpytest_subprocess(
         "--ddtree-reference-latency=off",
         "--ddtree-budgets=32",
         "--benchmark-json=bench.json",

@@ -157,7 +157,26 @@ def test_html_log2_axis_spaces_doublings_evenly() -> None:
 def test_html_without_any_valid_sample_still_renders() -> None:
     run = SweepRun([SweepSample(16, "a", 0, False, codes=("empty",))], {"model": "m"})
     html = render_html(run)
-    assert "No recommendation" in html and "empty" in html
+    # the cards say there is no recommendation and no valid request to take a figure from
+    assert (
+        '<div class="card rec none"><div class="label">Recommended tree_budget '
+        '<span class="badge">no recommendation</span></div><div class="big">—</div>'
+        '<div class="sub">no valid timings</div><p class="rec-msg">No recommendation: no budget '
+        "produced valid timed requests (invalid requests at 16).</p>"
+    ) in html
+    assert '<div class="big">0<span class="of">/1</span></div>' in html
+    assert '<div class="sub">no valid request to take it from</div>' in html
+    # every chart still renders: no request dot or budget mark, the one invalid request
+    # drawn apart with its code
+    assert html.count('<svg class="chart"') == 3
+    assert 'class="pt"' not in html and '<g class="mark">' not in html
+    assert html.count('<g class="invalid">') == 3
+    assert html.count('text-anchor="middle">empty</text></g>') == 3
+    # none of the nothing-valid cards appears once valid samples exist
+    valid = render_html(_run(False))
+    assert "no valid timings" not in valid and "no recommendation</span>" not in valid
+    assert "no valid request to take it from" not in valid
+    assert 'class="pt"' in valid and '<g class="mark">' in valid
 
 
 def _chromium() -> str | None:
