@@ -28,3 +28,17 @@ def baseline_server() -> Iterator[ReferenceServer]:
 def reference_counter() -> TokenCounter:
     """Exact token counts with the reference server's own tokenizer.json."""
     return load_counter(str(tokenizer_path()))
+
+
+# the marker expression of pyproject.toml's addopts: the default run
+DEFAULT_RUN = "not slow and not real_engine"
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> str | None:
+    """Say, in the header, that the default run leaves tiers out and how to run them."""
+    if config.getoption("markexpr") != DEFAULT_RUN:
+        return None
+    return (
+        "default run: the slow and engine tiers are left out "
+        "(-m slow, -m llamacpp, -m vllm, -m sglang run one; -m '' runs all)"
+    )

@@ -205,17 +205,18 @@ def test_broken_template_is_a_role_leak_blamed_on_the_template(
 EXAMPLE_SUITE_FAILURES: dict[str, list[str]] = {
     "test_smoke[list-garden]": ["early-stop"],
     "test_smoke[capital]": ["degenerate", "finish-reason"],
-    "test_invariants[list-garden-tree_budget=server-default]": ["early-stop"],
-    "test_invariants[capital-tree_budget=server-default]": ["degenerate", "finish-reason"],
     "test_stream_matches_plain[list-garden]": ["early-stop"],
     "test_stream_matches_plain[capital]": ["degenerate", "finish-reason"],
 }
-# A representative subset within the tier's CI budget: the per-prompt tests (smoke, every
-# invariant, streaming) and the timed sweep. Left out: the losslessness tests (shown above at
-# the library level) and test_load, which sends 112 requests at the suite's C=1,4,8
-# (minutes on one CPU thread) and whose runner does not yet retry a reused keep-alive
-# connection that llama.cpp closed (see docs/llamacpp.md).
-SUITE_SELECT = "not test_load and not test_lossless and not test_deterministic"
+# A representative subset within the tier's CI budget: the per-prompt tests (smoke,
+# streaming) and the timed sweep. Left out: test_invariants, whose one budget here
+# (--ddtree-budget-mode none: server-default) sends test_smoke's request again, byte for
+# byte; the losslessness tests (shown above at the library level); and test_load, which
+# sends 112 requests at the suite's C=1,4,8 (minutes on one CPU thread) and whose runner does
+# not yet retry a reused keep-alive connection that llama.cpp closed (see docs/llamacpp.md).
+SUITE_SELECT = (
+    "not test_load and not test_lossless and not test_deterministic and not test_invariants"
+)
 
 
 def test_example_suite_through_the_plugin(
@@ -268,7 +269,7 @@ def test_example_suite_through_the_plugin(
         # the baseline fails the same way: the model is at fault, not speculation
         assert "speculative decoding is not the cause" in (bad.text or ""), bad.text
     assert failures == EXAMPLE_SUITE_FAILURES, output[-4000:]
-    assert passed >= 20, output[-2000:]  # everything else ran and passed
+    assert passed >= 15, output[-2000:]  # everything else ran and passed (17 here)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
