@@ -231,6 +231,7 @@ def test_a_failing_tokenizer_locates_a_real_divergence_by_characters(
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         pytester.makepyfile(CHECKS)
+        # a subprocess: its timeout guards the run against a hang
         result = pytester.runpytest_subprocess(
             f"--ddtree-endpoint={server.base_url}",
             f"--ddtree-baseline-endpoint={baseline_server.base_url}",

@@ -318,10 +318,10 @@ def test_help_works_whatever_the_settings_say(
     # never the help of a project that installs the plugin
     pytester.makeini("[pytest]\nddtree_timeout = nope\n")
     monkeypatch.setenv("DDTREE_ENDPOINT", "::bad")
-    result = pytester.runpytest_subprocess("--help")
+    result = pytester.runpytest("--help")
     assert result.ret == 0, result.stderr.str()
     assert "--ddtree-endpoint" in result.stdout.str()
-    run = pytester.runpytest_subprocess()
+    run = pytester.runpytest()
     assert run.ret == pytest.ExitCode.USAGE_ERROR
     assert "invalid endpoint '::bad' (from environment variable DDTREE_ENDPOINT)" in (
         run.stderr.str()

@@ -1,8 +1,9 @@
 """The example suite fails, naming the violation code, against each kind of broken reference
 server: the test of the suite that catches the fault fails, with that fault's code.
 
-Each case runs ``pytest example_suite`` in a subprocess exactly as a user would, selected
-with ``-k`` to the test that must catch the fault, with the embedded server's simulated
+Each case runs ``pytest example_suite`` from the repository's root as a user would (in this
+process: the suite's own ``pytest.ini`` applies all the same), selected with ``-k`` to the
+test that must catch the fault, with the embedded server's simulated
 latency off (only the budget-ignored case needs real timings, so it keeps latency on and
 runs the sweep only). The whole suite passing against the healthy server is
 ``test_bundled_suite.py::test_pyargs_runs_the_whole_suite_from_an_empty_directory``.
@@ -12,8 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -57,24 +57,21 @@ CAUGHT_BY: dict[str, tuple[str, str, str]] = {
 }
 
 
-def _env() -> dict[str, str]:
+@pytest.fixture
+def run_suite(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., pytest.RunResult]:
+    """``pytest example_suite ARGS`` from the repository's root, on the embedded server."""
     # the run must use the embedded server whatever the developer's shell has configured
-    return {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("DDTREE_", "OPENAI_", "PYTEST_ADDOPTS", "PYTEST_XDIST"))
-    }
+    for name in list(os.environ):
+        if name.startswith(("DDTREE_", "OPENAI_", "PYTEST_ADDOPTS", "PYTEST_XDIST")):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(ROOT)
 
+    def run(*args: str) -> pytest.RunResult:
+        return pytester.runpytest(str(SUITE.relative_to(ROOT)), "-p", "no:xdist", *args)
 
-def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", str(SUITE), "-p", "no:xdist", *args],
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run
 
 
 def _failed(output: str) -> dict[str, list[str]]:
@@ -92,10 +89,10 @@ def _failed(output: str) -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize("fault", sorted(CAUGHT_BY))
-def test_fault_fails_with_its_code(fault: str) -> None:
+def test_fault_fails_with_its_code(fault: str, run_suite: Callable[..., pytest.RunResult]) -> None:
     select, node, code = CAUGHT_BY[fault]
     # two budgets, one on each side of the lossy fault's threshold (64), keep each run short
-    result = _run(
+    result = run_suite(
         "-q",
         "-k",
         select,
@@ -106,18 +103,20 @@ def test_fault_fails_with_its_code(fault: str) -> None:
         "--ddtree-reference-fault",
         fault,
     )
-    output = result.stdout + result.stderr
-    assert result.returncode == 1, output[-3000:]
+    output = result.stdout.str() + result.stderr.str()
+    assert result.ret == 1, output[-3000:]
     # the selection ran that one test, and it failed
-    assert re.search(r"^1 failed, \d+ deselected", result.stdout, re.MULTILINE), output[-3000:]
+    assert re.search(r"^1 failed, \d+ deselected", result.stdout.str(), re.MULTILINE), output[
+        -3000:
+    ]
     failed = _failed(output)
     assert list(failed) == [f"{SUITE.name}/{node}"], output[-3000:]
     assert code in failed[f"{SUITE.name}/{node}"], output[-3000:]
 
 
-def test_ignored_budget_fails_the_sweep() -> None:
+def test_ignored_budget_fails_the_sweep(run_suite: Callable[..., pytest.RunResult]) -> None:
     # a statistical check over real (simulated) timings: latency stays on, one prompt suffices
-    result = _run(
+    result = run_suite(
         "-q",
         "-k",
         "test_sweep and essay",
@@ -130,6 +129,6 @@ def test_ignored_budget_fails_the_sweep() -> None:
         "--ddtree-reference-fault",
         "budget-ignored",
     )
-    output = result.stdout + result.stderr
-    assert result.returncode == 1, output[-3000:]
+    output = result.stdout.str() + result.stderr.str()
+    assert result.ret == 1, output[-3000:]
     assert "[budget-ignored]" in output, output[-3000:]

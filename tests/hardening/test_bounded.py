@@ -173,6 +173,7 @@ def test_load_against_hostile_answers_ends_cleanly_in_bounded_memory(
             _load(ddtree_load, "huge")
         """
     )
+    # a subprocess: the inner conftest reads its process's peak memory (/proc/self/status)
     result = pytester.runpytest_subprocess(
         f"--ddtree-endpoint={server.base_url}",
         "--ddtree-tokenizer=server",

@@ -28,6 +28,7 @@ def test_flaky_tokenizer_lossless_runs_without_traceback(
 ) -> None:
     server = hostile(tokenize="flaky")
     pytester.makepyfile(TESTS)
+    # a subprocess: its timeout guards the run against a hang
     result = pytester.runpytest_subprocess(
         f"--ddtree-endpoint={server.base_url}",
         "--ddtree-tokenizer=server",
@@ -47,6 +48,7 @@ def test_the_bundled_streaming_tests_name_a_failing_counter_once_without_traceba
     """A server that sends no usage and whose /tokenize answers 500 after the probe: the
     bundled test that counts the events skips on the plugin's named counter failure."""
     server = hostile("paced", tokenize="flaky", interval=0.002)
+    # a subprocess: its timeout guards the run against a hang
     result = pytester.runpytest_subprocess(
         "--pyargs",
         "pytest_ddtree.suite.test_streaming",

@@ -22,10 +22,3 @@ def timed_server() -> Iterator[Any]:
     """A healthy reference server with simulated (batched) accelerator time."""
     with spawn_reference_server() as server:
         yield server
-
-
-@pytest.fixture(autouse=True)
-def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Inner pytest runs must not inherit this process's xdist worker identity."""
-    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
-        monkeypatch.delenv(name, raising=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from html import escape
 from typing import Any
 
 import pytest
@@ -327,28 +328,37 @@ def test_adaptive_races_the_budgets_at_each_load_point(
     )
     result.assert_outcomes(passed=1)
     out = result.stdout.str()
-    result.stdout.fnmatch_lines(
-        [
-            "*best at C=1: 16 (TPOT p50 * ms * n=*; the leader); race decided after * of 32 "
-            "requests*",  # the busy machine may add: (UNRELIABLE: client saturated)
-            "*race at C=1: 256 out after * requests (n=*): slower than the leader by *, more "
-            "than the 2% margin",
-        ]
-    )
     assert "raced points: " in out and " requests of the 64 sent in full" in out
     (test,) = json.loads((report / "sweep.json").read_text())["load"]["tests"]
     assert test["sweep"] == "adaptive" and test["note"] == ""
     races = _raced_budgets(test)
     assert set(races) == {"C=1", "C=4"}
-    for race in races.values():
-        # a busy machine may leave a point without a verdict; it never names the slow budget
-        assert race["recommended"] == (16 if race["decided"] else None), race
+    html = (report / "sweep.html").read_text()
+    for label, race in races.items():
         assert race["requests"] <= race["max_requests"] == 2 * 16
+        # each point's verdict reaches the terminal and the page
+        assert race["verdict"] in out and escape(race["verdict"]) in html, race
         if race["decided"]:
-            assert race["requests"] < race["max_requests"]
+            # the fast budget; the slow one out before the point's budget was spent, unless
+            # runs the client could not keep up in (counted, never raced) spent it
+            assert race["recommended"] == 16, race
+            assert race["requests"] < race["max_requests"] or race["discarded_runs"] > 0, race
             (left,) = race["left"]
             assert left["tree_budget"] == 256 and left["status"] == "out"
-    assert any(r["decided"] for r in races.values()), races  # the race does decide
+            result.stdout.fnmatch_lines(
+                [
+                    f"*best at {label}: 16 (TPOT p50 * ms * n=*; the leader); race decided "
+                    "after * of 32 requests*",  # a busy machine may add: (UNRELIABLE: ...)
+                    f"*race at {label}: 256 out after * requests (n=*): slower than the leader "
+                    "by *, more than the 2% margin",
+                ]
+            )
+            assert f"256 out after {left['after_requests']} requests" in html
+        else:
+            # no verdict only where the client could not keep up (its runs did not race);
+            # never a winner named, never for want of a difference between 16 and 256
+            assert race["recommended"] is None and race["discarded_runs"] > 0, race
+            result.stdout.fnmatch_lines([f"*best at {label}: undecided; race undecided after *"])
     # every request sent is a sample, validated, and counted by its point's race
     assert len(test["samples"]) == sum(r["requests"] for r in races.values())
     assert all(s["valid"] for s in test["samples"])
@@ -359,8 +369,6 @@ def test_adaptive_races_the_budgets_at_each_load_point(
     for budget in (16, 256):
         ids = [s["prompt_id"] for s in c1 if s["tree_budget"] == budget]
         assert ids == [f"p{(i // 2) % 2}" for i in range(len(ids))]
-    html = (report / "sweep.html").read_text()
-    assert "race decided after" in html and "256 out after" in html
 
 
 def test_adaptive_under_xdist_stops_in_one_line(pytester: pytest.Pytester) -> None:

@@ -94,10 +94,3 @@ def ddtree_server() -> Iterator[Any]:
     """A reference server in its own dialect (it echoes the budget); /metrics in vLLM's names."""
     with start_reference_server(simulated_latency=False) as server:
         yield server
-
-
-@pytest.fixture(autouse=True)
-def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Inner pytest runs must not inherit this process's xdist worker identity."""
-    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
-        monkeypatch.delenv(name, raising=False)

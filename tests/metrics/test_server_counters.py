@@ -228,7 +228,11 @@ def test_a_second_client_is_flagged_on_the_budgets_it_overlapped(
     assert by_budget[64]["requests"] == 2 + 2 * 2
     assert by_budget[16]["acceptance_length"] > 1
     html = (report / "sweep.html").read_text()
-    assert "Server counters" in html and "shared server" in html
+    # the section's own text names "shared server" too: the mark is the 64 row's cell alone
+    assert "<h2>Server counters</h2>" in html
+    assert html.count("<td><strong>shared server</strong>: ") == 1, html
+    mark = "<td><strong>shared server</strong>: the server finished 3 requests, the suite sent 1"
+    assert mark in html, html
 
 
 BENCH = """
@@ -343,7 +347,11 @@ def test_load_points_record_the_counter_deltas(
         assert r["delta"]["requests"] == 6 and "shared" not in r
         assert r["delta"]["acceptance_length"] > 1
     html = (report / "sweep.html").read_text()
-    assert "Server counters" in html and "C=3" in html
+    # the counters' own load-point rows (the load section names C=3 too): point, budget,
+    # requests sent, requests the server counted
+    assert "<h2>Server counters</h2>" in html and "<h3>Load points</h3>" in html
+    for label in ("C=1", "C=3"):
+        assert f"<td>{label}</td><td>32</td><td>6</td><td>6</td>" in html, label
 
 
 def test_counters_that_count_late_are_waited_for_and_never_judged_unsettled(

@@ -35,15 +35,3 @@ def server_factory() -> Iterator[Any]:
     finally:
         for server in started:
             server.stop()
-
-
-@pytest.fixture(autouse=True)
-def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Inner pytest runs must not inherit this process's xdist worker identity.
-
-    pytest-benchmark reads ``PYTEST_XDIST_WORKER`` and disables itself when it
-    is set, which would turn every inner run into a "worker" when this suite
-    itself runs under ``-n``.
-    """
-    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
-        monkeypatch.delenv(name, raising=False)

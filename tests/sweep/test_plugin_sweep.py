@@ -238,21 +238,18 @@ def test_compare_reads_the_setup_the_plugin_wrote(
 
 
 def test_a_renderer_that_breaks_leaves_the_json_and_the_run_output_whole(
-    pytester: pytest.Pytester, server_factory: Any
+    pytester: pytest.Pytester, server_factory: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a bug in the HTML renderer: one line says so, sweep.json is written, the summary and
     # the failures still print, and the run's exit status is its tests'
+    import pytest_ddtree.report.writer as writer
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the chart engine fell over")
+
     server = server_factory(simulated_latency=False)
-    pytester.makeconftest(
-        """
-        import pytest_ddtree.report.writer as writer
-
-        def broken(*args, **kwargs):
-            raise RuntimeError("the chart engine fell over")
-
-        writer.write_sweep_html = broken
-        """
-    )
+    # the inner run is in-process: it meets the broken renderer, and this test puts it back
+    monkeypatch.setattr(writer, "write_sweep_html", broken)
     pytester.makepyfile(
         test_sweep="""
         def test_sweep(ddtree_sweep):
