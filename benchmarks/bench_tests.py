@@ -43,8 +43,9 @@ _records: dict[str, dict[str, Any]] = {}
 
 
 def _note(what: str) -> None:
-    if _current is not None:
-        _current.setdefault("did", set()).add(what)
+    # a list, not a set: under xdist the record travels to the controller in the report
+    if _current is not None and what not in _current["did"]:
+        _current["did"].append(what)
 
 
 def _names_suite(args: Any) -> bool:
@@ -106,7 +107,7 @@ def pytest_configure(config: Any) -> None:
 def pytest_runtest_protocol(item: Any, nextitem: Any) -> None:
     global _current
     markers = {m.name for m in item.iter_markers()}
-    _current = {"did": set(), "engine": bool(markers & ENGINE_MARKERS)}
+    _current = {"did": [], "engine": bool(markers & ENGINE_MARKERS)}
     item.user_properties.append(("bench_tests", _current))
 
 
