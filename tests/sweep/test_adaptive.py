@@ -97,7 +97,11 @@ def test_a_spent_request_budget_is_undecided_never_a_forced_winner(
     pytester: pytest.Pytester,
 ) -> None:
     _suite(pytester)
-    # 64 and 66 are as good as equal: two rounds (the least allowed) cannot tell them apart
+    # 64 and 66 are as good as equal: two rounds (the least allowed) usually cannot tell them
+    # apart, and the spent budget ends the race undecided. Beside another worker the two
+    # budgets' noise can also fall within the margin: they are then shown as fast as each
+    # other, and the smaller is recommended as an equal. Never is one named the faster.
+    # (The undecided path is pinned on fixed data in test_race.py.)
     result = _run(
         pytester,
         "--ddtree-budgets=64,66",
@@ -105,17 +109,26 @@ def test_a_spent_request_budget_is_undecided_never_a_forced_winner(
         "--ddtree-sweep-requests=12",
     )
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(
-        [
-            "race: undecided - the request budget (12) was spent with tree_budget=* still in "
-            "contention with the leader",
-            "Undecided: tree_budget=* leads with median decode * tok/s (n=6), but *; the request "
-            "budget (12) was spent first. No budget is recommended*",
-        ]
-    )
     doc = json.loads((pytester.path / "report" / "sweep.json").read_text())
-    assert doc["recommendation"]["tree_budget"] is None
-    assert doc["race"]["spent"] and not doc["race"]["decided"]
+    if not doc["race"]["decided"]:
+        result.stdout.fnmatch_lines(
+            [
+                "race: undecided - the request budget (12) was spent with tree_budget=* still in "
+                "contention with the leader",
+                "Undecided: tree_budget=* leads with median decode * tok/s (n=6), but *; the "
+                "request budget (12) was spent first. No budget is recommended*",
+            ]
+        )
+        assert doc["recommendation"]["tree_budget"] is None and doc["race"]["spent"]
+    else:
+        result.stdout.fnmatch_lines(
+            [
+                "Recommended tree_budget=64: * Equivalent within 2%: tree_budget=66 (as fast: *); "
+                "the smallest is recommended*"
+            ]
+        )
+        assert doc["recommendation"]["tree_budget"] == 64
+    assert "slower, left" not in result.stdout.str()  # neither was found slower
 
 
 @pytest.mark.parametrize(
