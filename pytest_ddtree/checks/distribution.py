@@ -430,7 +430,7 @@ def _both(
 
 def _prompts_differ(run: DistributionRun) -> tuple[str, str] | None:
     """Why the two sides do not see the same prompt (``usage.prompt_tokens``), or None."""
-    from pytest_ddtree.checks.diagnose import comparability
+    from pytest_ddtree.checks.lossless import comparability
 
     ours, theirs = run.server[0], run.baseline[0]
     if why_not_whole(ours) is not None or why_not_whole(theirs) is not None:
@@ -441,7 +441,7 @@ def _prompts_differ(run: DistributionRun) -> tuple[str, str] | None:
 
 def _not_comparable(run: DistributionRun) -> tuple[str, str] | None:
     """Why the two sides' answers cannot be compared at all, and what to do; or None."""
-    from pytest_ddtree.checks.diagnose import NOT_WHOLE_ADVICE
+    from pytest_ddtree.checks.verdict import NOT_WHOLE_ADVICE
 
     for side, answers in (("server", run.server), ("baseline", run.baseline)):
         cut = [(c, why) for c in answers if (why := why_not_whole(c)) is not None]

@@ -335,7 +335,7 @@ def test_a_cut_reference_makes_every_budget_not_comparable() -> None:
 
 
 def test_a_cut_lowest_budget_is_named_once_in_the_not_comparable_evidence() -> None:
-    from pytest_ddtree.checks.diagnose import _reference, not_comparable_violations
+    from pytest_ddtree.checks.lossless import _reference, not_comparable_violations
 
     # no budget arrived whole: the lowest is the reference, and it is cut
     outputs = {b: _answer("The harb", done=False, budget=b) for b in (16, 64)}

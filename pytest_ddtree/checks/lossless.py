@@ -1,0 +1,472 @@
+"""Losslessness: does speculation change the temperature-0 output?
+
+``run_lossless`` compares the output at every budget with a target-only
+baseline's (token-exact when a tokenizer is available) and reports the first
+divergence, with the target's margin there (a numerical near-tie or a
+confident token). Only answers that arrived whole and saw the same prompt are
+compared (``comparability``); any other pair is ``not-comparable``.
+
+No pytest here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pytest_ddtree.checks.comparable import (
+    NOT_COMPARABLE,
+    prompt_tokens,
+    why_not_whole,
+)
+from pytest_ddtree.checks.margin import Margin, classify, probe_fields
+from pytest_ddtree.checks.verdict import (
+    NOT_COMPARABLE_TITLE,
+    NOT_WHOLE_ADVICE,
+    PROMPT_MISMATCH_ADVICE,
+    Diagnosis,
+    lossless_advice,
+)
+from pytest_ddtree.core.settings import Lossless
+from pytest_ddtree.core.violation import Violation
+from pytest_ddtree.wire.client import DDTreeClient
+from pytest_ddtree.wire.completion import Completion, summarize_text
+from pytest_ddtree.wire.tokens import TokenCounter
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where two temperature-0 outputs first differ.
+
+    ``token_note`` says why the token position is unknown when a tokenizer was
+    asked for it and failed (the divergence is then located by characters).
+    """
+
+    token_index: int | None
+    char_offset: int
+    reference_excerpt: str
+    actual_excerpt: str
+    token_note: str | None = None
+    #: the target's margin there (``margin.classify``), once asked for
+    margin: Margin | None = None
+
+    def where(self) -> str:
+        """``token 10 (character 46)``, or the character offset alone (and why)."""
+        if self.token_index is not None:
+            return f"token {self.token_index} (character {self.char_offset})"
+        note = f" ({self.token_note})" if self.token_note else ""
+        return f"character {self.char_offset}{note}"
+
+
+def _token_ids(
+    counter: TokenCounter | None, reference: str, actual: str
+) -> tuple[tuple[list[int], list[int]] | None, str | None]:
+    """Both texts' token ids (None without an exact counter), and why they are missing."""
+    if counter is None or not counter.exact:
+        return None, None
+    try:
+        ref_ids, act_ids = counter.encode(reference), counter.encode(actual)
+    except Exception as exc:  # a failing /tokenize is the counter's trouble, not a verdict
+        why = f"{type(exc).__name__}: {summarize_text(str(exc), 120)}"
+        return None, f"token position unknown: the token counter failed ({why})"
+    if ref_ids is None or act_ids is None:
+        return None, None
+    return (ref_ids, act_ids), None
+
+
+def first_divergence(
+    reference: str, actual: str, counter: TokenCounter | None = None
+) -> Divergence | None:
+    """The first point where ``actual`` departs from ``reference`` (None if equal).
+
+    With an exact tokenizer the comparison is token by token (``token_index``
+    is the first differing token); otherwise, or when the tokenizer fails,
+    characters are compared and ``token_index`` is None.
+    """
+    token_index: int | None = None
+    ids, note = _token_ids(counter, reference, actual)
+    if ids is not None:
+        ref_ids, act_ids = ids
+        if ref_ids == act_ids:
+            return None
+        token_index = next(
+            (i for i, (a, b) in enumerate(zip(ref_ids, act_ids, strict=False)) if a != b),
+            min(len(ref_ids), len(act_ids)),
+        )
+    if token_index is None and reference == actual:
+        return None
+    offset = next(
+        (i for i, (a, b) in enumerate(zip(reference, actual, strict=False)) if a != b),
+        min(len(reference), len(actual)),
+    )
+    start = max(0, offset - 30)
+
+    def excerpt(text: str) -> str:
+        before = text[start:offset]
+        after = text[offset : offset + 50]
+        return summarize_text(f"{'…' if start else ''}{before}»{after}«", 120)
+
+    return Divergence(token_index, offset, excerpt(reference), excerpt(actual), note)
+
+
+@dataclass(frozen=True)
+class Unjudged:
+    """Why one answer was not compared with its reference, and what to do about it."""
+
+    reason: str
+    advice: str
+    #: the reason names the reference itself (a message need not name it again)
+    names_reference: bool = False
+
+
+def comparability(
+    reference: Completion, answer: Completion, reference_label: str
+) -> Unjudged | None:
+    """Why ``answer`` cannot be compared with ``reference`` (None when it can).
+
+    Both must have arrived whole, and both servers must have seen the same prompt
+    (equal ``usage.prompt_tokens`` where both report it).
+    """
+    why = why_not_whole(reference)
+    if why is not None:
+        reason = f"the answer of the {reference_label} did not arrive whole ({why})"
+        return Unjudged(reason, NOT_WHOLE_ADVICE, names_reference=True)
+    why = why_not_whole(answer)
+    if why is not None:
+        return Unjudged(f"its answer did not arrive whole ({why})", NOT_WHOLE_ADVICE)
+    theirs, ours = prompt_tokens(reference), prompt_tokens(answer)
+    if theirs is not None and ours is not None and theirs != ours:
+        return Unjudged(
+            f"the {reference_label} sees {theirs} prompt tokens, the server {ours} "
+            "(usage.prompt_tokens): a different chat template or tokenizer",
+            PROMPT_MISMATCH_ADVICE,
+            names_reference=True,
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class LosslessResult:
+    """Outcome of one losslessness comparison across budgets.
+
+    ``not_comparable`` holds the budgets whose answer could not be compared with
+    the reference (not whole, or another prompt): no verdict about them.
+    ``near_ties`` holds the divergences ``near-tie`` mode tolerates (the target's
+    margin there was within the mode's): warnings, not failures.
+    """
+
+    reference_label: str
+    reference: Completion
+    outputs: Mapping[int | None, Completion]
+    divergences: Mapping[int | None, Divergence]
+    mode: Lossless
+    tolerated: tuple[int | None, ...] = ()
+    not_comparable: Mapping[int | None, Unjudged] = field(default_factory=dict)
+    near_ties: Mapping[int | None, Divergence] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when every budget was compared and none diverges beyond the tolerance."""
+        return not self.divergences and not self.not_comparable
+
+
+def compare_lossless(
+    reference: Completion,
+    outputs: Mapping[int | None, Completion],
+    mode: Lossless,
+    *,
+    counter: TokenCounter | None = None,
+    reference_label: str = "target-only baseline",
+) -> LosslessResult:
+    """Compare every budget's output with ``reference`` under ``mode``.
+
+    A pure text comparison: ``judge_lossless`` first sets aside the answers that
+    cannot be compared.
+    """
+    divergences: dict[int | None, Divergence] = {}
+    tolerated: list[int | None] = []
+    for budget, comp in outputs.items():
+        div = first_divergence(reference.text, comp.text, counter)
+        if div is None:
+            continue
+        if mode.mode == "off":
+            tolerated.append(budget)
+            continue
+        if mode.mode == "prefix":
+            # only the first N tokens must agree (or N characters without a tokenizer)
+            position = div.token_index if div.token_index is not None else div.char_offset
+            if position >= mode.prefix_tokens:
+                tolerated.append(budget)
+                continue
+        divergences[budget] = div
+    return LosslessResult(
+        reference_label=reference_label,
+        reference=reference,
+        outputs=dict(outputs),
+        divergences=divergences,
+        mode=mode,
+        tolerated=tuple(tolerated),
+    )
+
+
+def judge_lossless(
+    reference: Completion,
+    outputs: Mapping[int | None, Completion],
+    mode: Lossless,
+    *,
+    counter: TokenCounter | None = None,
+    reference_label: str = "target-only baseline",
+) -> LosslessResult:
+    """``compare_lossless`` over the answers that can be compared; the others are kept
+    apart in ``not_comparable`` with the reason."""
+    unjudged = {
+        budget: why
+        for budget, comp in outputs.items()
+        if (why := comparability(reference, comp, reference_label)) is not None
+    }
+    compared = {b: c for b, c in outputs.items() if b not in unjudged}
+    result = compare_lossless(
+        reference, compared, mode, counter=counter, reference_label=reference_label
+    )
+    return LosslessResult(
+        reference_label=reference_label,
+        reference=reference,
+        outputs=dict(outputs),
+        divergences=result.divergences,
+        mode=mode,
+        tolerated=result.tolerated,
+        not_comparable=unjudged,
+    )
+
+
+def _budget_label(budget: int | None) -> str:
+    return "server-default" if budget is None else str(budget)
+
+
+def lossless_violations(result: LosslessResult) -> list[Violation]:
+    """``not-lossless`` violations (one per diverging budget) with the divergence point."""
+    out: list[Violation] = []
+    diverging = [b for b in result.outputs if b in result.divergences]
+    names = ", ".join("server" if b is None else str(b) for b in diverging)
+    for budget, div in result.divergences.items():
+        margin = f": {div.margin.sentence(position=False)}" if div.margin is not None else ""
+        out.append(
+            Violation(
+                code="not-lossless",
+                message=(
+                    f"tree_budget {_budget_label(budget)} diverges from the "
+                    f"{result.reference_label} at {div.where()}{margin}"
+                ),
+                evidence={
+                    "diverging budgets": names,
+                    "reference": div.reference_excerpt,
+                    "this budget": div.actual_excerpt,
+                    **(div.margin.evidence() if div.margin is not None else {}),
+                    "lossless mode": str(result.mode),
+                },
+                request=result.outputs[budget].request.describe(),
+            )
+        )
+    return out
+
+
+def near_tie_warning(result: LosslessResult, budget: int | None) -> str:
+    """The warning of a divergence ``near-tie`` mode tolerates."""
+    div = result.near_ties[budget]
+    assert div.margin is not None
+    return (
+        f"pytest-ddtree: tree_budget {_budget_label(budget)} diverges from the "
+        f"{result.reference_label} at {div.where()}: {div.margin.sentence(position=False)}; "
+        "tolerated by "
+        f"--ddtree-lossless {result.mode}, the budget stays timed "
+        f"(reference {div.reference_excerpt}, this budget {div.actual_excerpt})"
+    )
+
+
+def margin_reason(result: LosslessResult, budget: int | None) -> str:
+    """The diagnosis reason of one diverging budget, with its margin when known."""
+    div = result.divergences.get(budget) or result.near_ties.get(budget)
+    base = f"the output differs from the {result.reference_label}"
+    if div is None or div.margin is None:
+        return base
+    return f"{base} at {div.where()}: {div.margin.sentence(position=False)}"
+
+
+def not_comparable_violations(result: LosslessResult) -> list[Violation]:
+    """One ``not-comparable`` violation per budget set aside, with the reason."""
+    return [
+        Violation(
+            code=NOT_COMPARABLE,
+            # the reference is named once: by the reason when it names it, else here
+            message=(
+                f"tree_budget {_budget_label(budget)} not compared: {why.reason}"
+                if why.names_reference
+                else f"tree_budget {_budget_label(budget)} not compared with the "
+                f"{result.reference_label}: {why.reason}"
+            ),
+            evidence={},
+            request=result.outputs[budget].request.describe(),
+        )
+        for budget, why in result.not_comparable.items()
+    ]
+
+
+def not_comparable_diagnosis(unjudged: Sequence[Unjudged]) -> Diagnosis:
+    """The footer of a test whose answers could not be compared: no layer is blamed."""
+    advice = "; ".join(dict.fromkeys(u.advice for u in unjudged))
+    first = unjudged[0].reason if unjudged else "no answer to compare"
+    more = f" (and {len(unjudged) - 1} more)" if len(unjudged) > 1 else ""
+    return Diagnosis(
+        "undetermined", f"{NOT_COMPARABLE_TITLE}: {first}{more}", advice or NOT_WHOLE_ADVICE
+    )
+
+
+def lossless_header(result: LosslessResult) -> str:
+    """The first line of a failed losslessness test."""
+    budgets, reference = len(result.outputs), result.reference_label
+    unjudged = len(result.not_comparable)
+    if not result.divergences:
+        return (
+            f"not comparable: {unjudged} of {budgets} budget(s) could not be compared with the "
+            f"{reference}; no verdict on losslessness"
+        )
+    more = f"; {unjudged} more not comparable" if unjudged else ""
+    return (
+        f"not lossless: {len(result.divergences)} of {budgets} "
+        f"budget(s) change the temperature-0 output (reference: {reference}){more}"
+    )
+
+
+NEAR_TIE_ADVICE = (
+    "every divergence is at a numerical near-tie of the target (its top two tokens within "
+    "{margin:g} nats): batched verification computes the logits in another order and can "
+    "flip such a tie, which is not a verifier bug; --ddtree-lossless near-tie tolerates it "
+    "and keeps the budget timed"
+)
+
+
+def lossless_footer(result: LosslessResult, *, has_baseline: bool) -> str:
+    """The diagnosis lines of a failed losslessness test."""
+    if result.divergences:
+        margins = [d.margin for d in result.divergences.values()]
+        if margins and all(m is not None and m.kind == "near-tie" for m in margins):
+            return "diagnosis: speculative decoding (numerical near-tie) - " + (
+                NEAR_TIE_ADVICE.format(margin=result.mode.near_tie)
+            )
+        sure = [m for m in margins if m is not None and m.kind == "confident"]
+        lead = "diagnosis: speculative decoding - "
+        if sure:
+            lead = "diagnosis: speculative decoding (the target was sure) - "
+        return lead + lossless_advice(has_baseline)
+    named = [
+        Unjudged(f"tree_budget {_budget_label(b)}: {why.reason}", why.advice)
+        for b, why in result.not_comparable.items()
+    ]
+    return not_comparable_diagnosis(named).render()
+
+
+def _reference(
+    outputs: Mapping[int | None, Completion], baseline: Completion | None
+) -> tuple[Completion, str]:
+    """The baseline's answer, else the lowest budget whose answer arrived whole."""
+    if baseline is not None:
+        return baseline, "target-only baseline"
+    numbered = sorted(b for b in outputs if b is not None)
+    whole = [b for b in numbered if why_not_whole(outputs[b]) is None]
+    if whole and whole[0] != numbered[0]:
+        label = f"lowest budget that arrived whole ({whole[0]}; no baseline configured)"
+        return outputs[whole[0]], label
+    lowest = numbered[0] if numbered else None
+    return outputs[lowest], f"lowest budget ({lowest}; no baseline configured)"
+
+
+def run_lossless(
+    client: DDTreeClient,
+    baseline: DDTreeClient | None,
+    prompt: Any,
+    budgets: Sequence[int | None],
+    mode: Lossless,
+    *,
+    max_tokens: int,
+    counter: TokenCounter | None = None,
+    prompt_id: str | None = None,
+    **extra: Any,
+) -> tuple[LosslessResult, list[Violation]]:
+    """Send ``prompt`` at temperature 0 at every budget (and to the baseline), then compare.
+
+    Returns the comparison and its violations: ``not-comparable`` per budget
+    whose answer (or the reference's) did not arrive whole or saw another
+    prompt, ``not-lossless`` per diverging budget among the others. Without a
+    baseline the lowest budget that arrived whole is the reference.
+    """
+    kw: dict[str, Any] = {"max_tokens": max_tokens, "temperature": 0.0, "prompt_id": prompt_id}
+    if budgets:
+        # unrecorded: state an earlier, different request left behind is a state leak
+        # (check_state's business), not a difference between budgets
+        client.request(prompt, tree_budget=budgets[0], **kw, **extra)
+    outputs = {b: client.request(prompt, tree_budget=b, **kw, **extra) for b in budgets}
+    answer = None
+    if baseline is not None:
+        # the same treatment as the server's: a server that caches prompts (llama.cpp)
+        # computes a cold prompt in other batches than a cached one, and at temperature 0
+        # that alone can change a close argmax; both sides answer with the prompt cached
+        baseline.request(prompt, **kw, **extra)
+        answer = baseline.request(prompt, **kw, **extra)
+    reference, label = _reference(outputs, answer)
+    result = judge_lossless(reference, outputs, mode, counter=counter, reference_label=label)
+    if result.divergences:
+        target = baseline if baseline is not None else client
+        probe = {**kw, **extra, **probe_fields(client.api), "stream": False}
+        result = with_margins(
+            result,
+            lambda: target.request(prompt, tree_budget=reference.request.tree_budget, **probe),
+            lambda budget: client.request(prompt, tree_budget=budget, **probe),
+        )
+    return result, not_comparable_violations(result) + lossless_violations(result)
+
+
+def with_margins(
+    result: LosslessResult,
+    target: Callable[[], Completion],
+    speculative: Callable[[int | None], Completion] | None = None,
+) -> LosslessResult:
+    """``result`` with the target's margin at every divergence (``margin.classify``).
+
+    ``target`` asks the reference side for the answer with log-probabilities (once);
+    ``speculative`` asks the server at a budget (its own view, shown in the evidence).
+    In ``near-tie`` mode a divergence within the margin moves to ``near_ties``.
+    """
+    try:
+        probed: Completion | None = target()
+    except Exception:  # a failing probe leaves the margin unknown, never a verdict
+        probed = None
+    divergences: dict[int | None, Divergence] = {}
+    near: dict[int | None, Divergence] = dict(result.near_ties)
+    for budget, div in result.divergences.items():
+        comp = result.outputs[budget]
+        if probed is None:
+            margin = Margin(
+                "unknown", result.mode.near_tie, reason="asking for log-probabilities failed"
+            )
+        else:
+            own: Completion | None = None
+            if speculative is not None:
+                try:
+                    own = speculative(budget)
+                except Exception:
+                    own = None
+            margin = classify(
+                probed,
+                result.reference.text,
+                comp.text,
+                div.char_offset,
+                result.mode.near_tie,
+                own,
+            )
+        marked = replace(div, margin=margin)
+        if result.mode.mode == "near-tie" and margin.kind == "near-tie":
+            near[budget] = marked
+        else:
+            divergences[budget] = marked
+    return replace(result, divergences=divergences, near_ties=near)

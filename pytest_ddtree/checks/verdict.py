@@ -1,0 +1,96 @@
+"""The verdict vocabulary: which layer a failure is blamed on, and what to do about it.
+
+``Diagnosis`` and the advice sentences shared by the differential diagnosis
+(``diagnose``) and the losslessness comparison (``lossless``).
+
+No pytest here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pytest_ddtree.checks.invariants import LAYERS
+
+Verdict = Literal["template", "server", "speculation", "undetermined"]
+
+VERDICT_TITLES: dict[str, str] = {**LAYERS, "undetermined": "undetermined"}
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Which layer is at fault for one failing request, and what to do."""
+
+    verdict: Verdict
+    reason: str
+    advice: str
+    baseline_codes: tuple[str, ...] = ()
+    cached: bool = False
+
+    @property
+    def title(self) -> str:
+        """Human name of the verdict."""
+        return VERDICT_TITLES[self.verdict]
+
+    def render(self) -> str:
+        """Two lines appended to a failure message."""
+        return f"diagnosis: {self.title} - {self.reason}\n    what to do: {self.advice}"
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON for reports and JUnit properties."""
+        return {
+            "verdict": self.verdict,
+            "title": self.title,
+            "reason": self.reason,
+            "advice": self.advice,
+            "baseline_codes": list(self.baseline_codes),
+        }
+
+
+TEMPLATE_ADVICE = (
+    "the target model alone fails the same way: fix the chat template, the stop tokens "
+    "or the prompt; speculative decoding is not the cause"
+)
+SPECULATION_ADVICE = (
+    "the target model alone is fine: the speculative-decoding layer (wrapper, drafter or "
+    "tree verification) is at fault"
+)
+SERVER_ADVICE = (
+    "the target-only server fails the same way (errors, timeouts, broken streams, wrong "
+    "usage or finish accounting): check the serving stack, its resources and the network; "
+    "speculation is not the cause"
+)
+REJECTED_ADVICE = (
+    "the server refused the request as sent: check the options that shape it (for example a "
+    "tree budget outside the server's range, the model id or max_tokens)"
+)
+NO_BASELINE_LOSSY_ADVICE = (
+    "the output changes with the tree budget, which lossless speculation never does: look at "
+    "the speculative-decoding layer; no baseline is configured, so target-only decoding was "
+    "not compared (give --ddtree-baseline-endpoint to compare with it)"
+)
+CLIENT_SIDE_ADVICE = (
+    "this is the client's side of the exchange (its connection, deadline or size limit), not "
+    "evidence about speculation or the template: check the network, --ddtree-timeout and "
+    "--ddtree-max-response-bytes, then run again"
+)
+
+
+def lossless_advice(has_baseline: bool) -> str:
+    """What to do about a not-lossless result; no claim about the target alone without one."""
+    return SPECULATION_ADVICE if has_baseline else NO_BASELINE_LOSSY_ADVICE
+
+
+NOT_WHOLE_ADVICE = (
+    "an answer that did not arrive whole (a broken or cut stream, an in-band error, a failed "
+    "request) cannot be compared: fix what cut it (the server's stream, a proxy in between, or "
+    "the client's --ddtree-timeout and --ddtree-max-response-bytes), then run again"
+)
+NOT_COMPARABLE_TITLE = "not comparable"
+
+PROMPT_MISMATCH_ADVICE = (
+    "serve the baseline with the same chat template and tokenizer as the server (same model "
+    "files, same --chat-template); until both see the same prompt, a difference in output says "
+    "nothing about speculative decoding"
+)
