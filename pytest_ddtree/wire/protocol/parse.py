@@ -1,0 +1,107 @@
+"""Reading an answer's body: its first choice, its text, its JSON, its error.
+
+Small pure helpers shared by the event decoder and the assembly. No I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pytest_ddtree.wire.completion import (
+    Api,
+)
+
+
+def chunk_choice(obj: Mapping[str, Any], api: Api) -> tuple[str, str, str | None]:
+    """(content, reasoning, finish_reason) of one stream chunk (hot: plain dict checks)."""
+    choices = obj.get("choices")
+    if type(choices) is not list or not choices or type(choices[0]) is not dict:
+        return "", "", None
+    choice = choices[0]
+    fin = choice.get("finish_reason")
+    fin_s = fin if isinstance(fin, str) else None
+    if api == "completions":
+        return _str(choice.get("text")), "", fin_s
+    delta = choice.get("delta")
+    if type(delta) is not dict:
+        return "", "", fin_s
+    content = delta.get("content")
+    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+    return (
+        content if type(content) is str else "",
+        reasoning if type(reasoning) is str else "",
+        fin_s,
+    )
+
+
+def plain_choice(raw: Any, api: Api) -> tuple[str, str, str | None]:
+    """(content, reasoning, finish_reason) of a plain (non-streamed) answer."""
+    choice = _first_choice(raw)
+    if choice is None:
+        return "", "", None
+    fin = choice.get("finish_reason")
+    fin_s = fin if isinstance(fin, str) else None
+    if api == "completions":
+        return _str(choice.get("text")), "", fin_s
+    msg = choice.get("message")
+    if not isinstance(msg, Mapping):
+        return "", "", fin_s
+    reasoning = _str(msg.get("reasoning_content")) or _str(msg.get("reasoning"))
+    return _str(msg.get("content")), reasoning, fin_s
+
+
+def _first_choice(obj: Any) -> Mapping[str, Any] | None:
+    if not isinstance(obj, Mapping):
+        return None
+    choices = obj.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
+        return choices[0]
+    return None
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def http_error(status: int, payload: Any, content: bytes) -> str:
+    """The one-line error of a non-2xx answer (the server's own message, if it gave one)."""
+    message = ""
+    if isinstance(payload, Mapping):
+        err = payload.get("error")
+        if isinstance(err, Mapping):
+            message = str(err.get("message", ""))
+        elif isinstance(err, str):
+            message = err
+    if not message:
+        message = content[:200].decode("utf-8", "replace")
+    return f"HTTP {status}: {message}".strip()
+
+
+def decode_text(content: bytes, where: str) -> tuple[str, str | None]:
+    """``content`` as text, and where it is not valid UTF-8 (byte offset), if anywhere."""
+    try:
+        return content.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        bad = content[exc.start : exc.end]
+        return (
+            content.decode("utf-8", "replace"),
+            f"invalid UTF-8 at byte {exc.start} of {where}: {bad!r}",
+        )
+
+
+def parse_json(text: str) -> tuple[Any, str | None]:
+    """Parsed JSON, or None and why not."""
+    try:
+        return json.loads(text), None
+    except RecursionError:
+        return None, "response JSON nested too deep to parse"
+    except ValueError:
+        return None, f"response is not JSON: {text[:200]!r}"
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """``text`` on one line, at most ``limit`` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -1,0 +1,87 @@
+"""The stall guard (``StallGuard``): stop sending to an endpoint that stalls or runs away."""
+
+from __future__ import annotations
+
+from pytest_ddtree.wire.completion import (
+    STALL_KINDS,
+    Completion,
+    ErrorKind,
+)
+
+
+class StallGuard:
+    """Stop sending to an endpoint that stalls, or that streams without end.
+
+    After ``limit`` requests in a row that got no complete answer in time
+    (``STALL_KINDS``), or ``limit`` answers in a row cut at the byte cap, later
+    requests are not sent: they fail at once with a ``not-sent`` error that says
+    why, so a hanging or runaway endpoint fails a session in seconds instead of
+    one deadline (or one byte cap) per request. Any other answer resets the count.
+    ``limit`` 0 turns the guard off.
+    """
+
+    def __init__(self, limit: int = 2) -> None:
+        self.limit = limit
+        self._stalls: list[str] = []
+        self._cuts: list[str] = []
+        self._reason: str | None = None
+        self._runaway = False
+
+    def blocked(self) -> str | None:
+        """The error of a request that must not be sent, or None to send it."""
+        if not self.limit:
+            return None
+        if self._reason is None:
+            if len(self._stalls) >= self.limit:
+                self._reason = (
+                    f"the endpoint stalled on {len(self._stalls)} requests in a row "
+                    f"({self._stalls[-1]})"
+                )
+            elif len(self._cuts) >= self.limit:
+                self._runaway = True
+                self._reason = (
+                    f"the endpoint sent {len(self._cuts)} answers in a row past the byte cap "
+                    f"({self._cuts[-1]})"
+                )
+        if self._reason is None:
+            return None
+        return f"not sent: {self._reason}; later requests fail at once"
+
+    @property
+    def tripped(self) -> bool:
+        """Whether later requests are refused."""
+        return self.blocked() is not None
+
+    def trip(self, reason: str) -> None:
+        """Refuse every later request, for ``reason`` (a load point that found a dead server)."""
+        if self._reason is None:
+            self._reason = reason
+
+    @property
+    def reason(self) -> str | None:
+        """Why later requests are refused (None while they are sent)."""
+        self.blocked()
+        return self._reason
+
+    @property
+    def runaway(self) -> bool:
+        """Whether the guard tripped on answers cut at the byte cap."""
+        return self.tripped and self._runaway
+
+    def record(self, completion: Completion) -> None:
+        """Count one answer (or its absence)."""
+        self.note(completion.error_kind, completion.error, completion.status_code)
+
+    def note(self, kind: ErrorKind | None, error: str | None, status: int) -> None:
+        """Count one answer from its kind, its error and its HTTP status."""
+        if self._reason is not None:  # tripped for good: what follows changes nothing
+            return
+        if kind in STALL_KINDS:
+            self._stalls.append(error or str(kind))
+            self._cuts.clear()
+        elif kind == ErrorKind.TOO_LARGE:
+            self._cuts.append(error or str(kind))
+            self._stalls.clear()
+        elif kind != ErrorKind.NOT_SENT and status:
+            self._stalls.clear()
+            self._cuts.clear()
