@@ -21,18 +21,19 @@ shared machine (10-30% spread per request) and never on a quiet one
 (``benchmarks/bench_drift.py`` measures it). The interval alone would call a real but
 tiny change drift; the margin alone would call noise drift. The blocks are
 not counted in the budget's statistics (an invalid answer in them is: a
-broken answer is broken whenever it came). The check itself,
-:func:`~pytest_ddtree.measure.sweep.statistics.check_drift`, lives with the bootstrap
-it uses.
+broken answer is broken whenever it came). The check itself is
+:func:`check_drift`.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pytest_ddtree.core.settings import budget_label
+from pytest_ddtree.measure.sweep.bootstrap import bootstrap_median_ci
 from pytest_ddtree.measure.sweep.race import signed_percent
 from pytest_ddtree.measure.sweep.samples import SweepSample
 
@@ -129,3 +130,49 @@ def drift_message(checks: Sequence[DriftCheck]) -> str:
         f"end ran at {c.ratio:.2f}x its first speed, so this recommendation cannot be trusted "
         "as is; rerun on a quiet server."
     )
+
+
+def _drift_pairs(samples: Sequence[SweepSample]) -> list[tuple[float, float]]:
+    """The i-th start and i-th end request of each prompt (and worker), both valid and timed."""
+    blocks: dict[tuple[str, str, str], list[float | None]] = {}
+    for s in samples:
+        if s.drift_mark in ("start", "end"):
+            rate = s.decode_tokens_per_second if s.valid else None
+            blocks.setdefault((s.drift_mark, s.worker or "", s.prompt_id), []).append(rate)
+    pairs: list[tuple[float, float]] = []
+    for (mark, worker, prompt), starts in blocks.items():
+        if mark != "start":
+            continue
+        for a, b in zip(starts, blocks.get(("end", worker, prompt), []), strict=False):
+            if a is not None and b is not None and a > 0:
+                pairs.append((a, b))
+    return pairs
+
+
+def check_drift(samples: Sequence[SweepSample], *, seed: int = 0) -> tuple[DriftCheck, ...]:
+    """One drift check per budget measured again at the end (none without drift blocks).
+
+    See :mod:`~pytest_ddtree.measure.sweep.drift` for the rule: the ratios are paired by prompt.
+    """
+    rechecked = dict.fromkeys(s.tree_budget for s in samples if s.drift_mark == "end")
+    checks: list[DriftCheck] = []
+    for budget in rechecked:
+        pairs = _drift_pairs([s for s in samples if s.tree_budget == budget])
+        ratios = [b / a for a, b in pairs]
+        ci = (
+            bootstrap_median_ci(
+                ratios, seed=seed, salt=f"drift{budget}", confidence=DRIFT_CONFIDENCE
+            )
+            if len(ratios) >= DRIFT_PAIRS
+            else None
+        )
+        checks.append(
+            DriftCheck(
+                budget,
+                tuple(a for a, _ in pairs),
+                tuple(b for _, b in pairs),
+                statistics.median(ratios) if ci is not None else None,
+                ci,
+            )
+        )
+    return tuple(checks)

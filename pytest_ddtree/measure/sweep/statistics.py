@@ -1,31 +1,50 @@
 """Sweep statistics: medians, seeded bootstrap intervals, per-budget figures, the recommendation.
 
 Only the standard library: medians and interquartile ranges, and seeded
-percentile-bootstrap confidence intervals, so the same samples and seed always
-give the same report. The recommendation follows the racing rule
-(:mod:`~pytest_ddtree.measure.sweep.race`) on measured decode throughput, for an
-exhaustive sweep as for an adaptive one; acceptance *rate* is never used
-because it falls arithmetically as the budget grows, whatever the server does.
+percentile-bootstrap confidence intervals (:mod:`~pytest_ddtree.measure.sweep.bootstrap`),
+so the same samples and seed always give the same report; the drift check lives in
+:mod:`~pytest_ddtree.measure.sweep.drift`. Both are importable from here too. The
+recommendation follows the racing rule (:mod:`~pytest_ddtree.measure.sweep.race`) on
+measured decode throughput, for an exhaustive sweep as for an adaptive one; acceptance
+*rate* is never used because it falls arithmetically as the budget grows, whatever the
+server does.
 """
 
 from __future__ import annotations
 
-import math
-import random
 import statistics
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_ddtree.core.settings import budget_label
+from pytest_ddtree.measure.sweep.bootstrap import (
+    BOOTSTRAP_RESAMPLES as BOOTSTRAP_RESAMPLES,
+)
+from pytest_ddtree.measure.sweep.bootstrap import (
+    CONFIDENCE as CONFIDENCE,
+)
+from pytest_ddtree.measure.sweep.bootstrap import (
+    bootstrap_ci as bootstrap_ci,
+)
+from pytest_ddtree.measure.sweep.bootstrap import (
+    bootstrap_median_ci as bootstrap_median_ci,
+)
+from pytest_ddtree.measure.sweep.bootstrap import (
+    bootstrap_median_difference as bootstrap_median_difference,
+)
+from pytest_ddtree.measure.sweep.bootstrap import (
+    quantile as quantile,
+)
 from pytest_ddtree.measure.sweep.depth import DepthProfile, depth_profile
 from pytest_ddtree.measure.sweep.drift import (
-    DRIFT_CONFIDENCE,
-    DRIFT_PAIRS,
     DriftCheck,
     drift_message,
     without_repeats,
+)
+from pytest_ddtree.measure.sweep.drift import (
+    check_drift as check_drift,
 )
 from pytest_ddtree.measure.sweep.race import (
     DEFAULT_EQUIVALENCE,
@@ -37,147 +56,6 @@ from pytest_ddtree.measure.sweep.race import (
     signed_percent,
 )
 from pytest_ddtree.measure.sweep.samples import SweepSample
-
-#: Resamples per bootstrap; 2,000 keeps a 95% percentile interval stable to a
-#: few tenths of a percent while a 7-budget report stays well under a second.
-BOOTSTRAP_RESAMPLES = 2000
-CONFIDENCE = 0.95
-
-
-def quantile(data: Sequence[float], q: float) -> float:
-    """Linearly interpolated quantile (the usual "type 7"); ``data`` non-empty."""
-    if not data:
-        raise ValueError("quantile of an empty sequence")
-    if not 0.0 <= q <= 1.0:
-        raise ValueError(f"quantile: q must be within [0, 1], got {q!r}")
-    xs = sorted(data)
-    pos = (len(xs) - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-def _rng(seed: int, *salt: object) -> random.Random:
-    return random.Random(":".join(["ddtree-boot", str(seed), *map(str, salt)]))
-
-
-def _resampler(
-    data: Sequence[float], strata: Sequence[str] | None
-) -> Callable[[random.Random], list[float]]:
-    """One bootstrap resample of ``data``, within strata when that is sound.
-
-    Every budget of a sweep is measured on the same prompts, and prompts
-    differ in speed far more than rounds do; resampling within each prompt
-    keeps the prompt mix fixed, so intervals reflect the round-to-round noise
-    a repeated sweep would see. With fewer than two values in some stratum
-    there is no within-prompt noise to resample, so the plain bootstrap is used.
-    """
-    xs = list(data)
-    if strata is not None and len(strata) == len(xs):
-        groups: dict[str, list[float]] = {}
-        for x, key in zip(xs, strata, strict=True):
-            groups.setdefault(key, []).append(x)
-        if len(groups) > 1 and all(len(g) >= 2 for g in groups.values()):
-            # Small strata make the bootstrap too confident (its variance is
-            # (n-1)/n of the truth); spreading each stratum around its mean by
-            # sqrt(n/(n-1)) undoes that, which matters with 2-3 rounds a prompt.
-            parts = []
-            for key in sorted(groups):
-                g = groups[key]
-                mean = statistics.fmean(g)
-                scale = math.sqrt(len(g) / (len(g) - 1))
-                parts.append([mean + (x - mean) * scale for x in g])
-            return lambda rng: [x for g in parts for x in rng.choices(g, k=len(g))]
-    n = len(xs)
-    return lambda rng: rng.choices(xs, k=n)
-
-
-def bootstrap_ci(
-    data: Sequence[float],
-    statistic: Callable[[Sequence[float]], float] = statistics.median,
-    *,
-    seed: int = 0,
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    confidence: float = CONFIDENCE,
-    salt: object = "",
-    strata: Sequence[str] | None = None,
-) -> tuple[float, float] | None:
-    """Percentile-bootstrap confidence interval of ``statistic``; None below 2 values.
-
-    ``strata`` (e.g. the prompt of each value) resamples within each stratum.
-    """
-    if len(data) < 2:
-        return None
-    rng = _rng(seed, "ci", salt)
-    draw = _resampler(data, strata)
-    values = sorted(statistic(draw(rng)) for _ in range(resamples))
-    alpha = (1.0 - confidence) / 2.0
-    return quantile(values, alpha), quantile(values, 1.0 - alpha)
-
-
-def bootstrap_median_ci(
-    data: Sequence[float],
-    *,
-    seed: int = 0,
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    confidence: float = CONFIDENCE,
-    salt: object = "",
-    strata: Sequence[str] | None = None,
-) -> tuple[float, float] | None:
-    """Percentile-bootstrap confidence interval of the median; None below 2 values."""
-    return bootstrap_ci(
-        data,
-        statistics.median,
-        seed=seed,
-        resamples=resamples,
-        confidence=confidence,
-        salt=salt,
-        strata=strata,
-    )
-
-
-def bootstrap_median_difference(
-    a: Sequence[float],
-    b: Sequence[float],
-    *,
-    seed: int = 0,
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    confidence: float = CONFIDENCE,
-    relative: bool = False,
-    salt: object = "",
-    strata_a: Sequence[str] | None = None,
-    strata_b: Sequence[str] | None = None,
-) -> tuple[float, float, float] | None:
-    """Bootstrap of ``median(b) - median(a)`` (or ``median(b)/median(a) - 1``).
-
-    Returns ``(estimate, low, high)``; the difference is significant at the
-    given confidence when the interval excludes zero. None when either side
-    has fewer than two values (no honest interval exists then). ``strata_a``
-    and ``strata_b`` (the prompt of each value) resample within prompts.
-    """
-    if len(a) < 2 or len(b) < 2:
-        return None
-    ma, mb = statistics.median(a), statistics.median(b)
-    if relative and ma == 0:
-        return None
-    rng = _rng(seed, "diff", salt)
-    draw_a, draw_b = _resampler(a, strata_a), _resampler(b, strata_b)
-    diffs: list[float] = []
-    for _ in range(resamples):
-        ra = statistics.median(draw_a(rng))
-        rb = statistics.median(draw_b(rng))
-        if relative:
-            if ra == 0:
-                continue
-            diffs.append(rb / ra - 1.0)
-        else:
-            diffs.append(rb - ra)
-    if not diffs:
-        return None
-    diffs.sort()
-    alpha = (1.0 - confidence) / 2.0
-    estimate = (mb / ma - 1.0) if relative else (mb - ma)
-    return estimate, quantile(diffs, alpha), quantile(diffs, 1.0 - alpha)
 
 
 @dataclass(frozen=True)
@@ -592,52 +470,6 @@ def _undecided(
         n=n,
         equivalence=j.rule.equivalence,
     )
-
-
-def _drift_pairs(samples: Sequence[SweepSample]) -> list[tuple[float, float]]:
-    """The i-th start and i-th end request of each prompt (and worker), both valid and timed."""
-    blocks: dict[tuple[str, str, str], list[float | None]] = {}
-    for s in samples:
-        if s.drift_mark in ("start", "end"):
-            rate = s.decode_tokens_per_second if s.valid else None
-            blocks.setdefault((s.drift_mark, s.worker or "", s.prompt_id), []).append(rate)
-    pairs: list[tuple[float, float]] = []
-    for (mark, worker, prompt), starts in blocks.items():
-        if mark != "start":
-            continue
-        for a, b in zip(starts, blocks.get(("end", worker, prompt), []), strict=False):
-            if a is not None and b is not None and a > 0:
-                pairs.append((a, b))
-    return pairs
-
-
-def check_drift(samples: Sequence[SweepSample], *, seed: int = 0) -> tuple[DriftCheck, ...]:
-    """One drift check per budget measured again at the end (none without drift blocks).
-
-    See :mod:`~pytest_ddtree.measure.sweep.drift` for the rule: the ratios are paired by prompt.
-    """
-    rechecked = dict.fromkeys(s.tree_budget for s in samples if s.drift_mark == "end")
-    checks: list[DriftCheck] = []
-    for budget in rechecked:
-        pairs = _drift_pairs([s for s in samples if s.tree_budget == budget])
-        ratios = [b / a for a, b in pairs]
-        ci = (
-            bootstrap_median_ci(
-                ratios, seed=seed, salt=f"drift{budget}", confidence=DRIFT_CONFIDENCE
-            )
-            if len(ratios) >= DRIFT_PAIRS
-            else None
-        )
-        checks.append(
-            DriftCheck(
-                budget,
-                tuple(a for a, _ in pairs),
-                tuple(b for _, b in pairs),
-                statistics.median(ratios) if ci is not None else None,
-                ci,
-            )
-        )
-    return tuple(checks)
 
 
 def silent(asked: int, reported: int) -> bool:
