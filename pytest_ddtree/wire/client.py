@@ -18,6 +18,7 @@ import httpx
 
 from pytest_ddtree.core.settings import Timeout
 from pytest_ddtree.wire import _net
+from pytest_ddtree.wire.clock import WireClock, with_connect
 from pytest_ddtree.wire.completion import Api, Completion, ErrorKind, RequestSpec
 from pytest_ddtree.wire.health import TICKER
 from pytest_ddtree.wire.protocol import (
@@ -310,7 +311,7 @@ class DDTreeClient:
         with TICKER.watching() as stalls:
             try:
                 while True:
-                    ex, decoder, sc = self._once(spec, fresh or self._http)
+                    ex, decoder, sc, clock = self._once(spec, fresh or self._http)
                     reused = fresh is None and sc.connects == 0 and not sc.deadline_hit
                     step = attempts.after(ex, reused=reused)
                     if step is None:
@@ -341,20 +342,27 @@ class DDTreeClient:
             self.note_counter_failure(completion.count_error)  # a watched one counted already
         if attempts.notes:
             completion = replace(completion, retries=tuple(attempts.notes))
-        return completion
+        return with_connect(completion, clock.connected)
 
     def _once(
         self, spec: RequestSpec, http: httpx.Client
-    ) -> tuple[Exchange, StreamDecoder | None, _net.Scope]:
+    ) -> tuple[Exchange, StreamDecoder | None, _net.Scope, WireClock]:
         """One attempt: the bytes in, under the total deadline; no decision made here."""
         cfg = self.config
-        ex = Exchange(spec, sent=time.perf_counter())
+        clock = WireClock()  # ``sent`` is the wire's; the deadline runs from the call's start
+        ex = Exchange(spec, sent=clock.began)
         decoder = StreamDecoder(spec.api) if spec.stream else None
         headers = {**spec.headers, "Accept": EVENT_STREAM} if spec.stream else spec.headers
         with _net.scope(cfg.timeout.total) as sc:
-            deadline = ex.sent + cfg.timeout.total
+            deadline = clock.began + cfg.timeout.total
             try:
-                with http.stream("POST", spec.url, json=spec.body, headers=headers) as resp:
+                with http.stream(
+                    "POST",
+                    spec.url,
+                    json=spec.body,
+                    headers=headers,
+                    extensions={"trace": clock.trace},
+                ) as resp:
                     ex.headers_at = time.perf_counter()
                     h = resp.headers
                     action = ex.head(resp.status_code, h.get("content-type"), h.get("retry-after"))
@@ -373,9 +381,10 @@ class DDTreeClient:
                     )
                 )
         ex.done = time.perf_counter()
+        ex.sent = clock.sent_at
         if ex.done > deadline:  # without the socket backend, the checks between chunks
             ex.fail(cfg.deadline(sc.bytes_in), ErrorKind.DEADLINE)
-        return ex, decoder, sc
+        return ex, decoder, sc, clock
 
     def _read_stream(
         self, resp: httpx.Response, ex: Exchange, decoder: StreamDecoder, deadline: float

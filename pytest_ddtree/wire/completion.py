@@ -235,6 +235,11 @@ class SpecStats:
 class Timings:
     """``time.perf_counter`` stamps of one request.
 
+    ``sent`` is the request's first byte on the wire (its headers starting to go out), the
+    same event in the sync client and the load runner (``wire.clock``): TTFT and end to end
+    run from there (docs/writing-tests.md, "The clock"). A new connection's setup, when the
+    request needed one, is ``connect_start``..``connect_end`` (before ``sent``, never inside
+    TTFT); both are None when a kept-alive connection was reused.
     ``chunk_times`` holds one stamp per content-carrying stream event (empty
     for a non-streamed request). ``first_chunk_tokens`` is the number of
     tokens the first of those events carried: the decode rate leaves them out
@@ -253,11 +258,21 @@ class Timings:
     chunk_times: tuple[float, ...] = ()
     chunk_tokens: tuple[int, ...] = ()
     first_chunk_tokens: int | None = None
+    connect_start: float | None = None
+    connect_end: float | None = None
 
     @property
     def end_to_end(self) -> float:
         """Seconds from the request being sent to the last byte."""
         return self.done - self.sent
+
+    @property
+    def connect(self) -> float | None:
+        """Seconds the request's new connection took to set up (TCP, and TLS for
+        ``https://``); None when a kept-alive connection was reused."""
+        if self.connect_start is None or self.connect_end is None:
+            return None
+        return self.connect_end - self.connect_start
 
     @property
     def ttft(self) -> float | None:
@@ -409,6 +424,12 @@ class Completion:
     def ttft(self) -> float | None:
         """Time to first content token, seconds."""
         return self.timings.ttft
+
+    @property
+    def connect(self) -> float | None:
+        """Seconds a new connection took to set up before the request went out; None when
+        a kept-alive one was reused (reported apart: never inside ``ttft``)."""
+        return self.timings.connect
 
     @property
     def end_to_end(self) -> float:

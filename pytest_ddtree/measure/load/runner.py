@@ -28,6 +28,7 @@ import httpx
 from pytest_ddtree.measure.load.arrivals import LoadPoint, arrival_offsets
 from pytest_ddtree.measure.load.metrics import ClientHealth, LoadSample
 from pytest_ddtree.measure.sweep import quantile
+from pytest_ddtree.wire.clock import WireClock, with_connect
 from pytest_ddtree.wire.completion import STALL_KINDS, Completion, ErrorKind, RequestSpec
 from pytest_ddtree.wire.health import SLACK, StallLog
 from pytest_ddtree.wire.protocol import (
@@ -62,7 +63,10 @@ class RawRequest(Exchange):
     """
 
     expect: Mapping[str, Any] = field(default_factory=dict)
+    #: when the attempt began (its deadline runs from there); ``sent`` is the wire's
     issued: float = 0.0
+    #: the new connection's setup (start, end) before ``sent``; None when one was reused
+    connected: tuple[float, float] | None = None
     chunks: list[bytes] = field(default_factory=list)
     stamps: list[float] = field(default_factory=list)
     #: the stream was read to its end (not cut, not broken)
@@ -76,13 +80,18 @@ class RawRequest(Exchange):
         """Forget a failed attempt, to send the request again."""
         self.headers_at, self.status, self.content_type, self.retry_after = None, 0, None, None
         self.body, self.received, self.error, self.kind = b"", 0, None, None
+        self.connected = None
         self.chunks.clear()
         self.stamps.clear()
         self.complete = False
 
 
 async def _stream(
-    http: httpx.AsyncClient, raw: RawRequest, endpoint: EndpointConfig, halt: list[str]
+    http: httpx.AsyncClient,
+    raw: RawRequest,
+    endpoint: EndpointConfig,
+    halt: list[str],
+    clock: WireClock,
 ) -> None:
     """Read one answer into ``raw``: stamp and keep the bytes, nothing else (the hot path).
 
@@ -94,17 +103,16 @@ async def _stream(
     cap = endpoint.max_response_bytes
     perf = time.perf_counter
     chunks, stamps = raw.chunks, raw.stamps
-
-    async def trace(name: str, info: Mapping[str, Any]) -> None:
-        # the clock starts when the request goes on the wire, not when httpx starts
-        # building it: client-side preparation is not server latency
-        if name == "http11.send_request_headers.started":
-            raw.sent = perf()
-
     action = ""
     try:
+        # the clock starts when the request goes on the wire (``wire.clock``, as in the sync
+        # client): the pool, the request's building and a new connection's setup come before
         async with http.stream(
-            "POST", spec.url, json=spec.body, headers=spec.headers, extensions={"trace": trace}
+            "POST",
+            spec.url,
+            json=spec.body,
+            headers=spec.headers,
+            extensions={"trace": clock.atrace},
         ) as resp:
             raw.headers_at = perf()
             h = resp.headers
@@ -136,20 +144,22 @@ async def _stream(
 async def _one(
     http: httpx.AsyncClient, raw: RawRequest, endpoint: EndpointConfig, halt: list[str]
 ) -> None:
-    raw.sent = raw.issued = time.perf_counter()  # ``sent`` moves to the wire time, if any
-    total = endpoint.timeout.total
+    clock = WireClock()
+    raw.sent = raw.issued = clock.began  # ``sent`` moves to the wire time, if any
+    total = endpoint.timeout.total  # bounds the whole call, from ``issued``
     try:
         if sys.version_info >= (3, 11):
             async with asyncio.timeout(total):  # no extra task per request
-                await _stream(http, raw, endpoint, halt)
+                await _stream(http, raw, endpoint, halt, clock)
         else:  # pragma: no cover - Python 3.10
-            await asyncio.wait_for(_stream(http, raw, endpoint, halt), timeout=total)
+            await asyncio.wait_for(_stream(http, raw, endpoint, halt, clock), timeout=total)
     except (asyncio.TimeoutError, TimeoutError):
         raw.fail(endpoint.deadline(raw.received), ErrorKind.DEADLINE)
     except httpx.HTTPError as exc:
         got = raw.received or (0 if raw.headers_at is None else 1)
         raw.fail(*classify_transport(exc, endpoint.timeout, received=got))
     raw.done = time.perf_counter()
+    raw.sent, raw.connected = clock.sent_at, clock.connected
 
 
 async def _lag_monitor(lags: list[float], stop: asyncio.Event, log: StallLog) -> None:
@@ -441,7 +451,7 @@ def completion_of(
     )
     if raw.notes:
         completion = replace(completion, retries=raw.notes)
-    return completion
+    return with_connect(completion, raw.connected)
 
 
 def _server_ttft(chunks: Sequence[Any]) -> float | None:
