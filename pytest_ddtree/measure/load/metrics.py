@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.core.slo import SLO
 from pytest_ddtree.measure.load.arrivals import LoadPoint
@@ -580,10 +581,10 @@ def table_order(stats: Iterable[PointStats]) -> list[PointStats]:
     """Rows of a load table: by budget (the server's own first, then numerically), then
     by load point (concurrency before rate, each by its number), whatever the run order."""
 
-    def key(s: PointStats) -> tuple[int, int, str, float, float]:
+    def key(s: PointStats) -> tuple[int, str, float, float]:
         b = s.tree_budget
         p = s.point
-        return (0 if b is None else 1, b or 0, p.mode, p.value, p.burstiness)
+        return (budget_order(b), p.mode, p.value, p.burstiness)
 
     return sorted(stats, key=key)
 

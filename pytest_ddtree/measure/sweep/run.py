@@ -170,6 +170,10 @@ class DiagnosisRecord(_ReadsAsMapping):
         return jsonmodel.from_json(cls, data, source="diagnosis")
 
 
+# a record that reads like a mapping is still read and written field by field
+jsonmodel.register(DiagnosisRecord)
+
+
 @dataclass
 class SweepRun:
     """A whole sweep: the samples, what describes the run, and the diagnoses.

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_ddtree.core import jsonmodel
+from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.wire.completion import Completion
 
@@ -161,7 +162,7 @@ def merge_samples(*groups: Iterable[SweepSample]) -> list[SweepSample]:
         key=lambda s: (
             s.round,
             s.temperature,
-            -1 if s.tree_budget is None else s.tree_budget,
+            budget_order(s.tree_budget),
             s.prompt_id,
             s.worker or "",
         )

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.measure.sweep.depth import DepthProfile, depth_profile
 from pytest_ddtree.measure.sweep.drift import (
@@ -408,10 +409,6 @@ class Recommendation:
         }
 
 
-def _budget_key(b: int | None) -> int:
-    return -1 if b is None else b
-
-
 def rank(stats: Sequence[BudgetStats]) -> list[BudgetStats]:
     """Eligible budgets (all requests valid, with timings), fastest first.
 
@@ -425,7 +422,7 @@ def rank(stats: Sequence[BudgetStats]) -> list[BudgetStats]:
         key=lambda s: (
             -(s.decode_median or 0.0),
             -(s.mean_acceptance_length or 0.0),
-            _budget_key(s.tree_budget),
+            budget_order(s.tree_budget),
         ),
     )
 
@@ -460,7 +457,7 @@ def standing_text(s: Standing[int | None]) -> str:
 
 
 def _names(keys: Iterable[int | None]) -> str:
-    return ", ".join(budget_label(b) for b in sorted(keys, key=_budget_key))
+    return ", ".join(budget_label(b) for b in sorted(keys, key=budget_order))
 
 
 def recommend(
@@ -775,7 +772,7 @@ def summarize(
     groups: dict[int | None, list[SweepSample]] = {}
     for s in without_repeats(samples):
         groups.setdefault(s.tree_budget, []).append(s)
-    raw = [budget_stats(b, groups[b], seed=seed) for b in sorted(groups, key=_budget_key)]
+    raw = [budget_stats(b, groups[b], seed=seed) for b in sorted(groups, key=budget_order)]
     unseen = _unseen_invalid(raw, race)
     if race is not None and unseen:
         # found invalid after the race (a temperature-0 divergence marks its budget's
