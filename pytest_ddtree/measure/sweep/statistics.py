@@ -15,7 +15,7 @@ import random
 import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pytest_ddtree.core.budget import budget_order
@@ -38,6 +38,7 @@ from pytest_ddtree.measure.sweep.race import (
     signed_percent,
 )
 from pytest_ddtree.measure.sweep.samples import SweepSample
+from pytest_ddtree.measure.tally import SpecTally
 
 #: Resamples per bootstrap; 2,000 keeps a 95% percentile interval stable to a
 #: few tenths of a percent while a 7-budget report stays well under a second.
@@ -215,25 +216,40 @@ class BudgetStats:
     verdict: str = ""
     # accepted / drafted tokens: shown only where the length is unknown (llama.cpp)
     mean_acceptance_rate: float | None = None
-    #: draft tokens summed over the requests that reported a count, and how many did
-    drafted_tokens: int = 0
-    draft_reports: int = 0
-    #: answers that were read for speculative statistics, and how many carried some
-    stats_asked: int = 0
-    spec_reports: int = 0
+    #: the speculation figures, counted as the load counts them
+    spec: SpecTally = field(default_factory=SpecTally)
+    # acceptance by depth, pooled over the valid requests (None: no server histogram)
+    depth: DepthProfile | None = None
+
+    @property
+    def drafted_tokens(self) -> int:
+        """Draft tokens summed over the requests that reported a count."""
+        return self.spec.drafted_tokens
+
+    @property
+    def draft_reports(self) -> int:
+        """Requests that reported a draft count."""
+        return self.spec.draft_reports
+
+    @property
+    def stats_asked(self) -> int:
+        """Answers that were read for speculative statistics."""
+        return self.spec.stats_asked
+
+    @property
+    def spec_reports(self) -> int:
+        """Answers that carried speculative statistics."""
+        return self.spec.spec_reports
 
     @property
     def no_spec_stats(self) -> bool:
         """Answers were read for speculative statistics and not one carried any."""
-        return silent(self.stats_asked, self.spec_reports)
+        return self.spec.no_spec_stats
 
     @property
     def never_drafted(self) -> bool:
         """Requests reported their draft counts and not one drafted a token: no speculation."""
-        return self.draft_reports > 0 and self.drafted_tokens == 0 and not self.no_spec_stats
-
-    # acceptance by depth, pooled over the valid requests (None: no server histogram)
-    depth: DepthProfile | None = None
+        return self.spec.never_drafted
 
     @property
     def all_valid(self) -> bool:
@@ -306,7 +322,6 @@ def budget_stats(
     codes: Counter[str] = Counter()
     for s in samples:
         codes.update(s.codes)
-    counted = [s.drafted_tokens for s in samples if s.drafted_tokens is not None]
     return BudgetStats(
         tree_budget=tree_budget,
         total=len(samples),
@@ -339,10 +354,7 @@ def budget_stats(
         ),
         concurrent=any(s.concurrent for s in samples),
         mean_acceptance_rate=_mean(s.acceptance_rate for s in valid),
-        drafted_tokens=sum(counted),
-        draft_reports=len(counted),
-        stats_asked=sum(1 for s in samples if s.spec_reported is not None),
-        spec_reports=sum(1 for s in samples if s.spec_reported),
+        spec=SpecTally.of((s.drafted_tokens for s in samples), (s.spec_reported for s in samples)),
         depth=depth_profile(valid),
     )
 
@@ -635,11 +647,6 @@ def check_drift(samples: Sequence[SweepSample], *, seed: int = 0) -> tuple[Drift
             )
         )
     return tuple(checks)
-
-
-def silent(asked: int, reported: int) -> bool:
-    """Answers were read for speculative statistics (``asked``) and none carried any."""
-    return asked > 0 and reported == 0
 
 
 #: the warning's opening, on every engine and in every table's legend
