@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from pytest_ddtree.core.budget import Budget
+
 DEFAULT_BUDGETS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024)
 #: Sampling temperatures the OpenAI API accepts; the sweep and load points run at each given.
 MAX_TEMPERATURE = 2.0
@@ -653,17 +655,14 @@ def parse_probe(raw: str, source: str) -> str:
     return str(raw).strip()
 
 
-SERVER_DEFAULT = "server-default"
-
-
 def budget_label(tree_budget: int | None) -> str:
     """How a budget is named in tables and messages: ``64`` or ``server-default``."""
-    return SERVER_DEFAULT if tree_budget is None else str(tree_budget)
+    return Budget(tree_budget).label
 
 
 def budget_id(budget: int | None) -> str:
     """The test id (and benchmark group) of one budget: ``tree_budget=64``."""
-    return f"tree_budget={budget_label(budget)}"
+    return Budget(budget).test_id
 
 
 def temperature_label(temperature: float) -> str:

@@ -20,8 +20,9 @@ from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequenc
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_ddtree.core.budget import Budget
 from pytest_ddtree.core.violation import InvariantError, Violation
-from pytest_ddtree.measure.sweep import SweepSample, budget_label, redact_endpoint
+from pytest_ddtree.measure.sweep import SweepSample, redact_endpoint
 from pytest_ddtree.wire.completion import Completion
 
 #: ``/models`` fields that change from one server start to the next; kept out
@@ -32,8 +33,7 @@ _VOLATILE_MODEL_FIELDS = frozenset({"created", "id_created", "uptime", "pid", "p
 def group_name(tree_budget: int | None, temperature: float | None = None) -> str:
     """The pytest-benchmark group of a budget, e.g. ``"tree_budget=64"``, or with a
     temperature ``"tree_budget=64 temperature=0.7"`` (never compared across temperatures)."""
-    group = f"tree_budget={budget_label(tree_budget)}"
-    return group if temperature is None else f"{group} temperature={temperature:g}"
+    return Budget(tree_budget).group(temperature)
 
 
 @dataclass

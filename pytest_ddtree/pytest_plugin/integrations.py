@@ -19,6 +19,7 @@ from typing import Any
 import pluggy
 import pytest
 
+from pytest_ddtree.core.budget import group_order
 from pytest_ddtree.measure.bench import (
     differing_keys,
     discard_timings,
@@ -31,12 +32,7 @@ from pytest_ddtree.pytest_plugin.session import DIST_KEY, WORKER_OUTPUT_KEY, DDT
 
 def _group_sort_key(name: object) -> tuple[int, str]:
     # "tree_budget=64" (possibly followed by other group-by parts) sorts by 64.
-    text = str(name or "")
-    if text.startswith("tree_budget="):
-        head = text.split(" ")[0].split("=", 1)[1]
-        if head.isdigit():
-            return (int(head), text)
-    return (-1, text)
+    return (group_order(name), str(name or ""))
 
 
 class BenchmarkIntegration:

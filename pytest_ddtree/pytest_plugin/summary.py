@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_ddtree.core.budget import group_order
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.pytest_plugin.runtime import Runtime
 from pytest_ddtree.pytest_plugin.session import DDTreeSession
@@ -314,14 +315,9 @@ def write_regressions(tr: pytest.TerminalReporter, regressions: list[tuple[str, 
     )
 
 
-_BUDGET_IN_NAME = re.compile(r"tree_budget=(\d+|server-default)")
-
-
 def regression_order(name: str) -> tuple[int, str]:
     """Regressions by budget (numerically; the server's own first), then by name."""
-    m = _BUDGET_IN_NAME.search(name)
-    budget = -1 if m is None or not m.group(1).isdigit() else int(m.group(1))
-    return (budget, name)
+    return (group_order(name), name)
 
 
 _CHECK = re.compile(

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.measure.sweep import (
     RunMetadata,
     SweepRun,
@@ -214,7 +215,7 @@ def compare_runs(
         groups_a.setdefault((s.temperature, s.tree_budget), []).append(s)
     for s in candidate.samples:
         groups_b.setdefault((s.temperature, s.tree_budget), []).append(s)
-    keys = sorted(set(groups_a) | set(groups_b), key=lambda k: (k[0], -1 if k[1] is None else k[1]))
+    keys = sorted(set(groups_a) | set(groups_b), key=lambda k: (k[0], budget_order(k[1])))
     rows: list[BudgetComparison] = []
     for temperature, budget in keys:
         sa = groups_a.get((temperature, budget), [])

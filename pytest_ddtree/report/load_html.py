@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
+from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.measure.load.metrics import (
     PointStats,
@@ -25,7 +26,7 @@ __all__ = ["latency_chart", "render_load_section"]
 def latency_chart(stats: Sequence[PointStats], metric: str, title: str) -> str:
     """An inline SVG: ``metric`` p50 (solid) and p99 (dashed) per budget across load points."""
     points = sorted({s.point for s in stats}, key=lambda p: (p.mode, p.value))
-    budgets = sorted({s.tree_budget for s in stats}, key=lambda b: -1 if b is None else b)
+    budgets = sorted({s.tree_budget for s in stats}, key=budget_order)
     values = [
         getattr(p, q) * 1000
         for s in stats

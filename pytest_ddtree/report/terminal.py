@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.measure.sweep import BudgetStats, SweepSummary, budget_label, deeper_line
 from pytest_ddtree.measure.sweep.race import RaceRecord
 from pytest_ddtree.measure.sweep.statistics import (
@@ -206,7 +207,7 @@ def server_counter_lines(
     a shared budget's counters include the other client's requests, and say so."""
     lines = []
     # in budget order, the table's (the server's own budget first), not the visiting order
-    for budget, d in sorted(by_budget.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
+    for budget, d in sorted(by_budget.items(), key=lambda kv: budget_order(kv[0])):
         length = d.acceptance_length
         if length is None:
             continue

@@ -764,10 +764,11 @@ class GroupWatch:
 def gauge_lines(by_budget: Mapping[int | None, CounterDelta]) -> list[str]:
     """One line per budget whose server keeps its speculative figures in gauges (SGLang):
     the readings after the budget's last group, said to be gauges, not deltas."""
+    from pytest_ddtree.core.budget import budget_order
     from pytest_ddtree.core.settings import budget_label
 
     lines = []
-    for budget, d in sorted(by_budget.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
+    for budget, d in sorted(by_budget.items(), key=lambda kv: budget_order(kv[0])):
         if not d.gauges:
             continue
         shown = ", ".join(f"{name} {value:g}" for name, value in d.gauges.items())

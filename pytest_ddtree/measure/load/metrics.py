@@ -30,11 +30,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.core.slo import SLO
 from pytest_ddtree.measure.load.arrivals import LoadPoint
 from pytest_ddtree.measure.sweep import quantile
-from pytest_ddtree.measure.sweep.statistics import acceptance_text, no_spec_stats_line, silent
+from pytest_ddtree.measure.sweep.statistics import acceptance_text, no_spec_stats_line
+from pytest_ddtree.measure.tally import SpecTally
 
 __all__ = [
     "PERCENTILES",
@@ -406,24 +408,41 @@ class PointStats:
     withheld: int = 0
     #: mean accepted / drafted tokens, for a server that reports counts but no length
     mean_acceptance_rate: float | None = None
-    #: draft tokens summed over the requests that reported a count, and how many did
-    drafted: int = 0
-    draft_reports: int = 0
     #: valid requests whose output token count is unknown (no usage, nothing counted it)
     uncounted: int = 0
-    #: answers that were read for speculative statistics, and how many carried some
-    stats_asked: int = 0
-    spec_reports: int = 0
+    #: the speculation figures, counted as the sweep counts them
+    spec: SpecTally = field(default_factory=SpecTally)
+
+    @property
+    def drafted(self) -> int:
+        """Draft tokens summed over the requests that reported a count (``drafted_tokens``
+        in ``sweep.json``, as in the sweep's table)."""
+        return self.spec.drafted_tokens
+
+    @property
+    def draft_reports(self) -> int:
+        """Requests that reported a draft count."""
+        return self.spec.draft_reports
+
+    @property
+    def stats_asked(self) -> int:
+        """Answers that were read for speculative statistics."""
+        return self.spec.stats_asked
+
+    @property
+    def spec_reports(self) -> int:
+        """Answers that carried speculative statistics."""
+        return self.spec.spec_reports
 
     @property
     def no_spec_stats(self) -> bool:
         """Answers were read for speculative statistics and not one carried any."""
-        return silent(self.stats_asked, self.spec_reports)
+        return self.spec.no_spec_stats
 
     @property
     def never_drafted(self) -> bool:
         """Requests reported their draft counts and not one drafted a token: no speculation."""
-        return self.draft_reports > 0 and self.drafted == 0 and not self.no_spec_stats
+        return self.spec.never_drafted
 
     @property
     def invalid(self) -> int:
@@ -543,7 +562,6 @@ def summarize_point(
     ]
     accept = [s.acceptance for s in valid if s.acceptance is not None]
     rates = [r for s in valid if (r := s.acceptance_rate) is not None]
-    counted = [s.drafted for s in samples if s.drafted is not None]
     return PointStats(
         point=point,
         tree_budget=budget,
@@ -568,11 +586,8 @@ def summarize_point(
         ttft_offset=percentiles(offsets),
         withheld=sum(1 for s in samples if s.withheld),
         mean_acceptance_rate=statistics.fmean(rates) if rates else None,
-        drafted=sum(counted),
-        draft_reports=len(counted),
         uncounted=sum(1 for s in valid if s.output_tokens is None),
-        stats_asked=sum(1 for s in samples if s.spec_reported is not None),
-        spec_reports=sum(1 for s in samples if s.spec_reported),
+        spec=SpecTally.of((s.drafted for s in samples), (s.spec_reported for s in samples)),
     )
 
 
@@ -580,10 +595,10 @@ def table_order(stats: Iterable[PointStats]) -> list[PointStats]:
     """Rows of a load table: by budget (the server's own first, then numerically), then
     by load point (concurrency before rate, each by its number), whatever the run order."""
 
-    def key(s: PointStats) -> tuple[int, int, str, float, float]:
+    def key(s: PointStats) -> tuple[int, str, float, float]:
         b = s.tree_budget
         p = s.point
-        return (0 if b is None else 1, b or 0, p.mode, p.value, p.burstiness)
+        return (budget_order(b), p.mode, p.value, p.burstiness)
 
     return sorted(stats, key=key)
 

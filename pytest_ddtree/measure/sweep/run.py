@@ -8,12 +8,14 @@ written under one name and read under another cannot happen.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from pytest_ddtree.measure.sweep.samples import SweepSample, json_fields
+from pytest_ddtree.core import jsonmodel
+from pytest_ddtree.measure.sweep.samples import SweepSample
 from pytest_ddtree.measure.sweep.statistics import SweepSummary, summarize
 
 _SECRET_QUERY_KEYS = frozenset(
@@ -98,31 +100,43 @@ class RunMetadata(_ReadsAsMapping):
 
     def to_json(self) -> dict[str, Any]:
         """The plain-JSON form: every set value, then the unknown keys."""
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.name != "extra" and value not in (None, False, [], ""):
-                out[f.name] = value
-        for key, value in self.extra.items():
-            out.setdefault(key, value)
-        return out
+        return jsonmodel.to_json(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | RunMetadata) -> RunMetadata:
         """Read a ``metadata`` object; unknown keys and odd values go to ``extra``."""
         if isinstance(data, RunMetadata):
             return dataclasses.replace(data)
-        known = {f.name: f for f in dataclasses.fields(cls) if f.name != "extra"}
-        values: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
-        for key, value in data.items():
-            f = known.get(key)
-            expected = {"list": list, "bool": bool}.get(str(f.type).split("[")[0]) if f else None
-            if f is None or (expected is not None and not isinstance(value, expected)):
-                extra[key] = value
-            else:
-                values[key] = list(value) if isinstance(value, list) else value
-        return cls(**values, extra=extra)
+        return jsonmodel.from_json(cls, data, source="metadata")
+
+
+def _metadata_to_json(meta: RunMetadata) -> dict[str, Any]:
+    # the JSON form leaves out what is unset, and keeps another version's keys
+    out = {k: v for k, v in _metadata_fields(meta).items() if v not in (None, False, [], "")}
+    for key, value in meta.extra.items():
+        out.setdefault(key, value)
+    return out
+
+
+def _metadata_from_json(data: Mapping[str, Any], _: Any) -> RunMetadata:
+    # a key this version does not know, or a value of another kind, is kept in ``extra``
+    hints = typing.get_type_hints(RunMetadata)
+    values: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "extra" or key not in hints:
+            extra[key] = value
+            continue
+        try:
+            values[key] = jsonmodel.converter.structure(value, hints[key])
+        except Exception:
+            extra[key] = value
+    return RunMetadata(**values, extra=extra)
+
+
+_metadata_fields = jsonmodel.plain_unstructure_fn(RunMetadata, omit=("extra",))
+jsonmodel.converter.register_unstructure_hook(RunMetadata, _metadata_to_json)
+jsonmodel.converter.register_structure_hook(RunMetadata, _metadata_from_json)
 
 
 @dataclass(frozen=True)
@@ -146,29 +160,18 @@ class DiagnosisRecord(_ReadsAsMapping):
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON (tuples as lists)."""
-        return json_fields(self)
+        return jsonmodel.to_json(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | DiagnosisRecord) -> DiagnosisRecord:
         """Read :meth:`to_json` output (unknown keys ignored, odd values as text)."""
         if isinstance(data, DiagnosisRecord):
             return data
-        budget = data.get("tree_budget")
-        prompt = data.get("prompt_id")
-        return cls(
-            nodeid=str(data.get("nodeid", "")),
-            verdict=str(data.get("verdict", "")),
-            codes=tuple(str(c) for c in data.get("codes") or ()),
-            tree_budget=budget
-            if isinstance(budget, int) and not isinstance(budget, bool)
-            else None,
-            prompt_id=None if prompt is None else str(prompt),
-            title=str(data.get("title", "")),
-            reason=str(data.get("reason", "")),
-            advice=str(data.get("advice", "")),
-            baseline_codes=tuple(str(c) for c in data.get("baseline_codes") or ()),
-            margin=dict(data["margin"]) if isinstance(data.get("margin"), Mapping) else None,
-        )
+        return jsonmodel.from_json(cls, data, source="diagnosis")
+
+
+# a record that reads like a mapping is still read and written field by field
+jsonmodel.register(DiagnosisRecord)
 
 
 @dataclass

@@ -7,12 +7,13 @@ the dataclass fields, so a field is spelled out once.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_ddtree.core import jsonmodel
+from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.wire.completion import Completion
 
@@ -122,38 +123,17 @@ class SweepSample:
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form (for ``sweep.json`` and xdist transport)."""
-        return json_fields(self)
+        return jsonmodel.to_json(self)
 
     @classmethod
     def from_json(cls, data: Any, *, source: str = "sample") -> SweepSample:
         """Parse :meth:`to_json` output; a bad field raises one-line ``ValueError``."""
-        if not isinstance(data, Mapping):
-            raise ValueError(f"{source}: expected an object, got {type(data).__name__}")
-        values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            if f.name not in data and f.default is not dataclasses.MISSING:
-                continue  # an optional field left out keeps its default
-            values[f.name] = _KINDS[str(f.type)].parse(data, f.name, source)
-        return cls(**values)
+        return jsonmodel.from_json(cls, data, source=source)
 
     @classmethod
     def json_schema(cls) -> dict[str, Any]:
         """The JSON Schema of one sample, from the same field list."""
-        fields = dataclasses.fields(cls)
-        return {
-            "type": "object",
-            "required": [f.name for f in fields if f.default is dataclasses.MISSING],
-            "properties": {f.name: _KINDS[str(f.type)].schema for f in fields},
-        }
-
-
-def json_fields(record: Any) -> dict[str, Any]:
-    """A dataclass record's fields as plain JSON values (tuples become lists)."""
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(record):
-        value = getattr(record, f.name)
-        out[f.name] = list(value) if isinstance(value, tuple) else value
-    return out
+        return jsonmodel.json_schema(cls)
 
 
 def _finite(value: Any) -> float | None:
@@ -170,69 +150,6 @@ def _int(value: Any) -> int | None:
     return value
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _is_strings(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
-
-
-@dataclass(frozen=True)
-class _Kind:
-    """How one field type is checked, converted and described in the schema."""
-
-    test: Callable[[Any], bool]
-    want: str
-    schema: dict[str, Any]
-    optional: bool = False
-    convert: Callable[[Any], Any] = lambda v: v
-
-    def parse(self, data: Mapping[str, Any], key: str, source: str) -> Any:
-        value = data.get(key)
-        if value is None and self.optional:
-            return None
-        if not self.test(value):
-            raise ValueError(f"{source}: field {key!r} must be {self.want}, got {value!r}")
-        return self.convert(value)
-
-
-_KINDS: dict[str, _Kind] = {
-    "int": _Kind(_is_int, "an integer", {"type": "integer"}),
-    "int | None": _Kind(_is_int, "an integer or null", {"type": ["integer", "null"]}, True),
-    "float": _Kind(_is_number, "a finite number", {"type": "number"}, False, float),
-    "float | None": _Kind(
-        _is_number, "a finite number or null", {"type": ["number", "null"]}, True, float
-    ),
-    "str": _Kind(lambda v: isinstance(v, str), "a string", {"type": "string"}),
-    "str | None": _Kind(
-        lambda v: isinstance(v, str), "a string or null", {"type": ["string", "null"]}, True
-    ),
-    "bool": _Kind(lambda v: isinstance(v, bool), "true or false", {"type": "boolean"}),
-    "bool | None": _Kind(
-        lambda v: isinstance(v, bool), "true, false or null", {"type": ["boolean", "null"]}, True
-    ),
-    "tuple[int, ...]": _Kind(
-        lambda v: isinstance(v, list) and all(_is_int(x) and x >= 0 for x in v),
-        "a list of integers >= 0",
-        {"type": "array", "items": {"type": "integer", "minimum": 0}},
-        False,
-        tuple,
-    ),
-    "tuple[str, ...]": _Kind(
-        _is_strings,
-        "a list of strings",
-        {"type": "array", "items": {"type": "string"}},
-        False,
-        tuple,
-    ),
-}
-
-
 def merge_samples(*groups: Iterable[SweepSample]) -> list[SweepSample]:
     """Merge samples from several processes (e.g. pytest-xdist workers).
 
@@ -245,7 +162,7 @@ def merge_samples(*groups: Iterable[SweepSample]) -> list[SweepSample]:
         key=lambda s: (
             s.round,
             s.temperature,
-            -1 if s.tree_budget is None else s.tree_budget,
+            budget_order(s.tree_budget),
             s.prompt_id,
             s.worker or "",
         )

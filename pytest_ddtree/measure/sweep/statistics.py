@@ -15,9 +15,10 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.measure.sweep.bootstrap import (
     BOOTSTRAP_RESAMPLES as BOOTSTRAP_RESAMPLES,
@@ -56,6 +57,7 @@ from pytest_ddtree.measure.sweep.race import (
     signed_percent,
 )
 from pytest_ddtree.measure.sweep.samples import SweepSample
+from pytest_ddtree.measure.tally import SpecTally
 
 
 @dataclass(frozen=True)
@@ -92,25 +94,40 @@ class BudgetStats:
     verdict: str = ""
     # accepted / drafted tokens: shown only where the length is unknown (llama.cpp)
     mean_acceptance_rate: float | None = None
-    #: draft tokens summed over the requests that reported a count, and how many did
-    drafted_tokens: int = 0
-    draft_reports: int = 0
-    #: answers that were read for speculative statistics, and how many carried some
-    stats_asked: int = 0
-    spec_reports: int = 0
+    #: the speculation figures, counted as the load counts them
+    spec: SpecTally = field(default_factory=SpecTally)
+    # acceptance by depth, pooled over the valid requests (None: no server histogram)
+    depth: DepthProfile | None = None
+
+    @property
+    def drafted_tokens(self) -> int:
+        """Draft tokens summed over the requests that reported a count."""
+        return self.spec.drafted_tokens
+
+    @property
+    def draft_reports(self) -> int:
+        """Requests that reported a draft count."""
+        return self.spec.draft_reports
+
+    @property
+    def stats_asked(self) -> int:
+        """Answers that were read for speculative statistics."""
+        return self.spec.stats_asked
+
+    @property
+    def spec_reports(self) -> int:
+        """Answers that carried speculative statistics."""
+        return self.spec.spec_reports
 
     @property
     def no_spec_stats(self) -> bool:
         """Answers were read for speculative statistics and not one carried any."""
-        return silent(self.stats_asked, self.spec_reports)
+        return self.spec.no_spec_stats
 
     @property
     def never_drafted(self) -> bool:
         """Requests reported their draft counts and not one drafted a token: no speculation."""
-        return self.draft_reports > 0 and self.drafted_tokens == 0 and not self.no_spec_stats
-
-    # acceptance by depth, pooled over the valid requests (None: no server histogram)
-    depth: DepthProfile | None = None
+        return self.spec.never_drafted
 
     @property
     def all_valid(self) -> bool:
@@ -183,7 +200,6 @@ def budget_stats(
     codes: Counter[str] = Counter()
     for s in samples:
         codes.update(s.codes)
-    counted = [s.drafted_tokens for s in samples if s.drafted_tokens is not None]
     return BudgetStats(
         tree_budget=tree_budget,
         total=len(samples),
@@ -216,10 +232,7 @@ def budget_stats(
         ),
         concurrent=any(s.concurrent for s in samples),
         mean_acceptance_rate=_mean(s.acceptance_rate for s in valid),
-        drafted_tokens=sum(counted),
-        draft_reports=len(counted),
-        stats_asked=sum(1 for s in samples if s.spec_reported is not None),
-        spec_reports=sum(1 for s in samples if s.spec_reported),
+        spec=SpecTally.of((s.drafted_tokens for s in samples), (s.spec_reported for s in samples)),
         depth=depth_profile(valid),
     )
 
@@ -286,10 +299,6 @@ class Recommendation:
         }
 
 
-def _budget_key(b: int | None) -> int:
-    return -1 if b is None else b
-
-
 def rank(stats: Sequence[BudgetStats]) -> list[BudgetStats]:
     """Eligible budgets (all requests valid, with timings), fastest first.
 
@@ -303,7 +312,7 @@ def rank(stats: Sequence[BudgetStats]) -> list[BudgetStats]:
         key=lambda s: (
             -(s.decode_median or 0.0),
             -(s.mean_acceptance_length or 0.0),
-            _budget_key(s.tree_budget),
+            budget_order(s.tree_budget),
         ),
     )
 
@@ -338,7 +347,7 @@ def standing_text(s: Standing[int | None]) -> str:
 
 
 def _names(keys: Iterable[int | None]) -> str:
-    return ", ".join(budget_label(b) for b in sorted(keys, key=_budget_key))
+    return ", ".join(budget_label(b) for b in sorted(keys, key=budget_order))
 
 
 def recommend(
@@ -472,11 +481,6 @@ def _undecided(
     )
 
 
-def silent(asked: int, reported: int) -> bool:
-    """Answers were read for speculative statistics (``asked``) and none carried any."""
-    return asked > 0 and reported == 0
-
-
 #: the warning's opening, on every engine and in every table's legend
 NO_SPEC_STATS = "no speculative statistics came back: is speculation on?"
 
@@ -607,7 +611,7 @@ def summarize(
     groups: dict[int | None, list[SweepSample]] = {}
     for s in without_repeats(samples):
         groups.setdefault(s.tree_budget, []).append(s)
-    raw = [budget_stats(b, groups[b], seed=seed) for b in sorted(groups, key=_budget_key)]
+    raw = [budget_stats(b, groups[b], seed=seed) for b in sorted(groups, key=budget_order)]
     unseen = _unseen_invalid(raw, race)
     if race is not None and unseen:
         # found invalid after the race (a temperature-0 divergence marks its budget's

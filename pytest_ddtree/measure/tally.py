@@ -1,0 +1,54 @@
+"""``SpecTally``: the speculation figures a sweep budget and a load point both count.
+
+How many draft tokens the requests reported, how many requests reported a count, how many
+answers were read for speculative statistics and how many carried some. The sweep's
+``BudgetStats`` and the load's ``PointStats`` each hold one (``spec``), so the two tables
+and ``sweep.json`` count and name them the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = ["SpecTally", "silent"]
+
+
+def silent(asked: int, reported: int) -> bool:
+    """Answers were read for speculative statistics (``asked``) and none carried any."""
+    return asked > 0 and reported == 0
+
+
+@dataclass(frozen=True)
+class SpecTally:
+    """Speculation counted over a group of requests (valid or not)."""
+
+    #: draft tokens summed over the requests that reported a count, and how many did
+    drafted_tokens: int = 0
+    draft_reports: int = 0
+    #: answers that were read for speculative statistics, and how many carried some
+    stats_asked: int = 0
+    spec_reports: int = 0
+
+    @classmethod
+    def of(cls, drafted: Iterable[int | None], reported: Iterable[bool | None]) -> SpecTally:
+        """Count per-request draft counts (None: not reported) and whether the statistics
+        asked for came back (None: not asked)."""
+        counted = [d for d in drafted if d is not None]
+        answers = [r for r in reported if r is not None]
+        return cls(
+            drafted_tokens=sum(counted),
+            draft_reports=len(counted),
+            stats_asked=len(answers),
+            spec_reports=sum(1 for r in answers if r),
+        )
+
+    @property
+    def no_spec_stats(self) -> bool:
+        """Answers were read for speculative statistics and not one carried any."""
+        return silent(self.stats_asked, self.spec_reports)
+
+    @property
+    def never_drafted(self) -> bool:
+        """Requests reported their draft counts and not one drafted a token: no speculation."""
+        return self.draft_reports > 0 and self.drafted_tokens == 0 and not self.no_spec_stats

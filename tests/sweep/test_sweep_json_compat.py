@@ -1,0 +1,62 @@
+"""``sweep.json`` across versions: an older version's file reads, and writes back the same."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_ddtree.measure.load.metrics import LoadSample
+from pytest_ddtree.report.compare import main as compare_main
+from pytest_ddtree.report.jsonfile import read_sweep_json, sweep_to_json, write_sweep_json
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "sweep_json"
+OLD = sorted(FIXTURES.glob("v*.json"))
+
+#: what a rewrite may change: when and by which version it was written
+STAMPS = ("created", "generator")
+
+
+def _without(doc: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k not in keys}
+
+
+def test_there_are_old_files() -> None:
+    assert len(OLD) >= 2
+
+
+@pytest.mark.parametrize("path", OLD, ids=lambda p: p.stem)
+def test_an_old_file_reads_and_writes_back_the_same(path: Path) -> None:
+    old = json.loads(path.read_text())
+    run = read_sweep_json(path)
+    assert len(run.samples) == len(old["samples"]) > 0
+    # the statistics are recomputed from the raw samples, and come out as stored
+    new = sweep_to_json(run)
+    assert _without(new, *STAMPS) == _without(old, *STAMPS, "load")
+
+
+@pytest.mark.parametrize("path", OLD, ids=lambda p: p.stem)
+def test_a_rewritten_file_is_byte_for_byte_the_same_part(path: Path, tmp_path: Path) -> None:
+    run = read_sweep_json(path)
+    again = write_sweep_json(run, tmp_path / "sweep.json")
+    assert read_sweep_json(again) == run
+    old, new = json.loads(path.read_text()), json.loads(again.read_text())
+    for key in ("samples", "diagnoses", "metadata"):
+        assert json.dumps(new[key], indent=2) == json.dumps(old[key], indent=2)
+
+
+def test_old_load_samples_read_and_write_back_the_same() -> None:
+    doc = json.loads((FIXTURES / "v0.1.0-32c2eab-load.json").read_text())
+    (test,) = doc["load"]["tests"]
+    for raw in test["samples"]:
+        assert LoadSample.from_json(raw).to_json() == raw
+
+
+def test_compare_reads_two_old_files(capsys: pytest.CaptureFixture[str]) -> None:
+    path = FIXTURES / "v0.1.0-32c2eab-load.json"
+    code = compare_main([str(path), str(path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "16" in out and "64" in out
