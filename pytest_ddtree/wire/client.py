@@ -335,7 +335,7 @@ class DDTreeClient:
                     count_chunks=self.count_chunks,
                     stalls=stalls,
                 )
-        if self.detected_dialect is None and completion.error is None and found != "none":
+        if self.detected_dialect is None and completion.error is None and found is not None:
             self.detected_dialect = found
         if completion.count_error and not isinstance(self.counter, WatchedCounter):
             self.note_counter_failure(completion.count_error)  # a watched one counted already

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from pytest_ddtree.core import dialects as registry
 from pytest_ddtree.core.settings import DEFAULT_MAX_RESPONSE_BYTES, Timeout
 from pytest_ddtree.wire import dialects
 from pytest_ddtree.wire.completion import (
@@ -234,7 +235,8 @@ class EndpointConfig:
         """``spec`` for this endpoint, without its budget (a target-only baseline replay)."""
         body = dialects.drop_path(dict(spec.body), self.budget_field)
         # the baseline may be another engine: ask it for statistics only in its own dialect
-        body.pop(dialects.SGLANG_DETAILS_FIELD, None)
+        for key in registry.all_request_fields():
+            body.pop(key, None)
         body.update(dialects.request_fields(self.dialect))
         if self.model:
             body["model"] = self.model
@@ -814,8 +816,9 @@ def assemble(
     counter: Any = None,
     count_chunks: bool = False,
     stalls: StallLog | None = None,
-) -> tuple[Completion, str]:
-    """The ``Completion`` an exchange amounts to, and the dialect its statistics were read in.
+) -> tuple[Completion, str | None]:
+    """The ``Completion`` an exchange amounts to, and the name of the dialect its statistics
+    were read in (None when ``auto`` detected no dialect's statistics).
 
     ``dialect`` ``auto`` detects it from the chunks. ``counter`` (optional) counts the
     answer where the server gave no usage, and the first chunk's tokens; a counter that
@@ -825,9 +828,9 @@ def assemble(
     """
     spec = ex.spec
     ans = _answer(ex, stream)
-    found = dialects.detect(ans.objects) if dialect == "auto" and ans.objects else dialect
-    found = "none" if found == "auto" else found
-    stats = dialects.extract_stats(found, ans.objects, stats_map or {})
+    # None: auto-detection found no dialect's statistics (not the ``none`` choice)
+    reader = registry.resolve(dialect, ans.objects)
+    stats = reader.parse(ans.objects, stats_map or {}) if reader is not None else None
     usage: Usage | None = dialects.extract_usage(ans.objects)
     has_usage = usage is not None and usage.completion_tokens is not None
     local, first_tokens, chunk_tokens, count_error = _count(
@@ -855,7 +858,7 @@ def assemble(
         finish_reason=ans.finish,
         usage=usage,
         stats=stats,
-        stats_asked=dialect != "none",
+        stats_asked=registry.asks_statistics(dialect),
         timings=Timings(
             sent=ex.sent,
             headers=ex.headers_at,
@@ -882,7 +885,7 @@ def assemble(
         client_stall=client_stall,
         logprobs=None if ans.logprobs is None else tuple(ans.logprobs),
     )
-    return completion, found
+    return completion, reader.name if reader is not None else None
 
 
 def _count(
