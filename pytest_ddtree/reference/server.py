@@ -30,6 +30,11 @@ from prometheus_client import (
     generate_latest,
 )
 
+from pytest_ddtree.core import dialects
+from pytest_ddtree.core.dialects.ddtree import DDTree
+from pytest_ddtree.core.dialects.omlx import OMLX
+from pytest_ddtree.core.dialects.vllm import VLLM
+
 from .cost import Accelerator, CostModel, check_jitter, jitter_factor
 from .faults import SPECULATION_FAULTS, TEMPLATE_FAULTS, parse_faults
 from .model import MODEL_ID, GenerationPlan, ReferenceModel, get_model
@@ -50,7 +55,8 @@ __all__ = [
 ]
 
 MAX_BODY_BYTES = 1 << 20
-STATS_DIALECTS = ("ddtree", "vllm", "omlx", "none")
+#: the dialects this server can emit (its ``--stats-dialect`` choices), from the registry
+STATS_DIALECTS = dialects.reference_names()
 _URL_PREFIX = "ddtree reference server listening on "
 _MID_STREAM = 2  # content chunks sent before a mid-stream fault strikes
 _MODEL_FAULTS = frozenset(
@@ -923,13 +929,13 @@ class _Handler(BaseHTTPRequestHandler):
         self, req: Request, res: _Result, faults: frozenset[str], usage: dict[str, Any]
     ) -> dict[str, Any]:
         """Top-level fields carrying the statistics (and usage) in the configured dialect."""
-        dialect = self.server.engine.options.stats_dialect
+        dialect = dialects.lookup(self.server.engine.options.stats_dialect)
         stats = self._stats(req, res, faults)
-        if dialect == "ddtree":
+        if isinstance(dialect, DDTree):
             return {"ddtree_stats": stats}
-        if dialect == "vllm":
+        if isinstance(dialect, VLLM):
             return {"metrics": {"speculative_decoding": self._vllm_spec(res, faults)}}
-        if dialect == "omlx":
+        if isinstance(dialect, OMLX):
             if "tree_budget" in stats:
                 usage["dflash_ddtree_tree_budget"] = stats["tree_budget"]
             usage["dflash_ddtree_cycles_completed"] = stats["cycles"]

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from pytest_ddtree.core.dialects import AUTO
 from pytest_ddtree.core.settings import Timeout
 from pytest_ddtree.wire import _net
 from pytest_ddtree.wire.completion import Api, Completion, ErrorKind, RequestSpec
@@ -118,8 +119,10 @@ class DDTreeClient:
             self.config = replace(endpoint, **options) if options else endpoint
         else:
             self.config = EndpointConfig(endpoint, **options)
+        # the configured dialect, or the one the first answer with statistics was read in;
+        # None while nothing is detected (never the 'none' choice, which is configured)
         self.detected_dialect: str | None = (
-            None if self.config.dialect == "auto" else self.config.dialect
+            None if self.config.dialect == AUTO else self.config.dialect
         )
         self.counter = counter
         self.count_chunks = count_chunks
@@ -329,7 +332,7 @@ class DDTreeClient:
                 completion, found = assemble(
                     ex,
                     decoder,
-                    dialect=self.detected_dialect or "auto",
+                    dialect=self.detected_dialect or AUTO,
                     stats_map=self.config.stats_map,
                     counter=self.counter,
                     count_chunks=self.count_chunks,

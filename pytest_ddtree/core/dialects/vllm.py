@@ -35,16 +35,6 @@ def _per_step(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
     return {"acceptance_histogram": tuple(hist), "depth_source": source}
 
 
-def _prometheus(prefix: str) -> dict[str, str]:
-    """The speculative counters vLLM names (llama.cpp names its own the same way)."""
-    return {
-        "drafts": f"{prefix}:spec_decode_num_drafts",
-        "draft_tokens": f"{prefix}:spec_decode_num_draft_tokens",
-        "accepted_tokens": f"{prefix}:spec_decode_num_accepted_tokens",
-        "accepted_per_pos": f"{prefix}:spec_decode_num_accepted_tokens_per_pos",
-    }
-
-
 class VLLM(Dialect):
     name = "vllm"
     summary = "`metrics.speculative_decoding` per request (vLLM)"
@@ -68,7 +58,10 @@ class VLLM(Dialect):
     )
     metrics = MetricNames(
         prefix="vllm",
-        **_prometheus("vllm"),
+        drafts="vllm:spec_decode_num_drafts",
+        draft_tokens="vllm:spec_decode_num_draft_tokens",
+        accepted_tokens="vllm:spec_decode_num_accepted_tokens",
+        accepted_per_pos="vllm:spec_decode_num_accepted_tokens_per_pos",
         finished="vllm:request_success",
         running="vllm:num_requests_running",
         waiting="vllm:num_requests_waiting",
