@@ -92,7 +92,7 @@ class ServerOptions:
     block_size: int = 16
     cost: CostModel = field(default_factory=CostModel)
     seed: int = 0
-    stats_dialect: str = "ddtree"
+    stats_dialect: str = DDTree.name
     hang_seconds: float = 600.0
     model_id: str = MODEL_ID
     slowdown_after: int | None = None
