@@ -8,7 +8,9 @@
 - ``codes``: the stable invariant codes and the layer each belongs to;
 - ``expectation``: ``Expectation``, what a prompt expects of its answer;
 - ``prompts``: prompt set files (JSON or JSON Lines), read and validated;
-- ``slo``: ``SLO`` and its parser.
+- ``slo``: ``SLO`` and its parser;
+- ``dialects``: one plug-in per server family's statistics dialect, their registry, and
+  ``SpecStats``, the statistics they read.
 
 May import: the standard library and the project's runtime dependencies. Must not import any
 other folder of ``pytest_ddtree`` (every layer imports this one), nor pytest.

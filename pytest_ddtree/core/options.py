@@ -16,6 +16,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_ddtree.core.dialects import lookup, stats_map_dialect
 from pytest_ddtree.core.settings import (
     DEFAULT_BUDGETS,
     DEFAULT_MIN_N,
@@ -626,18 +627,20 @@ def _cross_validate(values: dict[str, Any], sources: dict[str, str]) -> Settings
     if mode == "none":
         values["budgets"] = ()
     values["budget_mode"] = mode
-    if values.get("dialect") == "custom" and not values.get("stats_map"):
+    mapped = stats_map_dialect()
+    chosen = lookup(values.get("dialect"))
+    if chosen is not None and chosen.needs_stats_map and not values.get("stats_map"):
         raise SettingsError(
-            f"invalid dialect 'custom' (from {sources['dialect']}): "
+            f"invalid dialect {chosen.name!r} (from {sources['dialect']}): "
             "also give --ddtree-stats-map FIELD=/pointer,..."
         )
-    if values.get("stats_map") and values.get("dialect") not in ("custom", None):
+    if values.get("stats_map") and values.get("dialect") is not None and chosen is not mapped:
         if sources.get("dialect") == "default":
-            values["dialect"] = "custom"
+            values["dialect"] = mapped.name
         else:
             raise SettingsError(
                 f"invalid stats-map (from {sources['stats_map']}): only used with "
-                f"--ddtree-dialect=custom, but dialect is {values['dialect']!r} "
+                f"--ddtree-dialect={mapped.name}, but dialect is {values['dialect']!r} "
                 f"(from {sources['dialect']})"
             )
     if values.get("endpoint") is not None and values.get("reference_faults"):

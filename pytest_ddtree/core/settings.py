@@ -17,6 +17,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pytest_ddtree.core.budget import Budget
+from pytest_ddtree.core.dialects import CHOICES
 
 DEFAULT_BUDGETS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024)
 #: Sampling temperatures the OpenAI API accepts; the sweep and load points run at each given.
@@ -39,7 +40,8 @@ _SIZE_UNITS = {
     "gb": 1024**3,
     "gib": 1024**3,
 }
-DIALECTS = ("auto", "ddtree", "vllm", "sglang", "omlx", "llamacpp", "custom", "none")
+#: the ``--ddtree-dialect`` choices, read from the dialect registry
+DIALECTS = CHOICES
 SPEC_FIELDS = (
     "tree_budget",
     "decode_rounds",

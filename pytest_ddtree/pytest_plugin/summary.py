@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from pytest_ddtree.core.budget import group_order
+from pytest_ddtree.core.dialects import AUTO, asks_statistics
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.pytest_plugin.runtime import Runtime
 from pytest_ddtree.pytest_plugin.session import DDTreeSession
@@ -146,10 +147,11 @@ def _write_ddtree(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     if not client.requests_sent:  # a load test alone: only what went wrong on the wire
         _write_transport(tr, runtime)
         return
-    if settings.dialect == "auto":
-        found = client.detected_dialect or "none (no speculation statistics seen)"
+    if settings.dialect == AUTO:
+        # nothing detected is not the 'none' choice (statistics configured off)
+        found = client.detected_dialect or "no dialect (no speculation statistics seen)"
         tr.write_line(f"ddtree: statistics dialect detected: {found}")
-    elif settings.dialect != "none" and not client.stats_seen:
+    elif asks_statistics(settings.dialect) and not client.stats_seen:
         tr.write_line(
             f"ddtree: WARNING: --ddtree-dialect {settings.dialect} (from "
             f"{settings.source_of('dialect')}) found no statistics in "

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from pytest_ddtree.core.dialects import AUTO
 from pytest_ddtree.core.settings import Timeout
 from pytest_ddtree.wire import _net
 from pytest_ddtree.wire.clock import WireClock, with_connect
@@ -119,8 +120,10 @@ class DDTreeClient:
             self.config = replace(endpoint, **options) if options else endpoint
         else:
             self.config = EndpointConfig(endpoint, **options)
+        # the configured dialect, or the one the first answer with statistics was read in;
+        # None while nothing is detected (never the 'none' choice, which is configured)
         self.detected_dialect: str | None = (
-            None if self.config.dialect == "auto" else self.config.dialect
+            None if self.config.dialect == AUTO else self.config.dialect
         )
         self.counter = counter
         self.count_chunks = count_chunks
@@ -330,13 +333,13 @@ class DDTreeClient:
                 completion, found = assemble(
                     ex,
                     decoder,
-                    dialect=self.detected_dialect or "auto",
+                    dialect=self.detected_dialect or AUTO,
                     stats_map=self.config.stats_map,
                     counter=self.counter,
                     count_chunks=self.count_chunks,
                     stalls=stalls,
                 )
-        if self.detected_dialect is None and completion.error is None and found != "none":
+        if self.detected_dialect is None and completion.error is None and found is not None:
             self.detected_dialect = found
         if completion.count_error and not isinstance(self.counter, WatchedCounter):
             self.note_counter_failure(completion.count_error)  # a watched one counted already

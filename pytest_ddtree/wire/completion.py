@@ -7,11 +7,16 @@ statistics and the reports can all work from the same value.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any, Literal
 
+# the speculation statistics record lives beside the dialects that parse it (core); it is
+# re-exported here, where it has always been imported from
+from pytest_ddtree.core.dialects.stats import SpecStats as SpecStats
+from pytest_ddtree.core.dialects.stats import conditional_acceptance as conditional_acceptance
+from pytest_ddtree.core.dialects.stats import rounds_reaching as rounds_reaching
 from pytest_ddtree.wire.health import ClientStall
 
 Api = Literal["chat", "completions"]
@@ -129,106 +134,6 @@ class Usage:
     completion_tokens: int | None
     total_tokens: int | None
     reasoning_tokens: int | None = None
-
-
-def rounds_reaching(histogram: Sequence[int]) -> tuple[int, ...]:
-    """Rounds that accepted at least ``d`` drafts, for ``d`` = 0, 1, ..., from a
-    histogram of rounds by accepted drafts; index 0 counts every round. Trailing
-    depths no round reached are cut after the first; empty without any round."""
-    out: list[int] = []
-    left = sum(histogram)
-    for count in histogram:
-        out.append(left)
-        left -= count
-    while len(out) > 2 and out[-1] == 0 and out[-2] == 0:
-        out.pop()
-    return tuple(out) if out and out[0] else ()
-
-
-def conditional_acceptance(histogram: Sequence[int]) -> tuple[float, ...]:
-    """Conditional acceptance at depth ``d`` = 1, 2, ...: of the rounds whose draft was
-    accepted up to depth ``d - 1``, the share accepted at depth ``d`` too."""
-    return tuple(b / a for a, b in pairwise(rounds_reaching(histogram)) if a)
-
-
-@dataclass(frozen=True)
-class SpecStats:
-    """Speculation statistics normalised from any dialect (see ``dialects``).
-
-    ``mean_acceptance_length`` counts tokens committed per decode round, bonus
-    token included: 1.0 means no draft token was ever accepted.
-
-    ``acceptance_histogram[k]`` is the number of decode rounds that accepted
-    exactly ``k`` draft tokens (acceptance by depth), as the server reported it;
-    ``depth_source`` names the field it was read from (None when the server
-    reports no histogram). ``num_spec_tokens`` is the draft length per round
-    (vLLM's ``k``) when the server says.
-    """
-
-    dialect: str
-    tree_budget: int | None = None
-    decode_rounds: int | None = None
-    mean_acceptance_length: float | None = None
-    server_tokens_per_second: float | None = None
-    block_size: int | None = None
-    num_draft_tokens: int | None = None
-    num_accepted_draft_tokens: int | None = None
-    raw: Mapping[str, Any] = field(default_factory=dict)
-    acceptance_histogram: tuple[int, ...] | None = None
-    depth_source: str | None = None
-    num_spec_tokens: int | None = None
-
-    @property
-    def speculative(self) -> bool:
-        """Whether these statistics say anything about speculation: drafts, acceptance,
-        rounds or a budget. llama.cpp's ``timings`` always come, its draft counts only
-        when it drafted (``draft_n``)."""
-        if self.dialect == "llamacpp":
-            return "draft_n" in self.raw
-        return any(
-            v is not None
-            for v in (
-                self.tree_budget,
-                self.decode_rounds,
-                self.mean_acceptance_length,
-                self.num_draft_tokens,
-                self.num_accepted_draft_tokens,
-                self.acceptance_histogram,
-            )
-        )
-
-    @property
-    def rounds_reaching(self) -> tuple[int, ...]:
-        """Rounds that accepted at least ``d`` drafts, ``d`` = 0, 1, ... (see
-        ``rounds_reaching``)."""
-        return rounds_reaching(self.acceptance_histogram or ())
-
-    @property
-    def acceptance_by_depth(self) -> tuple[float, ...]:
-        """Conditional acceptance at depth ``d`` = 1, 2, ... (see ``conditional_acceptance``)."""
-        return conditional_acceptance(self.acceptance_histogram or ())
-
-    @property
-    def histogram_acceptance_length(self) -> float | None:
-        """Mean tokens committed per round by the histogram (accepted drafts + the
-        bonus token), or None without one."""
-        hist = self.acceptance_histogram
-        rounds = sum(hist) if hist else 0
-        if not hist or rounds <= 0:
-            return None
-        return sum((k + 1) * n for k, n in enumerate(hist)) / rounds
-
-    @property
-    def acceptance_rate(self) -> float | None:
-        """Accepted over drafted tokens (0..1), or None when nothing was drafted or
-        either count is unknown. Unlike the mean acceptance length it falls as
-        the draft grows, so it is shown only where the length is unknown."""
-        drafted, accepted = self.num_draft_tokens, self.num_accepted_draft_tokens
-        if drafted is None or accepted is None or isinstance(drafted, bool) or drafted <= 0:
-            return None
-        if isinstance(accepted, bool) or not isinstance(accepted, int) or accepted < 0:
-            return None
-        return accepted / drafted
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,9 @@ from typing import Any
 
 import httpx
 
+from pytest_ddtree.core.dialects import MetricNames, metric_names
+from pytest_ddtree.core.dialects.sglang import SGLang
+
 #: a ``/metrics`` page larger than this is not read (vLLM's is ~100 KiB with many models)
 MAX_METRICS_BYTES = 4 * 1024 * 1024
 #: a scrape slower than this (seconds, whole page) is abandoned
@@ -36,36 +39,20 @@ SETTLE_SECONDS = 1.0
 #: of a server that reports rates, not counts), and by at least one token
 STATS_TOLERANCE = 0.01
 
+#: engine prefix -> its Prometheus names, each declared by its dialect (``core.dialects``)
+_NAMES: dict[str, MetricNames] = {m.prefix: m for m in metric_names()}
 #: engine prefix -> (drafts, draft tokens, accepted tokens, accepted per position); None: the
 #: engine has no such counter (SGLang keeps its acceptance in gauges, which cannot be differenced)
-_SPEC: dict[str, tuple[str | None, ...]] = {
-    **{
-        prefix: (
-            f"{prefix}:spec_decode_num_drafts",
-            f"{prefix}:spec_decode_num_draft_tokens",
-            f"{prefix}:spec_decode_num_accepted_tokens",
-            f"{prefix}:spec_decode_num_accepted_tokens_per_pos",
-        )
-        for prefix in ("vllm", "llamacpp")
-    },
-    "sglang": ("sglang:spec_verify_calls", None, None, None),
-}
+_SPEC: dict[str, tuple[str | None, ...]] = {p: m.spec for p, m in _NAMES.items()}
 #: engine prefix -> (finished-requests counter or None, running gauge, waiting gauge)
-_LOAD: dict[str, tuple[str | None, str, str]] = {
-    "vllm": ("vllm:request_success", "vllm:num_requests_running", "vllm:num_requests_waiting"),
-    "llamacpp": (None, "llamacpp:requests_processing", "llamacpp:requests_deferred"),
-    # SGLang counts a request in num_requests_total when it finishes
-    "sglang": ("sglang:num_requests", "sglang:num_running_reqs", "sglang:num_queue_reqs"),
-}
+_LOAD: dict[str, tuple[str | None, str, str]] = {p: m.load for p, m in _NAMES.items()}
+_SGLANG = SGLang.metrics
+assert _SGLANG is not None and _SGLANG.token_counters is not None
 #: SGLang's token counters (counted per finished request): prompt and generated tokens
-SGLANG_TOKENS = ("sglang:prompt_tokens", "sglang:generation_tokens")
+SGLANG_TOKENS = _SGLANG.token_counters
 #: SGLang's speculative figures are gauges (the value its scheduler last logged, over
 #: its own recent window): read as they stand after a group, never differenced
-SGLANG_GAUGES = (
-    "sglang:spec_accept_length",
-    "sglang:spec_accept_rate",
-    "sglang:spec_num_draft_tokens",
-)
+SGLANG_GAUGES = _SGLANG.spec_gauges
 GAUGES_NOTE = (
     "SGLang's speculative figures are gauges (the value the server last logged): "
     "read as they stand, never differenced as counters"
@@ -188,7 +175,7 @@ class MetricsReader:
             self._fail(exc)
             return None
         prefix = snapshot.prefix or "no speculative counters"
-        if prefix == "sglang":
+        if snapshot.prefix is not None and _NAMES[snapshot.prefix].spec_gauges:
             prefix += "; speculative figures are gauges, read as gauges, never differenced"
         self.status = f"{self.url} ({prefix})"
         return snapshot
@@ -406,9 +393,10 @@ def delta(before: Snapshot, after: Snapshot) -> CounterDelta:
         if pos.isdigit():
             positions[int(pos)] = value - old.get(pos, 0.0)
     sglang: dict[str, Any] = {}
-    if prefix == "sglang":
-        prompt, generated = SGLANG_TOKENS
-        readings = {name.partition(":")[2]: _gauge(after, name) for name in SGLANG_GAUGES}
+    names = _NAMES[prefix]
+    if names.token_counters is not None:
+        prompt, generated = names.token_counters
+        readings = {name.partition(":")[2]: _gauge(after, name) for name in names.spec_gauges}
         sglang = {
             "prompt_tokens": _diff(before, after, prompt),
             "generation_tokens": _diff(before, after, generated),
@@ -515,7 +503,8 @@ def stats_disagreement(
         ("draft tokens", sums.draft_tokens, change.draft_tokens),
         ("accepted tokens", sums.accepted_tokens, change.accepted_tokens),
     )
-    if change.prefix == "sglang":
+    names = _NAMES.get(change.prefix or "")
+    if names is not None and names.drafts_are_verify_steps:
         # SGLang adds each finished request's spec_verify_ct to spec_verify_calls_total
         pairs = (*pairs, ("verify steps", sums.verify_steps, change.drafts))
     for what, per_request, counter in pairs:

@@ -19,6 +19,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
+from pytest_ddtree.core.dialects import TokenizeShape, tokenize_shapes
+
 _CACHE_SIZE = 2048
 # a decoded token is shown in evidence: at most this many characters of it, and at most
 # this many bytes read from a server's /detokenize answer
@@ -127,42 +129,10 @@ def _special_tokens_of(tokenizer: Any) -> tuple[str, ...]:
     return tuple(found)
 
 
-@dataclass(frozen=True)
-class TokenizeShape:
-    """One server family's ``/tokenize`` request: where it goes and what it sends.
-
-    Every known answer carries ``tokens`` (a list of ids, or of
-    ``{"id": ..., "piece": ...}`` objects) and/or ``count``.
-    """
-
-    name: str
-    path: str
-    text_key: str
-    extra: tuple[tuple[str, Any], ...]
-    with_model: bool = False
-
-    def body(self, text: str, model: str | None) -> dict[str, Any]:
-        """The JSON body asking for the tokens of ``text`` (no special tokens added)."""
-        out: dict[str, Any] = {self.text_key: text, **dict(self.extra)}
-        if self.with_model and model:
-            out["model"] = model
-        return out
-
-
-# tried in this order by ``detect_tokenize_shape``: the first whose answer holds a
-# plausible count for the probe wins
-TOKENIZE_SHAPES: tuple[TokenizeShape, ...] = (
-    # the embedded reference server: prompt -> count + tokens
-    TokenizeShape("reference", "/tokenize", "prompt", (("add_special_tokens", False),)),
-    # vLLM: model + prompt -> count, max_model_len, tokens
-    TokenizeShape("vllm", "/tokenize", "prompt", (("add_special_tokens", False),), with_model=True),
-    # SGLang: the same request on /v1/tokenize (also served at /tokenize)
-    TokenizeShape(
-        "sglang", "/v1/tokenize", "prompt", (("add_special_tokens", False),), with_model=True
-    ),
-    # llama.cpp: content -> tokens (no count); add_special=false leaves BOS out
-    TokenizeShape("llamacpp", "/tokenize", "content", (("add_special", False),)),
-)
+# every family's /tokenize request is declared by its dialect (``core.dialects``); tried in
+# the registry's order by ``detect_tokenize_shape``: the first whose answer holds a
+# plausible count for the probe wins (the embedded reference server's first)
+TOKENIZE_SHAPES: tuple[TokenizeShape, ...] = tokenize_shapes()
 SHAPES_BY_NAME = {shape.name: shape for shape in TOKENIZE_SHAPES}
 PROBE_TEXT = "Hello, world."
 
@@ -251,7 +221,7 @@ class ServerCounter:
         answers something else; one request per id, bounded in time and bytes."""
         if token_id in self._pieces:
             return self._pieces[token_id]
-        path = "/v1/detokenize" if self.shape.name == "sglang" else "/detokenize"
+        path = self.shape.detokenize
         body: dict[str, Any] = {"tokens": [token_id]}
         if self.shape.with_model and self.model:
             body["model"] = self.model

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from pytest_ddtree.core.dialects import stop_field_owner
 from pytest_ddtree.core.expectation import (
     DEFAULT_MIN_TOKENS,
     DEFAULT_ROLE_MARKERS,
@@ -253,7 +254,8 @@ class Context:
         if token is None:
             if not trust_null:
                 return {"stop": f"none named ({where} is null)"}
-            if where.endswith("stop_reason"):  # vLLM: null for the model's own end
+            owner = stop_field_owner(where)
+            if owner is not None and owner.null_stop_is_eos:  # vLLM: the model's own end
                 return {
                     "stop": f"the model's own end-of-sequence ({where} is null)",
                     "stop_kind": STOP_EOS,
@@ -279,7 +281,8 @@ class Context:
             return STOP_TOKEN
         # vLLM reports null for the model's own end, so its id came from the stop list;
         # SGLang names every stop token, the end-of-sequence included
-        if where.endswith("matched_stop") and text == self.expect.eos_token:
+        owner = stop_field_owner(where)
+        if owner is not None and owner.stop_names_eos and text == self.expect.eos_token:
             return STOP_EOS
         template = (*DEFAULT_ROLE_MARKERS, *DEFAULT_SPECIAL_TOKENS, *self.expect.role_markers)
         if text in template or text == self.expect.eos_token:

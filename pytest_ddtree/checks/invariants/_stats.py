@@ -6,29 +6,25 @@ from collections.abc import Iterator
 from itertools import pairwise
 
 from pytest_ddtree.checks.invariants._context import Context, as_float, as_int
+from pytest_ddtree.core.dialects import Dialect, SpecStats, dialects, lookup
 from pytest_ddtree.core.violation import Violation
-from pytest_ddtree.wire.dialects import llamacpp_bad_fields
 
-#: what each engine's statistics cannot promise, so is not checked there (said once a run)
-UNSTATED = {
-    "vllm": (
-        "completion tokens are not checked against acceptance x num_spec_steps: vLLM counts "
-        "only the steps that verified drafts (a step whose drafter proposed nothing is a plain "
-        "decode step), the first token comes from the prefill, and the tokens of the last step "
-        "after a stop are dropped; checked instead: the tokens of the speculative steps fit in "
-        "the answer, accepted <= drafted, and the histogram, per-step counts, mean and rate "
-        "agree with each other"
-    ),
-    "llamacpp": (
-        "mean acceptance length and decode rounds are not checked: llama.cpp reports drafted "
-        "and accepted tokens, not its verification rounds"
-    ),
-}
+#: what each engine's statistics cannot promise, so is not checked there (said once a run);
+#: each dialect declares its own (``Dialect.unstated``)
+UNSTATED = {d.name: d.unstated for d in dialects() if d.unstated is not None}
+#: the promises of statistics read in no registered dialect: the base class's (all hold)
+_PLAIN = Dialect()
 
 
 def unstated(dialect: str | None) -> str | None:
     """The statistics invariants ``dialect``'s engine does not promise (None: all hold)."""
-    return UNSTATED.get(dialect or "")
+    found = lookup(dialect)
+    return found.unstated if found is not None else None
+
+
+def _dialect(stats: SpecStats) -> Dialect:
+    """The plug-in that read ``stats``: what its engine promises."""
+    return lookup(stats.dialect) or _PLAIN
 
 
 def check_stats(ctx: Context) -> Iterator[Violation]:
@@ -36,14 +32,14 @@ def check_stats(ctx: Context) -> Iterator[Violation]:
     stats = ctx.completion.stats
     if stats is None:
         return
-    if stats.dialect == "llamacpp":
-        for name, value in llamacpp_bad_fields(stats.raw):
-            yield ctx.violation(
-                "stats-inconsistent",
-                f"timings.{name} is not a number >= 0: {value!r}",
-                field=f"timings.{name}",
-                value=repr(value)[:80],
-            )
+    dialect = _dialect(stats)
+    for name, value in dialect.malformed(stats.raw):
+        yield ctx.violation(
+            "stats-inconsistent",
+            f"{name} is not a number >= 0: {value!r}",
+            field=name,
+            value=repr(value)[:80],
+        )
     e = ctx.expect
     expected = e.expected_tree_budget
     if expected is None:
@@ -83,8 +79,8 @@ def check_stats(ctx: Context) -> Iterator[Violation]:
     if rounds is not None and rounds < 0:
         yield ctx.violation("stats-inconsistent", f"decode_rounds is negative ({rounds})")
     n, _slack = ctx.tokens_for_limits()
-    if stats.dialect == "vllm":
-        yield from _check_vllm(ctx)
+    if dialect.rounds_are_speculative_steps:
+        yield from _check_speculative_steps(ctx, dialect.where)
     elif n is not None and rounds is not None:
         if rounds == 0 and n >= 2:
             yield ctx.violation(
@@ -130,7 +126,7 @@ def check_stats(ctx: Context) -> Iterator[Violation]:
     yield from _check_rate(ctx)
 
 
-def _vllm_last_step_cut(ctx: Context) -> tuple[int | None, str]:
+def _last_step_cut(ctx: Context) -> tuple[int | None, str]:
     """The most tokens vLLM may have counted in the last speculative step and then dropped
     after a stop (its accepted drafts: the step keeps at least one token), and from where."""
     stats = ctx.completion.stats
@@ -142,8 +138,9 @@ def _vllm_last_step_cut(ctx: Context) -> tuple[int | None, str]:
     return (k, "num_spec_tokens") if k is not None and k >= 0 else (None, "")
 
 
-def _check_vllm(ctx: Context) -> Iterator[Violation]:
-    """vLLM's per-request statistics, by what vLLM promises.
+def _check_speculative_steps(ctx: Context, where: str) -> Iterator[Violation]:
+    """Statistics whose rounds are speculative steps only (vLLM's per-request
+    statistics, at ``where``), by what vLLM promises.
 
     ``num_spec_steps`` counts the steps that verified drafts only: the first token
     comes from the prefill and a step whose drafter proposed nothing is a plain decode
@@ -156,7 +153,6 @@ def _check_vllm(ctx: Context) -> Iterator[Violation]:
     stats = ctx.completion.stats
     assert stats is not None
     raw = stats.raw
-    where = "metrics.speculative_decoding"
     hist = stats.acceptance_histogram
     steps = as_int(stats.decode_rounds)
     accepted = as_int(stats.num_accepted_draft_tokens)
@@ -190,11 +186,11 @@ def _check_vllm(ctx: Context) -> Iterator[Violation]:
                 num_draft_tokens=drafted,
                 num_accepted_draft_tokens=accepted,
             )
-    yield from _vllm_per_step(ctx, where, steps, drafted)
+    yield from _per_step(ctx, where, steps, drafted)
     n, slack = ctx.tokens_for_limits()
     if n is None or steps == 0:
         return
-    cut, cut_from = _vllm_last_step_cut(ctx)
+    cut, cut_from = _last_step_cut(ctx)
     if cut is None:
         return
     committed = steps + accepted
@@ -214,9 +210,7 @@ def _check_vllm(ctx: Context) -> Iterator[Violation]:
         )
 
 
-def _vllm_per_step(
-    ctx: Context, where: str, steps: int, drafted: int | None
-) -> Iterator[Violation]:
+def _per_step(ctx: Context, where: str, steps: int, drafted: int | None) -> Iterator[Violation]:
     """vLLM's ``detailed`` arrays: one entry per speculative step, summing to the totals
     and counting the same steps as ``acceptance_histogram``."""
     stats = ctx.completion.stats
@@ -405,12 +399,14 @@ def _depth_totals(ctx: Context, where: str, hist: tuple[int, ...]) -> Iterator[V
             histogram_accepted=by_hist,
             num_accepted_draft_tokens=accepted,
         )
-    if stats.dialect == "sglang":
-        yield from _sglang_commits(ctx, where, hist)
+    dialect = _dialect(stats)
+    if dialect.steps_counted_whole:
+        yield from _whole_step_commits(ctx, where, hist)
         return
     n, _slack = ctx.tokens_for_limits()
-    # vLLM's steps are not all the answer's tokens: its bound is checked in _check_vllm
-    if n is None or not steps or stats.dialect == "vllm":
+    # speculative steps are not all the answer's tokens (vLLM): their bound is checked in
+    # _check_speculative_steps
+    if n is None or not steps or dialect.rounds_are_speculative_steps:
         return
     committed = by_hist + steps
     e = ctx.expect
@@ -426,8 +422,9 @@ def _depth_totals(ctx: Context, where: str, hist: tuple[int, ...]) -> Iterator[V
         )
 
 
-def _sglang_commits(ctx: Context, where: str, hist: tuple[int, ...]) -> Iterator[Violation]:
-    """SGLang's histogram against ``completion_tokens``, as SGLang's scheduler counts.
+def _whole_step_commits(ctx: Context, where: str, hist: tuple[int, ...]) -> Iterator[Violation]:
+    """A histogram of whole steps against ``completion_tokens``, as SGLang's scheduler
+    counts.
 
     The prefill makes the first token; each verify step then commits its accepted
     drafts plus one bonus token, and SGLang counts a whole step even where a stop or

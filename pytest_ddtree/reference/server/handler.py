@@ -17,6 +17,11 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
 )
 
+from pytest_ddtree.core import dialects
+from pytest_ddtree.core.dialects.ddtree import DDTree
+from pytest_ddtree.core.dialects.omlx import OMLX
+from pytest_ddtree.core.dialects.vllm import VLLM
+
 from ..request import (
     MAX_MODEL_LEN,
     Request,
@@ -362,13 +367,13 @@ class _Handler(BaseHTTPRequestHandler):
         self, req: Request, res: _Result, faults: frozenset[str], usage: dict[str, Any]
     ) -> dict[str, Any]:
         """Top-level fields carrying the statistics (and usage) in the configured dialect."""
-        dialect = self.server.engine.options.stats_dialect
+        dialect = dialects.lookup(self.server.engine.options.stats_dialect)
         stats = self._stats(req, res, faults)
-        if dialect == "ddtree":
+        if isinstance(dialect, DDTree):
             return {"ddtree_stats": stats}
-        if dialect == "vllm":
+        if isinstance(dialect, VLLM):
             return {"metrics": {"speculative_decoding": self._vllm_spec(res, faults)}}
-        if dialect == "omlx":
+        if isinstance(dialect, OMLX):
             if "tree_budget" in stats:
                 usage["dflash_ddtree_tree_budget"] = stats["tree_budget"]
             usage["dflash_ddtree_cycles_completed"] = stats["cycles"]

@@ -7,6 +7,9 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from pytest_ddtree.core import dialects
+from pytest_ddtree.core.dialects.ddtree import DDTree
+
 from ..cost import CostModel, check_jitter
 from ..faults import parse_faults
 from ..model import MODEL_ID
@@ -14,7 +17,8 @@ from ..request import (
     MAX_TREE_BUDGET,
 )
 
-STATS_DIALECTS = ("ddtree", "vllm", "omlx", "none")
+#: the dialects this server can emit (its ``--stats-dialect`` choices), from the registry
+STATS_DIALECTS = dialects.reference_names()
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,7 @@ class ServerOptions:
     block_size: int = 16
     cost: CostModel = field(default_factory=CostModel)
     seed: int = 0
-    stats_dialect: str = "ddtree"
+    stats_dialect: str = DDTree.name
     hang_seconds: float = 600.0
     model_id: str = MODEL_ID
     slowdown_after: int | None = None

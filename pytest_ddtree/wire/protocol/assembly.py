@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_ddtree.core import dialects as registry
 from pytest_ddtree.wire import dialects
 from pytest_ddtree.wire.completion import (
     MAX_CHARS_PER_TOKEN,
@@ -132,8 +133,9 @@ def assemble(
     counter: Any = None,
     count_chunks: bool = False,
     stalls: StallLog | None = None,
-) -> tuple[Completion, str]:
-    """The ``Completion`` an exchange amounts to, and the dialect its statistics were read in.
+) -> tuple[Completion, str | None]:
+    """The ``Completion`` an exchange amounts to, and the name of the dialect its statistics
+    were read in (None when ``auto`` detected no dialect's statistics).
 
     ``dialect`` ``auto`` detects it from the chunks. ``counter`` (optional) counts the
     answer where the server gave no usage, and the first chunk's tokens; a counter that
@@ -143,9 +145,9 @@ def assemble(
     """
     spec = ex.spec
     ans = _answer(ex, stream)
-    found = dialects.detect(ans.objects) if dialect == "auto" and ans.objects else dialect
-    found = "none" if found == "auto" else found
-    stats = dialects.extract_stats(found, ans.objects, stats_map or {})
+    # None: auto-detection found no dialect's statistics (not the ``none`` choice)
+    reader = registry.resolve(dialect, ans.objects)
+    stats = reader.parse(ans.objects, stats_map or {}) if reader is not None else None
     usage: Usage | None = dialects.extract_usage(ans.objects)
     has_usage = usage is not None and usage.completion_tokens is not None
     local, first_tokens, chunk_tokens, count_error = _count(
@@ -173,7 +175,7 @@ def assemble(
         finish_reason=ans.finish,
         usage=usage,
         stats=stats,
-        stats_asked=dialect != "none",
+        stats_asked=registry.asks_statistics(dialect),
         timings=Timings(
             sent=ex.sent,
             headers=ex.headers_at,
@@ -200,7 +202,7 @@ def assemble(
         client_stall=client_stall,
         logprobs=None if ans.logprobs is None else tuple(ans.logprobs),
     )
-    return completion, found
+    return completion, reader.name if reader is not None else None
 
 
 def _count(

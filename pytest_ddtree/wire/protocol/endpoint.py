@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from pytest_ddtree.core import dialects as registry
 from pytest_ddtree.core.settings import DEFAULT_MAX_RESPONSE_BYTES, Timeout
 from pytest_ddtree.wire import dialects
 from pytest_ddtree.wire.completion import (
@@ -194,7 +195,8 @@ class EndpointConfig:
         """``spec`` for this endpoint, without its budget (a target-only baseline replay)."""
         body = dialects.drop_path(dict(spec.body), self.budget_field)
         # the baseline may be another engine: ask it for statistics only in its own dialect
-        body.pop(dialects.SGLANG_DETAILS_FIELD, None)
+        for key in registry.all_request_fields():
+            body.pop(key, None)
         body.update(dialects.request_fields(self.dialect))
         if self.model:
             body["model"] = self.model
