@@ -490,7 +490,7 @@ def parse_equivalence(raw: str, source: str, name: str) -> float:
 
 
 def parse_sweep_requests(raw: str, source: str, name: str) -> int | None:
-    """``auto`` or an integer >= 1 (checked against the budgets in ``_cross_validate``)."""
+    """``auto`` or an integer >= 1 (checked against the budgets by ``sweep_requests_can_judge``)."""
     if str(raw).strip().lower() == "auto":
         return None
     return parse_positive_int(raw, source, name)
