@@ -11,49 +11,24 @@ where it came from. The values themselves, their parsers and ``Settings`` are
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pytest_ddtree.core.dialects import lookup, stats_map_dialect
 from pytest_ddtree.core.settings import (
-    DEFAULT_BUDGETS,
-    DEFAULT_MIN_N,
     DIALECTS,
-    MAX_MAX_TOKENS,
     MAX_RETRY_429,
     SPEC_FIELDS,
     Settings,
     SettingsError,
     fail,
-    load_parser,
-    parse_alpha,
-    parse_bool,
-    parse_budget_endpoints,
-    parse_budgets,
-    parse_burstiness,
-    parse_choice,
-    parse_codes,
-    parse_equivalence,
-    parse_jitter,
-    parse_load_requests,
-    parse_lossless,
-    parse_metrics_url,
-    parse_positive_int,
-    parse_probe,
-    parse_prompts,
-    parse_report,
-    parse_size,
-    parse_slowdown,
-    parse_slowdown_after,
-    parse_stats_map,
-    parse_sweep_requests,
-    parse_temperatures,
-    parse_timeout,
-    parse_tokenizer,
-    parse_url,
+    too_few_sweep_requests,
 )
+
+_FIELDS: dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(Settings)}
 
 # --------------------------------------------------------------------------
 # the option table
@@ -64,19 +39,34 @@ class OptionDef:
     """One option: flag ``--ddtree-<name>``, ini key ``ddtree_<name_with_underscores>``.
 
     The ``Settings`` attribute is the name with underscores, plural for a
-    repeatable option (``--ddtree-skip-check`` sets ``skip_checks``).
+    repeatable option (``--ddtree-skip-check`` sets ``skip_checks``); that field of
+    ``Settings`` states the option's default and parser, once.
     """
 
     name: str
     help: str
     metavar: str = "VALUE"
-    default: str | None = None
     env: tuple[str, ...] = ()
     repeatable: bool = False
     flag: bool = False
     secret: bool = False
     path: bool = False  # its ini value is a path relative to the ini file, as pytest's are
-    parse: Callable[[Any, str], Any] | None = None
+
+    @property
+    def field(self) -> dataclasses.Field[Any]:
+        """The ``Settings`` field this option sets: it declares the default and the parser."""
+        return _FIELDS[self.attr]
+
+    @property
+    def default(self) -> str | None:
+        """The default as a user would write it (None: unset), from the ``Settings`` field."""
+        default: str | None = self.field.metadata["default"]
+        return default
+
+    def parse(self, raw: Any, source: str, name: str | None = None) -> Any:
+        """``raw`` (from ``source``) parsed by the field's parser; errors name ``name``
+        (a marker's keyword), else the option."""
+        return self.field.metadata["parse"](raw, source, name or self.name)
 
     @property
     def cli(self) -> str:
@@ -106,14 +96,12 @@ OPTIONS: tuple[OptionDef, ...] = (
         "Default: start the embedded reference DDTree server.",
         metavar="URL",
         env=("DDTREE_ENDPOINT", "OPENAI_BASE_URL"),
-        parse=parse_url,
     ),
     OptionDef(
         "model",
         "Model id to request. Default: the first id listed by GET /models.",
         metavar="ID",
         env=("DDTREE_MODEL",),
-        parse=lambda raw, src: str(raw).strip(),
     ),
     OptionDef(
         "api-key",
@@ -121,15 +109,12 @@ OPTIONS: tuple[OptionDef, ...] = (
         metavar="KEY",
         env=("DDTREE_API_KEY", "OPENAI_API_KEY"),
         secret=True,
-        parse=lambda raw, src: str(raw).strip(),
     ),
     OptionDef(
         "budgets",
         "Tree budgets to sweep; every test using the tree_budget fixture runs once per budget.",
         metavar="B,B,...",
-        default="16,32,64,128,256,512,1024",
         env=("DDTREE_BUDGETS",),
-        parse=parse_budgets,
     ),
     OptionDef(
         "temperatures",
@@ -138,9 +123,7 @@ OPTIONS: tuple[OptionDef, ...] = (
         "recommendation. Above 0 every request carries a seed (the same at every budget). "
         "Losslessness and determinism stay at 0.",
         metavar="T,T,...",
-        default="0",
         env=("DDTREE_TEMPERATURES",),
-        parse=parse_temperatures,
     ),
     OptionDef(
         "budget-mode",
@@ -149,9 +132,6 @@ OPTIONS: tuple[OptionDef, ...] = (
         "fixed budget). Default: endpoints when --ddtree-budget-endpoint is given, else field.",
         metavar="MODE",
         env=("DDTREE_BUDGET_MODE",),
-        parse=lambda raw, src: parse_choice(
-            raw, src, "budget-mode", ("field", "endpoints", "none")
-        ),
     ),
     OptionDef(
         "budget-field",
@@ -159,23 +139,18 @@ OPTIONS: tuple[OptionDef, ...] = (
         "dotted path that nests (extra.ddtree.budget), or a JSON Pointer whose dots are "
         "literal (/speculative.n_max for llama.cpp).",
         metavar="NAME",
-        default="tree_budget",
-        parse=lambda raw, src: _parse_field_path(raw, src),
     ),
     OptionDef(
         "budget-endpoint",
         "BUDGET=URL: a server launched with that fixed budget (repeatable; endpoints mode).",
         metavar="B=URL",
         repeatable=True,
-        parse=parse_budget_endpoints,
     ),
     OptionDef(
         "dialect",
         "Where the server reports speculation statistics: " + ", ".join(DIALECTS) + ".",
         metavar="NAME",
-        default="auto",
         env=("DDTREE_DIALECT",),
-        parse=lambda raw, src: parse_choice(raw, src, "dialect", DIALECTS),
     ),
     OptionDef(
         "stats-map",
@@ -183,33 +158,26 @@ OPTIONS: tuple[OptionDef, ...] = (
         + ", ".join(SPEC_FIELDS)
         + ".",
         metavar="MAP",
-        parse=parse_stats_map,
     ),
     OptionDef(
         "tokenizer",
         "Token counting: a path to a tokenizer.json, server (the endpoint's /tokenize), "
         "none (an approximation) or auto (server when the endpoint has /tokenize, else none).",
         metavar="SPEC",
-        default="auto",
         env=("DDTREE_TOKENIZER",),
-        parse=parse_tokenizer,
     ),
     OptionDef(
         "timeout",
         "Per-request limits in seconds: TOTAL, or connect=S,read=S,total=S.",
         metavar="SPEC",
-        default="connect=10,read=60,total=300",
         env=("DDTREE_TIMEOUT",),
-        parse=parse_timeout,
     ),
     OptionDef(
         "max-response-bytes",
         "Largest response the client reads, streamed or not (bytes, or with KiB/MiB/GiB); "
         "past it the request fails as too-large and the rest is not read.",
         metavar="SIZE",
-        default="8MiB",
         env=("DDTREE_MAX_RESPONSE_BYTES",),
-        parse=lambda raw, src: parse_size(raw, src, "max-response-bytes"),
     ),
     OptionDef(
         "retry-429",
@@ -217,8 +185,6 @@ OPTIONS: tuple[OptionDef, ...] = (
         f"60 s a wait; N at most {MAX_RETRY_429}). Every 429 and retry is counted in the summary "
         "and the report.",
         metavar="N",
-        default="0",
-        parse=lambda raw, src: parse_positive_int(raw, src, "retry-429", 0, MAX_RETRY_429),
     ),
     OptionDef(
         "prompts",
@@ -228,35 +194,27 @@ OPTIONS: tuple[OptionDef, ...] = (
         metavar="FILE",
         env=("DDTREE_PROMPTS",),
         path=True,
-        parse=parse_prompts,
     ),
     OptionDef(
         "max-tokens",
         "Default max_tokens of a request.",
         metavar="N",
-        default="128",
-        parse=lambda raw, src: parse_positive_int(raw, src, "max-tokens", 1, MAX_MAX_TOKENS),
     ),
     OptionDef(
         "min-tokens",
         "Default minimum completion length; shorter answers that stop are an early-stop "
         "violation. Default: the invariants' own threshold.",
         metavar="N",
-        parse=lambda raw, src: parse_positive_int(raw, src, "min-tokens", 0, MAX_MAX_TOKENS),
     ),
     OptionDef(
         "api",
         "Which API to call: chat (/chat/completions) or completions (/completions).",
         metavar="API",
-        default="chat",
-        parse=lambda raw, src: parse_choice(raw, src, "api", ("chat", "completions")),
     ),
     OptionDef(
         "enable-thinking",
         "Send chat_template_kwargs.enable_thinking=true (reasoning allowed, kept apart).",
         flag=True,
-        default="false",
-        parse=lambda raw, src: parse_bool(raw, src, "enable-thinking"),
     ),
     OptionDef(
         "skip-check",
@@ -264,7 +222,6 @@ OPTIONS: tuple[OptionDef, ...] = (
         "reported as weakened.",
         metavar="CODE",
         repeatable=True,
-        parse=parse_codes,
     ),
     OptionDef(
         "role-marker",
@@ -272,7 +229,6 @@ OPTIONS: tuple[OptionDef, ...] = (
         "the built-in role markers, e.g. '<|assistant|>' or 'Human:'.",
         metavar="TEXT",
         repeatable=True,
-        parse=lambda raw, src: _parse_markers(raw, src, "role-marker"),
     ),
     OptionDef(
         "allow-marker",
@@ -280,7 +236,6 @@ OPTIONS: tuple[OptionDef, ...] = (
         "whose legitimate output contains it.",
         metavar="TEXT",
         repeatable=True,
-        parse=lambda raw, src: _parse_markers(raw, src, "allow-marker"),
     ),
     OptionDef(
         "baseline-endpoint",
@@ -288,7 +243,6 @@ OPTIONS: tuple[OptionDef, ...] = (
         "Default: the embedded target-only twin when the embedded server is used.",
         metavar="URL",
         env=("DDTREE_BASELINE_ENDPOINT",),
-        parse=lambda raw, src: parse_url(raw, src, "baseline-endpoint"),
     ),
     OptionDef(
         "lossless",
@@ -298,60 +252,45 @@ OPTIONS: tuple[OptionDef, ...] = (
         "any other fails), exact (every divergence fails), prefix:N (only the first N tokens "
         "must match) or off.",
         metavar="MODE",
-        default="near-tie",
         env=("DDTREE_LOSSLESS",),
-        parse=parse_lossless,
     ),
     OptionDef(
         "distribution-samples",
         "Losslessness above temperature 0 (ddtree_distribution): answers per side, each with "
         "its own seed, from the server and from the target-only baseline.",
         metavar="N",
-        default="40",
-        parse=lambda raw, src: parse_positive_int(raw, src, "distribution-samples", 5, 10_000),
     ),
     OptionDef(
         "distribution-alpha",
         "Losslessness above temperature 0: the false-alarm rate of its two-sample test "
         "(greater than 0, at most 0.5).",
         metavar="A",
-        default="0.05",
-        parse=parse_alpha,
     ),
     OptionDef(
         "report",
         "Write sweep.json and sweep.html into this directory.",
         metavar="DIR",
         env=("DDTREE_REPORT",),
-        parse=parse_report,
     ),
     OptionDef(
         "rounds",
         "Timed rounds per budget and prompt in gated benchmarks.",
         metavar="N",
-        default="3",
-        parse=lambda raw, src: parse_positive_int(raw, src, "rounds"),
     ),
     OptionDef(
         "warmup-rounds",
         "Untimed warm-up rounds before the timed ones.",
         metavar="N",
-        default="1",
-        parse=lambda raw, src: parse_positive_int(raw, src, "warmup-rounds", 0),
     ),
     OptionDef(
         "sweep-seed",
         "Seed of the shuffled, interleaved budget order.",
         metavar="N",
-        default="0",
-        parse=lambda raw, src: parse_positive_int(raw, src, "sweep-seed", 0),
     ),
     OptionDef(
         "sweep-order",
         "shuffled (seeded, interleaved across budgets) or fixed (budgets in the given order).",
         metavar="ORDER",
-        default="shuffled",
-        parse=lambda raw, src: parse_choice(raw, src, "sweep-order", ("shuffled", "fixed")),
     ),
     OptionDef(
         "sweep",
@@ -362,18 +301,14 @@ OPTIONS: tuple[OptionDef, ...] = (
         "exhaustive: one race cannot span workers. Load points race only when adaptive is "
         "given by name.",
         metavar="MODE",
-        default="adaptive",
         env=("DDTREE_SWEEP",),
-        parse=lambda raw, src: parse_choice(raw, src, "sweep", ("exhaustive", "adaptive")),
     ),
     OptionDef(
         "equivalence",
         "The sweep's practical margin: budgets within it of the best are as fast, and the "
         "smallest of them is recommended (2% or 0.02; above 0, below 50%).",
         metavar="MARGIN",
-        default="2%",
         env=("DDTREE_EQUIVALENCE",),
-        parse=parse_equivalence,
     ),
     OptionDef(
         "sweep-requests",
@@ -381,9 +316,7 @@ OPTIONS: tuple[OptionDef, ...] = (
         "before the best is known, the sweep is undecided. auto: what an exhaustive sweep of "
         "30 rounds would send (a cap: a decided race stops sooner).",
         metavar="N",
-        default="auto",
         env=("DDTREE_SWEEP_REQUESTS",),
-        parse=parse_sweep_requests,
     ),
     OptionDef(
         "sweep-passes",
@@ -393,38 +326,30 @@ OPTIONS: tuple[OptionDef, ...] = (
         "default; the bundled suite sets 4): one test per prompt and budget, each prompt a "
         "round of the race, ids without pass=K.",
         metavar="N",
-        default="1",
         env=("DDTREE_SWEEP_PASSES",),
-        parse=lambda raw, src: parse_positive_int(raw, src, "sweep-passes", maximum=100),
     ),
     OptionDef(
         "reference-fault",
         "Embedded server only: inject this fault (repeatable), to see how a broken server fails.",
         metavar="FAULT",
         repeatable=True,
-        parse=parse_codes,
     ),
     OptionDef(
         "reference-latency",
         "Embedded server only: simulate accelerator time (on) or answer as fast as possible (off).",
         metavar="on|off",
-        default="on",
-        parse=lambda raw, src: parse_bool(raw, src, "reference-latency", "on or off"),
     ),
     OptionDef(
         "reference-slowdown",
         "Embedded server only: multiply its simulated accelerator time by this factor (0.5 is "
         "a twice as fast accelerator; budget trade-offs keep their shape).",
         metavar="F",
-        default="1",
-        parse=parse_slowdown,
     ),
     OptionDef(
         "reference-slowdown-after",
         "Embedded server only: after N generation requests, every simulated cost is "
         "multiplied by F (default 3), a server that degrades mid-run (to see drift).",
         metavar="N[:F]",
-        parse=parse_slowdown_after,
     ),
     OptionDef(
         "reference-jitter",
@@ -432,8 +357,6 @@ OPTIONS: tuple[OptionDef, ...] = (
         "with this coefficient of variation (0.05 or 5%; 0 is none), as a real accelerator "
         "has.",
         metavar="CV",
-        default="0",
-        parse=parse_jitter,
     ),
     OptionDef(
         "probe",
@@ -443,7 +366,6 @@ OPTIONS: tuple[OptionDef, ...] = (
         "10 s and 64 KiB.",
         metavar="CMD",
         env=("DDTREE_PROBE",),
-        parse=parse_probe,
     ),
     OptionDef(
         "slo",
@@ -452,38 +374,30 @@ OPTIONS: tuple[OptionDef, ...] = (
         "ttft=500ms,tpot=50ms,e2e=2s,goodput=95% (default share 100%).",
         metavar="SPEC",
         env=("DDTREE_SLO",),
-        parse=load_parser("slo"),
     ),
     OptionDef(
         "load-concurrency",
         "Concurrencies ddtree_load runs at (requests in flight, closed loop).",
         metavar="C,C,...",
-        default="1,4,16",
         env=("DDTREE_LOAD_CONCURRENCY",),
-        parse=load_parser("concurrency"),
     ),
     OptionDef(
         "load-rate",
         "Arrival rates (requests/s, open loop) ddtree_load runs at, besides the concurrencies.",
         metavar="R,R,...",
         env=("DDTREE_LOAD_RATE",),
-        parse=load_parser("rate"),
     ),
     OptionDef(
         "load-burstiness",
         "Burstiness of the arrivals at a rate: gamma-distributed gaps of this shape; 1 is "
         "Poisson, below 1 burstier, above 1 more regular.",
         metavar="B",
-        default="1",
-        parse=parse_burstiness,
     ),
     OptionDef(
         "load-requests",
         "Requests per tree budget and load point in ddtree_load; auto is 8 x C (at least 16) "
         "at a concurrency and 32 at a rate. Under xdist the workers share them.",
         metavar="N",
-        default="auto",
-        parse=parse_load_requests,
     ),
     OptionDef(
         "metrics-url",
@@ -492,50 +406,12 @@ OPTIONS: tuple[OptionDef, ...] = (
         "root's /metrics, probed once; off when absent.",
         metavar="URL|off",
         env=("DDTREE_METRICS_URL",),
-        parse=parse_metrics_url,
     ),
 )
 
 OPTIONS_BY_ATTR: dict[str, OptionDef] = {o.attr: o for o in OPTIONS}
-
-
-def _parse_markers(raw: Sequence[str], source: str, name: str) -> tuple[str, ...]:
-    out: list[str] = []
-    for item in raw:
-        if not item.strip():
-            raise fail(name, item, source, "expected a non-empty marker text")
-        if item not in out:
-            out.append(item)
-    return tuple(out)
-
-
-_FIELD_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
-
-
-def _parse_field_path(raw: Any, source: str) -> str:
-    text = str(raw).strip()
-    if text.startswith("/"):
-        # JSON Pointer: each /token is one key, dots literal (/speculative.n_max)
-        tokens = text[1:].split("/")
-        for token in tokens:
-            if not token.strip() or re.search(r"~(?![01])", token) or token != token.strip():
-                raise fail(
-                    "budget-field",
-                    raw,
-                    source,
-                    "expected a JSON Pointer of non-empty keys (/speculative.n_max, "
-                    "/extra/ddtree/budget; ~1 for '/', ~0 for '~')",
-                )
-        return text
-    if not re.fullmatch(rf"{_FIELD_NAME}(\.{_FIELD_NAME})*", text):
-        raise fail(
-            "budget-field",
-            raw,
-            source,
-            "expected a field name, a dotted path (extra.ddtree.budget) or a JSON Pointer "
-            "for keys with dots (/speculative.n_max)",
-        )
-    return text
+if set(OPTIONS_BY_ATTR) != set(_FIELDS) - {"sources"}:  # each field is one option's, and back
+    raise RuntimeError(f"options and Settings differ: {set(OPTIONS_BY_ATTR) ^ set(_FIELDS)}")
 
 
 # --------------------------------------------------------------------------
@@ -563,14 +439,15 @@ def resolve(
         raw, source = _pick(opt, cli, ini, env, suite or {})
         if raw is None:
             continue
-        assert opt.parse is not None
         if opt.repeatable and isinstance(raw, str):
             raw = [line for line in re.split(r"[\n]+", raw) if line.strip()]
         if opt.flag and isinstance(raw, bool):
             raw = "true" if raw else "false"
         values[opt.attr] = opt.parse(raw, source)
         sources[opt.attr] = source
-    return _cross_validate(values, sources)
+    for rule in CROSS_FIELD_RULES:
+        rule(values, sources)
+    return Settings(**values, sources=sources)
 
 
 def _pick(
@@ -597,18 +474,40 @@ def _pick(
     return None, "default"
 
 
-def _cross_validate(values: dict[str, Any], sources: dict[str, str]) -> Settings:
+# --------------------------------------------------------------------------
+# cross-field rules: each a small named function, checked once, in this order, by ``resolve``.
+# Each takes the parsed values and their sources (by attribute), may settle a value that
+# depends on another (an implied mode), and raises ``SettingsError`` in one line.
+
+Rule = Callable[[dict[str, Any], dict[str, str]], None]
+
+
+def budget_mode_follows_endpoints(values: dict[str, Any], sources: dict[str, str]) -> None:
+    """Unset, the budget mode is endpoints when budget endpoints are given; it needs them."""
     endpoints: dict[int, str] = values.get("budget_endpoints", {})
     mode = values.get("budget_mode")
     if mode is None:
-        mode = "endpoints" if endpoints else "field"
+        mode = "endpoints" if endpoints else Settings.budget_mode
         sources["budget_mode"] = "default"
+    if mode == "endpoints" and not endpoints:
+        raise SettingsError(
+            f"invalid budget-mode 'endpoints' (from {sources['budget_mode']}): "
+            "give at least one --ddtree-budget-endpoint BUDGET=URL"
+        )
+    if mode != "endpoints" and endpoints:
+        raise SettingsError(
+            f"invalid budget-endpoint (from {sources['budget_endpoints']}): only used with "
+            f"budget-mode endpoints, but budget-mode is {mode!r} (from {sources['budget_mode']})"
+        )
+    values["budget_mode"] = mode
+
+
+def budgets_follow_budget_mode(values: dict[str, Any], sources: dict[str, str]) -> None:
+    """In endpoints mode the budgets are the endpoints' (each given one needs one); in none
+    mode there are none."""
+    mode = values["budget_mode"]
     if mode == "endpoints":
-        if not endpoints:
-            raise SettingsError(
-                f"invalid budget-mode 'endpoints' (from {sources['budget_mode']}): "
-                "give at least one --ddtree-budget-endpoint BUDGET=URL"
-            )
+        endpoints: dict[int, str] = values["budget_endpoints"]
         if sources.get("budgets", "default") == "default":
             values["budgets"] = tuple(sorted(endpoints))
         else:
@@ -619,21 +518,24 @@ def _cross_validate(values: dict[str, Any], sources: dict[str, str]) -> Settings
                     f"(from {sources['budgets']}): no --ddtree-budget-endpoint for "
                     f"{', '.join(map(str, missing))}"
                 )
-    elif endpoints:
-        raise SettingsError(
-            f"invalid budget-endpoint (from {sources['budget_endpoints']}): only used with "
-            f"budget-mode endpoints, but budget-mode is {mode!r} (from {sources['budget_mode']})"
-        )
     if mode == "none":
         values["budgets"] = ()
-    values["budget_mode"] = mode
-    mapped = stats_map_dialect()
+
+
+def custom_dialect_needs_stats_map(values: dict[str, Any], sources: dict[str, str]) -> None:
+    """A dialect that reads its statistics where ``--ddtree-stats-map`` says needs the map."""
     chosen = lookup(values.get("dialect"))
     if chosen is not None and chosen.needs_stats_map and not values.get("stats_map"):
         raise SettingsError(
             f"invalid dialect {chosen.name!r} (from {sources['dialect']}): "
             "also give --ddtree-stats-map FIELD=/pointer,..."
         )
+
+
+def stats_map_means_custom_dialect(values: dict[str, Any], sources: dict[str, str]) -> None:
+    """A stats map implies the custom dialect, and contradicts any other dialect given."""
+    mapped = stats_map_dialect()
+    chosen = lookup(values.get("dialect"))
     if values.get("stats_map") and values.get("dialect") is not None and chosen is not mapped:
         if sources.get("dialect") == "default":
             values["dialect"] = mapped.name
@@ -643,33 +545,49 @@ def _cross_validate(values: dict[str, Any], sources: dict[str, str]) -> Settings
                 f"--ddtree-dialect={mapped.name}, but dialect is {values['dialect']!r} "
                 f"(from {sources['dialect']})"
             )
-    if values.get("endpoint") is not None and values.get("reference_faults"):
-        raise SettingsError(
-            f"invalid reference-fault (from {sources['reference_faults']}): faults can only be "
-            "injected into the embedded server, but an endpoint is set "
-            f"(from {sources['endpoint']})"
-        )
-    if values.get("endpoint") is not None and values.get("reference_slowdown_after"):
-        raise SettingsError(
-            "invalid reference-slowdown-after (from "
-            f"{sources['reference_slowdown_after']}): only the embedded server can be slowed "
-            f"down, but an endpoint is set (from {sources['endpoint']})"
-        )
-    if values.get("sweep_requests") is not None:
-        arms = max(len(values.get("budgets", DEFAULT_BUDGETS)), 1)
-        if values["sweep_requests"] < DEFAULT_MIN_N * arms:
+
+
+def embedded_server_only(attr: str, why: str) -> Rule:
+    """A rule: option ``attr`` applies to the embedded server only, so not with an endpoint."""
+
+    def rule(values: dict[str, Any], sources: dict[str, str]) -> None:
+        if values.get("endpoint") is not None and values.get(attr):
             raise SettingsError(
-                f"invalid sweep-requests {values['sweep_requests']} (from "
-                f"{sources['sweep_requests']}): below the minimum n ({DEFAULT_MIN_N}) x "
-                f"{arms} budget(s) = {DEFAULT_MIN_N * arms}, so no budget could be judged"
+                f"invalid {OPTIONS_BY_ATTR[attr].name} (from {sources[attr]}): {why}, but an "
+                f"endpoint is set (from {sources['endpoint']})"
             )
-    if values.get("endpoint") is not None and values.get("reference_jitter"):
-        raise SettingsError(
-            f"invalid reference-jitter (from {sources['reference_jitter']}): only the embedded "
-            f"server has simulated costs to jitter, but an endpoint is set "
-            f"(from {sources['endpoint']})"
+
+    rule.__name__ = rule.__qualname__ = f"{attr}_needs_embedded_server"
+    return rule
+
+
+def sweep_requests_can_judge(values: dict[str, Any], sources: dict[str, str]) -> None:
+    """An adaptive sweep's request budget gives every budget the race's minimum: here
+    before any prompt is known, again by the sweep with its prompts (one formula,
+    ``core.settings.too_few_sweep_requests``)."""
+    if values.get("sweep_requests") is not None:
+        arms = max(len(values["budgets"]), 1)
+        why = too_few_sweep_requests(
+            values["sweep_requests"], arms, None, sources["sweep_requests"]
         )
-    return Settings(**values, sources=sources)
+        if why:
+            raise SettingsError(why)
+
+
+CROSS_FIELD_RULES: tuple[Rule, ...] = (
+    budget_mode_follows_endpoints,
+    budgets_follow_budget_mode,
+    custom_dialect_needs_stats_map,
+    stats_map_means_custom_dialect,
+    embedded_server_only(
+        "reference_faults", "faults can only be injected into the embedded server"
+    ),
+    embedded_server_only("reference_slowdown_after", "only the embedded server can be slowed down"),
+    sweep_requests_can_judge,
+    embedded_server_only(
+        "reference_jitter", "only the embedded server has simulated costs to jitter"
+    ),
+)
 
 
 def check_reference_faults(settings: Settings, known: Collection[str]) -> Settings:
@@ -687,56 +605,65 @@ def check_reference_faults(settings: Settings, known: Collection[str]) -> Settin
     return settings
 
 
-#: How an unset budget (the server's own) is named everywhere: ids, groups, tables, reports.
+def _marker_list(value: Any) -> str:
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise TypeError("expected a list of positive integers")
+    return ",".join(str(v) for v in value)
 
 
-#: Keywords allowed in ``@pytest.mark.ddtree(...)``: each overrides the setting of that name.
-MARKER_KEYS: tuple[str, ...] = (
-    "budgets",
-    "max_tokens",
-    "min_tokens",
-    "api",
-    "enable_thinking",
-    "skip_checks",
-    "rounds",
-    "warmup_rounds",
-    "lossless",
-)
+def _marker_int(value: Any) -> Any:
+    if isinstance(value, str):  # the parser takes text from a flag: a marker gives a number
+        raise TypeError("expected an integer, not a string")
+    return value
+
+
+def _marker_bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError("expected True or False")
+    return value
+
+
+def _marker_codes(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+#: Keywords allowed in ``@pytest.mark.ddtree(...)``: each overrides the setting of that name,
+#: its Python value turned into what the option's own parser takes.
+_MARKER_FORMS: dict[str, Callable[[Any], Any]] = {
+    "budgets": _marker_list,
+    "max_tokens": _marker_int,
+    "min_tokens": _marker_int,
+    "api": str,
+    "enable_thinking": _marker_bool,
+    "skip_checks": _marker_codes,
+    "rounds": _marker_int,
+    "warmup_rounds": _marker_int,
+    "lossless": str,
+}
+MARKER_KEYS: tuple[str, ...] = tuple(_MARKER_FORMS)
 
 
 def apply_marker(settings: Settings, kwargs: Mapping[str, Any], where: str) -> Settings:
-    """Settings with ``@pytest.mark.ddtree(**kwargs)`` applied; bad keys or values raise."""
+    """Settings with ``@pytest.mark.ddtree(**kwargs)`` applied; bad keys or values raise.
+
+    Each value goes through its option's parser, so a marker takes what the option
+    takes; its errors name the keyword.
+    """
     changes: dict[str, Any] = {}
     src = f"@pytest.mark.ddtree on {where}"
     for key, value in kwargs.items():
-        if key not in MARKER_KEYS:
+        form = _MARKER_FORMS.get(key)
+        if form is None:
             raise SettingsError(
                 f"invalid marker argument {key!r} ({src}): allowed are {', '.join(MARKER_KEYS)}"
             )
-        if key == "budgets":
-            if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-                raise fail("budgets", value, src, "expected a list of positive integers")
-            changes["budgets"] = parse_budgets(",".join(str(v) for v in value), src)
-        elif key in ("max_tokens", "rounds"):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise fail(key, value, src, "expected an integer >= 1")
-            if key == "max_tokens" and value > MAX_MAX_TOKENS:
-                raise fail(key, value, src, f"expected an integer between 1 and {MAX_MAX_TOKENS}")
-            changes[key] = value
-        elif key in ("min_tokens", "warmup_rounds"):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise fail(key, value, src, "expected an integer >= 0")
-            changes[key] = value
-        elif key == "api":
-            changes["api"] = parse_choice(str(value), src, "api", ("chat", "completions"))
-        elif key == "enable_thinking":
-            if not isinstance(value, bool):
-                raise fail(key, value, src, "expected True or False")
-            changes[key] = value
-        elif key == "skip_checks":
-            if isinstance(value, str):
-                value = [value]
-            changes[key] = tuple(dict.fromkeys((*settings.skip_checks, *parse_codes(value, src))))
-        elif key == "lossless":
-            changes[key] = parse_lossless(str(value), src)
+        try:
+            raw = form(value)
+        except TypeError as exc:
+            raise fail(key, value, src, str(exc)) from None
+        changes[key] = OPTIONS_BY_ATTR[key].parse(raw, src, key)
+    if "skip_checks" in changes:  # added to the configured ones
+        changes["skip_checks"] = tuple(
+            dict.fromkeys((*settings.skip_checks, *changes["skip_checks"]))
+        )
     return settings.with_overrides(**changes)

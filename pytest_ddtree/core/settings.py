@@ -9,17 +9,18 @@ resolution into one validated ``Settings``, are ``pytest_ddtree.core.options``.
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pytest_ddtree.core.budget import Budget
 from pytest_ddtree.core.dialects import CHOICES
 
-DEFAULT_BUDGETS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024)
 #: Sampling temperatures the OpenAI API accepts; the sweep and load points run at each given.
 MAX_TEMPERATURE = 2.0
 # Sane bounds: past them a value is a typo, not a setting. No speculative tree verifies a
@@ -27,7 +28,6 @@ MAX_TEMPERATURE = 2.0
 MAX_BUDGET = 1_048_576
 MAX_MAX_TOKENS = 1_048_576
 MAX_RETRY_429 = 10
-DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 _SIZE_UNITS = {
     "": 1,
     "k": 1024,
@@ -57,6 +57,11 @@ class SettingsError(ValueError):
     """A bad option value; the message is one line naming value and source."""
 
 
+#: A setting's parser: (the raw value, where it came from, the option's name) -> its value,
+#: or ``SettingsError`` naming the three in one line.
+Parser = Callable[[Any, str, str], Any]
+
+
 @dataclass(frozen=True)
 class Timeout:
     """Per-request time limits in seconds.
@@ -70,6 +75,10 @@ class Timeout:
     connect: float = 10.0
     read: float = 60.0
     total: float = 300.0
+
+    def spec(self) -> str:
+        """As ``--ddtree-timeout`` takes it: ``connect=10,read=60,total=300``."""
+        return f"connect={self.connect:g},read={self.read:g},total={self.total:g}"
 
 
 #: Requests an arm of a race gets before any claim about it (and the least n behind a "faster").
@@ -102,96 +111,6 @@ class Lossless:
         return self.mode
 
 
-@dataclass(frozen=True)
-class Settings:
-    """Every pytest-ddtree setting, resolved once and validated.
-
-    This is what the user configured: ``endpoint`` is None when the embedded
-    reference server is used (its URL is found on the ``Runtime``).
-    ``api_key`` is never shown by ``repr`` or in any report. Each attribute
-    is named after its option (``--ddtree-role-marker`` is ``role_markers``:
-    a repeatable option's attribute is plural), see :attr:`OptionDef.attr`.
-    """
-
-    endpoint: str | None = None
-    model: str | None = None
-    api_key: str | None = field(default=None, repr=False)
-    budgets: tuple[int, ...] = DEFAULT_BUDGETS
-    temperatures: tuple[float, ...] = (0.0,)
-    budget_mode: Literal["field", "endpoints", "none"] = "field"
-    budget_field: str = "tree_budget"
-    budget_endpoints: Mapping[int, str] = field(default_factory=dict)
-    dialect: str = "auto"
-    stats_map: Mapping[str, str] = field(default_factory=dict)
-    tokenizer: str = "auto"
-    timeout: Timeout = field(default_factory=Timeout)
-    max_tokens: int = 128
-    min_tokens: int | None = None
-    api: Literal["chat", "completions"] = "chat"
-    enable_thinking: bool = False
-    skip_checks: tuple[str, ...] = ()
-    role_markers: tuple[str, ...] = ()
-    allow_markers: tuple[str, ...] = ()
-    baseline_endpoint: str | None = None
-    lossless: Lossless = field(default_factory=Lossless)
-    distribution_samples: int = 40
-    distribution_alpha: float = 0.05
-    report: str | None = None
-    rounds: int = 3
-    warmup_rounds: int = 1
-    sweep_seed: int = 0
-    sweep_order: Literal["shuffled", "fixed"] = "shuffled"
-    sweep: Literal["exhaustive", "adaptive"] = "adaptive"
-    equivalence: float = 0.02
-    #: None: auto (an exhaustive sweep's requests at SWEEP_AUTO_ROUNDS rounds)
-    sweep_requests: int | None = None
-    #: passes over the sweep prompts collected for a benchmark race (1: no pass=K ids)
-    sweep_passes: int = 1
-    reference_faults: tuple[str, ...] = ()
-    reference_latency: bool = True
-    reference_slowdown: float = 1.0
-    reference_slowdown_after: tuple[int, float] | None = None
-    reference_jitter: float = 0.0
-    probe: str | None = None
-    slo: Any = None  # pytest_ddtree.core.slo.SLO
-    load_concurrency: tuple[int, ...] = (1, 4, 16)
-    load_rate: tuple[float, ...] = ()
-    load_burstiness: float = 1.0
-    load_requests: int | None = None
-    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
-    retry_429: int = 0
-    prompts: Any = None  # pytest_ddtree.core.prompts.PromptSet
-    #: None: the endpoint root's /metrics, probed once; "off": never scraped
-    metrics_url: str | None = None
-    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
-
-    def __repr__(self) -> str:
-        """Short, so a failure's report does not bury its cause under every setting (and
-        never shows a secret): the endpoint, model, budgets and what was not the default."""
-        changed = sorted(k for k, v in self.sources.items() if v != "default")
-        where = "embedded reference server"
-        if self.endpoint:
-            from urllib.parse import urlsplit
-
-            try:  # scheme, host, port and path: never user info or a query's key
-                u = urlsplit(self.endpoint)
-                where = f"{u.scheme}://{u.hostname or ''}{f':{u.port}' if u.port else ''}{u.path}"
-            except ValueError:
-                where = "<unparseable endpoint>"
-        return (
-            f"Settings(endpoint={where!r}, model={self.model!r}, budgets={self.budgets!r}, "
-            f"set={changed!r})"
-        )
-
-    def source_of(self, name: str) -> str:
-        """Where the value of option ``name`` came from (for messages)."""
-        return self.sources.get(name, "default")
-
-    def with_overrides(self, **changes: Any) -> Settings:
-        """A copy with some values replaced (used for marker overrides)."""
-        return replace(self, **changes)
-
-
 # --------------------------------------------------------------------------
 # parsers: each takes the raw string (or list) and the source description
 
@@ -202,7 +121,7 @@ def fail(name: str, raw: object, source: str, why: str) -> SettingsError:
     return SettingsError(f"invalid {name} {raw!r} (from {source}): {why}")
 
 
-def parse_url(raw: str, source: str, name: str = "endpoint") -> str:
+def parse_url(raw: str, source: str, name: str) -> str:
     """An http(s) URL, trailing slash removed."""
     value = raw.strip().rstrip("/")
     try:
@@ -234,39 +153,39 @@ def parse_url(raw: str, source: str, name: str = "endpoint") -> str:
     return value
 
 
-def parse_budgets(raw: str, source: str) -> tuple[int, ...]:
+def parse_budgets(raw: str, source: str, name: str) -> tuple[int, ...]:
     """Comma-separated positive integers, kept in the given order, no repeats."""
     items = [p.strip() for p in raw.split(",")]
     if not any(items):
-        raise fail("budgets", raw, source, "expected a comma-separated list like 16,64,256")
+        raise fail(name, raw, source, "expected a comma-separated list like 16,64,256")
     if "" in items:  # 16,,64 or 16,64, is a typo, not a shorter list
         where = items.index("") + 1
-        raise fail("budgets", raw, source, f"item {where} is empty (expected e.g. 16,64,256)")
+        raise fail(name, raw, source, f"item {where} is empty (expected e.g. 16,64,256)")
     out: list[int] = []
     for item in items:
         if not re.fullmatch(r"\d+", item) or int(item) < 1:
-            raise fail("budgets", raw, source, f"{item!r} is not a positive integer")
+            raise fail(name, raw, source, f"{item!r} is not a positive integer")
         if int(item) > MAX_BUDGET:
             raise fail(
-                "budgets",
+                name,
                 raw,
                 source,
                 f"{item} is beyond any sane tree budget (at most {MAX_BUDGET})",
             )
         if int(item) in out:
-            raise fail("budgets", raw, source, f"{item} is listed twice")
+            raise fail(name, raw, source, f"{item} is listed twice")
         out.append(int(item))
     return tuple(out)
 
 
-def parse_temperatures(raw: str, source: str) -> tuple[float, ...]:
+def parse_temperatures(raw: str, source: str, name: str) -> tuple[float, ...]:
     """Comma-separated temperatures in [0, 2], kept in the given order, no repeats."""
     items = [p.strip() for p in str(raw).split(",")]
     if not any(items):
-        raise fail("temperatures", raw, source, "expected a comma-separated list like 0,0.7,1")
+        raise fail(name, raw, source, "expected a comma-separated list like 0,0.7,1")
     if "" in items:
         where = items.index("") + 1
-        raise fail("temperatures", raw, source, f"item {where} is empty (expected e.g. 0,0.7,1)")
+        raise fail(name, raw, source, f"item {where} is empty (expected e.g. 0,0.7,1)")
     out: list[float] = []
     for item in items:
         try:
@@ -274,14 +193,14 @@ def parse_temperatures(raw: str, source: str) -> tuple[float, ...]:
         except ValueError:
             value = math.nan
         if not math.isfinite(value) or not re.fullmatch(r"[0-9.eE+-]+", item):
-            raise fail("temperatures", raw, source, f"{item!r} is not a number")
+            raise fail(name, raw, source, f"{item!r} is not a number")
         if not 0.0 <= value <= MAX_TEMPERATURE:
-            raise fail("temperatures", raw, source, f"{item} is outside [0, {MAX_TEMPERATURE:g}]")
+            raise fail(name, raw, source, f"{item} is outside [0, {MAX_TEMPERATURE:g}]")
         value += 0.0  # -0.0 is 0
         same = [t for t in out if temperature_label(t) == temperature_label(value)]
         if same:  # ids, groups and tables name a temperature by its label: one each
             twice = "listed twice" if same[0] == value else f"named {temperature_label(value)} too"
-            raise fail("temperatures", raw, source, f"{item} is {twice}")
+            raise fail(name, raw, source, f"{item} is {twice}")
         out.append(value)
     return tuple(out)
 
@@ -328,7 +247,7 @@ def parse_bool(raw: str, source: str, name: str, expected: str = "true or false"
     raise fail(name, raw, source, f"expected {expected}")
 
 
-def parse_timeout(raw: str, source: str) -> Timeout:
+def parse_timeout(raw: str, source: str, name: str) -> Timeout:
     """``120`` (total) or ``connect=5,read=30,total=120`` (any subset)."""
     text = raw.strip()
     base = Timeout()
@@ -345,7 +264,7 @@ def parse_timeout(raw: str, source: str) -> Timeout:
             key, _, num = part.partition("=")
             key = key.strip()
             if key not in ("connect", "read", "total") or key in values:
-                raise fail("timeout", raw, source, f"unknown or repeated key {key!r}")
+                raise fail(name, raw, source, f"unknown or repeated key {key!r}")
             number = float(num)
             if not math.isfinite(number) or number <= 0:
                 raise ValueError
@@ -354,30 +273,28 @@ def parse_timeout(raw: str, source: str) -> Timeout:
         raise
     except ValueError:
         raise fail(
-            "timeout", raw, source, "expected seconds > 0, e.g. 120 or connect=5,read=30,total=120"
+            name, raw, source, "expected seconds > 0, e.g. 120 or connect=5,read=30,total=120"
         ) from None
     return replace(base, **values)
 
 
-def parse_budget_endpoints(raw: Sequence[str], source: str) -> dict[int, str]:
+def parse_budget_endpoints(raw: Sequence[str], source: str, name: str) -> dict[int, str]:
     """Repeated ``BUDGET=URL`` pairs."""
     out: dict[int, str] = {}
     for item in raw:
         budget, sep, url = item.partition("=")
         if not sep or not re.fullmatch(r"\s*\d+\s*", budget) or int(budget) < 1:
-            raise fail(
-                "budget-endpoint", item, source, "expected BUDGET=URL, e.g. 64=http://h:30064/v1"
-            )
+            raise fail(name, item, source, "expected BUDGET=URL, e.g. 64=http://h:30064/v1")
         b = int(budget)
         if b > MAX_BUDGET:
-            raise fail("budget-endpoint", item, source, f"budget {b} is beyond {MAX_BUDGET}")
+            raise fail(name, item, source, f"budget {b} is beyond {MAX_BUDGET}")
         if b in out:
-            raise fail("budget-endpoint", item, source, f"budget {b} given twice")
-        out[b] = parse_url(url, source, name="budget-endpoint")
+            raise fail(name, item, source, f"budget {b} given twice")
+        out[b] = parse_url(url, source, name)
     return out
 
 
-def parse_stats_map(raw: str, source: str) -> dict[str, str]:
+def parse_stats_map(raw: str, source: str, name: str) -> dict[str, str]:
     """``field=/json/pointer,...`` for the custom dialect."""
     out: dict[str, str] = {}
     for part in [p.strip() for p in raw.split(",") if p.strip()]:
@@ -385,18 +302,16 @@ def parse_stats_map(raw: str, source: str) -> dict[str, str]:
         key = key.strip()
         pointer = pointer.strip()
         if not sep or key not in SPEC_FIELDS:
-            raise fail("stats-map", raw, source, f"keys must be among {', '.join(SPEC_FIELDS)}")
+            raise fail(name, raw, source, f"keys must be among {', '.join(SPEC_FIELDS)}")
         if not pointer.startswith("/"):
-            raise fail(
-                "stats-map", raw, source, f"{pointer!r} is not a JSON pointer (starts with /)"
-            )
+            raise fail(name, raw, source, f"{pointer!r} is not a JSON pointer (starts with /)")
         out[key] = pointer
     if not out:
-        raise fail("stats-map", raw, source, "expected e.g. decode_rounds=/meta/rounds")
+        raise fail(name, raw, source, "expected e.g. decode_rounds=/meta/rounds")
     return out
 
 
-def parse_lossless(raw: str, source: str) -> Lossless:
+def parse_lossless(raw: str, source: str, name: str) -> Lossless:
     """``exact``, ``near-tie[:MARGIN]``, ``off`` or ``prefix:N``."""
     text = raw.strip().lower()
     if text in ("exact", "off"):
@@ -410,7 +325,7 @@ def parse_lossless(raw: str, source: str) -> Lossless:
     if m and int(m.group(1)) >= 1:
         return Lossless(mode="prefix", prefix_tokens=int(m.group(1)))
     raise fail(
-        "lossless",
+        name,
         raw,
         source,
         f"expected exact, near-tie, near-tie:MARGIN (nats, greater than 0, at most "
@@ -418,22 +333,22 @@ def parse_lossless(raw: str, source: str) -> Lossless:
     )
 
 
-def parse_report(raw: str, source: str) -> str:
+def parse_report(raw: str, source: str, name: str) -> str:
     """A directory path (created when the report is written)."""
     if not raw.strip():
-        raise fail("report", raw, source, "expected a directory path")
+        raise fail(name, raw, source, "expected a directory path")
     return raw.strip()
 
 
-def parse_tokenizer(raw: str, source: str) -> str:
+def parse_tokenizer(raw: str, source: str, name: str) -> str:
     """``auto``, ``server``, ``none`` or a path to a tokenizer.json (checked later)."""
     text = raw.strip()
     if not text:
-        raise fail("tokenizer", raw, source, "expected auto, server, none or a tokenizer.json path")
+        raise fail(name, raw, source, "expected auto, server, none or a tokenizer.json path")
     return text if text.lower() not in ("auto", "server", "none") else text.lower()
 
 
-def parse_codes(raw: Sequence[str], source: str) -> tuple[str, ...]:
+def parse_codes(raw: Sequence[str], source: str, name: str) -> tuple[str, ...]:
     """Invariant codes to skip; validated against the known codes later."""
     out: list[str] = []
     for item in raw:
@@ -441,7 +356,7 @@ def parse_codes(raw: Sequence[str], source: str) -> tuple[str, ...]:
             code = code.strip()
             if code and code not in out:
                 if not re.fullmatch(r"[a-z][a-z0-9-]*", code):
-                    raise fail("skip-check", item, source, "codes look like early-stop, role-leak")
+                    raise fail(name, item, source, "codes look like early-stop, role-leak")
                 out.append(code)
     return tuple(out)
 
@@ -450,31 +365,29 @@ def _items(raw: str) -> list[str]:
     return [p.strip() for p in raw.split(",") if p.strip()]
 
 
-def parse_concurrencies(raw: str, source: str) -> tuple[int, ...]:
+def parse_concurrencies(raw: str, source: str, name: str = "load-concurrency") -> tuple[int, ...]:
     """``1,4,16,64``: whole numbers >= 1, no repeats; ValueError naming value and source."""
     items = _items(raw)
     if not items:
-        raise ValueError(f"invalid load-concurrency {raw!r} (from {source}): expected e.g. 1,4,16")
+        raise ValueError(f"invalid {name} {raw!r} (from {source}): expected e.g. 1,4,16")
     out: list[int] = []
     for item in items:
         if not re.fullmatch(r"\d+", item) or int(item) < 1:
             raise ValueError(
-                f"invalid load-concurrency {raw!r} (from {source}): {item!r} is not an integer >= 1"
+                f"invalid {name} {raw!r} (from {source}): {item!r} is not an integer >= 1"
             )
         if int(item) in out:
-            raise ValueError(
-                f"invalid load-concurrency {raw!r} (from {source}): {item} is listed twice"
-            )
+            raise ValueError(f"invalid {name} {raw!r} (from {source}): {item} is listed twice")
         out.append(int(item))
     return tuple(out)
 
 
-def parse_rates(raw: str, source: str) -> tuple[float, ...]:
+def parse_rates(raw: str, source: str, name: str = "load-rate") -> tuple[float, ...]:
     """``0.5,2,8``: request rates per second > 0, no repeats."""
     items = _items(raw)
     if not items:
         raise ValueError(
-            f"invalid load-rate {raw!r} (from {source}): expected e.g. 0.5,2,8 (requests/s)"
+            f"invalid {name} {raw!r} (from {source}): expected e.g. 0.5,2,8 (requests/s)"
         )
     out: list[float] = []
     for item in items:
@@ -484,35 +397,38 @@ def parse_rates(raw: str, source: str) -> tuple[float, ...]:
             value = math.nan
         if not math.isfinite(value) or value <= 0:
             raise ValueError(
-                f"invalid load-rate {raw!r} (from {source}): "
-                f"{item!r} is not a rate > 0 (requests/s)"
+                f"invalid {name} {raw!r} (from {source}): {item!r} is not a rate > 0 (requests/s)"
             )
         if value in out:
-            raise ValueError(f"invalid load-rate {raw!r} (from {source}): {item} is listed twice")
+            raise ValueError(f"invalid {name} {raw!r} (from {source}): {item} is listed twice")
         out.append(value)
     return tuple(out)
 
 
-def load_parser(name: str) -> Callable[[Any, str], Any]:
-    """A load option's parser whose ValueError becomes a ``SettingsError``."""
+def _value_error_as_settings_error(fn: Callable[[str, str, str], Any]) -> Parser:
+    """A parser raising ``ValueError`` (the load options') as one raising ``SettingsError``."""
 
-    def parse(raw: Any, source: str) -> Any:
-        from pytest_ddtree.core import slo
-
-        fn = {
-            "slo": slo.parse_slo,
-            "concurrency": parse_concurrencies,
-            "rate": parse_rates,
-        }[name]
+    def parse(raw: Any, source: str, name: str) -> Any:
         try:
-            return fn(str(raw), source)
+            return fn(str(raw), source, name)
         except ValueError as exc:
             raise SettingsError(str(exc)) from None
 
     return parse
 
 
-def parse_prompts(raw: Any, source: str) -> Any:
+def _slo(raw: str, source: str, name: str) -> Any:
+    from pytest_ddtree.core import slo  # names the option itself ("slo")
+
+    return slo.parse_slo(raw, source)
+
+
+parse_load_concurrency = _value_error_as_settings_error(parse_concurrencies)
+parse_load_rate = _value_error_as_settings_error(parse_rates)
+parse_slo = _value_error_as_settings_error(_slo)
+
+
+def parse_prompts(raw: Any, source: str, name: str = "prompts") -> Any:
     """A prompt set file (JSON or JSON Lines), read and validated now: a ``PromptSet``.
 
     An ini value arrives as a list of paths relative to the ini file (``type="paths"``).
@@ -521,15 +437,15 @@ def parse_prompts(raw: Any, source: str) -> Any:
 
     if isinstance(raw, (list, tuple)):
         if len(raw) != 1:
-            raise fail("prompts", " ".join(map(str, raw)), source, "expected one file path")
+            raise fail(name, " ".join(map(str, raw)), source, "expected one file path")
         raw = raw[0]
     path = str(raw).strip()
     if not path:
-        raise fail("prompts", raw, source, "expected a JSON or JSON Lines file path")
+        raise fail(name, raw, source, "expected a JSON or JSON Lines file path")
     try:
         return load_prompts(path)
     except PromptFileError as exc:
-        raise SettingsError(f"invalid prompts (from {source}): {exc}") from None
+        raise SettingsError(f"invalid {name} (from {source}): {exc}") from None
 
 
 def _number(raw: object, *, percent: bool = False) -> float:
@@ -543,12 +459,12 @@ def _number(raw: object, *, percent: bool = False) -> float:
         return math.nan
 
 
-def parse_slowdown(raw: str, source: str) -> float:
+def parse_slowdown(raw: str, source: str, name: str) -> float:
     """A factor between 0.1 and 10 on the embedded server's simulated time."""
     value = _number(raw)
     if not math.isfinite(value) or not 0.1 <= value <= 10:
         raise fail(
-            "reference-slowdown",
+            name,
             raw,
             source,
             "expected a factor between 0.1 and 10 (1 is as built)",
@@ -556,12 +472,12 @@ def parse_slowdown(raw: str, source: str) -> float:
     return value
 
 
-def parse_jitter(raw: str, source: str) -> float:
+def parse_jitter(raw: str, source: str, name: str) -> float:
     """A coefficient of variation between 0 and 1 (``0.05`` or ``5%``)."""
     value = _number(raw, percent=True)
     if not math.isfinite(value) or not 0 <= value <= 1:
         raise fail(
-            "reference-jitter",
+            name,
             raw,
             source,
             "expected a coefficient of variation between 0 and 1, e.g. 0.05 or 5%",
@@ -569,19 +485,19 @@ def parse_jitter(raw: str, source: str) -> float:
     return value
 
 
-def parse_equivalence(raw: str, source: str) -> float:
+def parse_equivalence(raw: str, source: str, name: str) -> float:
     """The race's practical margin: ``2%`` or ``0.02``, within (0, 50%)."""
     value = _number(raw, percent=True)
     if not math.isfinite(value) or not 0 < value < 0.5:
-        raise fail("equivalence", raw, source, "expected a margin above 0% and below 50%, e.g. 2%")
+        raise fail(name, raw, source, "expected a margin above 0% and below 50%, e.g. 2%")
     return value
 
 
-def parse_sweep_requests(raw: str, source: str) -> int | None:
-    """``auto`` or an integer >= 1 (checked against the budgets in ``_cross_validate``)."""
+def parse_sweep_requests(raw: str, source: str, name: str) -> int | None:
+    """``auto`` or an integer >= 1 (checked against the budgets by ``sweep_requests_can_judge``)."""
     if str(raw).strip().lower() == "auto":
         return None
-    return parse_positive_int(raw, source, "sweep-requests")
+    return parse_positive_int(raw, source, name)
 
 
 #: Random splits of the pooled answers in the distribution test
@@ -597,13 +513,13 @@ def least_alpha(permutations: int = DISTRIBUTION_PERMUTATIONS) -> float:
     return 1.0 / (permutations + 1)
 
 
-def parse_alpha(raw: str, source: str) -> float:
+def parse_alpha(raw: str, source: str, name: str) -> float:
     """A significance level (``0.05`` or ``5%``) the permutation test can reach, up to 0.5."""
     value = _number(raw, percent=True)
     low = least_alpha()
     if not math.isfinite(value) or not low <= value <= 0.5:
         raise fail(
-            "distribution-alpha",
+            name,
             raw,
             source,
             f"expected a level from {low:g} (the smallest p-value the test's permutations can "
@@ -612,49 +528,255 @@ def parse_alpha(raw: str, source: str) -> float:
     return value
 
 
-def parse_metrics_url(raw: str, source: str) -> str:
+def parse_metrics_url(raw: str, source: str, name: str) -> str:
     """``off`` or an http(s) URL of a Prometheus ``/metrics`` page."""
     if str(raw).strip().lower() == "off":
         return "off"
-    return parse_url(str(raw), source, "metrics-url")
+    return parse_url(str(raw), source, name)
 
 
-def parse_burstiness(raw: str, source: str) -> float:
+def parse_burstiness(raw: str, source: str, name: str) -> float:
     """A number > 0 (1 = Poisson arrivals)."""
     value = _number(raw)
     if not math.isfinite(value) or value <= 0:
-        raise fail("load-burstiness", raw, source, "expected a number > 0 (1 is Poisson)")
+        raise fail(name, raw, source, "expected a number > 0 (1 is Poisson)")
     return value
 
 
-def parse_load_requests(raw: str, source: str) -> int | None:
+def parse_load_requests(raw: str, source: str, name: str) -> int | None:
     """``auto`` or an integer >= 1."""
     if str(raw).strip().lower() == "auto":
         return None
-    return parse_positive_int(raw, source, "load-requests")
+    return parse_positive_int(raw, source, name)
 
 
-def parse_slowdown_after(raw: str, source: str) -> tuple[int, float]:
+def parse_slowdown_after(raw: str, source: str, name: str) -> tuple[int, float]:
     """``N`` or ``N:F``: after N requests, costs times F (F > 0, default 3)."""
     text = str(raw).strip()
     m = re.fullmatch(r"(\d{1,9})(?::([0-9]*\.?[0-9]+))?", text)
     factor = float(m.group(2)) if m and m.group(2) else 3.0
     if not m or not math.isfinite(factor) or factor <= 0:
-        raise fail("reference-slowdown-after", raw, source, "expected N or N:F, e.g. 40 or 40:2.5")
+        raise fail(name, raw, source, "expected N or N:F, e.g. 40 or 40:2.5")
     return int(m.group(1)), factor
 
 
-def parse_probe(raw: str, source: str) -> str:
+def parse_probe(raw: str, source: str, name: str) -> str:
     """A command line, split like a shell would (checked here so a bad quote fails early)."""
     import shlex
 
     try:
         words = shlex.split(str(raw))
     except ValueError as exc:
-        raise fail("probe", raw, source, f"cannot split it into words ({exc})") from None
+        raise fail(name, raw, source, f"cannot split it into words ({exc})") from None
     if not words:
-        raise fail("probe", raw, source, "expected a command, e.g. nvidia-smi")
+        raise fail(name, raw, source, "expected a command, e.g. nvidia-smi")
     return str(raw).strip()
+
+
+def parse_text(raw: Any, source: str, name: str) -> str:
+    """Any text, stripped."""
+    return str(raw).strip()
+
+
+def parse_markers(raw: Sequence[str], source: str, name: str) -> tuple[str, ...]:
+    """Marker texts (repeatable), each non-empty, no repeats."""
+    out: list[str] = []
+    for item in raw:
+        if not item.strip():
+            raise fail(name, item, source, "expected a non-empty marker text")
+        if item not in out:
+            out.append(item)
+    return tuple(out)
+
+
+_FIELD_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+def parse_field_path(raw: Any, source: str, name: str) -> str:
+    """A request body field: a name, a dotted path, or a JSON Pointer whose dots are literal."""
+    text = str(raw).strip()
+    if text.startswith("/"):
+        # JSON Pointer: each /token is one key, dots literal (/speculative.n_max)
+        tokens = text[1:].split("/")
+        for token in tokens:
+            if not token.strip() or re.search(r"~(?![01])", token) or token != token.strip():
+                raise fail(
+                    name,
+                    raw,
+                    source,
+                    "expected a JSON Pointer of non-empty keys (/speculative.n_max, "
+                    "/extra/ddtree/budget; ~1 for '/', ~0 for '~')",
+                )
+        return text
+    if not re.fullmatch(rf"{_FIELD_NAME}(\.{_FIELD_NAME})*", text):
+        raise fail(
+            name,
+            raw,
+            source,
+            "expected a field name, a dotted path (extra.ddtree.budget) or a JSON Pointer "
+            "for keys with dots (/speculative.n_max)",
+        )
+    return text
+
+
+def least_requests(budgets: int, prompts: int = 1, min_n: int = DEFAULT_MIN_N) -> int:
+    """The fewest requests that give every budget the race's minimum (two rounds at least).
+
+    With one prompt (the default) it is the least any prompt set needs: ``min_n`` a budget.
+    """
+    rounds = max(2, -(-min_n // prompts))
+    return rounds * budgets * prompts
+
+
+def too_few_sweep_requests(
+    requests: int, budgets: int, prompts: int | None, source: str
+) -> str | None:
+    """Why an adaptive sweep's request budget could judge no budget, in one line; else None.
+
+    ``prompts`` None: the option alone, before the prompts are known (the least any
+    prompt set needs); a number: the sweep's own prompts, known when it runs.
+    """
+    least = least_requests(budgets, prompts or 1)
+    if requests >= least:
+        return None
+    if prompts is None:
+        return (
+            f"invalid sweep-requests {requests} (from {source}): below the minimum n "
+            f"({DEFAULT_MIN_N}) x {budgets} budget(s) = {least}, so no budget could be judged"
+        )
+    return (
+        f"invalid sweep-requests {requests} (from {source}): below the minimum n x {budgets} "
+        f"budget(s) x {prompts} prompt(s) = {least} (two rounds at least, so every prompt has "
+        "a spread)"
+    )
+
+
+def setting(default: str | None, parse: Parser, *, unset: Any = None, repr: bool = True) -> Any:
+    """A ``Settings`` field: its option's ``default`` as a user writes it, and its parser.
+
+    The field's typed default is ``default`` parsed, or ``unset`` for an option
+    without one (the value when it is not given). The option table reads both
+    back (``OptionDef.default``, ``OptionDef.parse``), so each is stated here only.
+    """
+    meta = {"default": default, "parse": parse}
+    value = unset if default is None else parse(default, "default", "default")
+    if value.__hash__ is None:  # a mutable default: a fresh copy each time
+        return field(default_factory=lambda: copy.copy(value), metadata=meta, repr=repr)
+    return field(default=value, metadata=meta, repr=repr)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every pytest-ddtree setting, resolved once and validated.
+
+    This is what the user configured: ``endpoint`` is None when the embedded
+    reference server is used (its URL is found on the ``Runtime``).
+    ``api_key`` is never shown by ``repr`` or in any report. Each attribute
+    is named after its option (``--ddtree-role-marker`` is ``role_markers``:
+    a repeatable option's attribute is plural), see :attr:`OptionDef.attr`.
+
+    Each field is declared once, with its option's default as a user writes it (what
+    ``--help`` and the docs show) and its parser: the typed default is that text parsed
+    (:func:`setting`). ``pytest_ddtree.core.options.OPTIONS`` adds each option's flag,
+    ini key, environment variables and help.
+    """
+
+    endpoint: str | None = setting(None, parse_url)
+    model: str | None = setting(None, parse_text)
+    api_key: str | None = setting(None, parse_text, repr=False)
+    budgets: tuple[int, ...] = setting("16,32,64,128,256,512,1024", parse_budgets)
+    temperatures: tuple[float, ...] = setting("0", parse_temperatures)
+    #: no option default: ``endpoints`` when budget endpoints are given, else this (``_cross``)
+    budget_mode: Literal["field", "endpoints", "none"] = setting(
+        None, partial(parse_choice, choices=("field", "endpoints", "none")), unset="field"
+    )
+    budget_field: str = setting("tree_budget", parse_field_path)
+    budget_endpoints: Mapping[int, str] = setting(None, parse_budget_endpoints, unset={})
+    dialect: str = setting("auto", partial(parse_choice, choices=DIALECTS))
+    stats_map: Mapping[str, str] = setting(None, parse_stats_map, unset={})
+    tokenizer: str = setting("auto", parse_tokenizer)
+    timeout: Timeout = setting(Timeout().spec(), parse_timeout)
+    max_tokens: int = setting("128", partial(parse_positive_int, maximum=MAX_MAX_TOKENS))
+    min_tokens: int | None = setting(
+        None, partial(parse_positive_int, minimum=0, maximum=MAX_MAX_TOKENS)
+    )
+    api: Literal["chat", "completions"] = setting(
+        "chat", partial(parse_choice, choices=("chat", "completions"))
+    )
+    enable_thinking: bool = setting("false", parse_bool)
+    skip_checks: tuple[str, ...] = setting(None, parse_codes, unset=())
+    role_markers: tuple[str, ...] = setting(None, parse_markers, unset=())
+    allow_markers: tuple[str, ...] = setting(None, parse_markers, unset=())
+    baseline_endpoint: str | None = setting(None, parse_url)
+    lossless: Lossless = setting(Lossless.mode, parse_lossless)
+    distribution_samples: int = setting(
+        "40", partial(parse_positive_int, minimum=5, maximum=10_000)
+    )
+    distribution_alpha: float = setting("0.05", parse_alpha)
+    report: str | None = setting(None, parse_report)
+    rounds: int = setting("3", parse_positive_int)
+    warmup_rounds: int = setting("1", partial(parse_positive_int, minimum=0))
+    sweep_seed: int = setting("0", partial(parse_positive_int, minimum=0))
+    sweep_order: Literal["shuffled", "fixed"] = setting(
+        "shuffled", partial(parse_choice, choices=("shuffled", "fixed"))
+    )
+    sweep: Literal["exhaustive", "adaptive"] = setting(
+        "adaptive", partial(parse_choice, choices=("exhaustive", "adaptive"))
+    )
+    equivalence: float = setting("2%", parse_equivalence)
+    #: None: auto (an exhaustive sweep's requests at SWEEP_AUTO_ROUNDS rounds)
+    sweep_requests: int | None = setting("auto", parse_sweep_requests)
+    #: passes over the sweep prompts collected for a benchmark race (1: no pass=K ids)
+    sweep_passes: int = setting("1", partial(parse_positive_int, maximum=100))
+    reference_faults: tuple[str, ...] = setting(None, parse_codes, unset=())
+    reference_latency: bool = setting("on", partial(parse_bool, expected="on or off"))
+    reference_slowdown: float = setting("1", parse_slowdown)
+    reference_slowdown_after: tuple[int, float] | None = setting(None, parse_slowdown_after)
+    reference_jitter: float = setting("0", parse_jitter)
+    probe: str | None = setting(None, parse_probe)
+    slo: Any = setting(None, parse_slo)  # pytest_ddtree.core.slo.SLO
+    load_concurrency: tuple[int, ...] = setting("1,4,16", parse_load_concurrency)
+    load_rate: tuple[float, ...] = setting(None, parse_load_rate, unset=())
+    load_burstiness: float = setting("1", parse_burstiness)
+    load_requests: int | None = setting("auto", parse_load_requests)
+    max_response_bytes: int = setting("8MiB", parse_size)
+    retry_429: int = setting("0", partial(parse_positive_int, minimum=0, maximum=MAX_RETRY_429))
+    prompts: Any = setting(None, parse_prompts)  # pytest_ddtree.core.prompts.PromptSet
+    #: None: the endpoint root's /metrics, probed once; "off": never scraped
+    metrics_url: str | None = setting(None, parse_metrics_url)
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def __repr__(self) -> str:
+        """Short, so a failure's report does not bury its cause under every setting (and
+        never shows a secret): the endpoint, model, budgets and what was not the default."""
+        changed = sorted(k for k, v in self.sources.items() if v != "default")
+        where = "embedded reference server"
+        if self.endpoint:
+            from urllib.parse import urlsplit
+
+            try:  # scheme, host, port and path: never user info or a query's key
+                u = urlsplit(self.endpoint)
+                where = f"{u.scheme}://{u.hostname or ''}{f':{u.port}' if u.port else ''}{u.path}"
+            except ValueError:
+                where = "<unparseable endpoint>"
+        return (
+            f"Settings(endpoint={where!r}, model={self.model!r}, budgets={self.budgets!r}, "
+            f"set={changed!r})"
+        )
+
+    def source_of(self, name: str) -> str:
+        """Where the value of option ``name`` came from (for messages)."""
+        return self.sources.get(name, "default")
+
+    def with_overrides(self, **changes: Any) -> Settings:
+        """A copy with some values replaced (used for marker overrides)."""
+        return replace(self, **changes)
+
+
+#: Aliases kept for their importers: the defaults themselves are ``Settings``'.
+DEFAULT_BUDGETS: tuple[int, ...] = Settings.budgets
+DEFAULT_MAX_RESPONSE_BYTES: int = Settings.max_response_bytes
+
 
 
 def budget_label(tree_budget: int | None) -> str:

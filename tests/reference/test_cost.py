@@ -135,3 +135,24 @@ def test_jitter_on_the_command_line() -> None:
     with pytest.raises(SystemExit) as exc:
         main(["--jitter", "-1"])
     assert exc.value.code == 2
+
+
+def test_the_launch_arguments_reproduce_the_options() -> None:
+    from pytest_ddtree.reference.__main__ import build_parser, options_from_args
+    from pytest_ddtree.reference.faults import FAULTS
+
+    changed = ServerOptions(
+        port=8123,
+        target_only=True,
+        faults=tuple(FAULTS)[:2],
+        simulated_latency=False,
+        default_tree_budget=32,
+        cost=CostModel(draft_ms=1.5, slowdown=2.0),
+        slowdown_after=4,
+        slowdown_factor=2.5,
+        jitter=0.1,
+        model_id="m",
+    )
+    for opts in (ServerOptions(), changed):
+        assert options_from_args(build_parser().parse_args(options_to_argv(opts))) == opts
+    assert options_to_argv(ServerOptions()) == []  # the defaults are the server's own

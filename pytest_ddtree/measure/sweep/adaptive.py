@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.measure.sweep.plan import GroupWatch, PlannedRequest, SweepPlan, seed_key
-from pytest_ddtree.measure.sweep.race import DEFAULT_MIN_N, Race, RaceRule
+from pytest_ddtree.measure.sweep.race import Race, RaceRule
 from pytest_ddtree.measure.sweep.samples import SweepSample
 from pytest_ddtree.wire.completion import Completion
 
@@ -28,12 +28,6 @@ AUTO_ROUNDS = 30
 def auto_requests(budgets: int, prompts: int) -> int:
     """The default request budget of an adaptive sweep."""
     return AUTO_ROUNDS * budgets * prompts
-
-
-def least_requests(budgets: int, prompts: int, min_n: int = DEFAULT_MIN_N) -> int:
-    """The fewest requests that give every budget the race's minimum (two rounds at least)."""
-    rounds = max(2, -(-min_n // prompts))
-    return rounds * budgets * prompts
 
 
 class _Runner:

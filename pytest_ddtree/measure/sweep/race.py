@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any, Generic, Literal, TypeVar
 
-from pytest_ddtree.core.settings import DEFAULT_MIN_N
+from pytest_ddtree.core.settings import DEFAULT_MIN_N, Settings
 
 __all__ = [
     "DEFAULT_CONFIDENCE",
@@ -82,8 +82,8 @@ __all__ = [
 
 K = TypeVar("K", bound=Hashable)
 
-#: The practical margin: budgets within 2% of the best are as fast.
-DEFAULT_EQUIVALENCE = 0.02
+#: The practical margin: budgets within it of the best are as fast (``--ddtree-equivalence``).
+DEFAULT_EQUIVALENCE: float = Settings.equivalence
 #: Confidence of a race's claims over all its looks together (:meth:`RaceRule.look_confidence`).
 DEFAULT_CONFIDENCE = 0.95
 #: Robust SDs beyond which a value's residual is clipped (see ``_tamed``).

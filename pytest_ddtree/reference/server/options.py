@@ -101,49 +101,7 @@ def _options(kwargs: dict[str, Any]) -> ServerOptions:
 
 
 def options_to_argv(options: ServerOptions) -> list[str]:
-    """Command-line arguments reproducing ``options``."""
-    c = options.cost
-    argv = [
-        "--host",
-        options.host,
-        "--port",
-        str(options.port),
-        "--tree-budget",
-        str(options.default_tree_budget),
-        "--block-size",
-        str(options.block_size),
-        "--draft-ms",
-        repr(c.draft_ms),
-        "--verify-base-ms",
-        repr(c.verify_base_ms),
-        "--verify-free-nodes",
-        str(c.verify_free_nodes),
-        "--verify-per-node-ms",
-        repr(c.verify_per_node_ms),
-        "--verify-quadratic-ms",
-        repr(c.verify_quadratic_ms),
-        "--prefill-ms-per-token",
-        repr(c.prefill_ms_per_token),
-        "--slowdown",
-        repr(c.slowdown),
-        "--seed",
-        str(options.seed),
-        "--stats-dialect",
-        options.stats_dialect,
-        "--hang-seconds",
-        repr(options.hang_seconds),
-        "--model-id",
-        options.model_id,
-    ]
-    if options.target_only:
-        argv.append("--target-only")
-    if not options.simulated_latency:
-        argv.append("--no-simulated-latency")
-    for f in options.faults:
-        argv += ["--fault", f]
-    if options.slowdown_after is not None:
-        argv += ["--slowdown-after", str(options.slowdown_after)]
-        argv += ["--slowdown-factor", repr(options.slowdown_factor)]
-    if options.jitter:
-        argv += ["--jitter", repr(options.jitter)]
-    return argv
+    """Command-line arguments reproducing ``options`` (from the flag table, ``..flags``)."""
+    from ..flags import options_to_argv as from_flag_table  # ..flags reads this module
+
+    return from_flag_table(options)
