@@ -778,7 +778,6 @@ DEFAULT_BUDGETS: tuple[int, ...] = Settings.budgets
 DEFAULT_MAX_RESPONSE_BYTES: int = Settings.max_response_bytes
 
 
-
 def budget_label(tree_budget: int | None) -> str:
     """How a budget is named in tables and messages: ``64`` or ``server-default``."""
     return Budget(tree_budget).label
