@@ -15,6 +15,8 @@ the code itself, so the documentation cannot drift from it:
     the reference server's faults, from ``pytest_ddtree.reference.FAULTS``;
 ``<!-- ddtree:server-options -->``
     the reference server's command-line options, from its argument parser;
+``<!-- ddtree:dialects -->``
+    the statistics dialects, from the registry ``pytest_ddtree.core.dialects.REGISTRY``;
 ``<!-- ddtree:fixtures -->``
     the signatures and docstrings of the fixture objects, from
     ``pytest_ddtree.pytest_plugin.fixtures``.
@@ -217,7 +219,28 @@ def fixtures_markdown() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def dialects_markdown() -> str:
+    """One row per registered dialect: where its statistics are, where a per-request budget
+    goes, which fields name the stop that fired, its ``/tokenize`` and its ``/metrics`` names."""
+    from pytest_ddtree.core.dialects import REGISTRY
+
+    lines = [
+        "| Dialect | Statistics | Budget field | Stop named by | `/tokenize` | `/metrics` |",
+        "|---|---|---|---|---|---|",
+    ]
+    for d in REGISTRY.values():
+        budget = f"`{d.budget_field}`" if d.budget_field else "-"
+        stops = ", ".join(f"`{f}`" for f in d.stop_fields) or "-"
+        tokenize = f"`{d.tokenize.path}`" if d.tokenize else "-"
+        metrics = f"`{d.metrics.prefix}:...`" if d.metrics else "-"
+        lines.append(
+            f"| `{d.name}` | {_cell(d.summary)} | {budget} | {stops} | {tokenize} | {metrics} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 GENERATORS = {
+    "dialects": dialects_markdown,
     "options": options_markdown,
     "marker": marker_markdown,
     "codes": codes_markdown,

@@ -220,6 +220,16 @@ def test_fixture_reference_shows_the_real_signatures() -> None:
             assert param in hooks.fixture_signature(fixture, cls), (fixture, param)
 
 
+def test_the_dialect_table_has_one_row_per_registered_dialect() -> None:
+    from pytest_ddtree.core.dialects import REGISTRY
+
+    rows = [line for line in _rendered("options.md").splitlines() if line.startswith("| `")]
+    dialect_rows = [
+        r.split("|")[1].strip(" `") for r in rows if r.split("|")[1].strip(" `") in REGISTRY
+    ]
+    assert dialect_rows == list(REGISTRY)
+
+
 def test_every_code_and_fault_has_one_layer_vocabulary() -> None:
     from pytest_ddtree.checks.diagnose import TRANSPORT_CODES, VERDICT_TITLES
     from pytest_ddtree.checks.invariants import CODE_LAYERS, CODES, LAYERS
