@@ -19,8 +19,9 @@ from pytest_ddtree.checks.sampling import request_seed
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.core.violation import InvariantError, Violation, codes_of
 from pytest_ddtree.measure.sweep import SweepSample, SweepSummary
-from pytest_ddtree.wire.client import DDTreeClient, Messages
+from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Api, Completion
+from pytest_ddtree.wire.protocol import Messages
 from pytest_ddtree.wire.servermetrics import CounterLog, GroupWatch
 
 #: a completion and the invariants it broke

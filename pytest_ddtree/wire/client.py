@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -27,6 +26,7 @@ from pytest_ddtree.wire.protocol import (
     Attempts,
     EndpointConfig,
     Exchange,
+    Messages,
     StallGuard,
     StreamDecoder,
     assemble,
@@ -35,7 +35,6 @@ from pytest_ddtree.wire.protocol import (
     one_line,
 )
 
-Messages = str | Sequence[Mapping[str, Any]]
 #: the keywords of ``chat``/``complete`` that shape the request (any other is a body field)
 REQUEST_KEYWORDS = ("max_tokens", "temperature", "tree_budget", "stream", "prompt_id", "headers")
 
