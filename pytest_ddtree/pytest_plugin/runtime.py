@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from pytest_ddtree.checks.verdict import Diagnosis
     from pytest_ddtree.wire import _net
     from pytest_ddtree.wire.completion import Completion
-    from pytest_ddtree.wire.servermetrics import CounterLog
+    from pytest_ddtree.wire.servermetrics import ServerMetricsLog
     from pytest_ddtree.wire.tokens import TokenCounter
 
 
@@ -54,7 +54,7 @@ class Runtime:
     notes: list[str] = field(default_factory=list)
     diagnoser: Diagnoser | None = None  # created on the first failure to diagnose
     #: the server's Prometheus counters (--ddtree-metrics-url), probed once at start
-    server_metrics: CounterLog | None = None
+    server_metrics: ServerMetricsLog | None = None
 
     def diagnose(
         self,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -35,19 +35,11 @@ from pytest_ddtree.wire.protocol import (
     one_line,
 )
 
+if TYPE_CHECKING:
+    from pytest_ddtree.wire.tokens import TokenCounter
+
 #: the keywords of ``chat``/``complete`` that shape the request (any other is a body field)
 REQUEST_KEYWORDS = ("max_tokens", "temperature", "tree_budget", "stream", "prompt_id", "headers")
-
-
-class Counter(Protocol):
-    """What the client needs from a token counter (see ``tokens.TokenCounter``)."""
-
-    source: str
-    exact: bool
-
-    def count(self, text: str) -> int:
-        """Number of tokens in ``text`` (no special tokens added)."""
-        ...
 
 
 class WatchedCounter:
@@ -107,7 +99,7 @@ class DDTreeClient:
         self,
         endpoint: str | EndpointConfig,
         *,
-        counter: Counter | None = None,
+        counter: TokenCounter | None = None,
         transport: httpx.BaseTransport | None = None,
         stall_limit: int = 2,
         guard: StallGuard | None = None,
