@@ -149,25 +149,25 @@ def _load_counter(
 ) -> TokenCounter:
     from pytest_ddtree.wire import tokens
 
-    spec = settings.tokenizer
+    tokenizer = settings.tokenizer
     shape = "reference"
-    if spec in ("auto", "server") and not (spec == "auto" and embedded):
+    if tokenizer in ("auto", "server") and not (tokenizer == "auto" and embedded):
         with _probe_scope(client):
             probe = tokens.detect_tokenize_shape(root_url(base_url), client.http, model=model)
         if probe.warning:
             notes.append(f"warning: {probe.warning}")
         if probe.shape is not None:
-            shape, spec = probe.shape, "server"
-        elif spec == "auto":
-            spec = "none"
+            shape, tokenizer = probe.shape, "server"
+        elif tokenizer == "auto":
+            tokenizer = "none"
             notes.append("no usable /tokenize (shapes tried: " + ", ".join(probe.tried) + ")")
-    elif spec == "auto":
+    elif tokenizer == "auto":
         from pytest_ddtree.reference import tokenizer_path
 
-        spec = str(tokenizer_path())
+        tokenizer = str(tokenizer_path())
     try:
         return tokens.load_counter(
-            spec, root_url=root_url(base_url), client=client.http, shape=shape, model=model
+            tokenizer, root_url=root_url(base_url), client=client.http, shape=shape, model=model
         )
     except ValueError as exc:
         raise EndpointError(f"{exc} (from {settings.source_of('tokenizer')})") from None
