@@ -124,9 +124,9 @@ def right_answer(world: World, budgets: Sequence[int], margin: float) -> int:
 
 def run_race(world: World, arms: dict[int, int], rule: RaceRule, run: int) -> Race[int]:
     """Race ``arms`` (key -> budget), each round in the sweep's seeded shuffled order."""
-    race: Race[int] = Race(arms, rule, per_round=len(world.prompts), seed=run)
+    race: Race[int] = Race(arms, rule, per_lap=len(world.prompts), seed=run)
     rnd = 0
-    while keys := race.next_round():
+    while keys := race.next_lap():
         order = list(keys)
         random.Random(f"ddtree-sweep:{run}:{rnd}").shuffle(order)
         for key in order:
@@ -298,11 +298,11 @@ def equal_arms_out(shape: str, block: float, within: float, seed: int, rule: Rac
     """Two equal arms raced under shared block noise (lognormal SDs of the logs): is one
     called "out"? The shapes are the three drivers' ways of feeding a race."""
     rng = random.Random(f"blocks:{shape}:{seed}")
-    prompts, per_round = ("a", "b", "c", "d", "e", "f"), 3  # benchmark: tests of 3 rounds
+    prompts, per_lap = ("a", "b", "c", "d", "e", "f"), 3  # benchmark: tests of 3 rounds
     if shape == "sweep":
-        prompts, per_round = ("a", "b", "c"), 3
+        prompts, per_lap = ("a", "b", "c"), 3
     elif shape == "load":
-        per_round = 4  # a run at C=4, each prompt twice in a row
+        per_lap = 4  # a run at C=4, each prompt twice in a row
     cap = {"benchmark": None, "sweep": 30 * 2 * 3, "load": 2 * 32}[shape]
     rule = RaceRule(
         rule.equivalence,
@@ -311,13 +311,13 @@ def equal_arms_out(shape: str, block: float, within: float, seed: int, rule: Rac
         max_requests=cap,
         higher_is_better=shape != "load",
     )
-    race: Race[int] = Race([16, 64], rule, per_round=per_round)
+    race: Race[int] = Race([16, 64], rule, per_lap=per_lap)
     sent = dict.fromkeys((16, 64), 0)
     rnd = 0
-    while keys := race.next_round():
+    while keys := race.next_lap():
         for key in keys:
             shared = rng.gauss(0, block)  # the block's own conditions
-            for i in range(per_round):
+            for i in range(per_lap):
                 if shape == "benchmark":
                     p = prompts[rnd % len(prompts)]  # one test: one prompt, rounds back to back
                 elif shape == "sweep":
@@ -325,7 +325,7 @@ def equal_arms_out(shape: str, block: float, within: float, seed: int, rule: Rac
                 else:
                     p = f"p{((sent[key] + i) // 2) % 3}"
                 race.add(key, 1000 * math.exp(shared + rng.gauss(0, within)), p)
-            sent[key] += per_round
+            sent[key] += per_lap
         rnd += 1
         if shape == "benchmark" and rnd >= len(prompts):
             break  # the benchmark tests are spent: one pass over the prompts

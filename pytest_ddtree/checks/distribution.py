@@ -43,8 +43,9 @@ from pytest_ddtree.checks.comparable import why_not_whole
 from pytest_ddtree.core.settings import DISTRIBUTION_PERMUTATIONS, least_alpha
 
 if TYPE_CHECKING:
-    from pytest_ddtree.wire.client import DDTreeClient, Messages
+    from pytest_ddtree.wire.client import DDTreeClient
     from pytest_ddtree.wire.completion import Completion
+    from pytest_ddtree.wire.protocol import Messages
 
 __all__ = [
     "CHANCE_CODES",

@@ -19,9 +19,10 @@ from pytest_ddtree.checks.sampling import request_seed
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.core.violation import InvariantError, Violation, codes_of
 from pytest_ddtree.measure.sweep import SweepSample, SweepSummary
-from pytest_ddtree.wire.client import DDTreeClient, Messages
+from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Api, Completion
-from pytest_ddtree.wire.servermetrics import CounterLog, GroupWatch
+from pytest_ddtree.wire.protocol import Messages
+from pytest_ddtree.wire.servermetrics import GroupWatch, ServerMetricsLog
 
 #: a completion and the invariants it broke
 Failure = tuple[Completion, list[Violation]]
@@ -59,7 +60,7 @@ class Requester:
 
 
 def server_watch(
-    log: CounterLog | None, nodeid: str, workers: int, scope: str
+    log: ServerMetricsLog | None, nodeid: str, workers: int, scope: str
 ) -> GroupWatch | None:
     """Snapshots of the server's counters around each group, when ``/metrics`` is read."""
     if log is None or not log.reader.active:

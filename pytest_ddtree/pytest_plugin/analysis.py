@@ -243,7 +243,7 @@ def write(
     run: SweepRun,
     directory: str,
     summary: SweepSummary | None,
-    load: Sequence[LoadTestResult] = (),
+    load_results: Sequence[LoadTestResult] = (),
     summaries: Mapping[float, SweepSummary] | None = None,
 ) -> str:
     """Write ``sweep.json`` and ``sweep.html`` (with any load results); the line saying where."""
@@ -251,7 +251,7 @@ def write(
     from pytest_ddtree.report import write_report
 
     try:
-        paths = write_report(run, directory, summary, load=load, summaries=summaries)
+        paths = write_report(run, directory, summary, load=load_results, summaries=summaries)
     except (OSError, ValueError) as exc:
         return f"ddtree: could not write the report to {directory}: {exc}"
     except Exception as exc:  # a renderer's bug must not take the run's output
@@ -260,5 +260,5 @@ def write(
             f"ddtree: could not write the report to {directory} (a bug in pytest-ddtree, "
             f"please report it): {type(exc).__name__}: {exc}"
         )
-    with_load = " (with the load results)" if load else ""
+    with_load = " (with the load results)" if load_results else ""
     return f"ddtree: sweep report written{with_load}: {paths.json}, {paths.html}"

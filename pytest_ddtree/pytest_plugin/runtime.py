@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from pytest_ddtree.checks.verdict import Diagnosis
     from pytest_ddtree.wire import _net
     from pytest_ddtree.wire.completion import Completion
-    from pytest_ddtree.wire.servermetrics import CounterLog
+    from pytest_ddtree.wire.servermetrics import ServerMetricsLog
     from pytest_ddtree.wire.tokens import TokenCounter
 
 
@@ -54,7 +54,7 @@ class Runtime:
     notes: list[str] = field(default_factory=list)
     diagnoser: Diagnoser | None = None  # created on the first failure to diagnose
     #: the server's Prometheus counters (--ddtree-metrics-url), probed once at start
-    server_metrics: CounterLog | None = None
+    server_metrics: ServerMetricsLog | None = None
 
     def diagnose(
         self,
@@ -149,25 +149,25 @@ def _load_counter(
 ) -> TokenCounter:
     from pytest_ddtree.wire import tokens
 
-    spec = settings.tokenizer
+    tokenizer = settings.tokenizer
     shape = "reference"
-    if spec in ("auto", "server") and not (spec == "auto" and embedded):
+    if tokenizer in ("auto", "server") and not (tokenizer == "auto" and embedded):
         with _probe_scope(client):
             probe = tokens.detect_tokenize_shape(root_url(base_url), client.http, model=model)
         if probe.warning:
             notes.append(f"warning: {probe.warning}")
         if probe.shape is not None:
-            shape, spec = probe.shape, "server"
-        elif spec == "auto":
-            spec = "none"
+            shape, tokenizer = probe.shape, "server"
+        elif tokenizer == "auto":
+            tokenizer = "none"
             notes.append("no usable /tokenize (shapes tried: " + ", ".join(probe.tried) + ")")
-    elif spec == "auto":
+    elif tokenizer == "auto":
         from pytest_ddtree.reference import tokenizer_path
 
-        spec = str(tokenizer_path())
+        tokenizer = str(tokenizer_path())
     try:
         return tokens.load_counter(
-            spec, root_url=root_url(base_url), client=client.http, shape=shape, model=model
+            tokenizer, root_url=root_url(base_url), client=client.http, shape=shape, model=model
         )
     except ValueError as exc:
         raise EndpointError(f"{exc} (from {settings.source_of('tokenizer')})") from None

@@ -160,7 +160,7 @@ class DDTreeSession:
         self.report_lines: list[str] = []
         # one record of raw samples per ddtree_load call (and process); merged in finish()
         self.load_records: list[LoadRecord] = []
-        self.load: list[LoadTestResult] = []
+        self.load_results: list[LoadTestResult] = []
         # the machine's and the server's state (--ddtree-probe, /version): descriptive only
         self.probes: list[ProbeResult] = []
         self.server_info: dict[str, Any] | None = None
@@ -349,15 +349,15 @@ class DDTreeSession:
         self.summaries = dict(outcome.summaries)
         self.budget_ignored = outcome.budget_ignored
         # the load tests: merged from the raw samples of every process, analysed once
-        self.load = analysis.conclude_load(self.load_records, seed=seed)
+        self.load_results = analysis.conclude_load(self.load_records, seed=seed)
         if self.budget_ignored:
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
             self._report_sweep_failure(self.budget_ignored)
-        if report and (self.summary is not None or self.load):
+        if report and (self.summary is not None or self.load_results):
             run = analysis.sweep_run(self.samples, self.metadata, seed, outcome, self.diagnoses)
             self.report_lines.append(
-                analysis.write(run, report, self.summary, self.load, self.summaries)
+                analysis.write(run, report, self.summary, self.load_results, self.summaries)
             )
         elif report and self.outcomes.passed | self.outcomes.failed:
             self.report_lines.append(analysis.no_report_line(report))
@@ -396,7 +396,7 @@ class WorkerPayload:
     lossy: dict[int | None, str] = field(default_factory=dict)
     diagnoses: list[DiagnosisRecord] = field(default_factory=list)
     #: raw samples of each ddtree_load call: the controller computes the percentiles once
-    load: list[LoadRecord] = field(default_factory=list)
+    load_records: list[LoadRecord] = field(default_factory=list)
 
     @classmethod
     def of(cls, session: DDTreeSession) -> WorkerPayload:
@@ -407,7 +407,7 @@ class WorkerPayload:
             failed=sorted(session.outcomes.failed),
             lossy=dict(session.lossy),
             diagnoses=list(session.diagnoses),
-            load=list(session.load_records),
+            load_records=list(session.load_records),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -418,7 +418,7 @@ class WorkerPayload:
             "failed": self.failed,
             "lossy": [[b, n] for b, n in self.lossy.items()],
             "diagnoses": [d.to_json() for d in self.diagnoses],
-            "load": [r.to_json() for r in self.load],
+            "load_records": [r.to_json() for r in self.load_records],
         }
         return dict(json.loads(json.dumps(doc, default=str)))
 
@@ -428,18 +428,18 @@ class WorkerPayload:
         from pytest_ddtree.measure.sweep import DiagnosisRecord, RunMetadata, SweepSample
 
         meta = doc.get("metadata")
-        load: list[LoadRecord] = []
-        if doc.get("load"):  # the load package is loaded only when a load test ran
+        load_records: list[LoadRecord] = []
+        if doc.get("load_records"):  # the load package is loaded only when a load test ran
             from pytest_ddtree.measure.load.record import LoadRecord
 
-            load = [LoadRecord.from_json(r) for r in doc["load"]]
+            load_records = [LoadRecord.from_json(r) for r in doc["load_records"]]
         return cls(
             samples=[SweepSample.from_json(s, source="xdist worker") for s in doc["samples"]],
             metadata=RunMetadata.from_json(meta) if isinstance(meta, Mapping) else None,
             failed=[str(n) for n in doc.get("failed", [])],
             lossy={b: str(n) for b, n in doc.get("lossy", [])},
             diagnoses=[DiagnosisRecord.from_json(d) for d in doc.get("diagnoses", [])],
-            load=load,
+            load_records=load_records,
         )
 
     def merge_into(self, session: DDTreeSession) -> None:
@@ -453,4 +453,4 @@ class WorkerPayload:
         for budget, nodeid in self.lossy.items():
             session.mark_lossy(budget, nodeid)
         session.diagnoses.extend(self.diagnoses)
-        session.load_records.extend(self.load)
+        session.load_records.extend(self.load_records)

@@ -126,7 +126,7 @@ def _write_ddtree(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     _write_load(tr, session)
     for line in session.report_lines:  # where the report went (or why not)
         tr.write_line(line)
-    if session.settings.report is None and (session.summary is not None or session.load):
+    if session.settings.report is None and (session.summary is not None or session.load_results):
         tr.write_line(
             "ddtree: add --ddtree-report DIR for sweep.json and sweep.html "
             "(every request, the charts, and the load section)"
@@ -252,13 +252,13 @@ def _tables(
 
 
 def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
-    if not session.load:
+    if not session.load_results:
         return
     from pytest_ddtree.measure.load.metrics import speculation_warnings
     from pytest_ddtree.measure.load.tester import render_table
 
     tr.write_sep("-", "pytest-ddtree load")
-    for test in session.load:
+    for test in session.load_results:
         cut = " (interrupted: partial results)" if test.partial else ""
         at = f" at temperature {test.temperature:g}" if test.temperature else ""
         tr.write_line(f"{test.nodeid}{at}: merged from {test.where}; total load per point{cut}")

@@ -40,9 +40,9 @@ from ._tables import ANSWER_START, DRAFT_TABLE, TABLE_NAMES, NGramTables, encode
 
 __all__ = [
     "MODEL_ID",
+    "ForwardPass",
     "GenerationPlan",
     "ReferenceModel",
-    "Round",
     "get_model",
     "tokenizer_path",
 ]
@@ -136,7 +136,7 @@ class GenerationPlan:
     start_context: tuple[int, int, int] | None = None  # stale context (state-leak fault)
 
 
-class Round(NamedTuple):
+class ForwardPass(NamedTuple):
     """One target forward pass: the tokens it committed and the size of the verified tree.
 
     ``states`` holds the target's state before each committed token (for its
@@ -634,18 +634,18 @@ class ReferenceModel:
         max_tokens: int,
         budget: int | None,
         block_size: int = 16,
-    ) -> Iterator[Round]:
-        """Decode up to ``max_tokens`` tokens, one :class:`Round` per target forward pass.
+    ) -> Iterator[ForwardPass]:
+        """Decode up to ``max_tokens`` tokens, one :class:`ForwardPass` per target forward pass.
 
         ``budget=None`` is plain target decoding. The end-of-turn token, when the target
-        emits it, is the last token of the last round and is not counted by the caller.
+        emits it, is the last token of the last pass and is not counted by the caller.
         """
         s = self.initial_state(plan)
         step = self.step
         eos = self.eos
         first = s
         tok, s = step(plan, s)
-        yield Round([tok], 0, (first,))
+        yield ForwardPass([tok], 0, (first,))
         if tok == eos or max_tokens <= 1:
             return
         n = 1
@@ -662,7 +662,7 @@ class ReferenceModel:
                 before = s
                 tok, s = step(plan, s)
                 n += 1
-                yield Round([tok], 0, (before,))
+                yield ForwardPass([tok], 0, (before,))
                 if tok == eos:
                     return
                 continue
@@ -714,7 +714,7 @@ class ReferenceModel:
             states.append(s)
             s = s2
             n += len(out)
-            yield Round(out, tree.nodes, tuple(states))
+            yield ForwardPass(out, tree.nodes, tuple(states))
             if tok == eos:
                 return
             if len(out) >= 2:

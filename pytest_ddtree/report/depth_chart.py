@@ -60,7 +60,7 @@ def _table(profiles: list[tuple[BudgetStats, DepthProfile]]) -> str:
         rows.append(
             f'<tr><td><span style="color:{color}">●</span> '
             f"{escape(budget_label(st.tree_budget))}</td><td>{mean}</td>"
-            f"<td>{p.rounds:,}</td>{cells}</tr>"
+            f"<td>{p.decode_rounds:,}</td>{cells}</tr>"
         )
     return (
         '<table class="depth-table"><thead><tr><th>tree_budget</th><th>mean accepted length</th>'

@@ -142,7 +142,7 @@ def race_lines(race: RaceRecord[int | None] | None) -> list[str]:
     rule = race.judgement.rule
     budget = "no request budget" if rule.max_requests is None else f"of {rule.max_requests}"
     lines = [
-        f"race: {race.requests} requests ({budget}) in {race.rounds} rounds, "
+        f"race: {race.requests} requests ({budget}) in {race.laps} rounds, "
         f"{rule.equivalence:.0%} margin, min n {rule.min_n}, {rule.confidence:.0%} confidence "
         "over all looks"
     ]
@@ -152,7 +152,7 @@ def race_lines(race: RaceRecord[int | None] | None) -> list[str]:
             reason = reason.replace("the leader", f"tree_budget={budget_label(e.leader)}", 1)
         lines.append(
             f"race: tree_budget={budget_label(e.key)} left after {e.after_requests} requests "
-            f"(round {e.round}, n={e.n}): {reason}"
+            f"(round {e.lap}, n={e.n}): {reason}"
         )
     if race.spent:
         still = ", ".join(budget_label(k) for k in race.judgement.contending) or "-"

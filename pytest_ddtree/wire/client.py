@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -27,6 +26,7 @@ from pytest_ddtree.wire.protocol import (
     Attempts,
     EndpointConfig,
     Exchange,
+    Messages,
     StallGuard,
     StreamDecoder,
     assemble,
@@ -35,20 +35,11 @@ from pytest_ddtree.wire.protocol import (
     one_line,
 )
 
-Messages = str | Sequence[Mapping[str, Any]]
+if TYPE_CHECKING:
+    from pytest_ddtree.wire.tokens import TokenCounter
+
 #: the keywords of ``chat``/``complete`` that shape the request (any other is a body field)
 REQUEST_KEYWORDS = ("max_tokens", "temperature", "tree_budget", "stream", "prompt_id", "headers")
-
-
-class Counter(Protocol):
-    """What the client needs from a token counter (see ``tokens.TokenCounter``)."""
-
-    source: str
-    exact: bool
-
-    def count(self, text: str) -> int:
-        """Number of tokens in ``text`` (no special tokens added)."""
-        ...
 
 
 class WatchedCounter:
@@ -108,7 +99,7 @@ class DDTreeClient:
         self,
         endpoint: str | EndpointConfig,
         *,
-        counter: Counter | None = None,
+        counter: TokenCounter | None = None,
         transport: httpx.BaseTransport | None = None,
         stall_limit: int = 2,
         guard: StallGuard | None = None,

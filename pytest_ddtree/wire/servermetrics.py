@@ -566,8 +566,9 @@ class CounterRecord:
 
 
 @dataclass
-class CounterLog:
-    """The session's scrapes: a :class:`MetricsReader` and every :class:`CounterRecord`.
+class ServerMetricsLog:
+    """The session's Prometheus scrapes of the server's /metrics: a :class:`MetricsReader`
+    and every :class:`CounterRecord`.
 
     ``judge`` False (several xdist workers share one server) keeps the
     deltas but draws no shared-server or consistency verdict: the suite's own
@@ -668,7 +669,7 @@ def open_log(
     *,
     headers: Mapping[str, str] | None = None,
     judge: bool = True,
-) -> CounterLog:
+) -> ServerMetricsLog:
     """The session's log: ``setting`` is ``--ddtree-metrics-url`` (None: the default, ``off``)."""
     if setting == "off":
         reader = MetricsReader(None, status="off (--ddtree-metrics-url off)")
@@ -679,7 +680,7 @@ def open_log(
             headers=dict(headers or {}),
         )
     reader.probe()
-    return CounterLog(reader, judge=judge)
+    return ServerMetricsLog(reader, judge=judge)
 
 
 @dataclass
@@ -690,7 +691,7 @@ class GroupWatch:
     warm-up rounds (negative) are not timed, so they are not watched.
     """
 
-    log: CounterLog
+    log: ServerMetricsLog
     test: str
     scope: str = "sweep"
     serial: bool = True

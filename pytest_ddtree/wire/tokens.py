@@ -365,7 +365,7 @@ class ApproxCounter:
 
 
 def load_counter(
-    spec: str,
+    tokenizer: str,
     *,
     root_url: str | None = None,
     client: httpx.Client | None = None,
@@ -374,16 +374,16 @@ def load_counter(
 ) -> TokenCounter:
     """Build a counter from a ``--ddtree-tokenizer`` value.
 
-    ``spec`` is a path to a ``tokenizer.json`` (or a directory holding one),
+    ``tokenizer`` is a path to a ``tokenizer.json`` (or a directory holding one),
     ``"server"`` for the endpoint's ``/tokenize`` (needs ``root_url``, the server
     root without ``/v1``), or ``"none"`` for the approximation. A missing or
     invalid file raises ``ValueError`` with one line naming it.
     """
-    if not isinstance(spec, str) or not spec.strip():
+    if not isinstance(tokenizer, str) or not tokenizer.strip():
         raise ValueError(
-            f"tokenizer: expected a tokenizer.json path, 'server' or 'none', got {spec!r}"
+            f"tokenizer: expected a tokenizer.json path, 'server' or 'none', got {tokenizer!r}"
         )
-    value = spec.strip()
+    value = tokenizer.strip()
     if value.lower() == "none":
         return ApproxCounter()
     if value.lower() == "server":

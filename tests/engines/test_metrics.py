@@ -17,10 +17,10 @@ import pytest
 from pytest_ddtree import engines
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.servermetrics import (
-    CounterLog,
     GroupWatch,
     MetricsReader,
     RequestSums,
+    ServerMetricsLog,
     default_metrics_url,
 )
 from pytest_ddtree.wire.tokens import ServerCounter
@@ -55,7 +55,7 @@ def test_counter_deltas_equal_the_per_request_draft_counts(
     http: httpx.Client,
 ) -> None:
     server = ngram if kind == "ngram" else draft
-    log = CounterLog(MetricsReader(default_metrics_url(server.base_url)))
+    log = ServerMetricsLog(MetricsReader(default_metrics_url(server.base_url)))
     first = log.reader.probe()
     assert first is not None and first.prefix == "llamacpp", log.reader.status
     watch = GroupWatch(log, kind, scope="benchmark")

@@ -25,10 +25,10 @@ from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion
 from pytest_ddtree.wire.protocol import EndpointConfig
 from pytest_ddtree.wire.servermetrics import (
-    CounterLog,
     GroupWatch,
     MetricsReader,
     RequestSums,
+    ServerMetricsLog,
     default_metrics_url,
 )
 
@@ -96,7 +96,7 @@ def test_live_statistics_hold_vllms_semantics(
 def test_live_metrics_counter_deltas_equal_the_per_request_sums(
     vllm_ngram: Any,
 ) -> None:
-    log = CounterLog(MetricsReader(default_metrics_url(vllm_ngram.base_url)))
+    log = ServerMetricsLog(MetricsReader(default_metrics_url(vllm_ngram.base_url)))
     first = log.reader.probe()
     assert first is not None and first.prefix == "vllm", log.reader.status
     watch = GroupWatch(log, "vllm", scope="benchmark")

@@ -275,6 +275,29 @@ def test_temperatures_give_one_load_test_each(pytester: pytest.Pytester, fast_se
     assert "test_load[temperature=0.7] at temperature 0.7</h2>" in html
 
 
+@pytest.mark.parametrize(("dialect", "asked"), [("auto", True), ("none", False)])
+def test_dialect_none_reads_no_statistics_under_load(
+    pytester: pytest.Pytester, fast_server: Any, dialect: str, asked: bool
+) -> None:
+    """``--ddtree-dialect none`` is "read no statistics" for the load as for the sweep;
+    ``auto`` (nothing detected before the load) detects them from the load's answers."""
+    pytester.makepyfile(test_load=TEST_FILE)
+    report = pytester.path / "report"
+    result = pytester.runpytest(
+        *_args(
+            fast_server,
+            "--ddtree-load-concurrency=2",
+            "--ddtree-load-requests=4",
+            f"--ddtree-dialect={dialect}",
+            f"--ddtree-report={report}",
+        )
+    )
+    result.assert_outcomes(passed=1)
+    (test,) = json.loads((report / "sweep.json").read_text())["load"]["tests"]
+    assert test["points"]
+    assert all((p["stats_asked"] > 0) is asked for p in test["points"])
+
+
 def test_load_at_a_temperature_the_server_ignores_sends_nothing(
     pytester: pytest.Pytester,
 ) -> None:

@@ -69,10 +69,10 @@ def _record(worker: str, seed: int) -> LoadRecord:
 
 def test_record_round_trips_through_the_worker_payload() -> None:
     records = [_record("gw0", 1), _record("gw1", 2)]
-    payload = WorkerPayload(load=records)
+    payload = WorkerPayload(load_records=records)
     again = WorkerPayload.from_json(payload.to_json())
-    assert again.load == records
-    assert WorkerPayload.from_json(WorkerPayload().to_json()).load == []
+    assert again.load_records == records
+    assert WorkerPayload.from_json(WorkerPayload().to_json()).load_records == []
 
 
 def test_merge_equals_one_analysis_of_every_raw_sample() -> None:

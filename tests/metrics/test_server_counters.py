@@ -14,10 +14,10 @@ from pytest_ddtree.reference import start_reference_server, tokenizer_path
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.servermetrics import (
     CounterDelta,
-    CounterLog,
     GroupWatch,
     MetricsReader,
     RequestSums,
+    ServerMetricsLog,
     Snapshot,
     default_metrics_url,
     delta,
@@ -37,7 +37,7 @@ def _client(server: Any) -> DDTreeClient:
 
 
 def test_counter_deltas_equal_the_per_request_sums(vllm_server: Any) -> None:
-    log = CounterLog(MetricsReader(default_metrics_url(vllm_server.base_url)))
+    log = ServerMetricsLog(MetricsReader(default_metrics_url(vllm_server.base_url)))
     assert log.reader.probe() is not None and log.reader.status.endswith("(vllm)")
     watch = GroupWatch(log, "direct")
     client = _client(vllm_server)
@@ -357,7 +357,7 @@ def test_load_points_record_the_counter_deltas(
 def test_counters_that_count_late_are_waited_for_and_never_judged_unsettled(
     bad_metrics: Any,
 ) -> None:
-    late = CounterLog(MetricsReader(bad_metrics.url("/lag")))
+    late = ServerMetricsLog(MetricsReader(bad_metrics.url("/lag")))
     before = late.before()  # counter at 1
     record = late.after(
         before, scope="sweep", test="t", tree_budget=16, label="r", stats=[None] * 2
@@ -365,7 +365,7 @@ def test_counters_that_count_late_are_waited_for_and_never_judged_unsettled(
     # read again until both requests were counted: no false "fewer counted" or spill-over
     assert record is not None and record.settled and record.delta.requests == 2
     assert record.shared is None
-    stuck = CounterLog(MetricsReader(bad_metrics.url("/stuck")))
+    stuck = ServerMetricsLog(MetricsReader(bad_metrics.url("/stuck")))
     before = stuck.before()
     record = stuck.after(before, scope="sweep", test="t", tree_budget=16, label="r", stats=[None])
     assert record is not None and not record.settled and record.shared is None

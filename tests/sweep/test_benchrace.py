@@ -24,7 +24,7 @@ def _race(
     """The tests of ``passes`` passes in collection order (pass, prompt, budget); every
     test is 3 timed rounds sharing a test's own factor (``test_cv``), each 1% apart."""
     rng = random.Random(seed)
-    bench = BenchRace.of(sorted(rates), RaceRule(), per_round=3)
+    bench = BenchRace.of(sorted(rates), RaceRule(), per_lap=3)
     skips: list[str] = []
     for pass_ in range(1, passes + 1):
         for i, prompt in enumerate(PROMPTS):

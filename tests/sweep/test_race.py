@@ -19,8 +19,8 @@ from pytest_ddtree.measure.sweep.race import (
 
 def _simulate(truth: dict[int, float], rule: RaceRule, seed: int, cv: float = 0.03) -> Race[int]:
     rng = random.Random(seed)
-    race: Race[int] = Race(truth, rule, per_round=2, seed=seed)
-    while keys := race.next_round():
+    race: Race[int] = Race(truth, rule, per_lap=2, seed=seed)
+    while keys := race.next_lap():
         for key in keys:
             for prompt in ("a", "b"):
                 race.add(key, truth[key] * rng.gauss(1.0, cv), prompt)
@@ -47,9 +47,9 @@ def test_a_spent_request_budget_is_undecided_never_a_forced_winner() -> None:
 
 
 def test_an_excluded_arm_never_wins() -> None:
-    race: Race[int] = Race([16, 64], RaceRule(min_n=2), per_round=1)
+    race: Race[int] = Race([16, 64], RaceRule(min_n=2), per_lap=1)
     race.exclude(64, "INVALID (early-stop)")
-    while keys := race.next_round():
+    while keys := race.next_lap():
         for k in keys:
             race.add(k, 50.0, "a")
     assert race.judgement().recommended == 16
@@ -135,9 +135,9 @@ def _benchmark_race(seed: int, block: float, within: float) -> Race[int]:
     """Two equal arms raced as benchmark tests: one test per (prompt, arm), its three
     timed rounds back to back and sharing the test's own conditions (``block``)."""
     rng = random.Random(seed)
-    race: Race[int] = Race([16, 64], RaceRule(), per_round=3)
+    race: Race[int] = Race([16, 64], RaceRule(), per_lap=3)
     for prompt in "abcdef":
-        for key in race.next_round():
+        for key in race.next_lap():
             shared = rng.gauss(0, block)
             for _ in range(3):
                 race.add(key, 1000 * math.exp(shared + rng.gauss(0, within)), prompt)
@@ -160,14 +160,14 @@ def test_noise_shared_by_every_arm_of_a_round_cancels() -> None:
     # a round's drift (here up to +-20%) hits every arm alike: paired by round, two
     # equal arms are as fast after a few rounds despite it
     rng = random.Random(5)
-    race: Race[int] = Race([16, 64], RaceRule(min_n=6), per_round=3)
-    while keys := race.next_round():
+    race: Race[int] = Race([16, 64], RaceRule(min_n=6), per_lap=3)
+    while keys := race.next_lap():
         drift = rng.uniform(-0.2, 0.2)
         for key in keys:
             for prompt in "abc":
                 race.add(key, 1000 * math.exp(drift + rng.gauss(0, 0.003)), prompt)
     j = race.judgement()
-    assert j.decided and j.recommended == 16 and race.rounds <= 4
+    assert j.decided and j.recommended == 16 and race.laps <= 4
 
 
 def test_an_exhaustive_sweep_with_rounds_is_judged_by_round() -> None:

@@ -44,8 +44,8 @@ _TYPES: dict[str, Predicate] = {
 }
 
 
-def _type_check(spec: str | list[str]) -> Predicate:
-    names = [spec] if isinstance(spec, str) else list(spec)
+def _type_check(type_: str | list[str]) -> Predicate:
+    names = [type_] if isinstance(type_, str) else list(type_)
     preds = [_TYPES[n] for n in names]
     if len(preds) == 1:
         return preds[0]

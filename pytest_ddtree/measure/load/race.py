@@ -13,13 +13,13 @@ A chunk is sent as one run at the point's load, so it is at least C requests
 at a concurrency C (fewer would never reach C in flight; the ``C seen`` column
 shows what each budget got), and an eighth of the point's exhaustive requests:
 with the default 8 × C requests a chunk is one wave of C, and the race's first
-batch (two rounds at least) a quarter of the exhaustive count. The request
+batch (two laps at least) a quarter of the exhaustive count. The request
 budget of a point is what the exhaustive grid would send there (budgets ×
 requests): racing never costs more.
 
 A raced budget sends each prompt twice in a row (``LoadTester`` picks them), and
 the i-th run of every budget the same prompts. A run is one value of the race
-(its round): its requests are in flight together and share the run's conditions,
+(its lap): its requests are in flight together and share the run's conditions,
 so the race pairs budgets run by run, never request by request.
 
 An invalid request excludes its budget at the point, as in the exhaustive grid;
@@ -265,18 +265,18 @@ class PointRacer:
         self.budgets = tuple(budgets)
         self.chunk = chunk_size(point, requests)
         rule = race_rule(equivalence, len(self.budgets), requests)
-        self.race: Race[Budget] = Race(self.budgets, rule, per_round=self.chunk, seed=seed)
+        self.race: Race[Budget] = Race(self.budgets, rule, per_lap=self.chunk, seed=seed)
         self._rng = random.Random(f"ddtree-load-race:{seed}:{point.label}")
         self.discarded = 0
 
     @property
     def first_batch(self) -> int:
         """Requests every budget gets before the race first looks."""
-        return self.race.min_rounds * self.chunk
+        return self.race.min_laps * self.chunk
 
     def run(self, measure: Measure) -> PointRace:
-        """Race to the end: each round, the budgets still in it in a shuffled order."""
-        while keys := self.race.next_round():
+        """Race to the end: each lap, the budgets still in it in a shuffled order."""
+        while keys := self.race.next_lap():
             self._rng.shuffle(keys)  # interleaved, so slow drift does not favour one budget
             for budget in keys:
                 self.feed(budget, measure(budget, self.chunk))

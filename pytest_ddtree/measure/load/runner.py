@@ -37,14 +37,13 @@ from pytest_ddtree.wire.protocol import (
     Attempts,
     EndpointConfig,
     Exchange,
-    Prompt,
     StallGuard,
     StreamDecoder,
     assemble,
     classify_transport,
 )
 
-__all__ = ["Endpoint", "Prompt", "RawRequest", "completion_of", "run_point", "validate"]
+__all__ = ["Endpoint", "RawRequest", "completion_of", "run_point", "validate"]
 
 #: the load runner's name for the endpoint configuration (one class for both clients)
 Endpoint = EndpointConfig

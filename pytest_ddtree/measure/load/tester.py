@@ -29,12 +29,11 @@ from pytest_ddtree.measure.load.runner import (
     CLIENT_TIMEOUT,
     NOT_SENT,
     Endpoint,
-    Prompt,
     run_point,
     validate,
 )
 from pytest_ddtree.measure.sweep.race import DEFAULT_EQUIVALENCE, DEFAULT_MIN_N
-from pytest_ddtree.wire.protocol import StallGuard
+from pytest_ddtree.wire.protocol import Messages, StallGuard
 from pytest_ddtree.wire.servermetrics import Counts, GroupWatch
 
 __all__ = ["LoadError", "LoadResult", "LoadTester", "analyse", "render_table"]
@@ -46,7 +45,7 @@ Key = tuple[LoadPoint, "int | None"]
 class _Call:
     """One ``ddtree_load`` call's arguments, and the races it ran (the last one in progress)."""
 
-    prompts: Sequence[Prompt]
+    prompts: Sequence[Messages]
     per_prompt: Sequence[Mapping[str, Any]]
     budgets: tuple[int | None, ...]
     concurrencies: Sequence[int] | None
@@ -363,7 +362,7 @@ class LoadTester:
 
     def __call__(
         self,
-        prompts: Sequence[Prompt],
+        prompts: Sequence[Messages],
         *,
         tree_budgets: Sequence[int | None] | None = None,
         concurrencies: Sequence[int] | None = None,

@@ -1,4 +1,5 @@
-"""The adaptive sweep: the plan's budgets raced round by round (see :mod:`.race`).
+"""The adaptive sweep: the plan's budgets raced round by round (see :mod:`.race`);
+each race lap is one round of the plan.
 
 A round visits every budget still in the race once (every prompt at it), in the
 plan's seeded shuffled order of that round, so drift spreads over the budgets
@@ -108,7 +109,7 @@ def run_adaptive_sweep(
     budgets (with why) leave before the first round.
     """
     run = _Runner(request, validate, worker, on_sample, watch, seeded)
-    race: Race[int | None] = Race(plan.budgets, rule, per_round=len(plan.prompts), seed=plan.seed)
+    race: Race[int | None] = Race(plan.budgets, rule, per_lap=len(plan.prompts), seed=plan.seed)
     for budget, why in (excluded or {}).items():
         if budget in plan.budgets:  # e.g. not lossless: never timed, never a winner
             race.exclude(budget, why)
@@ -125,7 +126,7 @@ def run_adaptive_sweep(
     ]
     run.group(start)
     rnd = 0
-    while keys := race.next_round():
+    while keys := race.next_lap():
         for budget in (b for b in plan.budget_order(rnd) if b in keys):
             for sample, ok in run.group(_visit(plan, rnd, budget)):
                 if not ok:

@@ -6,9 +6,9 @@ then of the second, ..., then the next pass over the prompts). A test whose budg
 has left the race, or that comes after the race was decided, is skipped with the
 reason. The values of a test are its timed rounds of one prompt, back to back.
 
-In the first pass each prompt is a round of the race: a look there counts one
+In the first pass each prompt is a lap of the race: a look there counts one
 prompt's budget differences as noise, so only a clearly slower budget leaves. From
-the second pass on a round is a whole pass (every prompt once, at each budget still
+the second pass on a lap is a whole pass (every prompt once, at each budget still
 racing), as in ``ddtree_sweep``: a block holds every prompt, the prompts' own
 differences between budgets cancel, and what is left is the noise from one test to
 the next of the same prompt and budget, which only repeating the tests measures.
@@ -37,9 +37,9 @@ class BenchRace:
     _over: str | None = None
 
     @classmethod
-    def of(cls, budgets: Iterable[int | None], rule: RaceRule, per_round: int) -> BenchRace:
-        """A new race over ``budgets`` (``per_round``: timed rounds of one test)."""
-        return cls(Race(budgets, rule, per_round=per_round), per_test=per_round)
+    def of(cls, budgets: Iterable[int | None], rule: RaceRule, per_lap: int) -> BenchRace:
+        """A new race over ``budgets`` (``per_lap``: timed rounds of one test)."""
+        return cls(Race(budgets, rule, per_lap=per_lap), per_test=per_lap)
 
     def admit(self, prompt: str, budget: int | None, pass_: int = 1) -> str | None:
         """None when the test of (``prompt``, ``budget``, ``pass_``) runs, else why it is
@@ -51,7 +51,7 @@ class BenchRace:
                 self._prompt = prompt
                 if prompt not in self._prompts:
                     self._prompts.append(prompt)
-                self._next(self.race.next_round())
+                self._next(self.race.next_lap())
         if self._over is not None:
             return self._over
         if budget in self._keys:
@@ -68,14 +68,14 @@ class BenchRace:
         )
 
     def _next_pass(self, pass_: int) -> None:
-        """A new pass over the prompts: from the second on, a round is a whole pass."""
+        """A new pass over the prompts: from the second on, a lap is a whole pass."""
         first = self._pass == 1
         self._pass = pass_
         if first:
-            # the first pass is one block from now on (its prompts were looked at as rounds
-            # already; judged again as rounds it would only spend confidence)
+            # the first pass is one block from now on (its prompts were looked at as laps
+            # already; judged again as laps it would only spend confidence)
             self.race.regroup(self.per_test * max(1, len(self._prompts)), prompt_cells=True)
-        self._next(self.race.next_round())
+        self._next(self.race.next_lap())
 
     def _next(self, keys: list[int | None]) -> None:
         self._keys = keys

@@ -40,8 +40,8 @@ class DepthProfile:
     sources: tuple[str, ...]
 
     @property
-    def rounds(self) -> int:
-        """Every round counted."""
+    def decode_rounds(self) -> int:
+        """Every decode round counted."""
         return sum(self.histogram)
 
     @property
@@ -59,13 +59,13 @@ class DepthProfile:
     def per_position(self) -> tuple[float, ...]:
         """Share of all rounds that accepted a draft at depth ``d`` = 1, 2, ... (what
         vLLM's per-position counters give)."""
-        total = self.rounds
+        total = self.decode_rounds
         return tuple(n / total for n in self.reaching[1:]) if total else ()
 
     @property
     def mean_accepted_length(self) -> float | None:
         """Tokens committed per round: accepted drafts plus the bonus token."""
-        total = self.rounds
+        total = self.decode_rounds
         if not total:
             return None
         return sum((k + 1) * n for k, n in enumerate(self.histogram)) / total
@@ -79,7 +79,7 @@ class DepthProfile:
         """Plain-JSON form for ``sweep.json``."""
         return {
             "histogram": list(self.histogram),
-            "rounds": self.rounds,
+            "rounds": self.decode_rounds,
             "requests": self.requests,
             "sources": list(self.sources),
             "conditional_acceptance": [round(x, 4) for x in self.conditional],
@@ -142,8 +142,8 @@ def deeper_line(profiles: Sequence[tuple[int | None, DepthProfile]]) -> str | No
             )
     if judged is None:
         return (
-            f"{head} only {top.rounds} rounds, too few to judge any depth (a depth is judged "
-            f"on at least {MIN_ROUNDS} rounds): run more requests"
+            f"{head} only {top.decode_rounds} rounds, too few to judge any depth "
+            f"(a depth is judged on at least {MIN_ROUNDS} rounds): run more requests"
         )
     rate, where = judged
     if rate < STILL_ACCEPTED:

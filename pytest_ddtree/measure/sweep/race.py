@@ -2,8 +2,9 @@
 
 A race compares *arms* (tree budgets, or the budgets of one load point) by one
 per-request figure (decode tokens/s, higher is better; TPOT, lower is better).
-Every arm first gets :attr:`RaceRule.min_n` requests (and at least two rounds,
-so every prompt has a within-prompt spread). From then on, after each round,
+Every arm first gets :attr:`RaceRule.min_n` requests (and at least two laps,
+so every prompt has a within-prompt spread). From then on, after each *lap* (each
+arm in contention measured once on every prompt of the lap),
 every arm is compared with the *leader* (the arm with the best prompt-balanced
 geometric mean) by a confidence interval of its relative *slowdown* (positive:
 the arm is slower than the leader):
@@ -11,7 +12,7 @@ the arm is slower than the leader):
 - **out**: the arm is clearly slower by more than the practical margin (the
   whole interval lies above the margin). It leaves the race and gets no more
   requests. An estimate above the margin is not enough: looking every few
-  rounds, an arm truly 1% slower would now and then show 2.5% and leave.
+  laps, an arm truly 1% slower would now and then show 2.5% and leave.
 - **as fast**: the whole interval lies within plus or minus the margin - the
   arm is as fast as the leader for every practical purpose.
 - **close enough**: once the interval is narrower than the margin itself,
@@ -20,23 +21,24 @@ the arm is slower than the leader):
   half the margin of the margin's edge can land on the wrong side). Without
   this an arm truly at the margin's edge (2.3% slower with a 2% margin) would
   keep the race going until the request budget is spent.
-- **in contention**: anything else; it gets the next round.
+- **in contention**: anything else; it gets the next lap.
 
-The interval's unit is an arm's *round* (its block), not its request: the
-requests of one round of one arm share their conditions (a benchmark test's
-timed rounds back to back, a load run in flight together, a sweep's visit), so
-counting them as independent replicates made the interval far too narrow. Each
-round of an arm is one value, the mean over the round's prompts of their mean
-log value (noise on timings is multiplicative, additive in logs; a stray value,
-a stalled request, is first pulled in to 3.5 robust SDs of its prompt's
-median). An arm is compared with the leader round by round (every arm of a
-round sends the same prompts, so the prompt mix and the round's shared noise
-cancel), with a t-interval from the residual spread of the arm x round table,
-pooled over every arm that raced (one machine times them all). A race looks
-after :attr:`Race.min_rounds` and then whenever its rounds have grown by a
-quarter; the k-th look has the confidence ``1 - alpha / (k (k + 1))``
-(:meth:`RaceRule.look_confidence`), so the error rates of all looks add up to
-at most ``alpha``. The calibration is ``benchmarks/bench_race.py``.
+The interval's unit is an arm's *block* (a lap, or a longer unit after
+:meth:`Race.regroup`), not its request: the requests of one block of one arm
+share their conditions (a benchmark test's timed rounds back to back, a load run
+in flight together, a sweep's visit), so counting them as independent replicates
+made the interval far too narrow. Each block of an arm is one value, the mean
+over the block's prompts of their mean log value (noise on timings is
+multiplicative, additive in logs; a stray value, a stalled request, is first
+pulled in to 3.5 robust SDs of its prompt's median). An arm is compared with the
+leader block by block (every arm of a block sends the same prompts, so the
+prompt mix and the block's shared noise cancel), with a t-interval from the
+residual spread of the arm x block table, pooled over every arm that raced (one
+machine times them all). A race looks after :attr:`Race.min_laps` and then
+whenever its blocks have grown by a quarter; the k-th look has the confidence
+``1 - alpha / (k (k + 1))`` (:meth:`RaceRule.look_confidence`), so the error
+rates of all looks add up to at most ``alpha``. The calibration is
+``benchmarks/bench_race.py``.
 
 The race is *decided* when no arm is in contention. It then recommends the
 **smallest** budget among the leader and the arms as fast as it: a win inside
@@ -45,10 +47,10 @@ under load. When the request budget is spent first, the race is *undecided*
 and says which arms were still in contention; it never forces a winner.
 
 The same verdicts judge an exhaustive sweep (:func:`judge` on all its samples).
-Samples given with their round are judged by round, as a race; samples given
-without it fall back to an interval that takes each request as its own
-replicate (a stratified t on the within-prompt spread, Welch's degrees of
-freedom), which is too narrow when a round's requests share noise. Nothing here
+Samples given with their block (a sweep's round) are judged by block, as a race;
+samples given without it fall back to an interval that takes each request as its
+own replicate (a stratified t on the within-prompt spread, Welch's degrees of
+freedom), which is too narrow when a block's requests share noise. Nothing here
 knows about pytest, HTTP or budgets' meaning: keys are opaque (a budget, or None
 for the server's own).
 """
@@ -88,7 +90,7 @@ DEFAULT_EQUIVALENCE: float = Settings.equivalence
 DEFAULT_CONFIDENCE = 0.95
 #: Robust SDs beyond which a value's residual is clipped (see ``_tamed``).
 CLIP = 3.5
-#: A race looks again once it has this many times the rounds of its previous look.
+#: A race looks again once it has this many times the blocks of its previous look.
 LOOK_GROWTH = 1.25
 #: Fewest degrees of freedom behind an interval (the t quantile's expansion is exact to
 #: a few tenths of a percent from 3 on; below it an interval would be too narrow).
@@ -162,10 +164,13 @@ class Standing(Generic[K]):
 
 @dataclass(frozen=True)
 class Exit(Generic[K]):
-    """An arm that left the race: when (after how many requests in all, which round) and why."""
+    """An arm that left the race: when (after how many requests in all, which lap) and why.
+
+    ``lap`` is written as ``round`` in ``sweep.json`` (the key kept for old readers).
+    """
 
     key: K
-    round: int
+    lap: int
     after_requests: int
     n: int
     status: Status
@@ -177,7 +182,7 @@ class Exit(Generic[K]):
         """Plain JSON."""
         return {
             "key": self.key,
-            "round": self.round,
+            "round": self.lap,
             "after_requests": self.after_requests,
             "n": self.n,
             "status": self.status,
@@ -244,7 +249,8 @@ def _order(key: Any) -> tuple[int, Any]:
 class _Arm:
     values: list[float] = field(default_factory=list)
     strata: list[str] = field(default_factory=list)
-    #: the block (round) each value was measured in; None: every value its own replicate
+    #: the block (a lap, or a unit after a regroup) each value was measured in; None: every
+    #: value its own replicate
     blocks: list[int | None] = field(default_factory=list)
     excluded: str | None = None
 
@@ -408,7 +414,7 @@ def _cells(arm: _Arm) -> dict[int, dict[str, float]]:
 
 
 def _block_values(arm: _Arm) -> dict[int, float]:
-    """One value per block (round) of an arm: the mean over the block's prompts of their
+    """One value per block (lap) of an arm: the mean over the block's prompts of their
     mean log value in it. Requests of one block share its conditions (a benchmark test's
     back-to-back rounds, a load run): the block, not the request, is the replicate."""
     return {b: statistics.fmean(c.values()) for b, c in _cells(arm).items()}
@@ -449,7 +455,7 @@ def _two_way(y: Mapping[Any, Mapping[int, float]]) -> tuple[float, int]:
 def _blocked(arms: Mapping[Any, _Arm], *, prompt_cells: bool = False) -> _Blocked | None:
     """The residual variance of a block value in the arm x block table, pooled over ``arms``.
 
-    A block's effect shared by every arm (drift, the round's prompts) is the block's
+    A block's effect shared by every arm (drift, the block's prompts) is the block's
     level and cancels; what is left of each block value after its arm's level and its
     block's is its own noise, pooled over the arms (one machine times them all, and an
     arm that left the race still tells how noisy a block is) with ``cells - arms -
@@ -608,10 +614,10 @@ def judge(
 
 
 class Race(Generic[K]):
-    """A race in progress: which arms get the next round, and the log of who left when.
+    """A race in progress: which arms get the next lap, and the log of who left when.
 
-    The driver asks :meth:`next_round` for the arms to measure, measures each
-    ``per_round`` times (once per prompt), :meth:`add` s the values, and asks
+    The driver asks :meth:`next_lap` for the arms to measure, measures each
+    ``per_lap`` times (once per prompt), :meth:`add` s the values, and asks
     again; an empty answer ends the race. :meth:`judgement` is the verdict.
     """
 
@@ -620,13 +626,13 @@ class Race(Generic[K]):
         keys: Iterable[K],
         rule: RaceRule | None = None,
         *,
-        per_round: int = 1,
+        per_lap: int = 1,
         seed: int = 0,
     ) -> None:
         self.rule = rule or RaceRule()
-        if per_round < 1:
-            raise ValueError(f"race: per_round must be >= 1, got {per_round!r}")
-        self.per_round = per_round
+        if per_lap < 1:
+            raise ValueError(f"race: per_lap must be >= 1, got {per_lap!r}")
+        self.per_lap = per_lap
         self.seed = seed
         self._arms: dict[K, _Arm] = {k: _Arm() for k in keys}
         if not self._arms:
@@ -634,8 +640,8 @@ class Race(Generic[K]):
         self._frozen: dict[K, Standing[K]] = {}
         self.exits: list[Exit[K]] = []
         self.requests = 0
-        self.rounds = 0
-        #: the round from which blocks count anew (:meth:`regroup`); 0: every round a block
+        self.laps = 0
+        #: the lap from which blocks count anew (:meth:`regroup`); 0: every lap a block
         self._unit_start = 0
         self._regrouped = False
         #: each prompt of a block is its own cell (:meth:`regroup`)
@@ -647,31 +653,31 @@ class Race(Generic[K]):
         self._last: Judgement[K] | None = None
 
     @property
-    def min_rounds(self) -> int:
+    def min_laps(self) -> int:
         """Blocks every arm gets before any arm may leave (two at least: a spread a prompt)."""
-        return max(2, -(-self.rule.min_n // self.per_round))
+        return max(2, -(-self.rule.min_n // self.per_lap))
 
     @property
     def blocks(self) -> int:
-        """Blocks measured so far in the current unit (rounds, or passes after :meth:`regroup`)."""
-        return self.rounds - self._unit_start + (1 if self._regrouped else 0)
+        """Blocks measured so far in the current unit (laps, or passes after :meth:`regroup`)."""
+        return self.laps - self._unit_start + (1 if self._regrouped else 0)
 
-    def regroup(self, per_round: int, *, prompt_cells: bool = False) -> None:
-        """From now on a block is a longer round: everything measured so far is one block.
+    def regroup(self, per_lap: int, *, prompt_cells: bool = False) -> None:
+        """From now on a block is a longer lap: everything measured so far is one block.
 
-        A benchmark race's first rounds are its prompts, one after another (a
+        A benchmark race's first laps are its prompts, one after another (a
         prompt's budget differences count as noise, so a look there is
-        conservative); once every prompt has been measured, a round is a pass over
-        all of them (``per_round`` values an arm), and a block value holds every
+        conservative); once every prompt has been measured, a lap is a pass over
+        all of them (``per_lap`` values an arm), and a block value holds every
         prompt, so the prompts' own budget differences are fixed and cancel. The
         looks go on: their confidence keeps being spent as before.
         """
-        if per_round < 1:
-            raise ValueError(f"race: per_round must be >= 1, got {per_round!r}")
+        if per_lap < 1:
+            raise ValueError(f"race: per_lap must be >= 1, got {per_lap!r}")
         for arm in self._arms.values():
             arm.blocks = [None if b is None else 0 for b in arm.blocks]
-        self.per_round = per_round
-        self._unit_start = self.rounds
+        self.per_lap = per_lap
+        self._unit_start = self.laps
         self._regrouped = True
         self._prompt_cells = prompt_cells
         self._next_look = 0
@@ -680,13 +686,13 @@ class Race(Generic[K]):
     def add(self, key: K, value: float, stratum: str = "") -> None:
         """One measured request of arm ``key`` (a valid one; see :meth:`exclude`).
 
-        Its block is the current round: the requests of one arm's round share its
+        Its block is the current lap: the requests of one arm's lap share its
         conditions (see :func:`_block_values`).
         """
         arm = self._arms[key]
         arm.values.append(float(value))
         arm.strata.append(stratum)
-        arm.blocks.append(self.rounds - self._unit_start)
+        arm.blocks.append(self.laps - self._unit_start)
         self.requests += 1
         self._last = None
 
@@ -705,7 +711,7 @@ class Race(Generic[K]):
     def record(self) -> RaceRecord[K]:
         """The race as a report shows it."""
         return RaceRecord(
-            "adaptive", self.judgement(), tuple(self.exits), self.requests, self.rounds, self.spent
+            "adaptive", self.judgement(), tuple(self.exits), self.requests, self.laps, self.spent
         )
 
     def judgement(self) -> Judgement[K]:
@@ -724,7 +730,7 @@ class Race(Generic[K]):
     def _leave(self, s: Standing[K], leader: K | None) -> None:
         self._frozen[s.key] = s
         self.exits.append(
-            Exit(s.key, self.rounds, self.requests, s.n, s.status, s.slowdown, leader, s.reason)
+            Exit(s.key, self.laps, self.requests, s.n, s.status, s.slowdown, leader, s.reason)
         )
 
     def _look(self) -> Judgement[K]:
@@ -742,21 +748,21 @@ class Race(Generic[K]):
 
     def finish(self) -> Judgement[K]:
         """A last look at what was measured since the previous one (a driver that ran out
-        of rounds to give, e.g. of benchmark tests); the final verdict."""
-        if self._looked_at != self.requests and self.blocks >= self.min_rounds:
+        of laps to give, e.g. of benchmark tests); the final verdict."""
+        if self._looked_at != self.requests and self.blocks >= self.min_laps:
             self._look()
         return self.judgement()
 
-    def next_round(self) -> list[K]:
+    def next_lap(self) -> list[K]:
         """The arms to measure next (in key order); empty when the race is over.
 
-        The race looks (judges, and lets arms go) after :attr:`min_rounds` and then
-        whenever the rounds have grown by :data:`LOOK_GROWTH`: fewer looks spend the
+        The race looks (judges, and lets arms go) after :attr:`min_laps` and then
+        whenever the blocks have grown by :data:`LOOK_GROWTH`: fewer looks spend the
         confidence on fewer, better-informed verdicts.
         """
         live = [k for k in sorted(self._arms, key=_order) if k not in self._frozen]
         keys = live
-        if self.blocks >= self.min_rounds and self.blocks >= self._next_look:
+        if self.blocks >= self.min_laps and self.blocks >= self._next_look:
             j = self._look()
             if j.decided or not live:
                 return []
@@ -765,13 +771,13 @@ class Race(Generic[K]):
             ]
         if not keys:
             return []
-        cost = len(keys) * self.per_round
+        cost = len(keys) * self.per_lap
         if self.rule.max_requests is not None and self.requests + cost > self.rule.max_requests:
             if self._looked_at != self.requests:
                 self._look()  # what was measured since the last look is judged, too
             self.spent = not self.judgement().decided
             return []
-        self.rounds += 1
+        self.laps += 1
         return keys
 
 
@@ -790,7 +796,8 @@ class RaceRecord(Generic[K]):
     judgement: Judgement[K]
     exits: tuple[Exit[K], ...] = ()
     requests: int = 0
-    rounds: int = 0
+    #: written as ``rounds`` in ``sweep.json`` (the key kept for old readers)
+    laps: int = 0
     spent: bool = False
 
     def exit_of(self, key: K) -> Exit[K] | None:
@@ -812,7 +819,7 @@ class RaceRecord(Generic[K]):
             **self.judgement.to_json(),
             "max_requests": self.max_requests,
             "requests": self.requests,
-            "rounds": self.rounds,
+            "rounds": self.laps,
             "spent": self.spent,
             "exits": [e.to_json() for e in self.exits],
         }

@@ -576,7 +576,7 @@ def _verdict(st: BudgetStats, record: RaceRecord[int | None] | None, rec: Recomm
     return {
         "leader": "leads, undecided" if not rec.decided else "leads within the margin",
         "as fast": "as fast",
-        "out": "slower" if gone is None else f"slower, left after round {gone.round}",
+        "out": "slower" if gone is None else f"slower, left after round {gone.lap}",
         "in contention": "in contention",
         "excluded": "excluded",
     }[s.status]

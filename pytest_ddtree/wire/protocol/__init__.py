@@ -28,7 +28,7 @@ from pytest_ddtree.wire.protocol.endpoint import (
     EVENT_STREAM,
     KEEPALIVE_EXPIRY,
     EndpointConfig,
-    Prompt,
+    Messages,
 )
 from pytest_ddtree.wire.protocol.exchange import Exchange, classify_transport
 from pytest_ddtree.wire.protocol.parse import (
@@ -63,7 +63,7 @@ __all__ = [
     "EndpointConfig",
     "ErrorKind",
     "Exchange",
-    "Prompt",
+    "Messages",
     "Retry",
     "StallGuard",
     "StreamDecoder",

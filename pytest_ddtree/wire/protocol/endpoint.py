@@ -24,7 +24,8 @@ from pytest_ddtree.wire.completion import (
 if TYPE_CHECKING:
     from pytest_ddtree.core.settings import Settings
 
-Prompt = str | Sequence[Mapping[str, Any]]
+#: what a request asks: a prompt string, or chat messages (one mapping per message)
+Messages = str | Sequence[Mapping[str, Any]]
 
 EVENT_STREAM = "text/event-stream"
 
@@ -107,7 +108,7 @@ class EndpointConfig:
 
     def request(
         self,
-        prompt: Prompt,
+        prompt: Messages,
         *,
         api: Api | None = None,
         max_tokens: int | None = None,
@@ -171,7 +172,7 @@ class EndpointConfig:
 
     def spec(
         self,
-        prompt: Prompt,
+        prompt: Messages,
         *,
         tree_budget: int | None,
         max_tokens: int,
