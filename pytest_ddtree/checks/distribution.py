@@ -40,7 +40,7 @@ from math import comb
 from typing import TYPE_CHECKING, Any
 
 from pytest_ddtree.checks.comparable import why_not_whole
-from pytest_ddtree.core.settings import DISTRIBUTION_PERMUTATIONS, least_alpha
+from pytest_ddtree.core.settings import DISTRIBUTION_PERMUTATIONS, Settings, least_alpha
 
 if TYPE_CHECKING:
     from pytest_ddtree.wire.client import DDTreeClient
@@ -65,9 +65,9 @@ __all__ = [
     "words",
 ]
 
-#: The false-alarm rate of :func:`compare_answers` unless told otherwise (the fixture's own
-#: defaults, N = 40 and alpha 0.05, are --ddtree-distribution-samples and -alpha).
-DEFAULT_ALPHA = 0.05
+#: The false-alarm rate of :func:`compare_answers` unless told otherwise: the default of
+#: --ddtree-distribution-alpha (the fixture's N is --ddtree-distribution-samples').
+DEFAULT_ALPHA: float = Settings.distribution_alpha
 #: Random splits of the pooled answers; the p-value's resolution is 1 / (this + 1).
 DEFAULT_PERMUTATIONS = DISTRIBUTION_PERMUTATIONS
 

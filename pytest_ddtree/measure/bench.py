@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_ddtree.core.budget import Budget
+from pytest_ddtree.core.settings import Settings
 from pytest_ddtree.core.violation import InvariantError, Violation
 from pytest_ddtree.measure.sweep import SweepSample, redact_endpoint
 from pytest_ddtree.wire.completion import Completion
@@ -98,8 +99,8 @@ def run_gated(
     call: Callable[[], Completion],
     validate: Callable[[Completion], Sequence[Violation]],
     *,
-    rounds: int = 3,
-    warmup_rounds: int = 1,
+    rounds: int = Settings.rounds,
+    warmup_rounds: int = Settings.warmup_rounds,
     first_round: int = 0,
     group: str | None = None,
     extra_info_base: Mapping[str, Any] | None = None,

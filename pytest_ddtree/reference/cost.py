@@ -19,6 +19,8 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pytest_ddtree.core.settings import Settings
+
 __all__ = [
     "DEFAULT_PROMPTS",
     "Accelerator",
@@ -174,7 +176,7 @@ def optimal_budget(
     budgets: Sequence[int],
     prompts: Sequence[str] | None = None,
     cost: CostModel | None = None,
-    max_tokens: int = 128,
+    max_tokens: int = Settings.max_tokens,
     block_size: int = 16,
     concurrency: int = 1,
 ) -> tuple[int, dict[int, dict[str, float]]]:
@@ -242,7 +244,7 @@ def optimal_schedule(
     concurrencies: Sequence[int],
     prompts: Sequence[str] | None = None,
     cost: CostModel | None = None,
-    max_tokens: int = 128,
+    max_tokens: int = Settings.max_tokens,
     block_size: int = 16,
 ) -> dict[int, int]:
     """The optimal budget at each concurrency (``optimal_budget(..., concurrency=C)``)."""

@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from pytest_ddtree.core.settings import Settings
 from pytest_ddtree.measure.load.arrivals import LoadPoint, arrival_offsets
 from pytest_ddtree.measure.load.metrics import ClientHealth, LoadSample
 from pytest_ddtree.measure.sweep import quantile
@@ -433,7 +434,7 @@ def _report_to_session(
 def completion_of(
     raw: RawRequest,
     *,
-    dialect: str = "auto",
+    dialect: str = Settings.dialect,
     stats_map: Mapping[str, str] | None = None,
     counter: Any = None,
 ) -> Completion:
@@ -472,7 +473,7 @@ def validate(
     perf0: float,
     *,
     judge: Callable[..., Sequence[Any]] | None,
-    dialect: str = "auto",
+    dialect: str = Settings.dialect,
     stats_map: Mapping[str, str] | None = None,
     counter: Any = None,
     worker: str = "main",

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pytest_ddtree.core.settings import budget_label
+from pytest_ddtree.core.settings import Settings, budget_label
 from pytest_ddtree.core.slo import SLO
 from pytest_ddtree.measure.load.arrivals import LoadPoint
 from pytest_ddtree.measure.load.metrics import (
@@ -290,12 +290,12 @@ class LoadTester:
         tree_budgets: Sequence[int | None] = (None,),
         concurrencies: Sequence[int] = (1,),
         rates: Sequence[float] = (),
-        burstiness: float = 1.0,
+        burstiness: float = Settings.load_burstiness,
         requests: int | None = None,
-        max_tokens: int = 128,
+        max_tokens: int = Settings.max_tokens,
         slo: SLO | None = None,
-        seed: int = 0,
-        dialect: str = "auto",
+        seed: int = Settings.sweep_seed,
+        dialect: str = Settings.dialect,
         stats_map: Mapping[str, str] | None = None,
         counter: Any = None,
         guard: StallGuard | None = None,

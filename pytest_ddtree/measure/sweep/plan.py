@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from pytest_ddtree.core.settings import Settings
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.measure.sweep.drift import DRIFT_PAIRS
 from pytest_ddtree.measure.sweep.samples import SweepSample
@@ -51,10 +52,10 @@ class SweepPlan:
 
     budgets: tuple[int, ...]
     prompts: tuple[str, ...]
-    rounds: int = 3
-    warmup_rounds: int = 1
-    seed: int = 0
-    order: SweepOrder = "shuffled"
+    rounds: int = Settings.rounds
+    warmup_rounds: int = Settings.warmup_rounds
+    seed: int = Settings.sweep_seed
+    order: SweepOrder = Settings.sweep_order
     recheck: bool = False
 
     def __post_init__(self) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_ddtree.core import dialects as registry
+from pytest_ddtree.core.settings import Settings
 from pytest_ddtree.wire import dialects
 from pytest_ddtree.wire.completion import (
     MAX_CHARS_PER_TOKEN,
@@ -128,7 +129,7 @@ def assemble(
     ex: Exchange,
     stream: StreamDecoder | None = None,
     *,
-    dialect: str = "auto",
+    dialect: str = Settings.dialect,
     stats_map: Mapping[str, str] | None = None,
     counter: Any = None,
     count_chunks: bool = False,

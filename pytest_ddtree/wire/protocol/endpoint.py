@@ -9,20 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
 from pytest_ddtree.core import dialects as registry
-from pytest_ddtree.core.settings import DEFAULT_MAX_RESPONSE_BYTES, Timeout
+from pytest_ddtree.core.settings import Settings, Timeout
 from pytest_ddtree.wire import dialects
 from pytest_ddtree.wire.completion import (
     Api,
     RequestSpec,
 )
-
-if TYPE_CHECKING:
-    from pytest_ddtree.core.settings import Settings
 
 #: what a request asks: a prompt string, or chat messages (one mapping per message)
 Messages = str | Sequence[Mapping[str, Any]]
@@ -45,23 +42,24 @@ class EndpointConfig:
     ``none`` does not send it. ``max_response_bytes`` caps every answer in
     bytes; ``retry_429`` is how many times an HTTP 429 is sent again after its
     ``Retry-After``; ``retry_stale`` sends a request again, once, on a fresh
-    connection when a reused keep-alive connection closed before any byte.
+    connection when a reused keep-alive connection closed before any byte. Each default
+    that is an option's is read from ``Settings``, where it is declared.
     """
 
     base_url: str
     model: str | None = None
-    api: Api = "chat"
+    api: Api = Settings.api
     api_key: str | None = field(default=None, repr=False)
-    budget_mode: str = "field"
-    budget_field: str = "tree_budget"
+    budget_mode: str = Settings.budget_mode
+    budget_field: str = Settings.budget_field
     budget_endpoints: Mapping[int, str] = field(default_factory=dict)
-    dialect: str = "auto"
+    dialect: str = Settings.dialect
     stats_map: Mapping[str, str] = field(default_factory=dict)
-    timeout: Timeout = field(default_factory=Timeout)
-    max_tokens: int = 128
-    enable_thinking: bool = False
-    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
-    retry_429: int = 0
+    timeout: Timeout = Settings.timeout
+    max_tokens: int = Settings.max_tokens
+    enable_thinking: bool = Settings.enable_thinking
+    max_response_bytes: int = Settings.max_response_bytes
+    retry_429: int = Settings.retry_429
     retry_stale: bool = True
 
     def __post_init__(self) -> None:
