@@ -147,8 +147,8 @@ class DDTreeSession:
         self.smoked: dict[str, list[Violation]] = {}
         self.smoke_failure: str | None = None
         self.interrupted = False
-        self.summary: SweepSummary | None = None
-        #: one summary per temperature (``summary`` is the lowest temperature's)
+        #: one summary per temperature, lowest first (empty when no sample counted; the
+        #: run at temperature 0 alone has ``summaries[0.0]``)
         self.summaries: dict[float, SweepSummary] = {}
         #: what the sampling check found at each temperature above 0
         #: (``pytest_ddtree.checks.sampling``)
@@ -347,8 +347,7 @@ class DDTreeSession:
             skip_checks=self.settings.skip_checks,
             interrupted=self.interrupted,
         )
-        self.samples, self.summary = outcome.samples, outcome.summary
-        self.summaries = dict(outcome.summaries)
+        self.samples, self.summaries = outcome.samples, dict(outcome.summaries)
         self.budget_ignored = outcome.budget_ignored
         # the load tests: merged from the raw samples of every process, analysed once
         self.load = analysis.conclude_load(self.load_records, seed=seed)
@@ -356,11 +355,9 @@ class DDTreeSession:
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
             self._report_sweep_failure(self.budget_ignored)
-        if report and (self.summary is not None or self.load):
+        if report and (self.summaries or self.load):
             run = analysis.sweep_run(self.samples, self.metadata, seed, outcome, self.diagnoses)
-            self.report_lines.append(
-                analysis.write(run, report, self.summary, self.load, self.summaries)
-            )
+            self.report_lines.append(analysis.write(run, report, self.summaries, self.load))
         elif report and self.outcomes.passed | self.outcomes.failed:
             self.report_lines.append(analysis.no_report_line(report))
 
