@@ -147,6 +147,7 @@ def register(
     derived: Mapping[str, Callable[[Any], Any]] | None = None,
     order: Sequence[str] = (),
     localns: Mapping[str, Any] | None = None,
+    read: bool = True,
     **fields: Any,
 ) -> None:
     """Read and write ``cls`` from its fields, with ``fields`` overrides (``override(...)``):
@@ -155,7 +156,8 @@ def register(
     ``derived``: figures computed from the record, written after the fields (a reader
     ignores them); ``order``: the JSON keys that come first, in this order (the form an
     older version wrote), the others after them in field order; ``localns``: the names
-    the annotations use that the record's module imports only for type checking."""
+    the annotations use that the record's module imports only for type checking;
+    ``read=False``: written only (a generic record, recomputed when a file is read)."""
     if localns is not None:  # resolved here, once: cattrs then reads the fields' types
         hints = typing.get_type_hints(cls, localns=dict(localns))
         for f in dataclasses.fields(cls):
@@ -175,7 +177,8 @@ def register(
         return out
 
     converter.register_unstructure_hook(cls, unstructure if extra or first else plain)
-    converter.register_structure_hook(cls, make_dict_structure_fn(cls, converter, **fields))
+    if read:
+        converter.register_structure_hook(cls, make_dict_structure_fn(cls, converter, **fields))
 
 
 def plain_unstructure_fn(cls: type[Any], *, omit: tuple[str, ...] = ()) -> Callable[[Any], Any]:
