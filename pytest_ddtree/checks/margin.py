@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.wire.completion import Completion, TokenLogprob
 
 Kind = Literal["near-tie", "confident", "unknown"]
@@ -97,22 +98,24 @@ class Margin:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON (infinite or unknown numbers are null)."""
+        return jsonmodel.to_json(self)
 
-        def num(x: float | None) -> float | None:
-            return None if x is None or not math.isfinite(x) else round(x, 6)
 
-        return {
-            "kind": self.kind,
-            "threshold_nats": self.threshold,
-            "position": self.position,
-            "target_token": self.target_token,
-            "speculative_token": self.speculative_token,
-            "margin_nats": num(self.gap),
-            "margin_is_lower_bound": self.bound,
-            "top_two_nats": num(self.top_two),
-            "speculative_view": self.speculative_view,
-            "reason": self.reason,
-        }
+def _nats(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(x, 6)
+
+
+jsonmodel.register(
+    Margin,
+    threshold=jsonmodel.override(rename="threshold_nats"),
+    gap=jsonmodel.override(rename="margin_nats", unstruct_hook=_nats),
+    top_two=jsonmodel.override(rename="top_two_nats", unstruct_hook=_nats),
+    bound=jsonmodel.override(rename="margin_is_lower_bound"),
+    order=(
+        *("kind", "threshold_nats", "position", "target_token", "speculative_token"),
+        *("margin_nats", "margin_is_lower_bound"),
+    ),
+)
 
 
 def _ends(entries: Sequence[TokenLogprob]) -> list[int]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pytest_ddtree.checks.invariants import LAYERS
+from pytest_ddtree.core import jsonmodel
 
 Verdict = Literal["template", "server", "speculation", "undetermined"]
 
@@ -39,14 +40,15 @@ class Diagnosis:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON for reports and JUnit properties."""
-        return {
-            "verdict": self.verdict,
-            "title": self.title,
-            "reason": self.reason,
-            "advice": self.advice,
-            "baseline_codes": list(self.baseline_codes),
-        }
+        return jsonmodel.to_json(self)
 
+
+jsonmodel.register(
+    Diagnosis,
+    cached=jsonmodel.override(omit=True),
+    derived={"title": lambda d: d.title},
+    order=("verdict", "title"),
+)
 
 TEMPLATE_ADVICE = (
     "the target model alone fails the same way: fix the chat template, the stop tokens "

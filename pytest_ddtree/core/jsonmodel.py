@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import UnionType as _UnionType
 from typing import Any, TypeVar, Union, get_args, get_origin
 
@@ -30,6 +30,7 @@ __all__ = [
     "converter",
     "from_json",
     "json_schema",
+    "number",
     "override",
     "register",
     "to_json",
@@ -65,6 +66,15 @@ def _float(value: Any, _: Any = None) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise FieldError(("a finite number",), value)
     return float(value)
+
+
+def number(value: Any, _: Any = None) -> int | float:
+    """A finite number kept as written (a whole number stays an integer, so it is written
+    back as it was read); for a field declared ``float`` that an older version wrote as
+    ``16``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise FieldError(("a finite number",), value)
+    return value
 
 
 def _str(value: Any, _: Any = None) -> str:
@@ -134,15 +144,43 @@ def register(
     cls: type[Any],
     *,
     omit_if_default: bool = False,
+    derived: Mapping[str, Callable[[Any], Any]] | None = None,
+    order: Sequence[str] = (),
+    localns: Mapping[str, Any] | None = None,
+    read: bool = True,
     **fields: Any,
 ) -> None:
     """Read and write ``cls`` from its fields, with ``fields`` overrides (``override(...)``):
-    ``rename`` for a JSON key other than the field's name, ``omit`` for a field kept out."""
-    converter.register_unstructure_hook(
-        cls,
-        make_dict_unstructure_fn(cls, converter, _cattrs_omit_if_default=omit_if_default, **fields),
+    ``rename`` for a JSON key other than the field's name, ``omit`` for a field kept out.
+
+    ``derived``: figures computed from the record, written after the fields (a reader
+    ignores them); ``order``: the JSON keys that come first, in this order (the form an
+    older version wrote), the others after them in field order; ``localns``: the names
+    the annotations use that the record's module imports only for type checking;
+    ``read=False``: written only (a generic record, recomputed when a file is read)."""
+    if localns is not None:  # resolved here, once: cattrs then reads the fields' types
+        hints = typing.get_type_hints(cls, localns=dict(localns))
+        for f in dataclasses.fields(cls):
+            f.type = hints[f.name]
+    plain = make_dict_unstructure_fn(
+        cls, converter, _cattrs_omit_if_default=omit_if_default, **fields
     )
-    converter.register_structure_hook(cls, make_dict_structure_fn(cls, converter, **fields))
+    extra = dict(derived or {})
+    first = tuple(order)
+
+    def unstructure(record: Any) -> dict[str, Any]:
+        out: dict[str, Any] = plain(record)
+        for key, figure in extra.items():
+            out[key] = converter.unstructure(figure(record))
+        if first:
+            out = {**{k: out[k] for k in first if k in out}, **out}
+        return out
+
+    converter.register_unstructure_hook(cls, unstructure if extra or first else plain)
+    # an error names the JSON key a user sees in the file, not the field's name
+    _KEYS[cls] = {n: o.rename for n, o in fields.items() if getattr(o, "rename", None)}
+    if read:
+        converter.register_structure_hook(cls, make_dict_structure_fn(cls, converter, **fields))
 
 
 def plain_unstructure_fn(cls: type[Any], *, omit: tuple[str, ...] = ()) -> Callable[[Any], Any]:
@@ -183,15 +221,21 @@ def from_json(cls: type[T], data: Any, *, source: str = "record") -> T:
         raise ValueError(f"{source}: {where}: {exc}") from None
 
 
+#: per registered record, the fields written under another JSON key (``rename``)
+_KEYS: dict[type[Any], dict[str, str]] = {}
+
+
 def _first_leaf(exc: BaseException, path: str = "") -> tuple[str, BaseException]:
     """The first failure inside a ``cattrs`` error group and its JSON path (``a.b[2]``)."""
     if isinstance(exc, (ClassValidationError, IterableValidationError)):
         inner = exc.exceptions[0]
+        keys = _KEYS.get(getattr(exc, "cl", None) or type(None), {})
         step = ""
         for note in getattr(inner, "__notes__", ()):
             name = getattr(note, "name", None)
             index = getattr(note, "index", None)
             if name is not None:
+                name = keys.get(name, name)
                 step = f".{name}" if path else str(name)
             elif index is not None:
                 step = f"[{index}]"

@@ -6,6 +6,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_ddtree.core import jsonmodel
+
 
 @dataclass(frozen=True)
 class Violation:
@@ -33,13 +35,12 @@ class Violation:
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
-        """Plain-JSON form for reports and xdist transport."""
-        return {
-            "code": self.code,
-            "message": self.message,
-            "evidence": {k: _jsonable(v) for k, v in self.evidence.items()},
-            "request": self.request,
-        }
+        """Plain-JSON form for reports and xdist transport (evidence values made plain)."""
+        return jsonmodel.to_json(self)
+
+
+def _evidence(evidence: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _jsonable(v) for k, v in evidence.items()}
 
 
 def codes_of(violations: Iterable[Violation]) -> str:
@@ -55,6 +56,9 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     return repr(value)
+
+
+jsonmodel.register(Violation, evidence=jsonmodel.override(unstruct_hook=_evidence))
 
 
 class InvariantError(AssertionError):

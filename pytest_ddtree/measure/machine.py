@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import IO, Any
 
+from pytest_ddtree.core import jsonmodel
+
 #: A probe may run this long (seconds) before it is stopped.
 PROBE_TIMEOUT = 10.0
 #: A probe's output is kept up to this many bytes; the rest is cut with a note.
@@ -64,16 +66,10 @@ class ProbeResult:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON for ``sweep.json`` and pytest-benchmark's ``machine_info``."""
-        return {
-            "command": self.command,
-            "when": self.when,
-            "started": self.started,
-            "seconds": round(self.seconds, 3),
-            "exit_code": self.exit_code,
-            "output": self.output,
-            "truncated": self.truncated,
-            "problem": self.problem,
-        }
+        return jsonmodel.to_json(self)
+
+
+jsonmodel.register(ProbeResult, seconds=jsonmodel.override(unstruct_hook=lambda x: round(x, 3)))
 
 
 def _redact(text: str, secrets: Iterable[str | None]) -> str:

@@ -92,12 +92,11 @@ def _slowdown_note(settings: Settings) -> str:
 
 @dataclass(frozen=True)
 class Conclusion:
-    """What the session measured, once analysed (``summary`` None when nothing counted)."""
+    """What the session measured, once analysed."""
 
     samples: list[SweepSample]
-    summary: SweepSummary | None
     budget_ignored: list[Violation]
-    #: one summary per temperature, lowest first (``summary`` is the lowest's)
+    #: one summary per temperature, lowest first (empty when nothing counted)
     summaries: Mapping[float, SweepSummary] = field(default_factory=dict)
 
 
@@ -161,7 +160,7 @@ def conclude(
 
     samples = _with_lossy(samples, lossy)
     if not samples:
-        return Conclusion(samples, None, [])
+        return Conclusion(samples, [])
     groups = by_temperature(samples)
     # a budget that makes no difference shows at each temperature alone: never pooled
     ignored = [
@@ -175,7 +174,7 @@ def conclude(
     }
     if interrupted:
         summaries = {t: _partial(s) for t, s in summaries.items()}
-    return Conclusion(samples, next(iter(summaries.values())), ignored, summaries)
+    return Conclusion(samples, ignored, summaries)
 
 
 def _summary(
@@ -242,16 +241,15 @@ def sweep_run(
 def write(
     run: SweepRun,
     directory: str,
-    summary: SweepSummary | None,
+    summaries: Mapping[float, SweepSummary],
     load_results: Sequence[LoadTestResult] = (),
-    summaries: Mapping[float, SweepSummary] | None = None,
 ) -> str:
     """Write ``sweep.json`` and ``sweep.html`` (with any load results); the line saying where."""
     # the report writers load jsonschema: only when a report is written
     from pytest_ddtree.report import write_report
 
     try:
-        paths = write_report(run, directory, summary, load=load_results, summaries=summaries)
+        paths = write_report(run, directory, summaries, load=load_results)
     except (OSError, ValueError) as exc:
         return f"ddtree: could not write the report to {directory}: {exc}"
     except Exception as exc:  # a renderer's bug must not take the run's output

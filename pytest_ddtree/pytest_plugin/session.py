@@ -13,6 +13,7 @@ session merges it: both sides live here. Nothing here imports ``plugin`` or
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Mapping
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.options import OPTIONS, apply_marker, check_reference_faults, resolve
 from pytest_ddtree.core.settings import Settings, SettingsError
 from pytest_ddtree.pytest_plugin.runtime import Runtime, start_runtime
@@ -145,8 +147,8 @@ class DDTreeSession:
         self.smoked: dict[str, list[Violation]] = {}
         self.smoke_failure: str | None = None
         self.interrupted = False
-        self.summary: SweepSummary | None = None
-        #: one summary per temperature (``summary`` is the lowest temperature's)
+        #: one summary per temperature, lowest first (empty when no sample counted; the
+        #: run at temperature 0 alone has ``summaries[0.0]``)
         self.summaries: dict[float, SweepSummary] = {}
         #: what the sampling check found at each temperature above 0
         #: (``pytest_ddtree.checks.sampling``)
@@ -345,8 +347,7 @@ class DDTreeSession:
             skip_checks=self.settings.skip_checks,
             interrupted=self.interrupted,
         )
-        self.samples, self.summary = outcome.samples, outcome.summary
-        self.summaries = dict(outcome.summaries)
+        self.samples, self.summaries = outcome.samples, dict(outcome.summaries)
         self.budget_ignored = outcome.budget_ignored
         # the load tests: merged from the raw samples of every process, analysed once
         self.load_results = analysis.conclude_load(self.load_records, seed=seed)
@@ -354,11 +355,9 @@ class DDTreeSession:
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
             self._report_sweep_failure(self.budget_ignored)
-        if report and (self.summary is not None or self.load_results):
+        if report and (self.summaries or self.load_results):
             run = analysis.sweep_run(self.samples, self.metadata, seed, outcome, self.diagnoses)
-            self.report_lines.append(
-                analysis.write(run, report, self.summary, self.load_results, self.summaries)
-            )
+            self.report_lines.append(analysis.write(run, report, self.summaries, self.load_results))
         elif report and self.outcomes.passed | self.outcomes.failed:
             self.report_lines.append(analysis.no_report_line(report))
 
@@ -412,35 +411,14 @@ class WorkerPayload:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON (what execnet can carry)."""
-        doc = {
-            "samples": [s.to_json() for s in self.samples],
-            "metadata": None if self.metadata is None else self.metadata.to_json(),
-            "failed": self.failed,
-            "lossy": [[b, n] for b, n in self.lossy.items()],
-            "diagnoses": [d.to_json() for d in self.diagnoses],
-            "load_records": [r.to_json() for r in self.load_records],
-        }
-        return dict(json.loads(json.dumps(doc, default=str)))
+        _payload_form()
+        return dict(json.loads(json.dumps(jsonmodel.to_json(self), default=str)))
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> WorkerPayload:
-        """Read :meth:`to_json` output (a bad sample raises a one-line ``ValueError``)."""
-        from pytest_ddtree.measure.sweep import DiagnosisRecord, RunMetadata, SweepSample
-
-        meta = doc.get("metadata")
-        load_records: list[LoadRecord] = []
-        if doc.get("load_records"):  # the load package is loaded only when a load test ran
-            from pytest_ddtree.measure.load.record import LoadRecord
-
-            load_records = [LoadRecord.from_json(r) for r in doc["load_records"]]
-        return cls(
-            samples=[SweepSample.from_json(s, source="xdist worker") for s in doc["samples"]],
-            metadata=RunMetadata.from_json(meta) if isinstance(meta, Mapping) else None,
-            failed=[str(n) for n in doc.get("failed", [])],
-            lossy={b: str(n) for b, n in doc.get("lossy", [])},
-            diagnoses=[DiagnosisRecord.from_json(d) for d in doc.get("diagnoses", [])],
-            load_records=load_records,
-        )
+        """Read :meth:`to_json` output (a bad record raises a one-line ``ValueError``)."""
+        _payload_form()
+        return jsonmodel.from_json(cls, doc, source="xdist worker")
 
     def merge_into(self, session: DDTreeSession) -> None:
         """Controller side: add this worker's records to the session's."""
@@ -454,3 +432,40 @@ class WorkerPayload:
             session.mark_lossy(budget, nodeid)
         session.diagnoses.extend(self.diagnoses)
         session.load_records.extend(self.load_records)
+
+
+def _read_load(doc: Any, _: Any) -> list[LoadRecord]:
+    if not doc:  # the load package is loaded only when a load test ran
+        return []
+    from pytest_ddtree.measure.load.record import LoadRecord
+
+    return jsonmodel.converter.structure(doc, list[LoadRecord])
+
+
+@functools.cache
+def _payload_form() -> None:
+    """Register :class:`WorkerPayload` with the converter, once, on first use (its record
+    types are imported then): lossy budgets as ``[budget, nodeid]`` pairs."""
+    from pytest_ddtree.measure.sweep import DiagnosisRecord, RunMetadata, SweepSample
+
+    jsonmodel.register(
+        WorkerPayload,
+        localns={
+            "SweepSample": SweepSample,
+            "RunMetadata": RunMetadata,
+            "DiagnosisRecord": DiagnosisRecord,
+            "LoadRecord": Any,
+        },
+        lossy=jsonmodel.override(
+            unstruct_hook=lambda lossy: [[b, n] for b, n in lossy.items()],
+            struct_hook=lambda pairs, _: dict(
+                jsonmodel.converter.structure(pairs, list[tuple[int | None, str]])
+            ),
+        ),
+        # the JSON key stays "load": what the controllers and workers of earlier versions sent
+        load_records=jsonmodel.override(
+            rename="load",
+            unstruct_hook=lambda records: [jsonmodel.to_json(r) for r in records],
+            struct_hook=_read_load,
+        ),
+    )

@@ -126,7 +126,7 @@ def _write_ddtree(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     _write_load(tr, session)
     for line in session.report_lines:  # where the report went (or why not)
         tr.write_line(line)
-    if session.settings.report is None and (session.summary is not None or session.load_results):
+    if session.settings.report is None and (session.summaries or session.load_results):
         tr.write_line(
             "ddtree: add --ddtree-report DIR for sweep.json and sweep.html "
             "(every request, the charts, and the load section)"
@@ -193,7 +193,7 @@ def _write_transport(tr: pytest.TerminalReporter, runtime: Runtime) -> None:
 
 
 def _write_sweep(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
-    if session.summary is None:
+    if not session.summaries:
         return
     tr.write_sep("-", "pytest-ddtree budget sweep")
     notes: list[str] = []
@@ -236,12 +236,16 @@ def _tables(
     session: DDTreeSession, notes: list[str], shared: Mapping[int | None, str] | None
 ) -> list[str]:
     """The sweep table, or above temperature 0 one table per temperature, headed with it."""
-    from pytest_ddtree.measure.sweep.temperature import heading, sampling_problems, zero_only
+    from pytest_ddtree.measure.sweep.temperature import (
+        heading,
+        only_summary,
+        sampling_problems,
+        zero_only,
+    )
     from pytest_ddtree.report import table_lines
 
-    assert session.summary is not None
     if zero_only(session.summaries):
-        return table_lines(session.summary, notes=notes, shared=shared)
+        return table_lines(only_summary(session.summaries), notes=notes, shared=shared)
     lines: list[str] = []
     for t, part in session.summaries.items():
         problems = sampling_problems([s for s in session.samples if s.temperature == t])

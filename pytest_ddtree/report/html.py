@@ -33,7 +33,14 @@ from pytest_ddtree.measure.sweep import (
     budget_label,
 )
 from pytest_ddtree.measure.sweep.statistics import speculation_warnings
-from pytest_ddtree.measure.sweep.temperature import heading, sampling_problems, zero_only
+from pytest_ddtree.measure.sweep.temperature import (
+    Summaries,
+    heading,
+    only_summary,
+    sampling_problems,
+    summaries_of,
+    zero_only,
+)
 from pytest_ddtree.report._atomic import write_text_atomic
 from pytest_ddtree.report.charts import (
     HEIGHT,
@@ -598,7 +605,7 @@ def _counts_table(counts: Mapping[str, Any]) -> str:
     )
 
 
-def _metadata(run: SweepRun, summary: SweepSummary) -> str:
+def _metadata(run: SweepRun) -> str:
     meta = run.metadata.to_json()
     meta.setdefault("seed", run.seed)
     meta["requests"] = f"{len(run.samples)} ({sum(s.valid for s in run.samples)} valid)"
@@ -611,7 +618,6 @@ def _metadata(run: SweepRun, summary: SweepSummary) -> str:
         else:
             value = escape(_meta_value(v))
         rows.append(f"<dt>{escape(str(k))}</dt><dd>{value}</dd>")
-    del summary
     return f'<dl class="meta">{"".join(rows)}</dl>'
 
 
@@ -777,14 +783,14 @@ pre{font-size:12px;overflow-x:auto;background:var(--bg);padding:8px;border-radiu
 
 def render_html(
     run: SweepRun,
-    summary: SweepSummary | None = None,
+    summaries: Summaries | None = None,
     *,
     load: Sequence[LoadTestResult] = (),
-    summaries: Mapping[float, SweepSummary] | None = None,
 ) -> str:
     """The complete ``sweep.html`` document as a string (one card per load test in ``load``;
-    one set of cards, charts and tables per temperature in ``summaries`` above 0)."""
-    summary = summary or run.summary()
+    one set of cards, charts and tables per temperature in ``summaries`` above 0, computed
+    if not given; a single summary for a run at temperature 0)."""
+    summaries = summaries_of(run.samples, summaries, seed=run.seed)
     load_cards = ""
     if load:
         from pytest_ddtree.report.load_html import render_load_section
@@ -814,8 +820,10 @@ def render_html(
             "at once). Compare budgets within this run only; for absolute figures run serially."
         )
     notices.extend(meta.notes)
-    notices.extend(speculation_warnings(summary.budgets))
-    charts = _charts(run, summary, colors)
+    # each temperature's budgets warn once, in the order of the temperatures
+    notices.extend(
+        dict.fromkeys(w for s in summaries.values() for w in speculation_warnings(s.budgets))
+    )
     if load_cards and not run.samples:  # load tests only: no empty sweep sections
         return _page(
             model,
@@ -826,7 +834,7 @@ def render_html(
                 *(f'<div class="notice">{escape(n)}</div>' for n in notices),
                 load_cards,
                 server_counters_section(meta.extra.get("server_counters")),
-                f'<section class="card"><h2>Run</h2>{_metadata(run, summary)}</section>',
+                f'<section class="card"><h2>Run</h2>{_metadata(run)}</section>',
             ],
         )
     body: list[str] = [
@@ -834,10 +842,11 @@ def render_html(
         f"<h1>{escape(model)}</h1>",
         f'<div class="meta-line">{escape(line)}</div></header>',
     ]
-    if summaries is None or zero_only(summaries):
+    if zero_only(summaries):
+        summary = only_summary(summaries, seed=run.seed)
         body.append(_cards(run, summary))
         body.extend(f'<div class="notice">{escape(n)}</div>' for n in notices)
-        body.extend(_sweep_sections(run, summary, charts, colors))
+        body.extend(_sweep_sections(run, summary, _charts(run, summary, colors), colors))
     else:
         body.extend(f'<div class="notice">{escape(n)}</div>' for n in notices)
         for t, part in summaries.items():
@@ -853,7 +862,7 @@ def render_html(
     body.append(_diagnoses(run.diagnoses))
     body.append(load_cards)
     body.append(_machine_section(run))
-    body.append(f'<section class="card"><h2>Run</h2>{_metadata(run, summary)}</section>')
+    body.append(f'<section class="card"><h2>Run</h2>{_metadata(run)}</section>')
     return _page(model, body)
 
 
@@ -907,10 +916,9 @@ def _page(model: str, body: list[str]) -> str:
 def write_sweep_html(
     run: SweepRun,
     path: str | os.PathLike[str],
-    summary: SweepSummary | None = None,
+    summaries: Summaries | None = None,
     *,
     load: Sequence[LoadTestResult] = (),
-    summaries: Mapping[float, SweepSummary] | None = None,
 ) -> Path:
     """Write ``sweep.html`` atomically."""
-    return write_text_atomic(path, render_html(run, summary, load=load, summaries=summaries))
+    return write_text_atomic(path, render_html(run, summaries, load=load))

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
@@ -39,16 +39,12 @@ from typing import TYPE_CHECKING, Any
 import jsonschema
 
 from pytest_ddtree.core import __version__
-from pytest_ddtree.measure.sweep import (
-    DiagnosisRecord,
-    RunMetadata,
-    SweepRun,
-    SweepSample,
-    SweepSummary,
-)
+from pytest_ddtree.measure.sweep import DiagnosisRecord, RunMetadata, SweepRun, SweepSample
 from pytest_ddtree.measure.sweep.temperature import (
+    Summaries,
+    only_summary,
     sampling_problems,
-    summarize_temperatures,
+    summaries_of,
     zero_only,
 )
 from pytest_ddtree.report._atomic import write_text_atomic
@@ -110,18 +106,16 @@ def _validator() -> Any:
 
 def sweep_to_json(
     run: SweepRun,
-    summary: SweepSummary | None = None,
+    summaries: Summaries | None = None,
     *,
     load: Sequence[LoadTestResult] = (),
-    summaries: Mapping[float, SweepSummary] | None = None,
 ) -> dict[str, Any]:
-    """The ``sweep.json`` document for ``run`` (``summary`` computed if not given).
+    """The ``sweep.json`` document for ``run``.
 
-    ``summaries`` (one per temperature, computed if not given): above temperature 0
-    the statistics are written per temperature.
+    ``summaries`` (one per temperature, computed if not given; a single summary for a run at
+    temperature 0): above temperature 0 the statistics are written per temperature.
     """
-    if summaries is None:
-        summaries = summarize_temperatures(run.samples, seed=run.seed)
+    summaries = summaries_of(run.samples, summaries, seed=run.seed)
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "generator": f"pytest-ddtree {__version__}",
@@ -132,7 +126,7 @@ def sweep_to_json(
         "diagnoses": [d.to_json() for d in run.diagnoses],
     }
     if zero_only(summaries):
-        doc.update((summary or run.summary()).to_json())
+        doc.update(only_summary(summaries, seed=run.seed).to_json())
     else:
         doc["temperatures"] = [
             {
@@ -152,13 +146,12 @@ def sweep_to_json(
 def write_sweep_json(
     run: SweepRun,
     path: str | os.PathLike[str],
-    summary: SweepSummary | None = None,
+    summaries: Summaries | None = None,
     *,
     load: Sequence[LoadTestResult] = (),
-    summaries: Mapping[float, SweepSummary] | None = None,
 ) -> Path:
     """Write ``sweep.json`` atomically (temporary file, then rename)."""
-    doc = sweep_to_json(run, summary, load=load, summaries=summaries)
+    doc = sweep_to_json(run, summaries, load=load)
     text = json.dumps(doc, indent=2, sort_keys=False, allow_nan=False) + "\n"
     return write_text_atomic(path, text)
 

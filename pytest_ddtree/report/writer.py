@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_ddtree.measure.sweep import SweepRun, SweepSummary
-from pytest_ddtree.measure.sweep.temperature import summarize_temperatures
+from pytest_ddtree.measure.sweep import SweepRun
+from pytest_ddtree.measure.sweep.temperature import Summaries, summaries_of
 from pytest_ddtree.report.html import write_sweep_html
 from pytest_ddtree.report.jsonfile import write_sweep_json
 
@@ -28,14 +28,13 @@ class ReportPaths:
 def write_report(
     run: SweepRun,
     directory: str | os.PathLike[str],
-    summary: SweepSummary | None = None,
+    summaries: Summaries | None = None,
     *,
     load: Sequence[LoadTestResult] = (),
-    summaries: Mapping[float, SweepSummary] | None = None,
 ) -> ReportPaths:
     """Write ``sweep.json`` and ``sweep.html`` into ``directory`` (created if missing).
 
-    The statistics are computed once (or taken from ``summary``) and shared,
+    The statistics are computed once (or taken from ``summaries``) and shared,
     so both files agree exactly. ``load``: the merged load tests, written into
     both files in the same write (a run with load tests and no sweep still
     writes a valid ``sweep.json``, with no samples). ``summaries``: one per
@@ -44,9 +43,7 @@ def write_report(
     """
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    summary = summary or run.summary()
-    if summaries is None:
-        summaries = summarize_temperatures(run.samples, seed=run.seed)
-    json_path = write_sweep_json(run, out / "sweep.json", summary, load=load, summaries=summaries)
-    html_path = write_sweep_html(run, out / "sweep.html", summary, load=load, summaries=summaries)
+    summaries = summaries_of(run.samples, summaries, seed=run.seed)
+    json_path = write_sweep_json(run, out / "sweep.json", summaries, load=load)
+    html_path = write_sweep_html(run, out / "sweep.html", summaries, load=load)
     return ReportPaths(json=json_path, html=html_path)

@@ -28,6 +28,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from pytest_ddtree.core import jsonmodel
+
 #: the thread ticker's period, seconds
 TICK = 0.002
 #: lateness below this is timer slack (and the interpreter's thread switching), not a stall
@@ -70,13 +72,12 @@ class ClientStall:
         return f"client stalled {self.stalled:.2f} s of a {self.window:.2f} s decode"
 
     def to_json(self) -> dict[str, object]:
-        """Plain JSON."""
-        return {
-            "stalled": round(self.stalled, 4),
-            "window": round(self.window, 4),
-            "longest": round(self.longest, 4),
-            "source": self.source,
-        }
+        """Plain JSON (seconds to 0.1 ms)."""
+        return jsonmodel.to_json(self)
+
+
+_TENTH_MS = jsonmodel.override(unstruct_hook=lambda x: round(x, 4))
+jsonmodel.register(ClientStall, stalled=_TENTH_MS, window=_TENTH_MS, longest=_TENTH_MS)
 
 
 class StallLog:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from pytest_ddtree.measure.load import (
     SLO,
@@ -109,3 +113,23 @@ def test_importing_the_plugin_does_not_load_the_load_package() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+OLD_PAYLOAD = (
+    Path(__file__).parent.parent / "fixtures" / "worker_payload" / "v0.1.0-4a107e8-payload.json"
+)
+
+
+def test_an_old_worker_payload_reads_and_writes_back_byte_for_byte() -> None:
+    text = OLD_PAYLOAD.read_text()
+    payload = WorkerPayload.from_json(json.loads(text))
+    assert len(payload.load_records) == 2 and payload.load_records[1].races and payload.load_records[1].races[0].left
+    assert payload.lossy == {None: "t.py::a", 64: "t.py::b"}
+    assert json.dumps(payload.to_json(), indent=2) + "\n" == text
+
+
+def test_a_bad_load_record_in_a_payload_is_one_line_naming_where() -> None:
+    doc = json.loads(OLD_PAYLOAD.read_text())
+    doc["load"][0]["samples"][3]["e2e"] = "slow"
+    with pytest.raises(ValueError, match=r"^xdist worker: field 'load\[0\]\.samples\[3\]\.e2e'"):
+        WorkerPayload.from_json(doc)

@@ -14,7 +14,9 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
+
+from pytest_ddtree.core import jsonmodel
 
 __all__ = ["LoadPoint", "arrival_offsets"]
 
@@ -69,16 +71,12 @@ class LoadPoint:
             return LoadPoint("concurrency", mine) if mine else None
         return LoadPoint("rate", self.value / shares, self.burstiness)
 
-    def to_json(self) -> dict[str, Any]:
-        """Plain-JSON form."""
-        return {"mode": self.mode, "value": self.value, "burstiness": self.burstiness}
 
-    @classmethod
-    def from_json(cls, data: Any) -> LoadPoint:
-        """Inverse of ``to_json``; ValueError on a malformed value."""
-        if not isinstance(data, dict):
-            raise ValueError(f"load point: expected an object, got {type(data).__name__}")
-        return cls(data.get("mode"), data.get("value"), data.get("burstiness", 1.0))  # type: ignore[arg-type]
+jsonmodel.register(
+    LoadPoint,
+    value=jsonmodel.override(struct_hook=jsonmodel.number),
+    burstiness=jsonmodel.override(struct_hook=jsonmodel.number),
+)
 
 
 def arrival_offsets(

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.core.slo import SLO
@@ -131,62 +132,15 @@ class LoadSample:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON (for xdist transport and sweep.json)."""
-        return {
-            "point": self.point.to_json(),
-            "tree_budget": self.tree_budget,
-            "start": self.start,
-            "e2e": self.e2e,
-            "ttft": self.ttft,
-            "gaps": list(self.gaps),
-            "output_tokens": self.output_tokens,
-            "valid": self.valid,
-            "codes": list(self.codes),
-            "error": self.error,
-            "evidence": self.evidence,
-            "acceptance": self.acceptance,
-            "server_ttft": self.server_ttft,
-            "prompt_id": self.prompt_id,
-            "worker": self.worker,
-            "withheld": list(self.withheld),
-            "drafted": self.drafted,
-            "accepted": self.accepted,
-            "run": self.run,
-            "spec_reported": self.spec_reported,
-        }
+        return jsonmodel.to_json(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LoadSample:
-        """Inverse of ``to_json``."""
-        return cls(
-            point=LoadPoint.from_json(data["point"]),
-            tree_budget=data.get("tree_budget"),
-            start=float(data["start"]),
-            e2e=float(data["e2e"]),
-            ttft=None if data.get("ttft") is None else float(data["ttft"]),
-            gaps=tuple(float(g) for g in data.get("gaps", ())),
-            output_tokens=data.get("output_tokens"),
-            valid=bool(data["valid"]),
-            codes=tuple(data.get("codes", ())),
-            error=data.get("error"),
-            evidence=str(data.get("evidence", "")),
-            acceptance=data.get("acceptance"),
-            server_ttft=data.get("server_ttft"),
-            prompt_id=data.get("prompt_id"),
-            worker=str(data.get("worker", "main")),
-            withheld=tuple(str(c) for c in data.get("withheld", ())),
-            drafted=_count(data.get("drafted")),
-            accepted=_count(data.get("accepted")),
-            run=_count(data.get("run")) or 0,
-            spec_reported=_flag(data.get("spec_reported")),
-        )
+        """Inverse of ``to_json``; a bad value raises one ``ValueError`` line."""
+        return jsonmodel.from_json(cls, data, source="load sample")
 
 
-def _flag(value: Any) -> bool | None:
-    return value if isinstance(value, bool) else None
-
-
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+jsonmodel.register(LoadSample)
 
 
 @dataclass(frozen=True)
@@ -274,44 +228,27 @@ class ClientHealth:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON, with the derived figures."""
-        return {
-            "cpu_seconds": self.cpu_seconds,
-            "wall_seconds": self.wall_seconds,
-            "requests": self.requests,
-            "tokens": self.tokens,
-            "lag_p99": self.lag_p99,
-            "lag_max": self.lag_max,
-            "lag_samples": self.lag_samples,
-            "workers": self.workers,
-            "validation_cpu_seconds": self.validation_cpu_seconds,
-            "retries": self.retries,
-            "cpu_share": self.cpu_share,
-            "cpu_per_request": self.cpu_per_request,
-            "cpu_per_token": self.cpu_per_token,
-            "saturated": self.saturated,
-            "lag_p50": self.lag_p50,
-            "lag_total": self.lag_total,
-            "lag_share": self.lag_share,
-            "stalled": self.stalled,
-        }
+        return jsonmodel.to_json(self)
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ClientHealth:
-        """Inverse of ``to_json`` (derived figures ignored)."""
-        return cls(
-            cpu_seconds=float(data["cpu_seconds"]),
-            wall_seconds=float(data["wall_seconds"]),
-            requests=int(data["requests"]),
-            tokens=int(data["tokens"]),
-            lag_p99=float(data["lag_p99"]),
-            lag_max=float(data["lag_max"]),
-            lag_samples=int(data["lag_samples"]),
-            workers=int(data.get("workers", 1)),
-            validation_cpu_seconds=float(data.get("validation_cpu_seconds", 0.0)),
-            retries=int(data.get("retries", 0)),
-            lag_p50=float(data.get("lag_p50", 0.0)),
-            lag_total=float(data.get("lag_total", 0.0)),
-        )
+
+jsonmodel.register(
+    ClientHealth,
+    #: the derived figures, written for a reader of sweep.json (ignored when read back)
+    derived={
+        "cpu_share": lambda h: h.cpu_share,
+        "cpu_per_request": lambda h: h.cpu_per_request,
+        "cpu_per_token": lambda h: h.cpu_per_token,
+        "saturated": lambda h: h.saturated,
+        "lag_share": lambda h: h.lag_share,
+        "stalled": lambda h: h.stalled,
+    },
+    order=(
+        *("cpu_seconds", "wall_seconds", "requests", "tokens", "lag_p99", "lag_max"),
+        *("lag_samples", "workers", "validation_cpu_seconds", "retries", "cpu_share"),
+        *("cpu_per_request", "cpu_per_token", "saturated", "lag_p50", "lag_total"),
+        *("lag_share", "stalled"),
+    ),
+)
 
 
 def chain_health(runs: Sequence[ClientHealth]) -> ClientHealth:
@@ -478,7 +415,7 @@ class PointStats:
             return p.to_json() if p is not None else None
 
         return {
-            "point": self.point.to_json(),
+            "point": jsonmodel.to_json(self.point),
             "label": self.point.label,
             "tree_budget": self.tree_budget,
             "requests": self.requests,
@@ -510,7 +447,7 @@ class PointStats:
             "stats_asked": self.stats_asked,
             "spec_reports": self.spec_reports,
             "no_speculative_statistics": self.no_spec_stats,
-            "client": self.client.to_json() if self.client is not None else None,
+            "client": jsonmodel.to_json(self.client) if self.client is not None else None,
             "unreliable": self.unreliable,
             "workers": list(self.workers),
         }

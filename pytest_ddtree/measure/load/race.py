@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.measure.load.arrivals import LoadPoint
 from pytest_ddtree.measure.load.metrics import LoadSample
@@ -71,27 +72,12 @@ class Left:
     status: str  # "out" (clearly slower) or "excluded" (an invalid or unanswered request)
     reason: str
 
-    def to_json(self) -> dict[str, Any]:
-        """Plain JSON."""
-        return {
-            "tree_budget": self.tree_budget,
-            "budget_label": budget_label(self.tree_budget),
-            "after_requests": self.after_requests,
-            "n": self.n,
-            "status": self.status,
-            "reason": self.reason,
-        }
 
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Left:
-        """Inverse of :meth:`to_json`."""
-        return cls(
-            doc.get("tree_budget"),
-            int(doc["after_requests"]),
-            int(doc["n"]),
-            str(doc["status"]),
-            str(doc.get("reason", "")),
-        )
+jsonmodel.register(
+    Left,
+    derived={"budget_label": lambda x: budget_label(x.tree_budget)},
+    order=("tree_budget", "budget_label"),
+)
 
 
 @dataclass(frozen=True)
@@ -178,50 +164,48 @@ class PointRace:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON (sweep.json and the xdist payload)."""
-        return {
-            "point": self.point.to_json(),
-            "budgets": list(self.budgets),
-            "chunk": self.chunk,
-            "min_n": self.min_n,
-            "equivalence": self.equivalence,
-            "confidence": self.confidence,
-            "max_requests": self.max_requests,
-            "requests": self.requests,
-            "saved": self.saved,
-            "outcome": self.outcome,
-            "decided": self.decided,
-            "leader": self.leader,
-            "recommended": self.recommended,
-            "discarded_runs": self.discarded,
-            "verdict": self.verdict(),
-            "left": [x.to_json() for x in self.left],
-            "standing": [
-                {"tree_budget": b, "n": n, "status": s, "reason": r} for b, n, s, r in self.standing
-            ],
-        }
+        return jsonmodel.to_json(self)
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> PointRace:
-        """Inverse of :meth:`to_json`."""
-        return cls(
-            point=LoadPoint.from_json(doc["point"]),
-            budgets=tuple(doc.get("budgets", ())),
-            chunk=int(doc["chunk"]),
-            min_n=int(doc["min_n"]),
-            equivalence=float(doc["equivalence"]),
-            confidence=float(doc["confidence"]),
-            max_requests=int(doc["max_requests"]),
-            requests=int(doc["requests"]),
-            outcome=doc["outcome"],
-            leader=doc.get("leader"),
-            recommended=doc.get("recommended"),
-            left=tuple(Left.from_json(x) for x in doc.get("left", ())),
-            standing=tuple(
-                (s.get("tree_budget"), int(s["n"]), str(s["status"]), str(s.get("reason", "")))
-                for s in doc.get("standing", ())
-            ),
-            discarded=int(doc.get("discarded_runs", 0)),
-        )
+        """Inverse of :meth:`to_json`; a bad value raises one ``ValueError`` line."""
+        return jsonmodel.from_json(cls, doc, source="load race")
+
+
+def _standing_json(standing: tuple[tuple[Budget, int, str, str], ...]) -> list[dict[str, Any]]:
+    return [{"tree_budget": b, "n": n, "status": s, "reason": r} for b, n, s, r in standing]
+
+
+def _read_standing(doc: Any, _: Any) -> tuple[tuple[Budget, int, str, str], ...]:
+    rows = [jsonmodel.from_json(_Standing, row, source="standing") for row in doc]
+    return tuple((r.tree_budget, r.n, r.status, r.reason) for r in rows)
+
+
+@dataclass(frozen=True)
+class _Standing:
+    """One row of :attr:`PointRace.standing` as written."""
+
+    tree_budget: Budget
+    n: int
+    status: str
+    reason: str = ""
+
+
+jsonmodel.register(
+    PointRace,
+    discarded=jsonmodel.override(rename="discarded_runs"),
+    standing=jsonmodel.override(unstruct_hook=_standing_json, struct_hook=_read_standing),
+    derived={
+        "saved": lambda r: r.saved,
+        "decided": lambda r: r.decided,
+        "verdict": PointRace.verdict,
+    },
+    order=(
+        *("point", "budgets", "chunk", "min_n", "equivalence", "confidence", "max_requests"),
+        *("requests", "saved", "outcome", "decided", "leader", "recommended"),
+        *("discarded_runs", "verdict", "left", "standing"),
+    ),
+)
 
 
 def _exclusion(samples: Sequence[LoadSample]) -> str:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.measure.load.arrivals import LoadPoint
 from pytest_ddtree.measure.load.metrics import PointStats
@@ -87,7 +88,7 @@ class Choice:
     def to_json(self) -> dict[str, Any]:
         """Plain JSON."""
         return {
-            "point": self.point.to_json(),
+            "point": jsonmodel.to_json(self.point),
             "label": self.point.label,
             "chosen": self.chosen,
             "tree_budget": self.tree_budget,

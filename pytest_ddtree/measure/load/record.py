@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.slo import SLO, parse_slo
 from pytest_ddtree.measure.load.arrivals import LoadPoint
 from pytest_ddtree.measure.load.metrics import ClientHealth, LoadSample, PointStats
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["LoadRecord", "LoadTestResult", "load_json", "merge_records"]
 
 #: client health of one process at one (load point, tree budget)
-HealthEntry = tuple[LoadPoint, "int | None", ClientHealth]
+HealthEntry = tuple[LoadPoint, int | None, ClientHealth]
 
 
 @dataclass(frozen=True)
@@ -62,38 +63,29 @@ class LoadRecord:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON (what execnet carries from a worker)."""
-        return {
-            "nodeid": self.nodeid,
-            "temperature": self.temperature,
-            "shares": self.shares,
-            "partial": self.partial,
-            "slo": str(self.slo) if self.slo is not None else None,
-            "mode": self.mode,
-            "note": self.note,
-            "races": [r.to_json() for r in self.races],
-            "samples": [s.to_json() for s in self.samples],
-            "health": [[p.to_json(), b, h.to_json()] for p, b, h in self.health],
-        }
+        return jsonmodel.to_json(self)
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> LoadRecord:
-        """Inverse of :meth:`to_json`."""
-        raw_slo = doc.get("slo")
-        return cls(
-            nodeid=str(doc["nodeid"]),
-            samples=tuple(LoadSample.from_json(s) for s in doc.get("samples", ())),
-            health=tuple(
-                (LoadPoint.from_json(p), b, ClientHealth.from_json(h))
-                for p, b, h in doc.get("health", ())
-            ),
-            shares=int(doc.get("shares", 1)),
-            partial=bool(doc.get("partial", False)),
-            slo=parse_slo(str(raw_slo), "load record") if raw_slo else None,
-            temperature=float(doc.get("temperature") or 0.0),
-            races=tuple(PointRace.from_json(r) for r in doc.get("races", ())),
-            mode=str(doc.get("mode", "exhaustive")),
-            note=str(doc.get("note", "")),
-        )
+        """Inverse of :meth:`to_json`; a bad value raises one ``ValueError`` line."""
+        return jsonmodel.from_json(cls, doc, source="load record")
+
+
+def _read_slo(raw: Any, _: Any) -> SLO | None:
+    return parse_slo(str(raw), "load record") if raw else None
+
+
+jsonmodel.register(
+    LoadRecord,
+    #: the SLO as the user wrote it (``ttft=500ms,goodput=95%``)
+    slo=jsonmodel.override(
+        unstruct_hook=lambda slo: None if slo is None else str(slo), struct_hook=_read_slo
+    ),
+    order=(
+        *("nodeid", "temperature", "shares", "partial", "slo", "mode", "note", "races"),
+        *("samples", "health"),
+    ),
+)
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any, Generic, Literal, TypeVar
 
+from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.settings import DEFAULT_MIN_N, Settings
 
 __all__ = [
@@ -150,17 +151,6 @@ class Standing(Generic[K]):
     slowdown: tuple[float, float, float] | None = None
     reason: str = ""
 
-    def to_json(self) -> dict[str, Any]:
-        """Plain JSON."""
-        return {
-            "key": self.key,
-            "n": self.n,
-            "median": self.median,
-            "status": self.status,
-            "slowdown": None if self.slowdown is None else list(self.slowdown),
-            "reason": self.reason,
-        }
-
 
 @dataclass(frozen=True)
 class Exit(Generic[K]):
@@ -178,18 +168,10 @@ class Exit(Generic[K]):
     leader: K | None
     reason: str
 
-    def to_json(self) -> dict[str, Any]:
-        """Plain JSON."""
-        return {
-            "key": self.key,
-            "round": self.lap,
-            "after_requests": self.after_requests,
-            "n": self.n,
-            "status": self.status,
-            "slowdown": None if self.slowdown is None else list(self.slowdown),
-            "leader": self.leader,
-            "reason": self.reason,
-        }
+
+#: written into sweep.json's race, field by field (the race is recomputed when read)
+jsonmodel.register(Standing, read=False)
+jsonmodel.register(Exit, read=False, lap=jsonmodel.override(rename="round"))
 
 
 @dataclass(frozen=True)
@@ -236,7 +218,7 @@ class Judgement(Generic[K]):
             "confidence": self.rule.confidence,
             "look": self.look,
             "look_confidence": self.rule.look_confidence(self.look),
-            "standings": [s.to_json() for s in self.standings],
+            "standings": [jsonmodel.to_json(s) for s in self.standings],
         }
 
 
@@ -821,7 +803,7 @@ class RaceRecord(Generic[K]):
             "requests": self.requests,
             "rounds": self.laps,
             "spent": self.spent,
-            "exits": [e.to_json() for e in self.exits],
+            "exits": [jsonmodel.to_json(e) for e in self.exits],
         }
 
 

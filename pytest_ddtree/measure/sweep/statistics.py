@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.measure.sweep.bootstrap import (
@@ -280,23 +281,16 @@ class Recommendation:
             and not self.drifting
         )
 
-    def to_json(self) -> dict[str, Any]:
-        """Plain-JSON form for ``sweep.json``."""
-        return {
-            "tree_budget": self.tree_budget,
-            "decode_median": self.decode_median,
-            "decode_ci95": None if self.decode_ci is None else list(self.decode_ci),
-            "n": self.n,
-            "leader": self.leader,
-            "decided": self.decided,
-            "equivalence": self.equivalence,
-            "tied": list(self.tied),
-            "excluded": list(self.excluded),
-            "decisive": self.decisive,
-            "partial": self.partial,
-            "drifting": self.drifting,
-            "message": self.message,
-        }
+
+jsonmodel.register(
+    Recommendation,
+    decode_ci=jsonmodel.override(rename="decode_ci95"),
+    derived={"decisive": lambda r: r.decisive},
+    order=(
+        *("tree_budget", "decode_median", "decode_ci95", "n", "leader", "decided"),
+        *("equivalence", "tied", "excluded", "decisive", "partial", "drifting", "message"),
+    ),
+)
 
 
 def rank(stats: Sequence[BudgetStats]) -> list[BudgetStats]:
@@ -551,7 +545,7 @@ class SweepSummary:
         """Plain-JSON form for ``sweep.json``."""
         out = {
             "budgets": [b.to_json() for b in self.budgets],
-            "recommendation": self.recommendation.to_json(),
+            "recommendation": jsonmodel.to_json(self.recommendation),
         }
         if self.race is not None:
             out["race"] = self.race.to_json()

@@ -38,6 +38,36 @@ def zero_only(summaries: Mapping[float, SweepSummary]) -> bool:
     return all(t == 0.0 for t in summaries)
 
 
+def only_summary(summaries: Mapping[float, SweepSummary], *, seed: int = 0) -> SweepSummary:
+    """The one summary of a run at temperature 0 alone (:func:`zero_only`), the empty
+    summary of a run without samples; ValueError for a run at several temperatures."""
+    if not zero_only(summaries):
+        raise ValueError(f"one summary per temperature: {sorted(summaries)}, not one")
+    return summaries[0.0] if summaries else summarize((), seed=seed)
+
+
+#: what a report is given: one summary per temperature, or the one of a run at temperature 0
+Summaries = Mapping[float, SweepSummary] | SweepSummary
+
+
+def summaries_of(
+    samples: Sequence[SweepSample],
+    given: Summaries | None = None,
+    *,
+    seed: int = 0,
+) -> dict[float, SweepSummary]:
+    """The per-temperature summaries of a run's ``samples``: ``given`` when a mapping,
+    computed when None. A single summary stands for the run at temperature 0 alone; for a
+    run at several temperatures it is not one of them, so each is summarised."""
+    if isinstance(given, SweepSummary):
+        if all(s.temperature == 0.0 for s in samples):
+            return {0.0: given}
+        given = None
+    if given is None:
+        return summarize_temperatures(samples, seed=seed)
+    return dict(given)
+
+
 def heading(temperature: float) -> str:
     """The heading of one temperature's table: ``temperature 0.7``."""
     return f"temperature {temperature_label(temperature)}"
