@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["SpecTally", "silent"]
+__all__ = ["SpecTally", "TalliedSpeculation", "silent"]
 
 
 def silent(asked: int, reported: int) -> bool:
@@ -52,3 +52,41 @@ class SpecTally:
     def never_drafted(self) -> bool:
         """Requests reported their draft counts and not one drafted a token: no speculation."""
         return self.draft_reports > 0 and self.drafted_tokens == 0 and not self.no_spec_stats
+
+
+class TalliedSpeculation:
+    """The figures of the ``SpecTally`` a record holds (``spec``), read by name: the sweep's
+    ``BudgetStats`` and the load's ``PointStats`` both derive from this, so their tables
+    read the same names."""
+
+    spec: SpecTally
+
+    @property
+    def drafted_tokens(self) -> int:
+        """Draft tokens summed over the requests that reported a count."""
+        return self.spec.drafted_tokens
+
+    @property
+    def draft_reports(self) -> int:
+        """Requests that reported a draft count."""
+        return self.spec.draft_reports
+
+    @property
+    def stats_asked(self) -> int:
+        """Answers that were read for speculative statistics."""
+        return self.spec.stats_asked
+
+    @property
+    def spec_reports(self) -> int:
+        """Answers that carried speculative statistics."""
+        return self.spec.spec_reports
+
+    @property
+    def no_spec_stats(self) -> bool:
+        """Answers were read for speculative statistics and not one carried any."""
+        return self.spec.no_spec_stats
+
+    @property
+    def never_drafted(self) -> bool:
+        """Requests reported their draft counts and not one drafted a token: no speculation."""
+        return self.spec.never_drafted

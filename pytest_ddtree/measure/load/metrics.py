@@ -37,7 +37,7 @@ from pytest_ddtree.core.slo import SLO
 from pytest_ddtree.measure.load.arrivals import LoadPoint
 from pytest_ddtree.measure.sweep import quantile
 from pytest_ddtree.measure.sweep.statistics import acceptance_text, no_spec_stats_line
-from pytest_ddtree.measure.tally import SpecTally
+from pytest_ddtree.measure.tally import SpecTally, TalliedSpeculation
 
 __all__ = [
     "PERCENTILES",
@@ -317,7 +317,7 @@ def percentiles(values: Iterable[float]) -> Percentiles | None:
 
 
 @dataclass(frozen=True)
-class PointStats:
+class PointStats(TalliedSpeculation):
     """Everything measured at one tree budget × load point."""
 
     point: LoadPoint
@@ -349,37 +349,6 @@ class PointStats:
     uncounted: int = 0
     #: the speculation figures, counted as the sweep counts them
     spec: SpecTally = field(default_factory=SpecTally)
-
-    @property
-    def drafted(self) -> int:
-        """Draft tokens summed over the requests that reported a count (``drafted_tokens``
-        in ``sweep.json``, as in the sweep's table)."""
-        return self.spec.drafted_tokens
-
-    @property
-    def draft_reports(self) -> int:
-        """Requests that reported a draft count."""
-        return self.spec.draft_reports
-
-    @property
-    def stats_asked(self) -> int:
-        """Answers that were read for speculative statistics."""
-        return self.spec.stats_asked
-
-    @property
-    def spec_reports(self) -> int:
-        """Answers that carried speculative statistics."""
-        return self.spec.spec_reports
-
-    @property
-    def no_spec_stats(self) -> bool:
-        """Answers were read for speculative statistics and not one carried any."""
-        return self.spec.no_spec_stats
-
-    @property
-    def never_drafted(self) -> bool:
-        """Requests reported their draft counts and not one drafted a token: no speculation."""
-        return self.spec.never_drafted
 
     @property
     def invalid(self) -> int:
@@ -440,7 +409,7 @@ class PointStats:
             "slo_met": self.slo_met,
             "mean_acceptance_length": self.mean_acceptance,
             "mean_acceptance_rate": self.mean_acceptance_rate,
-            "drafted_tokens": self.drafted,
+            "drafted_tokens": self.drafted_tokens,
             "draft_reports": self.draft_reports,
             "never_drafted": self.never_drafted,
             "uncounted": self.uncounted,

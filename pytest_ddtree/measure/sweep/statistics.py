@@ -58,11 +58,11 @@ from pytest_ddtree.measure.sweep.race import (
     signed_percent,
 )
 from pytest_ddtree.measure.sweep.samples import SweepSample
-from pytest_ddtree.measure.tally import SpecTally
+from pytest_ddtree.measure.tally import SpecTally, TalliedSpeculation
 
 
 @dataclass(frozen=True)
-class BudgetStats:
+class BudgetStats(TalliedSpeculation):
     """The statistics of one budget over every sample of a sweep.
 
     Timing and acceptance statistics use valid samples only: an invalid
@@ -99,36 +99,6 @@ class BudgetStats:
     spec: SpecTally = field(default_factory=SpecTally)
     # acceptance by depth, pooled over the valid requests (None: no server histogram)
     depth: DepthProfile | None = None
-
-    @property
-    def drafted_tokens(self) -> int:
-        """Draft tokens summed over the requests that reported a count."""
-        return self.spec.drafted_tokens
-
-    @property
-    def draft_reports(self) -> int:
-        """Requests that reported a draft count."""
-        return self.spec.draft_reports
-
-    @property
-    def stats_asked(self) -> int:
-        """Answers that were read for speculative statistics."""
-        return self.spec.stats_asked
-
-    @property
-    def spec_reports(self) -> int:
-        """Answers that carried speculative statistics."""
-        return self.spec.spec_reports
-
-    @property
-    def no_spec_stats(self) -> bool:
-        """Answers were read for speculative statistics and not one carried any."""
-        return self.spec.no_spec_stats
-
-    @property
-    def never_drafted(self) -> bool:
-        """Requests reported their draft counts and not one drafted a token: no speculation."""
-        return self.spec.never_drafted
 
     @property
     def all_valid(self) -> bool:
