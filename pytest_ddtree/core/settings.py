@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from pytest_ddtree.core.budget import SERVER_DEFAULT as SERVER_DEFAULT
 from pytest_ddtree.core.budget import Budget
 from pytest_ddtree.core.dialects import CHOICES
 

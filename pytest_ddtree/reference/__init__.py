@@ -6,7 +6,7 @@ draft trees verified against the target (lossless at temperature 0), a simulated
 cost so that a budget sweep shows a real trade-off, and injectable faults covering every way
 a speculative-decoding endpoint is known to deceive a benchmark.
 
-This package never imports the rest of ``pytest_ddtree``.
+This package imports only itself and ``pytest_ddtree.core`` (the settings, the dialect registry).
 """
 
 from __future__ import annotations

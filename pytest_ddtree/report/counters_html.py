@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
+from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
 
 
@@ -61,9 +62,9 @@ _BUDGET_HEAD = (
 _LOAD_HEAD = ("test", "load point", "tree_budget", "sent", "requests", "accept len", "note")
 
 
-def _budget_order(budget: Any) -> tuple[int, int]:
+def _budget_order(budget: Any) -> int:
     """The server's own budget (None) first, then the budgets in numeric order."""
-    return (0, 0) if not isinstance(budget, int) else (1, budget)
+    return budget_order(budget if isinstance(budget, int) else None)
 
 
 def _point_order(label: Any) -> tuple[str, float]:

@@ -663,6 +663,10 @@ class ServerMetricsLog:
         }
 
 
+#: the former name of ``ServerMetricsLog``, kept for code that imports it
+CounterLog = ServerMetricsLog
+
+
 def open_log(
     setting: str | None,
     base_url: str,

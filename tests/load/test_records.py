@@ -123,7 +123,11 @@ OLD_PAYLOAD = (
 def test_an_old_worker_payload_reads_and_writes_back_byte_for_byte() -> None:
     text = OLD_PAYLOAD.read_text()
     payload = WorkerPayload.from_json(json.loads(text))
-    assert len(payload.load_records) == 2 and payload.load_records[1].races and payload.load_records[1].races[0].left
+    assert (
+        len(payload.load_records) == 2
+        and payload.load_records[1].races
+        and payload.load_records[1].races[0].left
+    )
     assert payload.lossy == {None: "t.py::a", 64: "t.py::b"}
     assert json.dumps(payload.to_json(), indent=2) + "\n" == text
 

@@ -6,12 +6,11 @@ from collections.abc import Iterator
 from itertools import pairwise
 
 from pytest_ddtree.checks.invariants._context import Context, as_float, as_int
-from pytest_ddtree.core.dialects import Dialect, SpecStats, dialects, lookup
+from pytest_ddtree.core.dialects import Dialect, SpecStats, lookup
 from pytest_ddtree.core.violation import Violation
 
 #: what each engine's statistics cannot promise, so is not checked there (said once a run);
 #: each dialect declares its own (``Dialect.unstated``)
-UNSTATED = {d.name: d.unstated for d in dialects() if d.unstated is not None}
 #: the promises of statistics read in no registered dialect: the base class's (all hold)
 _PLAIN = Dialect()
 

@@ -38,13 +38,17 @@ from pytest_ddtree.wire.protocol import (
     Attempts,
     EndpointConfig,
     Exchange,
+    Messages,
     StallGuard,
     StreamDecoder,
     assemble,
     classify_transport,
 )
 
-__all__ = ["Endpoint", "RawRequest", "completion_of", "run_point", "validate"]
+#: the former name of ``Messages`` here, kept for code that imports it
+Prompt = Messages
+
+__all__ = ["Endpoint", "Prompt", "RawRequest", "completion_of", "run_point", "validate"]
 
 #: the load runner's name for the endpoint configuration (one class for both clients)
 Endpoint = EndpointConfig

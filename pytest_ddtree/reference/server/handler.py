@@ -379,6 +379,10 @@ class _Handler(BaseHTTPRequestHandler):
             usage["dflash_ddtree_cycles_completed"] = stats["cycles"]
             usage["dflash_ddtree_avg_acceptance"] = stats["avg_acceptance"]
             usage["dflash_ddtree_tokens_per_second"] = stats["tok_per_sec"]
+            return {}
+        if dialect is not None and dialect.reports_statistics:
+            # a dialect marked reference_emits needs its emitter here, or answers carry nothing
+            raise RuntimeError(f"the reference server cannot emit dialect {dialect.name!r}")
         return {}
 
     def _vllm_spec(self, res: _Result, faults: frozenset[str]) -> dict[str, Any]:
