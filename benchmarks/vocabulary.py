@@ -1,6 +1,6 @@
 """How many times the package writes one concept: dialect names compared outside the dialect
-registry, and the ``to_json``/``from_json`` methods (hand-written or one-line delegations to
-the one converter, ``core/jsonmodel.py``).
+registry, and the ``to_json``/``from_json`` methods, and how many of them still write their
+keys by hand rather than through the one converter (``core/jsonmodel.py``).
 
     python benchmarks/vocabulary.py [PACKAGE_DIR]
 
@@ -32,14 +32,15 @@ def _is_dialect(node: ast.expr, text: str) -> bool:
 
 
 def _delegates(fn: ast.FunctionDef) -> bool:
-    """A body of one short statement (after the docstring): ``return convert(...)``."""
-    body = list(fn.body)
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-        body = body[1:]
-    if len(body) != 1 or not isinstance(body[0], ast.Return):
-        return False
-    value = body[0].value
-    return isinstance(value, ast.Call) and (value.end_lineno or 0) - value.lineno <= 1
+    """Hands the record to a converter: no dict literal of three keys or more and no
+    ``cls(...)`` call naming the fields (``return {"a": ..., "b": ..., ...}``,
+    ``return cls(a=doc["a"], ...)``), the marks of a method that writes each key by hand."""
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Dict) and len(node.keys) >= 3:
+            return False
+        if isinstance(node, ast.Call) and len(node.keywords) >= 3:
+            return False
+    return True
 
 
 def main(package: Path) -> None:
@@ -62,8 +63,8 @@ def main(package: Path) -> None:
     for rel, n in sorted(compared.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"  {n:3d}  {rel}")
     print(
-        f"to_json/from_json methods: {written + delegated} ({written} hand-written, "
-        f"{delegated} one-line delegations)"
+        f"to_json/from_json methods: {written + delegated} ({written} write their keys by hand, "
+        f"{delegated} do not)"
     )
 
 
