@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+from tokenizers import Tokenizer
 
 from pytest_ddtree.checks.diagnose import Diagnoser
 from pytest_ddtree.checks.invariants import Expectation, check
@@ -461,6 +462,11 @@ def test_finish_lie_shows_the_stop() -> None:
     body["usage"] = _usage(64)
     body.pop("metrics")
     (c,) = both(Recorder(body, []), stream=False)
+    # a stop token named on the last allowed token: a true stop
+    assert [v for v in check(c, counter=counter) if v.code == "finish-lie"] == []
+    # past the limit no stop explains it, and the lie shows the stop named
+    body["usage"] = _usage(65)
+    (c,) = both(Recorder(body, []), stream=False)
     (lie,) = [v for v in check(c, counter=counter) if v.code == "finish-lie"]
     assert lie.evidence["stop"].startswith(f"token {eos} '<|im_end|>'")
 
@@ -512,9 +518,17 @@ def test_finish_lie_does_not_read_a_null_stop_as_the_models_end() -> None:
     body = vllm_plain(VLLM_SUMMARY, None)
     body["usage"] = _usage(64)
     body.pop("metrics")
+    # without an exact count, a null stop at the limit may be vLLM's counted end-of-sequence
     (c,) = both(Recorder(body, []), stream=False)
-    (lie,) = [v for v in check(c) if v.code == "finish-lie"]
+    assert [v for v in check(c) if v.code == "finish-lie"] == []
+    # a text that alone counts 64 tokens leaves no room for it: the null names no stop
+    counter = TokenizerCounter(TOKENIZER)
+    ids = counter.encode(" ".join([TEXT] * 8))[:64]
+    body["choices"][0]["message"]["content"] = Tokenizer.from_file(str(TOKENIZER)).decode(ids)
+    (c,) = both(Recorder(body, []), stream=False)
+    (lie,) = [v for v in check(c, counter=counter) if v.code == "finish-lie"]
     assert lie.evidence["stop"] == "none named (choices[0].stop_reason is null)"
+    assert lie.evidence["text_tokens"].endswith("(exact count)")
     assert "stop_kind" not in lie.evidence
 
 

@@ -154,6 +154,28 @@ def test_a_length_stop_is_null(vllm_target: engines.EngineProcess, http: httpx.C
     assert c.raw["choices"][0]["stop_reason"] is None
 
 
+def test_an_end_of_sequence_on_the_last_allowed_token_is_a_true_stop(
+    vllm_target: engines.EngineProcess, http: httpx.Client
+) -> None:
+    # vLLM counts the model's end-of-sequence in completion_tokens: an answer whose
+    # end-of-sequence is its max_tokens-th token comes back 'stop', stop_reason null, with
+    # completion_tokens == max_tokens and the text one token short. No finish-lie.
+    client = client_for(vllm_target, http)
+    try:
+        first = client.chat("What is 2+2?", max_tokens=64, stream=False)
+        assert first.ok and first.usage is not None, first.error
+        assert (first.finish_reason, first.stop_reason) == ("stop", None), first.text
+        n = first.usage.completion_tokens
+        assert n is not None and n < 64
+        c = client.chat("What is 2+2?", max_tokens=n, stream=False)
+    finally:
+        client.close()
+    assert c.ok and c.usage is not None, c.error
+    assert (c.finish_reason, c.stop_reason, c.usage.completion_tokens) == ("stop", None, n)
+    assert client.counter is not None and client.counter.count(c.text) == n - 1, c.text
+    assert [v.format() for v in check(c, counter=client.counter) if v.code == "finish-lie"] == []
+
+
 # the speculative servers last: the pool keeps at most two servers running at once
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_speculative_statistics_detect_the_vllm_dialect(

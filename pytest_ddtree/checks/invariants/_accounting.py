@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pytest_ddtree.checks.invariants._context import Context, as_int, clip, excerpt
+from pytest_ddtree.checks.invariants._context import (
+    STOP_EOS,
+    STOP_STRING,
+    STOP_TEMPLATE,
+    STOP_TOKEN,
+    Context,
+    as_int,
+    clip,
+    excerpt,
+)
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.wire.completion import MAX_CHARS_PER_TOKEN
 
@@ -86,15 +95,7 @@ def check_finish(ctx: Context) -> Iterator[Violation]:
                 counted_by=counted,
             )
         if finish == "stop" and n >= limit + slack:
-            yield ctx.violation(
-                "finish-lie",
-                f"finish_reason 'stop' although {n} tokens reached max_tokens={limit}",
-                completion_tokens=n,
-                max_tokens=limit,
-                counted_by=counted,
-                tail=clip(ctx.text[-80:]),
-                **ctx.stop_evidence(trust_null=False),
-            )
+            yield from _finish_lie(ctx, n, limit, slack, counted)
         if n > limit + slack:
             who = "the server reports" if str(counted).startswith("usage") else "counted"
             yield ctx.violation(
@@ -131,6 +132,75 @@ def check_finish(ctx: Context) -> Iterator[Violation]:
                 excerpt=excerpt(ctx.text, at, at + len(eos)),
                 after_eos=clip(after, 80),
             )
+
+
+#: the ``stop_kind`` values of a stop the engine names: it fired within the limit
+_NAMED_STOPS = (STOP_STRING, STOP_TOKEN, STOP_TEMPLATE, STOP_EOS)
+
+
+def _finish_lie(
+    ctx: Context, n: int, limit: int, slack: int, counted: str | None
+) -> Iterator[Violation]:
+    """finish-lie: ``stop`` although ``n`` tokens reached ``max_tokens``, judged on evidence.
+
+    Past the limit (more than ``limit + slack`` tokens) no stop explains it: a lie (and an
+    overrun). Exactly at the limit a ``stop`` is true when
+
+    - the engine names a stop that fired on the last token: a stop string, a stop token
+      (SGLang's ``matched_stop`` names the end-of-sequence too), or vLLM's null
+      ``stop_reason`` with finish ``stop``, which vLLM gives for the model's own
+      end-of-sequence (its length stop is finish ``length``);
+    - or an exact local count shows the text at least one token short of the limit: the
+      engine counted its end-of-sequence (vLLM does, in ``completion_tokens``) or a stop
+      string it trimmed from the text.
+
+    It is a lie when the evidence rules both out: no stop named (vLLM's null names none,
+    it only implies the end-of-sequence) and an exact count of the text alone reaching
+    the limit, so no end-of-sequence fits within it. A sampled answer's text may
+    re-tokenize a few tokens off the tokens generated (:meth:`Context.drift`), so its
+    count must reach the limit by that slack. Without a named stop and without an exact
+    count nothing rules out a counted end-of-sequence: the check is withheld (vLLM's null
+    is taken as its end-of-sequence), never a lie; false alarms are as bad as misses.
+    """
+    named = ctx.stop_evidence()
+    stop = getattr(ctx.completion, "stop_reason", None)
+    told = ctx.stop_evidence(trust_null=False)
+    shown = told.get("stop", "none named")
+    local = ctx.local_total() if ctx.count_exact else None
+    if n <= limit + slack:
+        kind = named.get("stop_kind")
+        if kind in _NAMED_STOPS and stop is not None:
+            return  # the engine names the stop that fired on the last token
+        if local is None:
+            if kind == STOP_EOS:
+                return  # vLLM's null: the model's own end, which nothing here rules out
+            ctx.withhold(
+                "finish-lie",
+                f"finish_reason 'stop' at max_tokens={limit} ({n} tokens, {counted}) with "
+                f"stop: {shown}, and no exact count of the text: an end-of-sequence "
+                "counted within the limit cannot be ruled out",
+            )
+            return
+        reach = limit + (ctx.local_slack() if ctx.sampled else 0)
+        if local < reach:
+            return  # the text is short of the limit: a counted end-of-sequence or stop
+    text_tokens = None if local is None else f"{local} (exact count)"
+    why = (
+        ""
+        if local is None
+        else f": the text alone counts {local} tokens, so no end-of-sequence fits within it"
+    )
+    yield ctx.violation(
+        "finish-lie",
+        f"finish_reason 'stop' although {n} tokens reached max_tokens={limit}{why}",
+        completion_tokens=n,
+        max_tokens=limit,
+        counted_by=counted,
+        text_tokens=text_tokens,
+        text_counted_by=None if local is None else ctx.count_source,
+        tail=clip(ctx.text[-80:]),
+        **{**told, "stop": shown},
+    )
 
 
 def overrun_after_eos(ctx: Context) -> bool:
