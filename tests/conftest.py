@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from socketserver import BaseServer
 
 import pytest
 
@@ -22,6 +24,24 @@ def baseline_server() -> Iterator[ReferenceServer]:
     """The target-only twin of ``reference_server``."""
     with start_reference_server(simulated_latency=False, target_only=True) as server:
         yield server
+
+
+@pytest.fixture
+def loopback() -> Iterator[Callable[[BaseServer], str]]:
+    """Serve a test's own HTTP server (bound to 127.0.0.1) on a thread until the test ends:
+    ``loopback(server)`` starts it and returns its ``http://127.0.0.1:PORT``."""
+    started: list[BaseServer] = []
+
+    def serve(server: BaseServer) -> str:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        started.append(server)
+        host, port = server.server_address[:2]  # type: ignore[misc]
+        return f"http://{host}:{port}"
+
+    yield serve
+    for server in started:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.fixture(autouse=True)

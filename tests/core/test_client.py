@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import http.server
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from socketserver import BaseServer
 
 import pytest
 
@@ -167,22 +167,15 @@ class _Unauthorized(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_unauthorized_says_which_option() -> None:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Unauthorized)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-        with (
-            DDTreeClient(url, api_key="sk-do-not-print") as c,
-            pytest.raises(EndpointError) as info,
-        ):
-            c.list_models()
-        assert "401" in str(info.value) and "--ddtree-api-key" in str(info.value)
-        assert "sk-do-not-print" not in str(info.value)
-    finally:
-        server.shutdown()
-        server.server_close()
+def test_unauthorized_says_which_option(loopback: Callable[[BaseServer], str]) -> None:
+    url = loopback(http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Unauthorized)) + "/v1"
+    with (
+        DDTreeClient(url, api_key="sk-do-not-print") as c,
+        pytest.raises(EndpointError) as info,
+    ):
+        c.list_models()
+    assert "401" in str(info.value) and "--ddtree-api-key" in str(info.value)
+    assert "sk-do-not-print" not in str(info.value)
 
 
 def test_read_timeout_on_a_hanging_stream(reference_server) -> None:

@@ -13,8 +13,9 @@ import itertools
 import json
 import threading
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from socketserver import BaseServer
 from typing import Any
 
 import httpx
@@ -113,15 +114,10 @@ class Relay(ThreadingHTTPServer):
 
 
 @pytest.fixture
-def relay(reference_server: ReferenceServer) -> Iterator[Relay]:
+def relay(reference_server: ReferenceServer, loopback: Callable[[BaseServer], str]) -> Relay:
     server = Relay(reference_server.base_url, {64: "stream-no-done", 128: "stream-error-event"})
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
+    loopback(server)
+    return server
 
 
 @pytest.fixture(autouse=True)
@@ -204,47 +200,45 @@ def test_cut_streams_are_not_comparable_never_lossy(
 
 
 def test_healthy_relay_passes(
-    pytester: pytest.Pytester, reference_server: ReferenceServer, baseline_server: ReferenceServer
+    pytester: pytest.Pytester,
+    reference_server: ReferenceServer,
+    baseline_server: ReferenceServer,
+    loopback: Callable[[BaseServer], str],
 ) -> None:
     # the same relay, cutting nothing: the tests above fail because of the cuts alone
     server = Relay(reference_server.base_url, {})
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        pytester.makepyfile(CHECKS.replace('"X-Relay-Alternate": "stream-no-done"', ""))
-        result = pytester.runpytest(
-            f"--ddtree-endpoint={server.base_url}",
-            f"--ddtree-baseline-endpoint={baseline_server.base_url}",
-            "--ddtree-budgets=16,64,128,256",
-            *FAST,
-        )
-    finally:
-        server.shutdown()
-        server.server_close()
+    loopback(server)
+    pytester.makepyfile(CHECKS.replace('"X-Relay-Alternate": "stream-no-done"', ""))
+    result = pytester.runpytest(
+        f"--ddtree-endpoint={server.base_url}",
+        f"--ddtree-baseline-endpoint={baseline_server.base_url}",
+        "--ddtree-budgets=16,64,128,256",
+        *FAST,
+    )
     result.assert_outcomes(passed=2)
 
 
 def test_a_failing_tokenizer_locates_a_real_divergence_by_characters(
-    pytester: pytest.Pytester, reference_server: ReferenceServer, baseline_server: ReferenceServer
+    pytester: pytest.Pytester,
+    reference_server: ReferenceServer,
+    baseline_server: ReferenceServer,
+    loopback: Callable[[BaseServer], str],
 ) -> None:
     # budget 128 gets the reference server's lossy fault; /tokenize fails after the probe
     server = Relay(reference_server.base_url, {128: "lossy"}, flaky_tokenize=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        pytester.makepyfile(CHECKS)
-        # a subprocess: its timeout guards the run against a hang
-        result = pytester.runpytest_subprocess(
-            f"--ddtree-endpoint={server.base_url}",
-            f"--ddtree-baseline-endpoint={baseline_server.base_url}",
-            "--ddtree-tokenizer=server",
-            "--ddtree-budgets=16,128",
-            "-k",
-            "lossless",
-            *FAST,
-            timeout=120,
-        )
-    finally:
-        server.shutdown()
-        server.server_close()
+    loopback(server)
+    pytester.makepyfile(CHECKS)
+    # a subprocess: its timeout guards the run against a hang
+    result = pytester.runpytest_subprocess(
+        f"--ddtree-endpoint={server.base_url}",
+        f"--ddtree-baseline-endpoint={baseline_server.base_url}",
+        "--ddtree-tokenizer=server",
+        "--ddtree-budgets=16,128",
+        "-k",
+        "lossless",
+        *FAST,
+        timeout=120,
+    )
     output = result.stdout.str() + result.stderr.str()
     assert "Traceback" not in output, output
     result.assert_outcomes(failed=1, deselected=1)

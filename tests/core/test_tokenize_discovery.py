@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -14,7 +13,7 @@ from pytest_ddtree.core.options import resolve
 from pytest_ddtree.pytest_plugin.runtime import start_runtime
 
 
-def _server(tokenize: Any) -> Iterator[str]:
+def _handler(tokenize: Any) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
             pass
@@ -42,30 +41,30 @@ def _server(tokenize: Any) -> Iterator[str]:
             else:
                 self._send(200, answer)
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    return Handler
+
+
+Loopback = Callable[[ThreadingHTTPServer], str]
+
+
+def _server(loopback: Loopback, tokenize: Any) -> str:
+    return loopback(ThreadingHTTPServer(("127.0.0.1", 0), _handler(tokenize))) + "/v1"
 
 
 @pytest.fixture
-def garbage_tokenize() -> Iterator[str]:
-    yield from _server(lambda path, body: {"tokens": "abc"} if path == "/tokenize" else None)
+def garbage_tokenize(loopback: Loopback) -> str:
+    return _server(loopback, lambda path, body: {"tokens": "abc"} if path == "/tokenize" else None)
 
 
 @pytest.fixture
-def llamacpp_tokenize() -> Iterator[str]:
+def llamacpp_tokenize(loopback: Loopback) -> str:
     def answer(path: str, body: dict[str, Any]) -> Any:
         if path != "/tokenize":
             return None
         text = body.get("content", "")  # a llama.cpp server answers [] to {"prompt": ...}
         return {"tokens": list(range(len(str(text).split())))}
 
-    yield from _server(answer)
+    return _server(loopback, answer)
 
 
 def test_garbage_tokenize_falls_back_with_the_shapes_tried(garbage_tokenize: str) -> None:

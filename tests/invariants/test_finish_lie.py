@@ -13,8 +13,7 @@ The reference fault ``finish-always-stop`` is still caught
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -166,15 +165,8 @@ class _VLLMReplay(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def vllm_replay() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _VLLMReplay)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+def vllm_replay(loopback: Callable[[ThreadingHTTPServer], str]) -> str:
+    return loopback(ThreadingHTTPServer(("127.0.0.1", 0), _VLLMReplay)) + "/v1"
 
 
 def test_the_recorded_answer_ends_with_a_counted_end_of_sequence() -> None:
