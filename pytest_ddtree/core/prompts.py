@@ -19,9 +19,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Prompt", "PromptFileError", "PromptSet", "load_prompts"]
+__all__ = ["REQUEST_FIELDS", "Prompt", "PromptFileError", "PromptSet", "load_prompts"]
 
 _JSONL_SUFFIXES = (".jsonl", ".ndjson")
+
+#: The fields of a prompt entry that go into every request made for it, unchanged
+#: (OpenAI request fields; the checks read them back from the request that was sent).
+REQUEST_FIELDS = ("stop", "logprobs", "top_logprobs", "response_format", "tools", "tool_choice")
 
 
 class PromptFileError(ValueError):
@@ -33,7 +37,9 @@ class Prompt:
     """One prompt of a set and what a correct answer to it looks like.
 
     ``payload`` is what a request sends: the user's text, or the whole conversation
-    (a list of ``{"role", "content"}`` messages ending with the user's turn).
+    (a list of ``{"role", "content"}`` messages ending with the user's turn). ``params``
+    holds the request fields the entry asks for (``REQUEST_FIELDS``: stop sequences,
+    logprobs, a response format, tools), sent with every request made for it.
     """
 
     id: str
@@ -41,6 +47,7 @@ class Prompt:
     payload: str | tuple[Mapping[str, str], ...]
     expect: Mapping[str, Any] = field(default_factory=dict)
     sweep: bool = False
+    params: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def conversation(self) -> bool:
@@ -219,6 +226,10 @@ def _prompt(entry: Mapping[str, Any], name: str, where: str) -> Prompt:
             f"{at}, field 'messages.{len(messages) - 1}.role': a conversation must end with "
             "the user's turn"
         )
+    if "top_logprobs" in entry and not entry.get("logprobs"):
+        raise PromptFileError(f"{at}, field 'top_logprobs': needs \"logprobs\": true beside it")
+    if "tool_choice" in entry and "tools" not in entry:
+        raise PromptFileError(f"{at}, field 'tool_choice': needs the 'tools' it chooses from")
     expect = dict(entry.get("expect", {}))
     try:
         Expectation.from_mapping(expect)
@@ -233,4 +244,5 @@ def _prompt(entry: Mapping[str, Any], name: str, where: str) -> Prompt:
         payload=payload,
         expect=expect,
         sweep=bool(entry.get("sweep", False)),
+        params={k: entry[k] for k in REQUEST_FIELDS if k in entry},
     )

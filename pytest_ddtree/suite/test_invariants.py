@@ -30,5 +30,6 @@ def test_invariants(
         tree_budget=tree_budget,
         stream=True,
         prompt_id=prompt.id,
+        **prompt.params,
     )
     ddtree_check(completion, **prompt.expectations(ddtree_settings.max_tokens))

@@ -45,7 +45,7 @@ def test_deterministic_and_stateless(
 
 
 def test_lossless(prompt: Prompt, ddtree_lossless: Callable[..., Any]) -> None:
-    ddtree_lossless(prompt.messages, prompt_id=prompt.id)
+    ddtree_lossless(prompt.messages, prompt_id=prompt.id, **prompt.params)
 
 
 def test_lossless_in_distribution(
@@ -56,4 +56,6 @@ def test_lossless_in_distribution(
     if not sweep_prompts:
         pytest.skip("no sweep prompt to sample")
     prompt = sweep_prompts[0]
-    ddtree_distribution(prompt.messages, temperature=sampled_temperature, prompt_id=prompt.id)
+    ddtree_distribution(
+        prompt.messages, temperature=sampled_temperature, prompt_id=prompt.id, **prompt.params
+    )

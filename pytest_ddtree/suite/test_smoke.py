@@ -34,6 +34,7 @@ def test_smoke(
         max_tokens=ddtree_settings.max_tokens,
         tree_budget=budget,
         prompt_id=prompt.id,
+        **prompt.params,
     )
     print(
         f"{prompt.id} @ budget {budget}: {completion.completion_tokens} tokens, "

@@ -38,6 +38,7 @@ def test_stream_matches_plain(
             max_tokens=ddtree_settings.max_tokens,
             tree_budget=_budget(ddtree_settings),
             prompt_id=prompt.id,
+            **prompt.params,
             temperature=0,
             stream=stream,
         )
@@ -71,6 +72,7 @@ def long_answer(
         max_tokens=ddtree_settings.max_tokens,
         tree_budget=_budget(ddtree_settings),
         prompt_id=prompt.id,
+        **prompt.params,
         stream=True,
     )
 

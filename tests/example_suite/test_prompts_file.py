@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from pytest_ddtree.checks.invariants import Expectation
-from pytest_ddtree.core.prompts import PromptFileError, load_prompts
+from pytest_ddtree.core.prompts import REQUEST_FIELDS, PromptFileError, load_prompts
 from pytest_ddtree.core.settings import SettingsError, parse_prompts
 
 SUITE_PROMPTS = Path(__file__).resolve().parents[2] / "pytest_ddtree" / "suite" / "prompts.json"
@@ -61,6 +61,21 @@ BAD = {
         '{"prompts": [{"id": "a", "messages": [{"role": "user", "content": "hi"}, '
         '{"role": "assistant", "content": "hello"}]}]}',
         ["field 'messages.1.role'", "end with the user's turn"],
+    ),
+    "top-logprobs-alone": (
+        "top.jsonl",
+        '{"id": "a", "prompt": "x", "top_logprobs": 2}\n',
+        ["line 1", "field 'top_logprobs'", '"logprobs": true'],
+    ),
+    "tool-choice-without-tools": (
+        "choice.jsonl",
+        '{"id": "a", "prompt": "x", "tool_choice": "required"}\n',
+        ["line 1", "field 'tool_choice'", "'tools'"],
+    ),
+    "bad-stop": (
+        "stop.jsonl",
+        '{"id": "a", "prompt": "x", "stop": 3}\n',
+        ["line 1", "field 'stop'"],
     ),
     "no-prompts-list": ("top.json", '{"prompts": []}', ["field 'prompts'", "non-empty list"]),
     "a-list": ("list.json", '[{"id": "a", "prompt": "x"}]', ["expected an object"]),
@@ -201,6 +216,23 @@ def test_the_schema_knows_every_expectation_and_nothing_else() -> None:
     expect = json.loads(text)["$defs"]["expect"]
     assert expect["additionalProperties"] is False
     assert set(expect["properties"]) == {f.name for f in dataclasses.fields(Expectation)}
+
+
+def test_request_fields_go_into_the_prompt_params(tmp_path: Path) -> None:
+    path = tmp_path / "asks.jsonl"
+    fields = {
+        "stop": ["\n\n"],
+        "logprobs": True,
+        "top_logprobs": 2,
+        "response_format": {"type": "json_object"},
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+        "tool_choice": "auto",
+    }
+    assert set(fields) == set(REQUEST_FIELDS)
+    path.write_text(json.dumps({"id": "a", "prompt": "x", **fields}) + "\n", encoding="utf-8")
+    (prompt,) = load_prompts(path).prompts
+    assert dict(prompt.params) == fields
+    assert prompt.expect == {}
 
 
 def test_a_good_json_file_loads_in_order() -> None:
