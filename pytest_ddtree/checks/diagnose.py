@@ -51,6 +51,7 @@ from pytest_ddtree.checks.lossless import (
     run_lossless,
     with_margins,
 )
+from pytest_ddtree.checks.margin import Margin, classify, probe_fields
 from pytest_ddtree.checks.state import (
     check_state,
     run_state_check,
@@ -59,11 +60,13 @@ from pytest_ddtree.checks.state import (
 )
 from pytest_ddtree.checks.verdict import (
     CLIENT_SIDE_ADVICE,
+    NEAR_TIE_FLIP_ADVICE,
     NO_BASELINE_LOSSY_ADVICE,
     NOT_COMPARABLE_TITLE,
     NOT_WHOLE_ADVICE,
     PROMPT_MISMATCH_ADVICE,
     REJECTED_ADVICE,
+    SAMPLED_ADVICE,
     SERVER_ADVICE,
     SPECULATION_ADVICE,
     TEMPLATE_ADVICE,
@@ -72,19 +75,23 @@ from pytest_ddtree.checks.verdict import (
     Verdict,
     lossless_advice,
 )
+from pytest_ddtree.core.settings import DEFAULT_NEAR_TIE
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion, RequestSpec, summarize_text
+from pytest_ddtree.wire.tokens import TokenCounter
 
 __all__ = [
     "CLIENT_SIDE_ADVICE",
     "NEAR_TIE_ADVICE",
+    "NEAR_TIE_FLIP_ADVICE",
     "NOT_COMPARABLE_TITLE",
     "NOT_WHOLE_ADVICE",
     "NO_BASELINE_ADVICE",
     "NO_BASELINE_LOSSY_ADVICE",
     "PROMPT_MISMATCH_ADVICE",
     "REJECTED_ADVICE",
+    "SAMPLED_ADVICE",
     "SERVER_ADVICE",
     "SPECULATION_ADVICE",
     "SPECULATION_ONLY",
@@ -192,6 +199,15 @@ class Diagnoser:
     the failing one. At most one replay per request kind (request body minus
     budget, headers and failing codes) and ``max_replays`` in all, so an
     endpoint that fails everything cannot double the run time.
+
+    A replay is evidence only where a lossless server must give the baseline's answer:
+    a sampled answer (temperature above 0) that the baseline's same-seed replay does not
+    share is not comparable (a speculative sampler draws differently), and a
+    temperature-0 answer that fails where the baseline's passes is judged at the point
+    where the two part: the target's margin there (``near_tie`` nats at most is a
+    near-tie, asked of the baseline with log-probabilities) tells a flipped near-tie, from
+    which the model's own continuation fails, from a token the target would not produce.
+    ``counter`` (exact) locates that point in tokens.
     """
 
     def __init__(
@@ -199,9 +215,13 @@ class Diagnoser:
         baseline: DDTreeClient | None,
         *,
         max_replays: int = 24,
+        near_tie: float = DEFAULT_NEAR_TIE,
+        counter: TokenCounter | None = None,
     ) -> None:
         self.baseline = baseline
         self.max_replays = max_replays
+        self.near_tie = near_tie
+        self.counter = counter
         self.replays = 0
         self._cache: dict[str, Diagnosis] = {}
         self._lock = threading.Lock()
@@ -270,9 +290,7 @@ class Diagnoser:
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
-                return Diagnosis(
-                    hit.verdict, hit.reason, hit.advice, hit.baseline_codes, cached=True
-                )
+                return replace(hit, cached=True)
             if self.replays >= self.max_replays:
                 return Diagnosis(
                     "undetermined",
@@ -336,13 +354,10 @@ class Diagnoser:
                 TEMPLATE_ADVICE,
                 base_codes,
             )
+        if completion.request.temperature > 0:
+            return _sampled(completion, codes, base_codes)
         if not base_codes:
-            return Diagnosis(
-                "speculation",
-                f"the target-only baseline passes every check ({', '.join(codes)} only "
-                "with speculation)",
-                SPECULATION_ADVICE,
-            )
+            return self._parted(completion, replay, codes)
         return Diagnosis(
             "undetermined",
             f"the baseline fails differently ({', '.join(base_codes)} instead of "
@@ -350,3 +365,68 @@ class Diagnoser:
             "look at both outputs; the server and the baseline may differ in more than speculation",
             base_codes,
         )
+
+    def _parted(
+        self, completion: Completion, replay: Completion, codes: Sequence[str]
+    ) -> Diagnosis:
+        """A temperature-0 answer that fails where the baseline's passes: judged where the
+        two part, by the target's margin there."""
+        passes = (
+            f"the target-only baseline passes every check ({', '.join(codes)} only with "
+            "speculation)"
+        )
+        found = first_divergence(replay.text, completion.text, self.counter)
+        if found is None:
+            return Diagnosis("speculation", passes, SPECULATION_ADVICE)
+        margin = self._margin(completion, replay, found.char_offset)
+        where = f"the answer leaves the baseline's at {found.where()}"
+        if margin.kind == "near-tie":
+            return Diagnosis(
+                "template",
+                f"near-tie flip, then the model's own path fails ({', '.join(codes)}): {where}, "
+                f"where {margin.sentence(position=False)}; the baseline's path passes every check",
+                NEAR_TIE_FLIP_ADVICE,
+                margin=margin.to_json(),
+            )
+        return Diagnosis(
+            "speculation",
+            f"{passes}; {where}: {margin.sentence(position=False)}",
+            SPECULATION_ADVICE,
+            margin=margin.to_json(),
+        )
+
+    def _margin(self, completion: Completion, replay: Completion, offset: int) -> Margin:
+        """The target's margin at character ``offset`` of the baseline's answer, read from
+        the baseline's answer to the same request with log-probabilities."""
+        assert self.baseline is not None
+        spec = completion.request
+        body = {k: v for k, v in spec.body.items() if k not in ("stream", "stream_options")}
+        body.update(probe_fields(spec.api))
+        try:
+            probed = self.baseline.replay(replace(spec, body=body, stream=False))
+        except Exception as exc:  # a failing probe leaves the margin unknown, never a verdict
+            return Margin(
+                "unknown", self.near_tie, reason=f"asking for log-probabilities failed ({exc})"
+            )
+        if not probed.ok:
+            why = summarize_text(str(probed.error), 120)
+            return Margin(
+                "unknown", self.near_tie, reason=f"asking for log-probabilities failed ({why})"
+            )
+        return classify(probed, replay.text, completion.text, offset, self.near_tie)
+
+
+def _sampled(completion: Completion, codes: Sequence[str], base_codes: Sequence[str]) -> Diagnosis:
+    """A sampled answer whose failure the baseline's same-seed replay does not share."""
+    baseline = (
+        f"fails differently ({', '.join(base_codes)})" if base_codes else "passes every check"
+    )
+    return Diagnosis(
+        "undetermined",
+        f"{NOT_COMPARABLE_TITLE}: sampled (temperature {completion.request.temperature:g}): the "
+        f"target-only baseline's answer at the same seed {baseline}, which says nothing about a "
+        f"speculative sampler (it draws differently from the target's); {', '.join(codes)} is "
+        "not blamed on either layer",
+        SAMPLED_ADVICE,
+        tuple(base_codes),
+    )

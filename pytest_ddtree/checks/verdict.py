@@ -8,6 +8,7 @@ No pytest here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,6 +29,9 @@ class Diagnosis:
     advice: str
     baseline_codes: tuple[str, ...] = ()
     cached: bool = False
+    #: where the answer left the target-only baseline's, when that decided the verdict:
+    #: the target's margin there (``Margin.to_json``), a near-tie or a confident token
+    margin: Mapping[str, Any] | None = None
 
     @property
     def title(self) -> str:
@@ -90,6 +94,18 @@ NOT_WHOLE_ADVICE = (
     "the client's --ddtree-timeout and --ddtree-max-response-bytes), then run again"
 )
 NOT_COMPARABLE_TITLE = "not comparable"
+
+SAMPLED_ADVICE = (
+    "judge sampled answers by rates, as test_lossless_in_distribution (ddtree_distribution) "
+    "does; to name a layer, reproduce the failure at temperature 0, where the baseline's "
+    "answer is the one a lossless server must give"
+)
+NEAR_TIE_FLIP_ADVICE = (
+    "a lossless speculative server may flip a numerical near-tie (batched verification "
+    "computes the logits in another order): the failure is the model's own continuation from "
+    "that token, so fix it where the model is (prompt, sampling settings, max_tokens); "
+    "speculative decoding is not shown to be at fault"
+)
 
 PROMPT_MISMATCH_ADVICE = (
     "serve the baseline with the same chat template and tokenizer as the server (same model "

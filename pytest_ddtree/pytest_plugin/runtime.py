@@ -66,7 +66,9 @@ class Runtime:
         if self.diagnoser is None:
             from pytest_ddtree.checks.diagnose import Diagnoser
 
-            self.diagnoser = Diagnoser(self.baseline)
+            self.diagnoser = Diagnoser(
+                self.baseline, near_tie=self.settings.lossless.near_tie, counter=self.counter
+            )
         return self.diagnoser.diagnose(completion, violations, check)
 
     @property

@@ -573,8 +573,9 @@ def _diagnoses(diagnoses: Sequence[DiagnosisRecord]) -> str:
     return (
         '<section class="card"><h2>Diagnosis</h2><p class="muted">Each failing request was '
         "replayed on the target-only baseline: a baseline that fails the same way points at the "
-        "prompt, chat template or model; a baseline that passes points at speculative "
-        "decoding.</p>"
+        "prompt, chat template or model; at temperature 0, a baseline that passes points at "
+        "speculative decoding, unless the answer left the baseline's at a numerical near-tie "
+        "(the margin is in the reason). A sampled answer's replay is not evidence.</p>"
         '<table class="stats invalid-table"><thead><tr><th>test</th><th>tree_budget</th>'
         "<th>codes</th><th>layer at fault</th><th>why, and what to do</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table></section>"

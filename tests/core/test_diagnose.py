@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from typing import Any
 
 import pytest
 
-from pytest_ddtree.checks.diagnose import compare_lossless, first_divergence, prompt_mismatch
+from pytest_ddtree.checks.diagnose import (
+    Diagnoser,
+    Diagnosis,
+    compare_lossless,
+    first_divergence,
+    prompt_mismatch,
+)
 from pytest_ddtree.core.settings import Lossless
+from pytest_ddtree.core.violation import Violation
+from pytest_ddtree.measure.sweep import DiagnosisRecord
+from pytest_ddtree.reference import ReferenceServer
+from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion
+from pytest_ddtree.wire.tokens import TokenCounter
 
 FAST = ("--ddtree-reference-latency=off",)
 
@@ -243,3 +255,75 @@ def test_prompt_mismatch_names_both_counts() -> None:
     assert reason is not None and "12 vs 37" in reason and "chat template" in reason
     assert prompt_mismatch(_answer(37), _answer(37)) is None
     assert prompt_mismatch(_answer(None), _answer(37)) is None
+
+
+# --------------------------------------------- a replay is evidence only where comparable
+
+ESSAY = "Write a detailed essay about rivers and the towns along them."
+
+
+def _diagnose_fault(
+    reference_server: ReferenceServer,
+    baseline_server: ReferenceServer,
+    counter: TokenCounter,
+    fault: str,
+    **kwargs: Any,
+) -> Diagnosis:
+    """The diagnosis of a (pretended) degenerate answer the fault produced, the baseline
+    judged by a check that passes it: which layer the replay and its margin name."""
+    with (
+        DDTreeClient(reference_server.base_url) as client,
+        DDTreeClient(baseline_server.base_url) as baseline,
+    ):
+        answer = client.chat(
+            ESSAY, max_tokens=64, tree_budget=256, headers={"X-DDTree-Fault": fault}, **kwargs
+        )
+        assert answer.ok, answer.error
+        failing = [Violation("degenerate", "a phrase repeated over most of the answer")]
+        return Diagnoser(baseline, counter=counter).diagnose(answer, failing, lambda _: [])
+
+
+def test_a_failure_after_a_near_tie_flip_is_the_models_own_path(
+    reference_server: ReferenceServer,
+    baseline_server: ReferenceServer,
+    reference_counter: TokenCounter,
+) -> None:
+    found = _diagnose_fault(
+        reference_server, baseline_server, reference_counter, "near-tie", temperature=0
+    )
+    assert found.verdict == "template", found.render()
+    assert found.reason.startswith("near-tie flip, then the model's own path fails (degenerate)")
+    assert "the answer leaves the baseline's at token " in found.reason, found.reason
+    assert "nats apart" in found.reason and "speculative-decoding layer" not in found.render()
+    assert found.margin is not None and found.margin["kind"] == "near-tie", found.margin
+    assert found.to_json()["margin"]["margin_nats"] == 0, found.to_json()
+    # the run's JSON and HTML report keep it: the record of the failing test
+    record = DiagnosisRecord.from_json({"nodeid": "t", **found.to_json()})
+    assert record.margin == found.margin and record.reason == found.reason
+
+
+def test_a_failure_after_a_confident_divergence_names_speculation_with_the_margin(
+    reference_server: ReferenceServer,
+    baseline_server: ReferenceServer,
+    reference_counter: TokenCounter,
+) -> None:
+    found = _diagnose_fault(
+        reference_server, baseline_server, reference_counter, "lossy", temperature=0
+    )
+    assert found.verdict == "speculation", found.render()
+    assert "the target was sure" in found.reason, found.reason
+    assert found.margin is not None and found.margin["kind"] == "confident", found.margin
+
+
+def test_a_sampled_replay_is_not_evidence_against_speculation(
+    reference_server: ReferenceServer,
+    baseline_server: ReferenceServer,
+    reference_counter: TokenCounter,
+) -> None:
+    found = _diagnose_fault(
+        reference_server, baseline_server, reference_counter, "lossy", temperature=0.7, seed=7
+    )
+    assert found.verdict == "undetermined", found.render()
+    assert found.reason.startswith("not comparable: sampled (temperature 0.7)"), found.reason
+    assert "speculative-decoding layer" not in found.render()
+    assert "test_lossless_in_distribution" in found.advice
