@@ -175,6 +175,13 @@ def _load_counter(
         raise EndpointError(f"{exc} (from {settings.source_of('tokenizer')})") from None
 
 
+def _where(settings: Settings, attr: str, option: str) -> str:
+    """The setting to fix, as the user gave it: ``environment variable DDTREE_ENDPOINT``,
+    ``ini key ddtree_endpoint``, ``option --ddtree-endpoint`` (the option when unset)."""
+    source = settings.source_of(attr)
+    return option if source == "default" else source
+
+
 def start_runtime(settings: Settings) -> Runtime:
     """Start (if embedded) and probe the endpoint; ``EndpointError`` on any problem."""
     servers: list[Any] = []
@@ -188,9 +195,11 @@ def start_runtime(settings: Settings) -> Runtime:
     try:
         probe = _make_client(settings, endpoint, None, None)
         try:
-            models = probe.list_models()
+            models = probe.list_models(option=_where(settings, "endpoint", "--ddtree-endpoint"))
             for budget, url in sorted(settings.budget_endpoints.items()):
-                other = probe.list_models(url, option="--ddtree-budget-endpoint")
+                other = probe.list_models(
+                    url, option=_where(settings, "budget_endpoints", "--ddtree-budget-endpoint")
+                )
                 if settings.model and settings.model not in other:
                     raise EndpointError(
                         f"{url}/models (tree_budget {budget}) does not list model "
@@ -199,7 +208,8 @@ def start_runtime(settings: Settings) -> Runtime:
             if baseline_endpoint and not servers:
                 try:
                     listed = probe.list_models(
-                        baseline_endpoint, option="--ddtree-baseline-endpoint"
+                        baseline_endpoint,
+                        option=_where(settings, "baseline_endpoint", "--ddtree-baseline-endpoint"),
                     )
                 except EndpointError as exc:
                     raise EndpointError(

@@ -99,6 +99,23 @@ def test_unreachable_endpoint_fails_once_at_start(pytester: pytest.Pytester) -> 
     assert "passed" not in result.stdout.str() and "failed" not in result.stdout.str()
 
 
+def test_an_unreachable_endpoint_names_the_setting_it_came_from(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile("def test_a(ddtree_client):\n    pass\n")
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    monkeypatch.setenv("DDTREE_ENDPOINT", url)
+    result = pytester.runpytest("--ddtree-timeout=2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            f"ERROR: ddtree: {url}/models: cannot connect*; check environment variable "
+            "DDTREE_ENDPOINT and that the server is running"
+        ]
+    )
+    assert "--ddtree-endpoint" not in result.stderr.str()
+
+
 def test_unknown_model_fails_once(pytester: pytest.Pytester, reference_server) -> None:
     pytester.makepyfile("def test_a(ddtree_client):\n    pass\n")
     result = pytester.runpytest(
