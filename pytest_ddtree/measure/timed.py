@@ -139,7 +139,11 @@ def smoke_error(
     (to be completed with the test's id), and the error of this test."""
     completion, violations = failure
     codes = codes_of(violations)
-    why = f"({codes} at tree_budget={budget_label(budget)}); fix the endpoint first"
+    sent = "the smallest budget" if budget is not None else "the server's default budget"
+    why = (
+        f"({codes}; the smoke request is sent once per prompt, at {sent}, "
+        f"tree_budget={budget_label(budget)}); fix the endpoint first"
+    )
     header = (
         f"smoke request before timing (tree_budget={budget_label(budget)}, "
         f"prompt={completion.request.prompt_id}): {len(violations)} output-quality "
