@@ -19,6 +19,7 @@ from pytest_ddtree.core.settings import Settings, SettingsError
 from pytest_ddtree.pytest_plugin import _guard
 from pytest_ddtree.pytest_plugin.runtime import Runtime
 from pytest_ddtree.pytest_plugin.session import (
+    ENDPOINT_FIXTURES,
     RUNTIME_KEY,
     SESSION_KEY,
     SETTINGS_KEY,
@@ -61,6 +62,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             parser.addini(opt.ini, help=opt.help, type="paths")
         else:
             parser.addini(opt.ini, help=opt.help, type="string")
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Declare the plugin's own hooks (``pytest_ddtree_check``)."""
+    from pytest_ddtree.pytest_plugin import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 _BUNDLED_SUITE = pytest.StashKey[bool]()
@@ -194,6 +202,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     session = config.stash[SESSION_KEY]
     check_markers(items, session)
     order_benchmarks(items, session.settings)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip a test that needs the endpoint once the session found it down (never answered)."""
+    runtime = item.config.stash.get(RUNTIME_KEY, None)
+    if runtime is None or not runtime.client.guard.dead:
+        return
+    if ENDPOINT_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        pytest.skip(f"ddtree: not run, the endpoint is down: {runtime.client.guard.reason}")
 
 
 @pytest.hookimpl(hookwrapper=True)

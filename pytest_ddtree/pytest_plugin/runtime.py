@@ -175,6 +175,12 @@ def _load_counter(
         raise EndpointError(f"{exc} (from {settings.source_of('tokenizer')})") from None
 
 
+#: Requests in a row that failed on the server's side, before it ever answered, after which
+#: the session stops sending to it (three: one bad gateway answer or refused connection can
+#: be a restart in progress; three in a row, with no answer ever, is a server that is down).
+DEAD_LIMIT = 3
+
+
 def _where(settings: Settings, attr: str, option: str) -> str:
     """The setting to fix, as the user gave it: ``environment variable DDTREE_ENDPOINT``,
     ``ini key ddtree_endpoint``, ``option --ddtree-endpoint`` (the option when unset)."""
@@ -233,6 +239,8 @@ def start_runtime(settings: Settings) -> Runtime:
         finally:
             probe.close()
         client = _make_client(settings, endpoint, model, None)
+        # the session's client stops sending to an endpoint that has never answered
+        client.guard.dead_limit = DEAD_LIMIT
         notes: list[str] = []
         try:
             # the counter may query the server's /tokenize: give it the long-lived pool

@@ -439,7 +439,12 @@ class DDTreeClient:
                 f"{self.rate_limited} HTTP 429 (rate-limited) answer(s); {self.retried_429} "
                 f"retried after Retry-After (--ddtree-retry-429={self.config.retry_429})"
             )
-        if self.guard.reason is not None:
+        if self.guard.dead:
+            notes.append(
+                f"stopped early, the endpoint is down: {self.guard.reason}; every later test "
+                "that needs it was skipped (-rs lists them)"
+            )
+        elif self.guard.reason is not None:
             notes.append(
                 f"the stall guard stopped sending: {self.guard.reason}; {self.not_sent} "
                 "request(s) of this client were not sent"

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
+from pytest_ddtree.wire.completion import ErrorKind
+from pytest_ddtree.wire.protocol.stall import StallGuard
 
 FAST = ("--ddtree-reference-latency=off", "-p", "no:randomly")
 
@@ -435,3 +440,83 @@ def test_a_failure_block_shows_the_cause_not_the_source_and_fixtures(
     assert "unrelated =" in long
     line = next(ln for ln in long.splitlines() if ln.startswith("ddtree_settings = "))
     assert len(line) < 300, line
+
+
+class _BadGateway(BaseHTTPRequestHandler):
+    """Lists a model, and answers every completion with an HTML 502 (a gateway whose
+    upstream is down)."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _send(self, status: int, kind: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self._send(200, "application/json", b'{"object": "list", "data": [{"id": "m"}]}')
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self._send(502, "text/html", b"<html><h1>502 Bad Gateway</h1></html>")
+
+
+def test_a_dead_endpoint_stops_the_run_after_three_failures(
+    pytester: pytest.Pytester, loopback: Callable[[ThreadingHTTPServer], str]
+) -> None:
+    url = loopback(ThreadingHTTPServer(("127.0.0.1", 0), _BadGateway))
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("i", range(8))
+        def test_a(ddtree_client, ddtree_check, i):
+            ddtree_check(ddtree_client.chat("Hello?", max_tokens=8))
+
+        def test_offline():
+            pass
+        """
+    )
+    result = pytester.runpytest(f"--ddtree-endpoint={url}/v1", "-rs")
+    # three requests in a row failed before any answer: the rest are skipped, one line says why
+    result.assert_outcomes(failed=3, skipped=5, passed=1)
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "ddtree: stopped early, the endpoint is down: the endpoint answered none of its first "
+            "3 requests (HTTP 502: <html><h1>502 Bad Gateway</h1></html>); every later test that "
+            "needs it was skipped (-rs lists them)",
+            "SKIPPED [[]5[]] *ddtree: not run, the endpoint is down: the endpoint answered none*",
+        ]
+    )
+    assert out.count("[http-error]") == 3, out
+
+
+def test_a_server_that_has_answered_is_never_stopped_as_dead() -> None:
+    # an overloaded or flaky server: each failure is its own test's finding, never a stop
+    guard = StallGuard(dead_limit=3)
+    guard.note(None, None, 200)
+    for _ in range(10):
+        guard.note(ErrorKind.HTTP, "HTTP 502", 502)
+    assert not guard.dead and guard.reason is None
+    # a 4xx is an answer too: the server is up and read the request
+    guard = StallGuard(dead_limit=3)
+    guard.note(ErrorKind.HTTP, "HTTP 400", 400)
+    for _ in range(10):
+        guard.note(ErrorKind.TRANSPORT, "connection refused", 0)
+    assert not guard.dead
+    # never answered: three server-side failures in a row stop it, whatever their kind
+    guard = StallGuard(dead_limit=3)
+    guard.note(ErrorKind.TRANSPORT, "connection refused", 0)
+    guard.note(ErrorKind.HTTP, "HTTP 503", 503)
+    assert not guard.dead
+    guard.note(ErrorKind.HTTP, "HTTP 502", 502)
+    assert guard.dead and guard.reason is not None and "(HTTP 502)" in guard.reason
+    # the rule is off unless asked for (a load point's own guard, a library user's client)
+    guard = StallGuard()
+    for _ in range(10):
+        guard.note(ErrorKind.HTTP, "HTTP 502", 502)
+    assert not guard.dead

@@ -322,3 +322,28 @@ def test_a_tripped_compare_gate_ends_in_one_line_per_regression(
     differ = [ln for ln in both.splitlines() if "machine_info" in ln and "differ" in ln]
     assert differ and all(len(ln) < 400 for ln in differ), both
     assert "ddtree.endpoint" in differ[0], differ
+
+
+USER_CHECK = """
+from pytest_ddtree import Violation
+
+def pytest_ddtree_check(completion, settings):
+    # a team's own property: every answer must cite a source
+    if "Source:" not in completion.text:
+        return [Violation("no-source", "the answer cites no source",
+                          {"text": completion.text[:40]})]
+    return []
+"""
+
+
+def test_a_users_own_check_gates_the_timing(pytester: pytest.Pytester, healthy_server: Any) -> None:
+    pytester.makeconftest(USER_CHECK)
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    out = pytester.path / "bench.json"
+    result = pytester.runpytest(*_args(healthy_server, f"--benchmark-json={out}"))
+    # the user's violation fails the first test before any timing, like a built-in code
+    result.assert_outcomes(failed=1, skipped=2)
+    result.stdout.fnmatch_lines(
+        ["*smoke request before timing*", "E   [[]no-source[]] the answer cites no source"]
+    )
+    assert _benchmarks(out) == []

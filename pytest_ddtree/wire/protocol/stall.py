@@ -18,14 +18,25 @@ class StallGuard:
     why, so a hanging or runaway endpoint fails a session in seconds instead of
     one deadline (or one byte cap) per request. Any other answer resets the count.
     ``limit`` 0 turns the guard off.
+
+    ``dead_limit`` requests in a row that failed on the server's side (an HTTP 5xx, no
+    connection, a broken one, a stall) before the endpoint ever answered (any 2xx or 4xx)
+    also trip it (``dead``): a server that has never answered is down, and every later
+    request would only repeat that. Once it has answered, failures are each a finding
+    for their own test (an overloaded or flaky server), never a reason to stop. 0 (the
+    default) leaves this rule off; the session's client turns it on.
     """
 
-    def __init__(self, limit: int = 2) -> None:
+    def __init__(self, limit: int = 2, dead_limit: int = 0) -> None:
         self.limit = limit
+        self.dead_limit = dead_limit
         self._stalls: list[str] = []
         self._cuts: list[str] = []
         self._reason: str | None = None
         self._runaway = False
+        self._answered = False
+        self._failures: list[str] = []
+        self._dead = False
 
     def blocked(self) -> str | None:
         """The error of a request that must not be sent, or None to send it."""
@@ -36,6 +47,12 @@ class StallGuard:
                 self._reason = (
                     f"the endpoint stalled on {len(self._stalls)} requests in a row "
                     f"({self._stalls[-1]})"
+                )
+            elif self.dead_limit and not self._answered and len(self._failures) >= self.dead_limit:
+                self._dead = True
+                self._reason = (
+                    f"the endpoint answered none of its first {len(self._failures)} requests "
+                    f"({self._failures[-1]})"
                 )
             elif len(self._cuts) >= self.limit:
                 self._runaway = True
@@ -64,6 +81,11 @@ class StallGuard:
         return self._reason
 
     @property
+    def dead(self) -> bool:
+        """Whether the guard tripped on an endpoint that has never answered."""
+        return self.tripped and self._dead
+
+    @property
     def runaway(self) -> bool:
         """Whether the guard tripped on answers cut at the byte cap."""
         return self.tripped and self._runaway
@@ -76,6 +98,11 @@ class StallGuard:
         """Count one answer from its kind, its error and its HTTP status."""
         if self._reason is not None:  # tripped for good: what follows changes nothing
             return
+        if kind != ErrorKind.NOT_SENT and not self._answered:
+            if status and status < 500:
+                self._answered = True
+            else:
+                self._failures.append(error or (f"HTTP {status}" if status else str(kind)))
         if kind in STALL_KINDS:
             self._stalls.append(error or str(kind))
             self._cuts.clear()
