@@ -227,10 +227,14 @@ def sweep_run(
     seed: int,
     conclusion: Conclusion,
     diagnoses: Sequence[DiagnosisRecord],
+    tests: Mapping[str, int] | None = None,
 ) -> SweepRun:
-    """The run as reported: metadata with the seed and the sweep-level notes."""
+    """The run as reported: metadata with the seed, the test counts and the sweep-level
+    notes."""
     meta = replace(metadata) if metadata is not None else RunMetadata()
     meta.seed = seed
+    if tests is not None:
+        meta.tests = dict(tests)
     meta.notes = [
         *meta.notes,
         *(f"{v.code}: {v.message}" for v in conclusion.budget_ignored),

@@ -356,7 +356,10 @@ class DDTreeSession:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
             self._report_sweep_failure(self.budget_ignored)
         if report and (self.summaries or self.load_results):
-            run = analysis.sweep_run(self.samples, self.metadata, seed, outcome, self.diagnoses)
+            tests = {"passed": len(self.outcomes.kept), "failed": len(self.outcomes.failed)}
+            run = analysis.sweep_run(
+                self.samples, self.metadata, seed, outcome, self.diagnoses, tests
+            )
             self.report_lines.append(analysis.write(run, report, self.summaries, self.load_results))
         elif report and self.outcomes.passed | self.outcomes.failed:
             self.report_lines.append(analysis.no_report_line(report))

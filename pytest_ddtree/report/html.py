@@ -659,7 +659,7 @@ def _cards(run: SweepRun, summary: SweepSummary) -> str:
     n_valid = sum(s.valid for s in run.samples)
     bad_budgets = [st for st in summary.budgets if not st.all_valid]
     valid_sub = (
-        "every request passed the invariants"
+        "every timed request passed the invariants"
         if not bad_budgets
         else "invalid at tree_budget " + ", ".join(budget_label(b.tree_budget) for b in bad_budgets)
     )
@@ -675,7 +675,14 @@ def _cards(run: SweepRun, summary: SweepSummary) -> str:
             if any(st.valid for st in summary.budgets)
             else "no valid request to take it from"
         )
-    valid_cls = "good" if not bad_budgets and total else "bad"
+    tests = run.metadata.tests or {}
+    failed = int(tests.get("failed", 0))
+    if failed:
+        # the card counts what the terminal counts: a failing test is never hidden by the
+        # timed requests that passed
+        ran = failed + int(tests.get("passed", 0))
+        valid_sub += f"; {failed} of {ran} tests failed (see Diagnosis and the run's output)"
+    valid_cls = "good" if not bad_budgets and total and not failed else "bad"
     return (
         '<section class="cards">'
         f'<div class="card rec {rec_cls}"><div class="label">Recommended tree_budget '

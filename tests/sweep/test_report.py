@@ -462,3 +462,19 @@ def test_every_chart_of_the_page_has_one_size_and_font_scale(
         assert (int(w), int(h)) in ((WIDE, HEIGHT), (NARROW, HEIGHT)) and (w, h) == (vw, vh)
     charts = re.findall(r'<svg class="chart.*?</svg>', html, re.S)
     assert charts and not any("font-size" in c or "style=" in c for c in charts)
+
+
+def test_the_valid_requests_card_counts_the_failed_tests_too(tmp_path: Path) -> None:
+    # every timed request passed, but tests around them failed: the card says so (it once
+    # read "every request passed" beside a Diagnosis table of 7 failing tests)
+    run = _run(False)
+    run.metadata.tests = {"passed": 2, "failed": 7}
+    html = render_html(run)
+    assert (
+        "every timed request passed the invariants; 7 of 9 tests failed (see Diagnosis and the "
+        "run&#x27;s output)"
+    ) in html
+    assert '<div class="card bad"><div class="label">Valid requests</div>' in html
+    # and the counts survive sweep.json
+    write_report(run, str(tmp_path))
+    assert read_sweep_json(tmp_path / "sweep.json").metadata.tests == {"passed": 2, "failed": 7}

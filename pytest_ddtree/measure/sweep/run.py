@@ -93,6 +93,9 @@ class RunMetadata(_ReadsAsMapping):
     server_info: dict[str, Any] | None = None
     #: the ``--ddtree-probe`` runs, before and after the session
     probes: list[dict[str, Any]] = field(default_factory=list)
+    #: the run's tests as pytest counts them (``passed``, ``failed``), failures included, so
+    #: a report that shows the timed requests also says how many tests failed around them
+    tests: dict[str, int] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     #: What must match for two runs to compare like for like (``compare`` warns otherwise).
