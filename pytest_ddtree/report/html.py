@@ -631,7 +631,7 @@ def card_state(summary: SweepSummary) -> tuple[str, str]:
     if rec.drifting:
         return "drifting", "server drifted"
     if not rec.decided:
-        return "tied", "undecided"
+        return ("tied", "either one") if rec.either else ("tied", "undecided")
     if rec.partial:
         return "tied", "partial run"
     if rec.tied:
@@ -646,6 +646,10 @@ def _cards(run: SweepRun, summary: SweepSummary) -> str:
     rec_cls, badge = card_state(summary)
     if rec.decode_median is None:
         big, sub = "—", "no valid timings"
+    elif rec.either:
+        # no single winner, but the answer is known: the budgets that cannot be told apart
+        big = escape(" or ".join(budget_label(b) for b in rec.either))
+        sub = f"either one; tree_budget {budget_label(rec.leader)} led (n={rec.n})"
     elif not rec.decided:
         # no forced winner: the leader is named as such, with its n
         big = "—"

@@ -478,3 +478,11 @@ def test_the_valid_requests_card_counts_the_failed_tests_too(tmp_path: Path) -> 
     # and the counts survive sweep.json
     write_report(run, str(tmp_path))
     assert read_sweep_json(tmp_path / "sweep.json").metadata.tests == {"passed": 2, "failed": 7}
+
+
+def test_budgets_that_cannot_be_told_apart_are_the_answer_in_the_html() -> None:
+    samples = synthetic_sweep({32: 700.0, 64: 905.0, 128: 900.0}, spread=40.0)
+    html = render_html(SweepRun(samples=samples, metadata=dict(META), seed=5))
+    assert '<div class="big">64 or 128</div>' in html
+    assert '<span class="badge">either one</span>' in html
+    assert "Either tree_budget=64 or 128: " in html

@@ -190,15 +190,30 @@ def test_recommend_picks_peak_and_says_when_decisive() -> None:
     assert summary.race is not None and summary.race.mode == "exhaustive"
 
 
-def test_an_undecided_sweep_names_no_winner() -> None:
-    # 905 vs 900 at 4% noise and 9 requests a budget: the rule cannot tell
+def test_an_undecided_sweep_names_the_budgets_it_cannot_tell_apart() -> None:
+    # 905 vs 900 at 4% noise and 9 requests a budget: the rule cannot tell them apart, but
+    # 32 is clearly slower, so the answer is known: 64 or 128, either one
     summary = summarize(synthetic_sweep({32: 700.0, 64: 905.0, 128: 900.0}, spread=40.0))
     rec = summary.recommendation
     assert rec.tree_budget is None and not rec.decided and not rec.decisive
     assert rec.leader in (64, 128)
     assert set(rec.tied) == {64, 128} - {rec.leader}
-    assert rec.message.startswith("Undecided:") and "n=9" in rec.message
+    assert rec.either == (rec.leader, *rec.tied), rec
+    assert rec.message.startswith("Either tree_budget=64 or 128: "), rec.message
+    assert "every other valid budget is slower by more than the margin" in rec.message
+    assert f"tree_budget={rec.leader} led with median decode" in rec.message
+    assert "n=9" in rec.message and "No budget is recommended" not in rec.message
     assert any(b.verdict == "in contention" for b in summary.budgets)
+    # the JSON says so too
+    assert summary.to_json()["recommendation"]["either"] == list(rec.either)
+
+
+def test_an_undecided_sweep_that_excludes_nothing_names_no_budget() -> None:
+    # the same two budgets alone: nothing was shown slower, so nothing is known
+    summary = summarize(synthetic_sweep({64: 905.0, 128: 900.0}, spread=40.0))
+    rec = summary.recommendation
+    assert rec.either == () and rec.tree_budget is None
+    assert rec.message.startswith("Undecided:") and "No budget is recommended" in rec.message
 
 
 def test_the_smallest_budget_within_the_margin_is_recommended() -> None:

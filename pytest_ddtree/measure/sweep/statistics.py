@@ -50,6 +50,7 @@ from pytest_ddtree.measure.sweep.drift import (
 )
 from pytest_ddtree.measure.sweep.race import (
     DEFAULT_EQUIVALENCE,
+    Judgement,
     RaceRecord,
     RaceRule,
     Standing,
@@ -239,6 +240,10 @@ class Recommendation:
     n: int | None = None
     #: the practical margin of the rule
     equivalence: float = DEFAULT_EQUIVALENCE
+    #: an undecided sweep that still knows the answer: the budgets that cannot be told
+    #: apart (the leader first), every other valid budget being clearly slower; deploy
+    #: either one (empty when the sweep knows less, or decided)
+    either: tuple[int | None, ...] = ()
 
     @property
     def decisive(self) -> bool:
@@ -255,10 +260,13 @@ class Recommendation:
 jsonmodel.register(
     Recommendation,
     decode_ci=jsonmodel.override(rename="decode_ci95"),
+    # written only when the sweep names a set (older readers never see the key otherwise)
+    either=jsonmodel.override(omit_if_default=True),
     derived={"decisive": lambda r: r.decisive},
     order=(
         *("tree_budget", "decode_median", "decode_ci95", "n", "leader", "decided"),
-        *("equivalence", "tied", "excluded", "decisive", "partial", "drifting", "message"),
+        *("equivalence", "tied", "either", "excluded", "decisive", "partial", "drifting"),
+        "message",
     ),
 )
 
@@ -425,12 +433,23 @@ def _undecided(
         )
     else:
         why = "more rounds (--ddtree-rounds) or --ddtree-sweep adaptive would decide"
-    message = (
-        f"Undecided: tree_budget={budget_label(j.leader)} leads with median decode "
-        f"{_fmt_rate(lead.decode_median)} tok/s (n={n}), but {parts or 'no budget'} "
-        f"cannot yet be told within the {j.rule.equivalence:.0%} margin or clearly slower; "
-        f"{why}. No budget is recommended ({_rule_text(record)}).{tail}"
-    )
+    either = _either(j, open_)
+    if either:
+        names = " or ".join(budget_label(b) for b in sorted(either, key=budget_order))
+        message = (
+            f"Either tree_budget={names}: {parts} cannot be told apart from the leader "
+            f"within the {j.rule.equivalence:.0%} margin; every other valid budget is slower "
+            f"by more than the margin; tree_budget={budget_label(j.leader)} led with median "
+            f"decode {_fmt_rate(lead.decode_median)} tok/s (n={n}). Deploy either one (the "
+            f"smaller verifies less under load); to name one: {why} ({_rule_text(record)}).{tail}"
+        )
+    else:
+        message = (
+            f"Undecided: tree_budget={budget_label(j.leader)} leads with median decode "
+            f"{_fmt_rate(lead.decode_median)} tok/s (n={n}), but {parts or 'no budget'} "
+            f"cannot yet be told within the {j.rule.equivalence:.0%} margin or clearly "
+            f"slower; {why}. No budget is recommended ({_rule_text(record)}).{tail}"
+        )
     return Recommendation(
         None,
         lead.decode_median,
@@ -442,7 +461,22 @@ def _undecided(
         leader=j.leader,
         n=n,
         equivalence=j.rule.equivalence,
+        either=either,
     )
+
+
+def _either(
+    j: Judgement[int | None], open_: Sequence[Standing[int | None]]
+) -> tuple[int | None, ...]:
+    """The budgets an undecided sweep can still name together: the leader and those in
+    contention with it, when each had the rule's minimum n and every other valid budget
+    left as clearly slower (so the set excludes something); else ()."""
+    if not open_ or not any(s.status == "out" for s in j.standings):
+        return ()
+    lead = next(s for s in j.standings if s.key == j.leader)
+    if any(s.n < j.rule.min_n for s in (lead, *open_)):
+        return ()
+    return (j.leader, *sorted((s.key for s in open_), key=budget_order))
 
 
 #: the warning's opening, on every engine and in every table's legend
