@@ -100,9 +100,6 @@ class Constraint:
         self.in_string = False
         self._escape = False
         self.string_run = 0
-        pieces = model.pieces
-        self._quotes = [i for i, p in enumerate(pieces) if p == b'"']
-        self._closers = [i for i, p in enumerate(pieces) if p in (b"}", b"]")]
 
     # ------------------------------------------------------------ the grammar
 
@@ -139,15 +136,6 @@ class Constraint:
         if self.in_string:
             self.string_run += 1
 
-    def _allowed(self) -> list[int]:
-        mask = self.matcher.compute_bitmask()
-        out: list[int] = []
-        for byte_at, byte in enumerate(mask):
-            if byte:
-                base = byte_at * 8
-                out.extend(base + k for k in range(8) if byte >> k & 1)
-        return out
-
     # ------------------------------------------------------------ the target's choice
 
     def choose(self, tok: int, ranked: Callable[[], list[int]]) -> int:
@@ -157,27 +145,34 @@ class Constraint:
         allowed token."""
         if self.broken:
             return tok
+        eos = self.model.eos
         if self.complete():
-            return self.model.eos
+            return eos
         closing = self._closing()
-        if closing is None and tok != self.model.eos and self.allows(tok):
+        if closing is None and tok != eos and self.allows(tok):
             return tok
-        allowed = self._allowed()
-        allowed_set = set(allowed)
+        bits = int.from_bytes(self.matcher.compute_bitmask(), "little") & ~(1 << eos)
+        allowed: list[int] = []  # the allowed tokens, lowest id first
+        while bits:
+            low = bits & -bits
+            allowed.append(low.bit_length() - 1)
+            bits ^= low
+        ok = set(allowed).__contains__
         for t in closing or ():
-            if t in allowed_set:
+            if ok(t):
                 return t
-        if closing is not None and tok != self.model.eos and tok in allowed_set:
+        if closing is not None and ok(tok):
             return tok
         for t in ranked():
-            if t in allowed_set and t != self.model.eos:
+            if ok(t):
                 return t
         forced = self.matcher.compute_ff_tokens()
         if forced:  # the grammar fixes the next bytes: their tokens, as the tokenizer cuts them
             return int(forced[0])
+        quotes, _closers = _markers(self.model)
         if not self.in_string:  # open a string (the target writes words in it)
-            for t in self._quotes:
-                if t in allowed_set:
+            for t in quotes:
+                if ok(t):
                     return t
         pieces = self.model.pieces
         plain = [t for t in allowed if not pieces[t].startswith((b"-", b" "))] or allowed
@@ -185,6 +180,15 @@ class Constraint:
 
     def _closing(self) -> list[int] | None:
         """The tokens a closing rule prefers now (None: no rule applies)."""
+        quotes, closers = _markers(self.model)
         if self.in_string:
-            return self._quotes if self.string_run >= STRING_TOKENS else None
-        return self._closers if self.tokens >= SOFT_LIMIT else None
+            return quotes if self.string_run >= STRING_TOKENS else None
+        return closers if self.tokens >= SOFT_LIMIT else None
+
+
+@cache
+def _markers(model: ReferenceModel) -> tuple[list[int], list[int]]:
+    """The model's quote tokens and its closing-bracket tokens."""
+    quotes = [i for i, p in enumerate(model.pieces) if p == b'"']
+    closers = [i for i, p in enumerate(model.pieces) if p in (b"}", b"]")]
+    return quotes, closers
