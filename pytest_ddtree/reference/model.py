@@ -732,19 +732,22 @@ class ReferenceModel:
 
     def _constrained_step(
         self, plan: GenerationPlan, s: _State, grammar: Constraint
-    ) -> tuple[int, _State]:
-        """The target's next token under ``grammar`` (reasoning is free, as engines apply the
-        grammar to the answer) and the state after it."""
+    ) -> tuple[int, _State, _State, bool]:
+        """The target's next token under ``grammar``, the state after it, the state its
+        log-probability is read in (``s``, or, where the grammar overrode the target, ``s``
+        marked as a rule's position: the token is certain, as a forced token is), and whether
+        the grammar holds the token (reasoning is free: engines constrain the answer)."""
         tok, s2 = self.step(plan, s)
         phase = s[5]
         if phase == _THINK or (phase == _FORCED and s[8] != _ANSWER):
-            return tok, s2
+            return tok, s2, s, False
         choice = grammar.choose(tok, lambda: self._ranked(plan, s))
         if choice == tok:
-            return tok, s2
+            return tok, s2, s, True
+        ruled = (*s[:5], _FORCED, *s[6:])
         if choice == self.eos:
-            return choice, s
-        return choice, self.advance(plan, s, choice)
+            return choice, s, ruled, True
+        return choice, self.advance(plan, s, choice), ruled, True
 
     def _ranked(self, plan: GenerationPlan, s: _State) -> list[int]:
         """The target's candidates in state ``s``, most likely first."""
@@ -772,10 +775,10 @@ class ReferenceModel:
         cstep = self._constrained_step
         eos = self.eos
         s = self.initial_state(plan)
-        first = s
-        tok, s = cstep(plan, s, grammar)
-        grammar.consume(tok)
-        yield ForwardPass([tok], 0, (first,))
+        tok, s, read, live = cstep(plan, s, grammar)
+        if live:
+            grammar.consume(tok)
+        yield ForwardPass([tok], 0, (read,))
         if tok == eos or max_tokens <= 1:
             return
         n = 1
@@ -783,11 +786,11 @@ class ReferenceModel:
         skip_armed = skip_above is not None and budget is not None and budget > skip_above
         while n < max_tokens:
             if budget is None:
-                before = s
-                tok, s = cstep(plan, s, grammar)
-                grammar.consume(tok)
+                tok, s, read, live = cstep(plan, s, grammar)
+                if live:
+                    grammar.consume(tok)
                 n += 1
-                yield ForwardPass([tok], 0, (before,))
+                yield ForwardPass([tok], 0, (read,))
                 if tok == eos:
                     return
                 continue
@@ -797,11 +800,11 @@ class ReferenceModel:
             out: list[int] = []
             states: list[_State] = []
             while True:
-                tok, s2 = cstep(plan, s, grammar)
+                tok, s2, read, live = cstep(plan, s, grammar)
                 child = children.get((node, tok))
                 if child is None:
                     fc = tree.first_child[node]
-                    if skip_armed and fc > 0 and not grammar.allows(tree.tokens[fc]):
+                    if skip_armed and live and fc > 0 and not grammar.allows(tree.tokens[fc]):
                         # the bug: the drafted token is accepted unchecked by the grammar
                         skip_armed = False
                         out.append(tree.tokens[fc])
@@ -812,13 +815,15 @@ class ReferenceModel:
                         continue
                     break
                 out.append(tok)
-                states.append(s)
-                grammar.consume(tok)
+                states.append(read)
+                if live:
+                    grammar.consume(tok)
                 s = s2
                 node = child
             out.append(tok)  # the target's bonus token
-            states.append(s)
-            grammar.consume(tok)
+            states.append(read)
+            if live:
+                grammar.consume(tok)
             s = s2
             n += len(out)
             yield ForwardPass(out, tree.nodes, tuple(states))

@@ -279,3 +279,30 @@ def test_plain_requests_never_load_the_grammar_engine() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_reasoning_is_free_and_the_answer_holds_the_schema(
+    client: httpx.Client, target_client: httpx.Client
+) -> None:
+    kw: dict[str, Any] = {
+        "response_format": WEATHER_RF,
+        "max_tokens": 256,
+        "chat_template_kwargs": {"enable_thinking": True},
+    }
+    base = _message(post(target_client, WEATHER_PROMPT, **kw))
+    assert base["reasoning_content"] and "{" not in base["reasoning_content"]
+    jsonschema.validate(json.loads(base["content"]), WEATHER)
+    for budget in (16, 256):
+        assert _message(post(client, WEATHER_PROMPT, tree_budget=budget, **kw)) == base
+
+
+def test_logprobs_under_a_grammar(client: httpx.Client) -> None:
+    # a token the grammar imposed on the target is certain, as a forced token is: no
+    # committed token is reported without probability
+    body = post(
+        client, WEATHER_PROMPT, response_format=WEATHER_RF, logprobs=True, top_logprobs=2
+    ).json()
+    entries = body["choices"][0]["logprobs"]["content"]
+    assert len(entries) == body["usage"]["completion_tokens"]
+    assert "".join(e["token"] for e in entries) == body["choices"][0]["message"]["content"]
+    assert all(-50 < e["logprob"] <= 0 for e in entries)
