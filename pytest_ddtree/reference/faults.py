@@ -59,6 +59,16 @@ FAULTS: dict[str, str] = {
     "never the request's; also in target-only mode",
     "hang": "the response stalls after a few chunks until the client disconnects, "
     "the server stops, or hang_seconds (default 600 s, longer than any sane read timeout) pass",
+    "grammar-skip": "above budget 64 the verifier accepts once a drafted token the grammar "
+    "of response_format or of a tool's parameters forbids (drafted tokens skip the grammar), "
+    "so the JSON comes back invalid (speculative decoding only)",
+    "schema-ignored": "response_format is ignored: a JSON request gets prose; also in "
+    "target-only mode",
+    "tool-args-dropped": "streamed tool calls lose the argument fragments of every chunk "
+    "that carries more than one token (an accepted draft block); plain answers are whole "
+    "(speculative decoding only)",
+    "tool-call-no-id": "tool calls come without an id, plain and streamed; also in "
+    "target-only mode",
 }
 
 TEMPLATE_FAULTS = frozenset({"early-eos", "role-leak", "think-leak"})
@@ -73,6 +83,8 @@ SPECULATION_FAULTS = frozenset(
         "stats-inflated",
         "budget-ignored",
         "state-leak",
+        "grammar-skip",
+        "tool-args-dropped",
     }
 )
 WIRE_FAULTS = frozenset(FAULTS) - TEMPLATE_FAULTS - SPECULATION_FAULTS

@@ -31,12 +31,15 @@ from functools import cache
 from operator import itemgetter
 from pathlib import Path
 from threading import Lock
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from tokenizers import Tokenizer
 
 from ._corpus import TOPICS
 from ._tables import ANSWER_START, DRAFT_TABLE, TABLE_NAMES, NGramTables, encode_key
+
+if TYPE_CHECKING:
+    from .grammar import Constraint
 
 __all__ = [
     "MODEL_ID",
@@ -717,6 +720,110 @@ class ReferenceModel:
                 node = child
             out.append(tok)  # the target's bonus token
             states.append(s)
+            s = s2
+            n += len(out)
+            yield ForwardPass(out, tree.nodes, tuple(states))
+            if tok == eos:
+                return
+            if len(out) >= 2:
+                c2, c3 = out[-2], out[-1]
+            else:
+                c2, c3 = c3, out[-1]
+
+    def _constrained_step(
+        self, plan: GenerationPlan, s: _State, grammar: Constraint
+    ) -> tuple[int, _State, _State, bool]:
+        """The target's next token under ``grammar``, the state after it, the state its
+        log-probability is read in (``s``, or, where the grammar overrode the target, ``s``
+        marked as a rule's position: the token is certain, as a forced token is), and whether
+        the grammar holds the token (reasoning is free: engines constrain the answer)."""
+        tok, s2 = self.step(plan, s)
+        phase = s[5]
+        if phase == _THINK or (phase == _FORCED and s[8] != _ANSWER):
+            return tok, s2, s, False
+        choice = grammar.choose(tok, lambda: self._ranked(plan, s))
+        if choice == tok:
+            return tok, s2, s, True
+        ruled = (*s[:5], _FORCED, *s[6:])
+        if choice == self.eos:
+            return choice, s, ruled, True
+        return choice, self.advance(plan, s, choice), ruled, True
+
+    def _ranked(self, plan: GenerationPlan, s: _State) -> list[int]:
+        """The target's candidates in state ``s``, most likely first."""
+        _pos, c1, c2, c3 = s[0], s[1], s[2], s[3]
+        toks, cum, _total = self._dist(plan.table, c1, c2, c3, plan.temperature, plan.top_p)
+        weights = [c - p for c, p in zip(cum, (0.0, *cum[:-1]), strict=True)]
+        order = sorted(range(len(toks)), key=lambda i: -weights[i])
+        return [toks[i] for i in order]
+
+    def generate_constrained(
+        self,
+        plan: GenerationPlan,
+        max_tokens: int,
+        budget: int | None,
+        grammar: Constraint,
+        block_size: int = 16,
+        *,
+        skip_above: int | None = None,
+    ) -> Iterator[ForwardPass]:
+        """:meth:`generate` under a grammar: the target's choice at each step is the
+        grammar's (``Constraint.choose``), and a drafted token is accepted only when it is
+        that choice, so a token the grammar forbids is never accepted. ``skip_above`` (the
+        grammar-skip fault) accepts once, above that budget, a drafted token the grammar
+        forbids, as a verifier that skips the grammar on drafted tokens does."""
+        cstep = self._constrained_step
+        eos = self.eos
+        s = self.initial_state(plan)
+        tok, s, read, live = cstep(plan, s, grammar)
+        if live:
+            grammar.consume(tok)
+        yield ForwardPass([tok], 0, (read,))
+        if tok == eos or max_tokens <= 1:
+            return
+        n = 1
+        c2, c3 = self.start[2], tok
+        skip_armed = skip_above is not None and budget is not None and budget > skip_above
+        while n < max_tokens:
+            if budget is None:
+                tok, s, read, live = cstep(plan, s, grammar)
+                if live:
+                    grammar.consume(tok)
+                n += 1
+                yield ForwardPass([tok], 0, (read,))
+                if tok == eos:
+                    return
+                continue
+            tree = self.build_tree(c2, c3, budget, block_size)
+            children = tree.children
+            node = 0
+            out: list[int] = []
+            states: list[_State] = []
+            while True:
+                tok, s2, read, live = cstep(plan, s, grammar)
+                child = children.get((node, tok))
+                if child is None:
+                    fc = tree.first_child[node]
+                    if skip_armed and live and fc > 0 and not grammar.allows(tree.tokens[fc]):
+                        # the bug: the drafted token is accepted unchecked by the grammar
+                        skip_armed = False
+                        out.append(tree.tokens[fc])
+                        states.append(s)
+                        grammar.consume(tree.tokens[fc])
+                        s = self.advance(plan, s, tree.tokens[fc])
+                        node = fc
+                        continue
+                    break
+                out.append(tok)
+                states.append(read)
+                if live:
+                    grammar.consume(tok)
+                s = s2
+                node = child
+            out.append(tok)  # the target's bonus token
+            states.append(read)
+            if live:
+                grammar.consume(tok)
             s = s2
             n += len(out)
             yield ForwardPass(out, tree.nodes, tuple(states))

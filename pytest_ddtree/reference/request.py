@@ -8,13 +8,15 @@ is a 400 naming the field (``param``) and why, an unknown model a 404.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .grammar import OBJECT_SCHEMA, GrammarSpec, compile_schema
 from .model import ReferenceModel
 
-__all__ = ["Request", "RequestError", "error_body", "parse_request"]
+__all__ = ["Request", "RequestError", "Tool", "error_body", "parse_request"]
 
 MAX_TREE_BUDGET = 4096
 DEFAULT_MAX_TOKENS = 256
@@ -58,6 +60,28 @@ class Request:
     think: bool
     #: alternatives per token when the request asked for log-probabilities (None: not asked)
     logprobs: int | None = None
+    #: the grammar ``response_format`` asks for (None: plain text)
+    response_format: GrammarSpec | None = None
+    #: the tools offered, and ``tool_choice``: "none", "auto", "required" or a tool's name
+    tools: tuple[Tool, ...] = ()
+    tool_choice: str = "none"
+    #: the tool this answer calls (None: the answer is content)
+    call: Tool | None = None
+
+    @property
+    def named_tool(self) -> bool:
+        """True when ``tool_choice`` named a function."""
+        return self.tool_choice not in ("none", "auto", "required")
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A function offered in ``tools``: its name, description and the grammar of its
+    ``parameters``."""
+
+    name: str
+    description: str
+    parameters: GrammarSpec
 
 
 #: the most alternatives per token the server lists (``top_logprobs``), as OpenAI's API
@@ -96,7 +120,13 @@ def parse_request(body: dict[str, Any], chat: bool, model_id: str) -> Request:
     if n is not None and (not _is_int(n) or n != 1):
         raise _bad(f"only n=1 is supported, got {n!r}", "n")
     budget = _tree_budget(body)
+    response_format = _response_format(body)
+    tools, tool_choice = _tools(body, chat)
     return Request(
+        response_format=response_format,
+        tools=tools,
+        tool_choice=tool_choice,
+        call=_call(tools, tool_choice, prompt_text),
         logprobs=_logprobs_asked(body, chat, _bad),
         chat=chat,
         prompt_text=prompt_text,
@@ -286,3 +316,137 @@ def _logprobs_asked(body: dict[str, Any], chat: bool, bad: Any) -> int | None:
         param = "top_logprobs" if chat else "logprobs"
         raise bad(f"'{param}' must be an integer in 0..{MAX_TOP_LOGPROBS}, got {top!r}", param)
     return int(top)
+
+
+def _schema_grammar(schema: Any, param: str) -> GrammarSpec:
+    if not isinstance(schema, dict):
+        raise _bad(f"'{param}' must be a JSON schema object", param, "invalid_type")
+    try:
+        return compile_schema(schema)
+    except ValueError as e:
+        raise _bad(f"'{param}' is not a JSON schema the server can decode: {e}", param) from None
+
+
+def _response_format(body: dict[str, Any]) -> GrammarSpec | None:
+    """The grammar of ``response_format``: ``json_object`` (any object) or ``json_schema``
+    (``{"name", "schema", "strict"?}``); None for ``text`` or no format."""
+    rf = body.get("response_format")
+    if rf is None:
+        return None
+    if not isinstance(rf, dict):
+        raise _bad("'response_format' must be an object", "response_format", "invalid_type")
+    kind = rf.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return compile_schema(OBJECT_SCHEMA)
+    if kind != "json_schema":
+        raise _bad(
+            f"'response_format.type' must be 'text', 'json_object' or 'json_schema', got {kind!r}",
+            "response_format",
+        )
+    js = rf.get("json_schema")
+    if not isinstance(js, dict):
+        raise _bad(
+            "'response_format.json_schema' must be an object with 'name' and 'schema'",
+            "response_format",
+            "invalid_type",
+        )
+    name = js.get("name")
+    if not isinstance(name, str) or not name:
+        raise _bad(
+            "'response_format.json_schema.name' must be a non-empty string",
+            "response_format",
+            "invalid_type",
+        )
+    strict = js.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise _bad(
+            "'response_format.json_schema.strict' must be a boolean",
+            "response_format",
+            "invalid_type",
+        )
+    return _schema_grammar(js.get("schema", {}), "response_format.json_schema.schema")
+
+
+#: the parameters of a function that declares none: an object without properties
+_NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+def _tools(body: dict[str, Any], chat: bool) -> tuple[tuple[Tool, ...], str]:
+    """``tools`` and ``tool_choice`` (chat only); the choice as "none", "auto", "required"
+    or the named function."""
+    raw, choice = body.get("tools"), body.get("tool_choice")
+    if not chat:
+        for name in ("tools", "tool_choice"):
+            if body.get(name) is not None:
+                raise _bad(f"'{name}' is only supported on /v1/chat/completions", name)
+        return (), "none"
+    if raw is None or raw == []:
+        if choice not in (None, "none"):
+            raise _bad("'tool_choice' needs 'tools'", "tool_choice")
+        return (), "none"
+    if not isinstance(raw, list):
+        raise _bad("'tools' must be an array", "tools", "invalid_type")
+    tools = []
+    for i, t in enumerate(raw):
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(t, dict) or t.get("type") != "function" or not isinstance(fn, dict):
+            raise _bad(
+                f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}",
+                "tools",
+                "invalid_type",
+            )
+        tool_name = fn.get("name")
+        if not isinstance(tool_name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", tool_name):
+            raise _bad(f"tools[{i}].function.name must match [A-Za-z0-9_-]{{1,64}}", "tools")
+        desc = fn.get("description", "")
+        if not isinstance(desc, str):
+            raise _bad(f"tools[{i}].function.description must be a string", "tools")
+        params = fn.get("parameters")
+        grammar = _schema_grammar(
+            _NO_PARAMETERS if params is None else params, f"tools[{i}].function.parameters"
+        )
+        tools.append(Tool(tool_name, desc, grammar))
+    names = [t.name for t in tools]
+    if choice is None:
+        return tuple(tools), "auto"
+    if choice in ("none", "auto", "required"):
+        return tuple(tools), str(choice)
+    fn = choice.get("function") if isinstance(choice, dict) else None
+    if not isinstance(choice, dict) or choice.get("type") != "function" or not isinstance(fn, dict):
+        raise _bad(
+            "'tool_choice' must be 'none', 'auto', 'required' or "
+            "{'type': 'function', 'function': {'name': ...}}",
+            "tool_choice",
+        )
+    if fn.get("name") not in names:
+        raise _bad(
+            f"'tool_choice' names {fn.get('name')!r}, not one of the tools: {', '.join(names)}",
+            "tool_choice",
+        )
+    return tuple(tools), str(fn["name"])
+
+
+def _mentioned(tool: Tool, words: set[str]) -> bool:
+    """True when the prompt's words hold the tool's name or a word of four letters or more
+    of it (``get_weather``: ``weather``)."""
+    parts = re.findall(r"[a-z]+", re.sub(r"([a-z])([A-Z])", r"\1 \2", tool.name).lower())
+    return tool.name.lower() in words or any(len(p) >= 4 and p in words for p in parts)
+
+
+def _call(tools: tuple[Tool, ...], choice: str, prompt_text: str) -> Tool | None:
+    """The tool the answer calls: the named one; for "required" the first tool the prompt
+    mentions (else the first tool); for "auto" the first tool the prompt mentions (else
+    none: prose); for "none" none."""
+    if not tools or choice == "none":
+        return None
+    by_name = {t.name: t for t in tools}
+    if choice in by_name:
+        return by_name[choice]
+    words = set(re.findall(r"[a-z0-9_]+", prompt_text.lower()))
+    words |= {p for w in words for p in w.split("_")}
+    mentioned = next((t for t in tools if _mentioned(t, words)), None)
+    if choice == "required":
+        return mentioned or tools[0]
+    return mentioned

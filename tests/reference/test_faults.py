@@ -380,3 +380,100 @@ def test_state_leak_needs_a_drafter() -> None:
         healthy_b = _content(post(c, prompt_b))
         _content(post(c, prompt_a, fault="state-leak"))
         assert _content(post(c, prompt_b, fault="state-leak")) == healthy_b
+
+
+# ---------------------------------------------------------------- structured output and tools
+
+_WEATHER: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+    },
+    "required": ["city", "unit"],
+    "additionalProperties": False,
+}
+_RF = {"type": "json_schema", "json_schema": {"name": "weather", "schema": _WEATHER}}
+_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": _WEATHER}}]
+_JSON_PROMPTS = ("What is the weather in Venkabel?", LONG, SHORT)
+
+
+def _valid(text: str) -> bool:
+    import jsonschema
+
+    try:
+        jsonschema.validate(json.loads(text), _WEATHER)
+    except (ValueError, jsonschema.ValidationError):
+        return False
+    return True
+
+
+def test_grammar_skip_breaks_the_json_above_64(
+    client: httpx.Client, target_client: httpx.Client
+) -> None:
+    for prompt in _JSON_PROMPTS:
+        kw: dict[str, Any] = {"response_format": _RF, "max_tokens": 96}
+        assert _valid(_content(post(client, prompt, fault="grammar-skip", tree_budget=64, **kw)))
+        assert _valid(_content(post(client, prompt, tree_budget=256, **kw)))
+        assert not _valid(
+            _content(post(client, prompt, fault="grammar-skip", tree_budget=256, **kw))
+        )
+        assert _valid(_content(post(target_client, prompt, fault="grammar-skip", **kw)))
+        s = stream(client, prompt, fault="grammar-skip", tree_budget=256, **kw)
+        assert s.done and not _valid(s.content)
+    # tool arguments are held to the same grammar
+    r = post(client, _JSON_PROMPTS[0], fault="grammar-skip", tree_budget=256, tools=_TOOLS)
+    assert not _valid(r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"])
+
+
+def test_schema_ignored_answers_prose(any_client: httpx.Client) -> None:
+    for prompt in _JSON_PROMPTS:
+        assert _valid(_content(post(any_client, prompt, response_format=_RF)))
+        prose = _content(post(any_client, prompt, fault="schema-ignored", response_format=_RF))
+        assert prose == _content(post(any_client, prompt))
+        with pytest.raises(ValueError):
+            json.loads(prose)
+
+
+def _streamed_arguments(s: Any) -> str:
+    return "".join(
+        d["function"].get("arguments", "")
+        for c in s.chunks
+        if c.get("choices")
+        for d in c["choices"][0]["delta"].get("tool_calls") or []
+    )
+
+
+def test_tool_args_dropped_in_streams_only(
+    client: httpx.Client, target_client: httpx.Client
+) -> None:
+    kw: dict[str, Any] = {"tools": _TOOLS, "tool_choice": "required", "tree_budget": 64}
+    plain = post(client, _JSON_PROMPTS[0], fault="tool-args-dropped", **kw).json()
+    args = plain["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+    assert _valid(args)
+    assert _streamed_arguments(stream(client, _JSON_PROMPTS[0], **kw)) == args
+    dropped = stream(client, _JSON_PROMPTS[0], fault="tool-args-dropped", **kw)
+    assert dropped.done and dropped.finish_reasons == ["tool_calls"]
+    got = _streamed_arguments(dropped)
+    assert got != args and len(got) < len(args) and not _valid(got)
+    # one token per chunk without a drafter: nothing to drop
+    twin = stream(target_client, _JSON_PROMPTS[0], fault="tool-args-dropped", **kw)
+    assert _streamed_arguments(twin) == args
+
+
+def test_tool_call_no_id(any_client: httpx.Client) -> None:
+    kw: dict[str, Any] = {"tools": _TOOLS, "tool_choice": "required"}
+    healthy = post(any_client, _JSON_PROMPTS[0], **kw).json()
+    assert healthy["choices"][0]["message"]["tool_calls"][0]["id"].startswith("call_")
+    r = post(any_client, _JSON_PROMPTS[0], fault="tool-call-no-id", **kw).json()
+    (call,) = r["choices"][0]["message"]["tool_calls"]
+    assert "id" not in call and _valid(call["function"]["arguments"])
+    s = stream(any_client, _JSON_PROMPTS[0], fault="tool-call-no-id", **kw)
+    heads = [
+        d
+        for c in s.chunks
+        if c.get("choices")
+        for d in c["choices"][0]["delta"].get("tool_calls") or []
+        if "type" in d
+    ]
+    assert len(heads) == 1 and "id" not in heads[0]

@@ -31,6 +31,8 @@ from .text_stream import _TextStream
 _MODEL_FAULTS = frozenset(
     {"degenerate", "lossy", "near-tie", "draft-confidence"}
 )  # applied inside the model itself
+#: the grammar-skip fault strikes above this budget (as the lossy fault does)
+_GRAMMAR_SKIP_ABOVE = 64
 
 
 @dataclass
@@ -39,6 +41,7 @@ class _Event:
 
     content: str = ""
     reasoning: str = ""
+    tokens: int = 0  # the tokens the round committed
 
 
 @dataclass
@@ -236,7 +239,22 @@ class _Engine:
         # absolute deadlines: an oversleep in one round is taken out of the next one, so the
         # observed time is the simulated time (plus at most one wake-up delay)
         deadline = time.perf_counter()
-        gen = model.generate(plan, req.max_tokens, budget, self.options.block_size)
+        grammar = req.call.parameters if req.call is not None else req.response_format
+        if grammar is not None and req.call is None and "schema-ignored" in faults:
+            grammar = None
+        if grammar is None:
+            gen = model.generate(plan, req.max_tokens, budget, self.options.block_size)
+        else:
+            from ..grammar import Constraint  # only a request with a grammar loads llguidance
+
+            gen = model.generate_constrained(
+                plan,
+                req.max_tokens,
+                budget,
+                Constraint(grammar, model),
+                self.options.block_size,
+                skip_above=_GRAMMAR_SKIP_ABOVE if "grammar-skip" in faults else None,
+            )
         for i, rd in enumerate(gen):
             target = self._round_seconds(i, rd.nodes, budget, cost, result)
             toks, finished_eos = _committed(rd.tokens, model.eos, req.max_tokens - produced)
@@ -252,7 +270,7 @@ class _Engine:
                 result.first_round_end = now
             else:
                 result.decode_tokens += len(toks)
-            ev = _Event()
+            ev = _Event(tokens=len(toks))
             stop_hit = text.feed(toks, rd.states, ev, result)
             result.completion_tokens = produced
             if ev.content:

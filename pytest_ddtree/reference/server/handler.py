@@ -10,6 +10,7 @@ import select
 import socket
 import threading
 import time
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
@@ -406,6 +407,18 @@ class _Handler(BaseHTTPRequestHandler):
             "num_spec_tokens": k,
         }
 
+    def _tool_call(
+        self, req: Request, rid: int, faults: frozenset[str], arguments: str | None
+    ) -> dict[str, Any]:
+        """The call of ``req.call`` (whole, or the head of a stream: ``arguments`` "")."""
+        assert req.call is not None
+        call: dict[str, Any] = {"id": f"call_{rid:08x}{zlib.crc32(req.call.name.encode()):08x}"}
+        if "tool-call-no-id" in faults:
+            del call["id"]
+        call["type"] = "function"
+        call["function"] = {"name": req.call.name, "arguments": arguments}
+        return call
+
     def _hang(self) -> None:
         engine = self.server.engine
         deadline = time.monotonic() + engine.options.hang_seconds
@@ -444,6 +457,11 @@ class _Handler(BaseHTTPRequestHandler):
             msg: dict[str, Any] = {"role": "assistant", "content": content}
             if reasoning or req.think or "reasoning-only" in faults:
                 msg["reasoning_content"] = reasoning
+            if req.call is not None:
+                # the answer is the call: content null, its arguments the generated JSON
+                msg["content"] = None
+                msg["tool_calls"] = [self._tool_call(req, rid, faults, content)]
+                finish = _tool_finish(req, finish)
             choice = {"index": 0, "message": msg, "finish_reason": finish, "logprobs": None}
         else:
             choice = {"index": 0, "text": content, "finish_reason": finish, "logprobs": None}
@@ -524,6 +542,21 @@ class _Handler(BaseHTTPRequestHandler):
                 self._sse(chunk({"role": "assistant", "content": ""}))
             for ev in engine.run(req, faults, res):
                 content = "" if empty else ev.content
+                if req.call is not None and content:
+                    if res.first_content_sent is None:
+                        head = self._tool_call(req, rid, faults, "")
+                        self._sse(chunk({"tool_calls": [{"index": 0, **head}]}))
+                    if "tool-args-dropped" in faults and ev.tokens > 1:
+                        content = ""  # the bug: a chunk of several fragments is lost
+                    else:
+                        fragment = {"index": 0, "function": {"arguments": content}}
+                        self._sse(chunk({"tool_calls": [fragment]}))
+                    content = ""
+                    if res.first_content_sent is None:
+                        res.first_content_sent = time.perf_counter()
+                    sent_chunks += 1
+                    if sent_chunks == _MID_STREAM and self._mid_stream_faults(faults):
+                        return
                 if not content and not ev.reasoning:
                     continue
                 if req.chat:
@@ -547,6 +580,8 @@ class _Handler(BaseHTTPRequestHandler):
             finish = res.finish_reason
             if "finish-always-stop" in faults:
                 finish = "stop"
+            if req.call is not None:
+                finish = _tool_finish(req, finish)
             self._sse(chunk({}, finish))
             usage = self._usage(req, res, faults)
             extra = self._dialect_fields(req, res, faults, usage)
@@ -570,3 +605,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._chunk(b"")
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
             self.close_connection = True
+
+
+def _tool_finish(req: Request, finish: str) -> str:
+    """The finish of an answer that called a tool: "tool_calls" when it ended by itself, or
+    "stop" for a named ``tool_choice`` (as OpenAI's API and vLLM answer); "length" stays."""
+    if finish == "stop" and not req.named_tool:
+        return "tool_calls"
+    return finish
