@@ -246,6 +246,16 @@ def pytest_terminal_summary(
     write_summary(terminalreporter, config.stash[SESSION_KEY])
 
 
+@pytest.hookimpl(trylast=True, specname="pytest_terminal_summary")
+def pytest_terminal_summary_answer(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    """The run's answer, last: after pytest-benchmark's tables, before pytest's own summary."""
+    from pytest_ddtree.pytest_plugin.summary import write_answer
+
+    write_answer(terminalreporter, config.stash[SESSION_KEY])
+
+
 @pytest.hookimpl(wrapper=True, specname="pytest_terminal_summary")
 def pytest_terminal_summary_gate(
     terminalreporter: pytest.TerminalReporter, config: pytest.Config

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -20,6 +21,9 @@ from pytest_ddtree.core.dialects import AUTO, asks_statistics
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.pytest_plugin.runtime import Runtime
 from pytest_ddtree.pytest_plugin.session import DDTreeSession
+
+if TYPE_CHECKING:
+    from pytest_ddtree.measure.load.recommend import Schedule
 
 #: the regressions a ``--benchmark-compare-fail`` gate found (name, why), once taken
 REGRESSIONS_KEY = pytest.StashKey[list[tuple[str, str]]]()
@@ -389,3 +393,87 @@ def short_crash_line(
         crash.message = exc.coded_message
     elif type(exc).__module__.partition(".")[0] == "pytest_ddtree":  # LoadError: its counts, codes
         crash.message = f"{type(exc).__name__}: {exc}"
+
+
+def write_answer(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
+    """The run's answer, last (after pytest-benchmark's tables): the recommendation with its
+    reason, what the load test adds to it, and what was skipped, in a few lines."""
+    if session.is_worker:
+        return
+    lines = answer_lines(session) + skip_lines(tr)
+    if not lines:
+        return
+    tr.write_sep("-", "pytest-ddtree: the answer")
+    for line in lines:
+        tr.write_line(line)
+
+
+def answer_lines(session: DDTreeSession) -> list[str]:
+    """The recommendation of each temperature, then each load test's schedule joined to it."""
+    from pytest_ddtree.measure.sweep.temperature import zero_only
+
+    lines: list[str] = []
+    sweep_answer: str | None = None
+    for t, summary in session.summaries.items():
+        rec = summary.recommendation
+        at = "" if zero_only(session.summaries) else f"at temperature {t:g}: "
+        lines.append(f"{at}{rec.message}")
+        if t == 0:
+            if rec.tree_budget is not None or (rec.decided and rec.decode_median is not None):
+                sweep_answer = budget_label(rec.tree_budget)
+            elif rec.either:
+                sweep_answer = " or ".join(budget_label(b) for b in rec.either)
+    for test in session.load_results:
+        lines.append(load_answer(test.nodeid, test.schedule, sweep_answer))
+    return lines
+
+
+def load_answer(nodeid: str, schedule: Schedule, sweep: str | None) -> str:
+    """One sentence joining a load test's schedule to the sweep's single-stream answer."""
+    picks = [c for c in schedule.choices if c.chosen]
+    text = schedule.text()
+    if not picks:
+        return f"under load ({nodeid}): {text}"
+    shaky = (
+        " Its points marked UNRELIABLE had a saturated or stalled client: run it again on a "
+        "quieter client before acting on them."
+        if any(c.unreliable for c in picks)
+        else ""
+    )
+    labels = {c.label for c in picks}
+    if sweep is None:
+        return f"under load ({nodeid}): {text} (by median TPOT at each load point).{shaky}"
+    if labels == {sweep}:
+        return (
+            f"under load ({nodeid}): tree_budget={sweep} at every load point too ({text}).{shaky}"
+        )
+    differ = next((c for c in picks if c.label != sweep), picks[0])
+    return (
+        f"under load ({nodeid}): {text}. The sweep ranks the budgets by the decode rate of one "
+        f"request at a time and answers {sweep}; the load test ranks them by median TPOT at each "
+        f"load point and answers {differ.label} at {differ.point.label}: where the two differ, "
+        f"the load test's answer is the one for that load.{shaky}"
+    )
+
+
+def skip_lines(tr: pytest.TerminalReporter) -> list[str]:
+    """One line counting the skipped tests by why (-rs lists them), or none."""
+    reports = tr.stats.get("skipped", [])
+    if not reports:
+        return []
+    why: dict[str, int] = {}
+    for report in reports:
+        reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else ""
+        reason = reason.removeprefix("Skipped: ")
+        if "left the race" in reason:
+            key = "budgets that left the race (slower than the margin)"
+        elif reason.startswith("race decided"):
+            key = "the race was decided before them"
+        elif "the endpoint is down" in reason:
+            key = "the endpoint is down"
+        else:
+            key = (reason if len(reason) <= 80 else reason[:77] + "...") or "no reason given"
+        why[key] = why.get(key, 0) + 1
+    parts = [f"{n} {key}" for key, n in sorted(why.items(), key=lambda kv: -kv[1])]
+    shown = "; ".join(parts[:3]) + ("; ..." if len(parts) > 3 else "")
+    return [f"{len(reports)} test(s) skipped: {shown} (-rs lists them)"]

@@ -520,3 +520,21 @@ def test_a_server_that_has_answered_is_never_stopped_as_dead() -> None:
     for _ in range(10):
         guard.note(ErrorKind.HTTP, "HTTP 502", 502)
     assert not guard.dead
+
+
+def test_the_load_answer_joins_the_schedule_to_the_sweep() -> None:
+    from pytest_ddtree.measure.load.arrivals import LoadPoint
+    from pytest_ddtree.measure.load.recommend import Choice, Schedule
+    from pytest_ddtree.pytest_plugin.summary import load_answer
+
+    def pick(c: int, budget: int, unreliable: bool = False) -> Choice:
+        return Choice(LoadPoint("concurrency", c), budget, 1.0, None, unreliable=unreliable)
+
+    same = Schedule((pick(1, 64), pick(4, 64)))
+    assert load_answer("t::load", same, "64") == (
+        "under load (t::load): tree_budget=64 at every load point too (all C: 64)."
+    )
+    apart = Schedule((pick(1, 64), pick(4, 16, unreliable=True)))
+    line = load_answer("t::load", apart, "64")
+    assert line.startswith("under load (t::load): C<=1: 64, C>1: 16. The sweep ranks"), line
+    assert "answers 16 at C=4" in line and "UNRELIABLE" in line, line

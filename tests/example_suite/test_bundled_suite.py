@@ -70,8 +70,16 @@ def test_pyargs_runs_the_whole_suite_from_an_empty_directory(tmp_path: Path) -> 
     assert " passed" in output and "failed" not in output
     # every kind of test ran: the sweep's recommendation and the load schedule are printed
     # decided or not depends on this machine's noise (latency off); the verdict line is there
-    assert re.search(r"^(Recommended |Undecided: )tree_budget=", output, re.MULTILINE)
+    assert re.search(r"^(Recommended |Undecided: |Either )tree_budget=", output, re.MULTILINE)
     assert "schedule:" in output
+    # the run ends with its answer: after pytest-benchmark's tables, before pytest's own line
+    tail = result.stdout.rstrip().splitlines()
+    start = max(i for i, line in enumerate(tail) if "pytest-ddtree: the answer" in line)
+    answer = tail[start + 1 :]
+    assert re.match(r"(Recommended |Undecided: |Either )tree_budget=", answer[0]), answer
+    assert answer[1].startswith("under load (test_load.py::test_load): "), answer
+    assert " passed" in answer[-1] and len(answer) <= 5, answer
+    assert "benchmark 'tree_budget=" not in "\n".join(answer)
     # the suite's addopts apply: its benchmark columns, and no cache written into the cwd
     assert "Median" in output and "StdDev" not in output
     assert not (tmp_path / ".pytest_cache").exists()
