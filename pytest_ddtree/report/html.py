@@ -671,7 +671,12 @@ def _cards(run: SweepRun, summary: SweepSummary) -> str:
     if acc:
         top = max(acc, key=lambda st: st.mean_acceptance_length or 0.0)
         acc_big = f"{top.mean_acceptance_length:.2f}"
-        acc_sub = f"at tree_budget {budget_label(top.tree_budget)} (tokens per decode round)"
+        # budgets equal at the shown precision are named together: a tie is a tie
+        tied = [st for st in acc if f"{st.mean_acceptance_length:.2f}" == acc_big]
+        where = " and ".join(budget_label(st.tree_budget) for st in tied)
+        acc_sub = (
+            f"at tree_budget {where}{' (tied)' if len(tied) > 1 else ''} (tokens per decode round)"
+        )
     else:
         acc_big = "—"
         acc_sub = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import re
@@ -486,3 +487,13 @@ def test_budgets_that_cannot_be_told_apart_are_the_answer_in_the_html() -> None:
     assert '<div class="big">64 or 128</div>' in html
     assert '<span class="badge">either one</span>' in html
     assert "Either tree_budget=64 or 128: " in html
+
+
+def test_a_tie_in_acceptance_is_named_as_a_tie() -> None:
+    samples = synthetic_sweep({16: 500.0, 512: 900.0, 1024: 700.0}, spread=15.0)
+    samples = [
+        dataclasses.replace(s, mean_acceptance_length=3.78 if s.tree_budget != 16 else 2.5)
+        for s in samples
+    ]
+    html = render_html(SweepRun(samples=samples, metadata=dict(META), seed=5))
+    assert "at tree_budget 512 and 1024 (tied) (tokens per decode round)" in html
