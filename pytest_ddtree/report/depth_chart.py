@@ -63,7 +63,8 @@ def _table(profiles: list[tuple[BudgetStats, DepthProfile]]) -> str:
             f"<td>{p.decode_rounds:,}</td>{cells}</tr>"
         )
     return (
-        '<table class="depth-table"><thead><tr><th>tree_budget</th><th>mean accepted length</th>'
+        '<table class="stats depth-table"><thead><tr><th>tree_budget</th>'
+        "<th>mean accepted length</th>"
         f"<th>rounds</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
 

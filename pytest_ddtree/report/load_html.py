@@ -18,7 +18,16 @@ from pytest_ddtree.measure.load.race import PointRace
 from pytest_ddtree.measure.load.recommend import NO_VALID, Choice
 from pytest_ddtree.measure.load.record import LoadTestResult
 from pytest_ddtree.measure.sweep.race import signed_percent
-from pytest_ddtree.report.charts import HEIGHT, NARROW, PALETTE, Svg, YScale, empty_chart
+from pytest_ddtree.report.charts import (
+    HEIGHT,
+    NARROW,
+    PALETTE,
+    Svg,
+    YScale,
+    empty_chart,
+    fmt_num,
+    nice_ticks,
+)
 
 __all__ = ["latency_chart", "render_load_section"]
 
@@ -44,8 +53,9 @@ def latency_chart(stats: Sequence[PointStats], metric: str, title: str) -> str:
 
     svg = Svg(title, NARROW, kind="load")
     svg.title(left, 16, f"{title} (ms; solid p50, dashed p99)")
-    ys = YScale([], top, bottom, zero=True, ticks=[top_v * k / 4 for k in range(5)])
-    svg.y_grid(ys, left, right, [f"{v:.3g}" for v in ys.ticks])
+    # round ticks with their unit ('0.5 ms', '2k ms'), never '0.349' or '2.78e+03'
+    ys = YScale([], top, bottom, zero=True, ticks=nice_ticks(0.0, top_v))
+    svg.y_grid(ys, left, right, [f"{fmt_num(v)} ms" for v in ys.ticks])
     svg.axis(left, bottom, right, bottom)
     for i, p in enumerate(points):
         svg.x_tick(x(i), bottom + 20, p.label)
@@ -70,6 +80,7 @@ def _table(stats: Sequence[PointStats]) -> str:
         return "-" if p is None else f"{getattr(p, q) * 1000:.2f}"
 
     rows = []
+    notes: list[str] = []  # the client's verdicts in full, under the table at full width
     for s in table_order(stats):  # by budget, then load point
         good = "-" if s.slo is None else f"{s.goodput_share:.0%} ({s.goodput_rate:.2f}/s)"
         client = "-"
@@ -77,7 +88,11 @@ def _table(stats: Sequence[PointStats]) -> str:
             cpt = s.client.cpu_per_token
             client = f"{cpt * 1e6:.0f} µs/token" if cpt else "ok"
             if s.client.unreliable:
-                client = f"{s.client.verdict()}: {s.client.reason()}"
+                notes.append(
+                    f"{s.point.label}, budget {budget_label(s.tree_budget)}: "
+                    f"{s.client.verdict()}: {s.client.reason()}"
+                )
+                client = f"{s.client.verdict()} [{len(notes)}]"
         budget = budget_label(s.tree_budget) + (
             " (no speculative statistics)"
             if s.no_spec_stats
@@ -127,9 +142,11 @@ def _table(stats: Sequence[PointStats]) -> str:
         )
     )
     # the per-budget table's type and layout (a narrow page scrolls it, never clips it)
+    listed = "".join(f"<li>[{i}] {escape(n)}</li>" for i, n in enumerate(notes, 1))
     return (
         '<div class="table-scroll"><table class="stats load-points"><thead>'
         f"<tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+        + (f'<ol class="notes load-client-notes">{listed}</ol>' if notes else "")
     )
 
 

@@ -456,8 +456,31 @@ def test_load_charts_share_the_reports_scale_and_say_when_empty() -> None:
     assert (size.group(1), size.group(2)) == (str(NARROW), str(HEIGHT))
     # the report's type scale (its .tick and .axis-title classes), no font size of its own
     assert "font-size" not in chart and 'class="tick"' in chart and 'class="axis-title"' in chart
+    # round ticks with their unit: TPOT near 20 ms reads 0, 5, ... ms, never 0.349 or 2.78e+03
+    ticks = re.findall(r'class="tick"[^>]*>([^<]+)</text>', chart)
+    assert ticks[:6] == ["0 ms", "5 ms", "10 ms", "15 ms", "20 ms", "25 ms"], ticks
+    assert not any("e+" in t for t in ticks), ticks
     # every request invalid: no figure to draw, and the page says so in words
     bad = [LoadSample(c1, 16, 0.0, 1.0, 0.1, (), 10, False, ("role-leak",))]
     stats, _ = analyse(bad)
     empty = latency_chart(stats, "tpot", "TPOT vs load")
     assert "<svg" not in empty and "nothing to draw" in empty and "TPOT vs load" in empty
+
+
+def test_a_stalled_clients_note_sits_under_the_load_table_at_full_width() -> None:
+    from html import escape
+
+    from pytest_ddtree.measure.load.record import LoadTestResult
+    from pytest_ddtree.report.load_html import render_load_section
+
+    c4 = LoadPoint("concurrency", 4)
+    samples = _tpot_samples(c4, 16, 0.02)
+    stats, schedule = analyse(samples)
+    late = ClientHealth(0.2, 1.0, 10, 1000, LAG_LIMIT * 2, 0.05, 100, lag_total=0.2)
+    stats = [replace(stats[0], client=late)]
+    page = render_load_section(
+        [LoadTestResult("t.py::test_load", 1, ("main",), False, stats, schedule, tuple(samples))]
+    )
+    # the table's cell holds the verdict and a reference; the reason is a note, not a column
+    assert "<td>STALLED [1]</td>" in page
+    assert f"<li>[1] C=4, budget 16: STALLED: {escape(late.reason())}</li>" in page
