@@ -13,7 +13,7 @@ import pytest
 from pytest_ddtree.checks.diagnose import Diagnoser
 from pytest_ddtree.checks.invariants import check
 from pytest_ddtree.wire.completion import Completion, ToolCall
-from tests.invariants.factories import completion, request
+from tests.invariants.factories import FakeCounter, completion, fake_count, request
 
 PERSON = {
     "type": "object",
@@ -91,6 +91,21 @@ def test_a_short_json_answer_is_no_early_stop() -> None:
     assert [v.code for v in found] == []
 
 
+def test_a_fence_the_server_trimmed_is_no_usage_mismatch() -> None:
+    # llama.cpp: SmolLM2 wrote "```json\n{...}\n```" (24 tokens with the end-of-sequence),
+    # the content is the bare JSON (18 tokens)
+    text = '{\n  "name": "Ada",\n  "age": 36\n}'
+    local = fake_count(text)
+
+    def found(tokens: int, **fields: Any) -> list[str]:
+        c = answer(text, tokens=tokens, **fields)
+        return [v.code for v in check(c, counter=FakeCounter(), min_tokens=1)]
+
+    assert found(local + 6, response_format=RF_SCHEMA) == []
+    assert found(local + 6) == ["usage-mismatch"]  # no JSON asked: no trimming to allow
+    assert found(local + 20, response_format=RF_SCHEMA) == ["usage-mismatch"]
+
+
 def test_json_breaking_the_schema_names_the_path_and_rule() -> None:
     (v,) = check(answer('{"name": "Ada", "age": -3}', response_format=RF_SCHEMA), min_tokens=1)
     assert v.code == "json-schema"
@@ -128,6 +143,14 @@ def test_a_json_answer_cut_by_max_tokens_is_named_not_judged() -> None:
     (v,) = check(cut)
     assert v.code == "json-cut"
     assert v.message.startswith("cut by max_tokens after 6 tokens: raise max_tokens")
+
+
+def test_prose_cut_by_max_tokens_is_not_json() -> None:
+    # the embedded server before it honoured response_format: prose until max_tokens
+    prose = "The capital of Selanmar is Venkabel, a city of rivers and bridges"
+    cut = answer(prose, finish="length", tokens=14, max_tokens=14, response_format=RF_SCHEMA)
+    (v,) = check(cut)
+    assert v.code == "json-schema" and "not JSON" in v.message
 
 
 def test_a_cut_answer_gets_no_layer_and_no_replay() -> None:
@@ -239,6 +262,21 @@ def test_arguments_cut_by_max_tokens_are_named_not_judged() -> None:
     )
     (v,) = check(c)
     assert v.code == "json-cut" and "after 8 tokens" in v.message
+
+
+def test_prose_cut_by_max_tokens_under_required_is_judged() -> None:
+    # llama.cpp without --jinja ignores the tools: prose until max_tokens, no call
+    prose = answer(
+        "Paris, the City of Light, is sunny.",
+        finish="length",
+        tokens=8,
+        max_tokens=8,
+        tools=[WEATHER],
+        tool_choice=NAMED,
+    )
+    assert codes(prose) == ["tool-call"]
+    unparsed = dataclasses.replace(prose, text='<tool_call>\n{"name": "get_')
+    assert codes(unparsed) == ["json-cut"]
 
 
 def test_no_tool_call_at_all_is_empty() -> None:

@@ -67,6 +67,17 @@ def parse_json(text: str) -> tuple[Any, str | None]:
         return _MISSING, f"{exc.msg} at character {exc.pos}"
 
 
+#: tokens a server may generate around the JSON asked for and trim from the content (a
+#: Markdown fence and its newlines: llama.cpp returns bare JSON where SmolLM2 wrote
+#: "```json\n{...}\n```"), allowed beyond the usual slack of ``usage-mismatch``
+JSON_TRIM_TOKENS = 8
+
+
+def json_asked(ctx: Context) -> bool:
+    """Whether the request asked for JSON content (a JSON ``response_format``)."""
+    return response_format(_body(ctx)) is not None
+
+
 def json_done(ctx: Context) -> bool:
     """Whether the request asked for JSON and the content is whole JSON (its end is the
     model's natural end: no early stop)."""
@@ -153,7 +164,7 @@ def check_response_format(ctx: Context) -> Iterator[Violation]:
     code = "json-schema" if kind == "json_schema" else "json-object"
     value, why = parse_json(ctx.text)
     if why is not None:
-        if ctx.finish == "length":
+        if ctx.finish == "length" and _json_started(ctx.text):
             yield _cut(ctx, "the JSON")
             return
         yield ctx.violation(
@@ -238,7 +249,7 @@ def check_tool_calls(ctx: Context) -> Iterator[Violation]:
                 content=clip(ctx.text) if ctx.text else None,
             )
         elif mode in ("required", "named"):
-            if ctx.finish == "length":
+            if ctx.finish == "length" and _call_may_follow(ctx.text):
                 yield _cut(ctx, "the tool call")
             else:
                 yield ctx.violation(
@@ -279,7 +290,7 @@ def check_tool_calls(ctx: Context) -> Iterator[Violation]:
             continue
         value, why = parse_json(call.arguments)
         if why is not None:
-            if ctx.finish == "length":
+            if ctx.finish == "length" and _json_started(call.arguments):
                 cut = True
                 continue
             yield ctx.violation(
@@ -315,6 +326,19 @@ def check_tool_calls(ctx: Context) -> Iterator[Violation]:
             + " or ".join(repr(f) for f in ok),
             finish_reason=finish,
         )
+
+
+def _json_started(text: str) -> bool:
+    """Whether text cut by ``length`` is the start of a JSON object or array (then it is cut,
+    not judged); prose cut there never was JSON, and is judged."""
+    return text.lstrip()[:1] in ("{", "[")
+
+
+def _call_may_follow(text: str) -> bool:
+    """Whether the text cut by ``length`` may be a call not yet parsed (nothing, or the start of
+    JSON or of a tag such as ``<tool_call>``), rather than prose: prose is judged."""
+    head = text.lstrip()[:1]
+    return head in ("", "{", "[", "<")
 
 
 def _shown(call: Any) -> str:
