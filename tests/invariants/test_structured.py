@@ -325,3 +325,14 @@ def test_arguments_of_the_same_call_compare_as_json(tmp_path: Any) -> None:
     c = dataclasses.replace(b, tool_calls=(call(json.dumps({"city": "Lyon", "unit": "celsius"})),))
     (v,) = check_determinism(a, c)
     assert v.code == "nondeterministic" and "tool call" in v.message
+
+
+def test_losslessness_compares_the_calls_too() -> None:
+    from pytest_ddtree.checks.lossless import compare_lossless
+    from pytest_ddtree.core.settings import Settings
+
+    ref = answer("", finish="tool_calls", calls=(call(),), tools=[WEATHER])
+    same = dataclasses.replace(ref, tool_calls=(call(id="other-id"),))
+    dropped = dataclasses.replace(ref, tool_calls=(call('{"city": "Paris"}'),))
+    result = compare_lossless(ref, {16: same, 64: dropped}, Settings().lossless)
+    assert list(result.divergences) == [64]
