@@ -115,7 +115,7 @@ def codes_markdown() -> str:
         layer = CODE_LAYERS[code]
         where = LAYERS[layer] if layer else "told by the baseline replay"
         if code in UNJUDGED_CODES:
-            where = "none: nothing was compared"
+            where = "none: no verdict drawn"
         lines.append(f"| [`{code}`](invariants.md#{code}) | {_cell(meaning)} | {where} |")
     return "\n".join(lines) + "\n"
 

@@ -16,9 +16,10 @@ from enum import Enum
 
 from pytest_ddtree.wire.completion import Completion, ErrorKind, summarize_text
 
-#: Finish reasons of an answer the model ended itself (``stop``) or the budget ended
-#: (``length``); anything else (none, ``error``, ``abort``...) is an answer cut short.
-WHOLE_FINISH_REASONS = frozenset({"stop", "length"})
+#: Finish reasons of an answer the model ended itself (``stop``, or ``tool_calls`` after
+#: its calls) or the budget ended (``length``); anything else (none, ``error``,
+#: ``abort``...) is an answer cut short.
+WHOLE_FINISH_REASONS = frozenset({"stop", "length", "tool_calls"})
 
 #: The violation code of a comparison that could not be made.
 NOT_COMPARABLE = "not-comparable"
@@ -59,7 +60,10 @@ def why_not_whole(completion: Completion) -> str | None:
         if stream.finish_chunks != 1:
             return f"stream-integrity: {stream.finish_chunks} finish chunks instead of one"
     if c.finish_reason not in WHOLE_FINISH_REASONS:
-        return f"finish-reason: finish_reason {c.finish_reason!r}, neither 'stop' nor 'length'"
+        return (
+            f"finish-reason: finish_reason {c.finish_reason!r}, not 'stop', 'length' "
+            "or 'tool_calls'"
+        )
     return None
 
 

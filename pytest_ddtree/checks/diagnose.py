@@ -75,6 +75,7 @@ from pytest_ddtree.checks.verdict import (
     Verdict,
     lossless_advice,
 )
+from pytest_ddtree.core.codes import UNJUDGED_CODES
 from pytest_ddtree.core.settings import DEFAULT_NEAR_TIE
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.wire.client import DDTreeClient
@@ -259,6 +260,17 @@ class Diagnoser:
                 f"the request failed on the client's side ({kind_name(completion.error_kind)}: "
                 f"{summarize_text(str(completion.error), 160)})",
                 CLIENT_SIDE_ADVICE,
+            )
+        if codes and set(codes) <= UNJUDGED_CODES:
+            # nothing was judged (an answer cut before its JSON closed): no replay, no layer
+            first = next(v for v in violations if v.code in UNJUDGED_CODES)
+            cut = first.code == "json-cut"
+            return Diagnosis(
+                "undetermined",
+                f"no layer judged: {first.message}",
+                "raise max_tokens so the JSON can close, then run again"
+                if cut
+                else NOT_WHOLE_ADVICE,
             )
         if codes and set(codes) <= SPECULATION_ONLY:
             if self.baseline is None:

@@ -171,6 +171,14 @@ class LosslessResult:
         return not self.divergences and not self.not_comparable
 
 
+def compared_text(completion: Completion) -> str:
+    """What losslessness compares: the content, then each tool call as one line naming the
+    tool and its arguments as sent (a call's id is the server's per-request handle)."""
+    calls = getattr(completion, "tool_calls", ()) or ()
+    tail = "".join(f"\n[tool call {c.name}] {c.arguments}" for c in calls)
+    return completion.text + tail
+
+
 def compare_lossless(
     reference: Completion,
     outputs: Mapping[int | None, Completion],
@@ -187,7 +195,7 @@ def compare_lossless(
     divergences: dict[int | None, Divergence] = {}
     tolerated: list[int | None] = []
     for budget, comp in outputs.items():
-        div = first_divergence(reference.text, comp.text, counter)
+        div = first_divergence(compared_text(reference), compared_text(comp), counter)
         if div is None:
             continue
         if mode.mode == "off":

@@ -64,6 +64,20 @@ CODES: dict[str, str] = {
     "seed-ignored": (
         "above temperature 0, the same seed gave different answers, or every seed one answer"
     ),
+    "json-schema": (
+        "response_format json_schema: the content is not JSON, or breaks the schema sent "
+        "(the JSON path and the rule are given)"
+    ),
+    "json-object": "response_format json_object: the content is not a JSON object",
+    "tool-call": (
+        "a tool call without an id, naming a tool not offered or not the one tool_choice named, "
+        "with arguments that are not JSON or break the tool's parameters, a finish_reason other "
+        "than tool_calls, or no call where tool_choice required one"
+    ),
+    "json-cut": (
+        "JSON asked for (response_format or a tool call) cut by max_tokens before it closed: "
+        "not judged against its schema; raise max_tokens"
+    ),
 }
 """Every stable code mapped to a one-line meaning (documentation is generated from it)."""
 
@@ -107,8 +121,12 @@ CODE_LAYERS: dict[str, str | None] = {
     "not-comparable": None,
     "temperature-ignored": "server",
     "seed-ignored": "server",
+    "json-schema": "server",
+    "json-object": "server",
+    "tool-call": "server",
+    "json-cut": None,
 }
 
 #: Codes that judge no layer at all: the answers could not be compared, so neither their
 #: own evidence nor a baseline replay tells which layer is at fault.
-UNJUDGED_CODES = frozenset({"not-comparable"})
+UNJUDGED_CODES = frozenset({"not-comparable", "json-cut"})

@@ -55,6 +55,15 @@ class Prompt:
         return not isinstance(self.payload, str)
 
     @property
+    def needs_chat(self) -> str | None:
+        """Why the prompt needs the chat API (a conversation, tools offered), or None."""
+        if self.conversation:
+            return "a conversation needs --ddtree-api chat"
+        if self.params.get("tools"):
+            return "tool calls need --ddtree-api chat"
+        return None
+
+    @property
     def messages(self) -> str | list[dict[str, str]]:
         """The payload in the form ``DDTreeClient.request`` takes."""
         if isinstance(self.payload, str):

@@ -59,6 +59,13 @@ def _parser(engine: str) -> argparse.ArgumentParser:
         parser.add_argument(
             "--compiled", action="store_true", help="compiled mode (default: --enforce-eager)"
         )
+        parser.add_argument(
+            "--tool-call-parser",
+            metavar="PARSER",
+            help="serve tool calls: passes --enable-auto-tool-choice --tool-call-parser PARSER "
+            "(hermes for SmolLM2; without them vLLM answers a named or required tool_choice "
+            "with HTTP 400)",
+        )
     else:
         parser.add_argument(
             "--speculation",
@@ -76,7 +83,7 @@ class _Stop(Exception):
 def serve(argv: list[str], engine: str) -> int:
     """Start vLLM or SGLang, print its URL, wait for Ctrl-C or SIGTERM, stop it."""
     from pytest_ddtree.engines.sglang_server import start_sglang
-    from pytest_ddtree.engines.vllm_server import start_vllm
+    from pytest_ddtree.engines.vllm_server import start_vllm, tool_args
 
     parser = _parser(engine)
     args = parser.parse_args(argv)
@@ -105,6 +112,7 @@ def serve(argv: list[str], engine: str) -> int:
                 python=args.python,
                 model_dir=args.model_dir,
                 timeout=args.timeout,
+                extra_args=tool_args(args.tool_call_parser),
             )
             what = f"vLLM ({args.speculation}, {'compiled' if args.compiled else 'eager'})"
         else:

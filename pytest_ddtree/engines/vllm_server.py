@@ -56,6 +56,14 @@ def vllm_missing(python: str | os.PathLike[str] | None = None) -> str | None:
     return None
 
 
+def tool_args(parser: str | None) -> list[str]:
+    """vLLM's flags for tool calls with ``parser`` (``hermes``...), none for None: without
+    them vLLM answers a named or ``required`` ``tool_choice`` with HTTP 400."""
+    if parser is None:
+        return []
+    return ["--enable-auto-tool-choice", "--tool-call-parser", parser]
+
+
 def vllm_command(
     python: Path,
     model_dir: Path,

@@ -47,10 +47,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _usable(config: pytest.Config, prompts: tuple[Prompt, ...]) -> list[Prompt]:
-    """The prompts the configured API can send: a conversation needs the chat API."""
+    """The prompts the configured API can send: a conversation or tools need the chat API."""
     if settings_of(config).api == "chat":
         return list(prompts)
-    return [p for p in prompts if not p.conversation]
+    return [p for p in prompts if p.needs_chat is None]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -62,8 +62,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             pytest.param(
                 p,
                 id=p.id,
-                marks=[pytest.mark.skip(reason="a conversation needs --ddtree-api chat")]
-                if p.conversation and api != "chat"
+                marks=[pytest.mark.skip(reason=p.needs_chat)]
+                if p.needs_chat is not None and api != "chat"
                 else [],
             )
             for p in prompt_set.prompts

@@ -242,6 +242,26 @@ class TokenLogprob:
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """One tool call of a chat answer, in the OpenAI shape.
+
+    Plain answers carry them whole in ``choices[0].message.tool_calls``; a stream sends
+    ``choices[0].delta.tool_calls`` fragments keyed by ``index``, assembled here: the
+    first ``id``, ``type`` and ``function.name`` a call's deltas carry (a later delta
+    repeating the same value adds nothing; a different one is appended, as OpenAI's own
+    client does, so a conflict shows in the name) and every ``function.arguments``
+    fragment in order. ``arguments`` is the JSON text as sent (None: the server sent no
+    ``arguments`` at all); ``id`` None when the server gave none.
+    """
+
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str | None
+    type: str | None = "function"
+
+
+@dataclass(frozen=True)
 class Completion:
     """Everything one request produced.
 
@@ -271,6 +291,8 @@ class Completion:
     (``logprobs``/``top_logprobs``) and the server sent them, in generation order;
     None otherwise. ``stats_asked`` is True when the answer was read for
     speculative statistics (a statistics dialect other than ``none``).
+    ``tool_calls`` holds the answer's tool calls (``ToolCall``, in index order; a
+    stream's deltas assembled), empty when it made none.
     """
 
     request: RequestSpec
@@ -299,6 +321,7 @@ class Completion:
     client_stall: ClientStall | None = None
     logprobs: tuple[TokenLogprob, ...] | None = None
     stats_asked: bool = False
+    tool_calls: tuple[ToolCall, ...] = ()
 
     @property
     def speculation_reported(self) -> bool | None:

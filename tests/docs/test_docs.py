@@ -251,6 +251,10 @@ def test_every_code_and_fault_has_one_layer_vocabulary() -> None:
         # the sampling check: the request's sampling parameters never reach the sampler
         "temperature-ignored",
         "seed-ignored",
+        # the structure the request asked for: the server's grammar or tool-call parser
+        "json-schema",
+        "json-object",
+        "tool-call",
     } == TRANSPORT_CODES
     faults = _rendered("reference-server.md")
     for name, layer in FAULT_LAYERS.items():

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from pytest_ddtree import engines
+from pytest_ddtree.engines.vllm_server import tool_args
 
 # A ChatML template that forgets the generation prompt (no "<|im_start|>assistant\n" at the
 # end): the model writes the assistant header itself, and its role name leaks into content.
@@ -280,13 +281,19 @@ def start_timeout() -> float:
 
 
 POOLED: dict[str, Callable[[], engines.EngineProcess]] = {
+    # both serve tool calls (the flags change nothing for a request without tools)
     "vllm_ngram": lambda: engines.start_vllm(
-        speculation="ngram", spec_metrics="detailed", timeout=start_timeout()
+        speculation="ngram",
+        spec_metrics="detailed",
+        timeout=start_timeout(),
+        extra_args=tool_args("hermes"),
     ),
     "vllm_ngram_summary": lambda: engines.start_vllm(
         speculation="ngram", spec_metrics="summary", timeout=start_timeout()
     ),
-    "vllm_target": lambda: engines.start_vllm(speculation="none", timeout=start_timeout()),
+    "vllm_target": lambda: engines.start_vllm(
+        speculation="none", timeout=start_timeout(), extra_args=tool_args("hermes")
+    ),
     "sglang_target": lambda: engines.start_sglang(timeout=start_timeout()),
 }
 

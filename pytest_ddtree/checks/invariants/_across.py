@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import statistics
@@ -70,6 +71,8 @@ def check_determinism(first: Completion, second: Completion) -> list[Violation]:
                 request=_describe(first),
             )
         )
+    if not found:
+        found.extend(_tool_call_difference(first, second))
     if not found and first.finish_reason != second.finish_reason:
         found.append(
             Violation(
@@ -83,6 +86,43 @@ def check_determinism(first: Completion, second: Completion) -> list[Violation]:
             )
         )
     return found
+
+
+def _call_key(call: object) -> tuple[object, object]:
+    """A tool call as compared across requests: its name and its arguments as JSON (as
+    text when they do not parse); the id is the server's per-request handle, never the same."""
+    args = getattr(call, "arguments", None)
+    value: object = args
+    if isinstance(args, str):
+        try:
+            value = json.dumps(json.loads(args), sort_keys=True)
+        except (ValueError, RecursionError):
+            value = args
+    return getattr(call, "name", None), value
+
+
+def _tool_call_difference(first: Completion, second: Completion) -> list[Violation]:
+    a = [_call_key(c) for c in getattr(first, "tool_calls", ()) or ()]
+    b = [_call_key(c) for c in getattr(second, "tool_calls", ()) or ()]
+    if a == b:
+        return []
+    at = next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+    return [
+        Violation(
+            code="nondeterministic",
+            message=(
+                f"the same request gave different tool calls (first difference at tool call {at})"
+            ),
+            evidence={
+                "first_run": flat(repr(a[at : at + 1]))[:200],
+                "second_run": flat(repr(b[at : at + 1]))[:200],
+                "calls": f"{len(a)} vs {len(b)}",
+            },
+            request=_describe(first),
+        )
+    ]
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ token counts computed at most once."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from pytest_ddtree.core.dialects import stop_field_owner
@@ -92,6 +93,9 @@ class Context:
         )
         usage = completion.usage
         self.reported: int | None = as_int(usage.completion_tokens) if usage is not None else None
+        #: the answer's tool calls: their tokens are not in the text, so no local count of
+        #: the text stands for the answer (``local_total`` is None)
+        self.tool_calls: tuple[Any, ...] = tuple(getattr(completion, "tool_calls", ()) or ())
         self._content_count: Any = _UNSET
         self._local_total: Any = _UNSET
         self._content_ids: Any = _UNSET
@@ -107,6 +111,13 @@ class Context:
         (evidence entries that are None are left out)."""
         kept = {k: v for k, v in evidence.items() if v is not None}
         return Violation(code=code, message=flat(message), evidence=kept, request=self.request)
+
+    @property
+    def offers_tools(self) -> bool:
+        """Whether the request offered tools (a non-empty ``tools`` list in its body)."""
+        body = getattr(self.completion.request, "body", None)
+        tools = body.get("tools") if isinstance(body, Mapping) else None
+        return isinstance(tools, list) and bool(tools)
 
     @property
     def count_exact(self) -> bool:
@@ -167,6 +178,9 @@ class Context:
         """Local count of content plus reasoning text, or None when unavailable."""
         if self._local_total is _UNSET:
             total: int | None = None
+            if self.tool_calls:
+                self._local_total = None  # the calls' tokens are not in the text
+                return None
             if self.counter is not None:
                 a = self._count(self.text)
                 b = self._count(self.reasoning)

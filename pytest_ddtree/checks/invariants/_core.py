@@ -14,6 +14,7 @@ from pytest_ddtree.checks.invariants._accounting import (
 from pytest_ddtree.checks.invariants._context import Context
 from pytest_ddtree.checks.invariants._schema import check_schema
 from pytest_ddtree.checks.invariants._stats import check_stats
+from pytest_ddtree.checks.invariants._structured import check_response_format, check_tool_calls
 from pytest_ddtree.checks.invariants._text import (
     check_degenerate,
     check_non_printable,
@@ -46,6 +47,10 @@ _CONTENT_CODES = frozenset(
         "stats-inflated",
         "schema",
         "encoding",
+        "json-schema",
+        "json-object",
+        "tool-call",
+        "json-cut",
     }
 )
 
@@ -121,6 +126,8 @@ def _content_checks(ctx: Context, skip: frozenset[str], found: list[Violation]) 
     if "schema" not in skip:
         found.extend(check_schema(ctx))
     found.extend(check_empty(ctx))
+    found.extend(check_response_format(ctx))
+    found.extend(check_tool_calls(ctx))
     found.extend(check_reasoning(ctx))
     found.extend(check_early_stop(ctx))
     found.extend(check_finish(ctx))

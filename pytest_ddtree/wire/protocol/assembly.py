@@ -23,6 +23,7 @@ from pytest_ddtree.wire.completion import (
     StreamInfo,
     Timings,
     TokenLogprob,
+    ToolCall,
     Usage,
 )
 from pytest_ddtree.wire.health import StallLog
@@ -34,6 +35,7 @@ from pytest_ddtree.wire.protocol.parse import (
     one_line,
     parse_json,
     plain_choice,
+    plain_tool_calls,
 )
 from pytest_ddtree.wire.protocol.sse import StreamDecoder
 
@@ -53,6 +55,7 @@ class _Answer:
     stop: str | int | None = None
     stop_field: str | None = None
     logprobs: Sequence[TokenLogprob] | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 def _answer(ex: Exchange, stream: StreamDecoder | None) -> _Answer:
@@ -84,6 +87,7 @@ def _answer(ex: Exchange, stream: StreamDecoder | None) -> _Answer:
             dec.stop,
             dec.stop_field,
             dec.logprobs,
+            dec.tool_calls.calls(),
         )
     text, bad = decode_text(ex.body, "the response body")
     raw: Any = None
@@ -108,6 +112,7 @@ def _answer(ex: Exchange, stream: StreamDecoder | None) -> _Answer:
         stop=stop,
         stop_field=stop_field,
         logprobs=dialects.logprobs_of(choice),
+        tool_calls=plain_tool_calls(raw) if spec.api == "chat" else (),
     )
 
 
@@ -202,6 +207,7 @@ def assemble(
         stop_field=ans.stop_field,
         client_stall=client_stall,
         logprobs=None if ans.logprobs is None else tuple(ans.logprobs),
+        tool_calls=ans.tool_calls,
     )
     return completion, reader.name if reader is not None else None
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from pytest_ddtree.wire.completion import (
     Api,
+    ToolCall,
 )
 
 
@@ -50,6 +51,83 @@ def plain_choice(raw: Any, api: Api) -> tuple[str, str, str | None]:
         return "", "", fin_s
     reasoning = _str(msg.get("reasoning_content")) or _str(msg.get("reasoning"))
     return _str(msg.get("content")), reasoning, fin_s
+
+
+def plain_tool_calls(raw: Any) -> tuple[ToolCall, ...]:
+    """The tool calls of a plain chat answer (``choices[0].message.tool_calls``)."""
+    choice = _first_choice(raw)
+    msg = choice.get("message") if choice is not None else None
+    calls = msg.get("tool_calls") if isinstance(msg, Mapping) else None
+    if not isinstance(calls, list):
+        return ()
+    out = []
+    for i, call in enumerate(calls):
+        if not isinstance(call, Mapping):
+            out.append(ToolCall(i, None, None, None, None))
+            continue
+        fn = call.get("function")
+        fn = fn if isinstance(fn, Mapping) else {}
+        args = fn.get("arguments")
+        out.append(
+            ToolCall(
+                i,
+                _opt_str(call.get("id")),
+                _opt_str(fn.get("name")),
+                args if isinstance(args, str) else None,
+                _opt_str(call.get("type")),
+            )
+        )
+    return tuple(out)
+
+
+class ToolCallDeltas:
+    """Streamed ``choices[0].delta.tool_calls`` fragments, assembled into calls by ``index``.
+
+    The first ``id``, ``type`` and ``name`` of a call are kept; a later fragment repeating
+    the same value adds nothing, a different one is appended (OpenAI's own client appends
+    every string fragment), so a conflict shows. ``arguments`` fragments are joined in
+    order. A fragment without an ``index`` belongs to the position it comes in.
+    """
+
+    def __init__(self) -> None:
+        self._calls: dict[int, dict[str, str | None]] = {}
+
+    def feed(self, delta: Mapping[str, Any]) -> None:
+        """Take one delta's ``tool_calls`` list."""
+        frags = delta.get("tool_calls")
+        if not isinstance(frags, list):
+            return
+        for pos, frag in enumerate(frags):
+            if not isinstance(frag, Mapping):
+                continue
+            index = frag.get("index")
+            key = index if isinstance(index, int) and not isinstance(index, bool) else pos
+            call = self._calls.setdefault(
+                key, {"id": None, "type": None, "name": None, "arguments": None}
+            )
+            fn = frag.get("function")
+            fn = fn if isinstance(fn, Mapping) else {}
+            for field, value in (
+                ("id", frag.get("id")),
+                ("type", frag.get("type")),
+                ("name", fn.get("name")),
+            ):
+                if isinstance(value, str) and value and value != call[field]:
+                    call[field] = (call[field] or "") + value
+            args = fn.get("arguments")
+            if isinstance(args, str):
+                call["arguments"] = (call["arguments"] or "") + args
+
+    def calls(self) -> tuple[ToolCall, ...]:
+        """The assembled calls, in index order."""
+        return tuple(
+            ToolCall(i, c["id"], c["name"], c["arguments"], c["type"])
+            for i, c in sorted(self._calls.items())
+        )
+
+
+def _opt_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _first_choice(obj: Any) -> Mapping[str, Any] | None:

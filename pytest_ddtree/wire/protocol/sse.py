@@ -20,7 +20,7 @@ from pytest_ddtree.wire.completion import (
     StreamInfo,
     TokenLogprob,
 )
-from pytest_ddtree.wire.protocol.parse import chunk_choice
+from pytest_ddtree.wire.protocol.parse import ToolCallDeltas, chunk_choice
 
 # Stream chunk objects kept whole: the first few hundred (every normal answer), then the
 # first, the last few and every chunk carrying statistics or usage, so a stream of any
@@ -76,6 +76,8 @@ class StreamDecoder:
         self._bad = 0
         #: per-token log-probabilities, when the chunks carry them (None: none seen)
         self.logprobs: list[TokenLogprob] | None = None
+        #: streamed tool-call fragments, assembled (``choices[0].delta.tool_calls``)
+        self.tool_calls = ToolCallDeltas()
 
     # -- bytes -> lines
 
@@ -230,6 +232,10 @@ class StreamDecoder:
                     self.logprobs = found
                 else:
                     self.logprobs.extend(found)
+        if type(choices) is list and choices and type(choices[0]) is dict:
+            delta = choices[0].get("delta")
+            if type(delta) is dict and delta.get("tool_calls"):
+                self.tool_calls.feed(delta)
         if piece or rpiece:
             now = self._now
             if self.first is None:

@@ -1,0 +1,96 @@
+"""vLLM's tool calls, live: under a named or ``required`` ``tool_choice`` vLLM 0.32 with
+``--tool-call-parser hermes`` answers SmolLM2's ``get_weather`` call with ``arguments``
+``"\\"Paris\\""`` (a JSON string; the tool's parameters require an object). The check fails it
+with ``tool-call``, and the target-only twin, which answers the same, names the serving stack,
+never speculation. Its JSON-schema answer validates, plain and streamed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_ddtree import engines
+from pytest_ddtree.checks.diagnose import Diagnoser
+from pytest_ddtree.checks.invariants import check, check_determinism
+from pytest_ddtree.core.settings import Timeout
+from pytest_ddtree.wire.client import DDTreeClient
+
+pytestmark = pytest.mark.real_engine
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "The city"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city", "unit"],
+        },
+    },
+}
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+PERSON = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "person",
+        "schema": {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+            "required": ["name", "age"],
+        },
+    },
+}
+
+
+def client_for(server: engines.EngineProcess) -> DDTreeClient:
+    return DDTreeClient(
+        server.base_url,
+        model=server.model,
+        budget_mode="none",
+        timeout=Timeout(connect=10, read=300, total=600),
+    )
+
+
+@pytest.mark.parametrize("choice", [NAMED, "required"], ids=["named", "required"])
+def test_arguments_a_json_string_fail_and_name_the_serving_stack(
+    vllm_ngram: engines.EngineProcess, vllm_target: engines.EngineProcess, choice: object
+) -> None:
+    with client_for(vllm_ngram) as client, client_for(vllm_target) as baseline:
+
+        def ask(stream: bool):
+            return client.chat(
+                "What is the weather in Paris?",
+                max_tokens=96,
+                temperature=0,
+                stream=stream,
+                tree_budget=None,
+                tools=[WEATHER],
+                tool_choice=choice,
+            )
+
+        plain, streamed = ask(False), ask(True)
+        assert check_determinism(streamed, plain) == []
+        for answer in (plain, streamed):
+            found = check(answer)
+            assert [v.code for v in found] == ["tool-call"], found
+            assert found[0].evidence["rule"] == 'type: "object"'
+            verdict = Diagnoser(baseline).diagnose(answer, found, lambda c: list(check(c)))
+            assert verdict.verdict == "server", verdict.render()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_a_json_schema_answer_validates(vllm_ngram: engines.EngineProcess, stream: bool) -> None:
+    with client_for(vllm_ngram) as client:
+        answer = client.chat(
+            "Describe a person called Ada who is 36 years old, as JSON.",
+            max_tokens=96,
+            temperature=0,
+            stream=stream,
+            tree_budget=None,
+            response_format=PERSON,
+        )
+    assert list(check(answer, min_tokens=1)) == []

@@ -1,0 +1,338 @@
+"""json-schema, json-object, tool-call and json-cut: each rule once, and the answers that
+must not be flagged (whitespace around JSON, a named tool_choice ending with 'stop', prose
+under 'auto', a tool call with no text is not 'empty')."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+from pytest_ddtree.checks.diagnose import Diagnoser
+from pytest_ddtree.checks.invariants import check
+from pytest_ddtree.wire.completion import Completion, ToolCall
+from tests.invariants.factories import FakeCounter, completion, fake_count, request
+
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+RF_SCHEMA = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+RF_OBJECT = {"type": "json_object"}
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city", "unit"],
+        },
+    },
+}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+GOOD_ARGS = '{"city": "Paris", "unit": "celsius"}'
+
+
+def answer(
+    text: str,
+    *,
+    finish: str | None = "stop",
+    calls: tuple[ToolCall, ...] = (),
+    tokens: int | None = None,
+    max_tokens: int = 256,
+    **fields: Any,
+) -> Completion:
+    """A completion of ``text`` to a chat request whose body carries ``fields`` (a call's
+    tokens are not in the text: 12 of them unless ``tokens`` says otherwise)."""
+    if tokens is None and calls:
+        tokens = 12
+    base = completion(text, finish=finish, tokens=tokens, max_tokens=max_tokens)
+    spec = request(max_tokens=max_tokens, body={"model": "m", "max_tokens": max_tokens, **fields})
+    return dataclasses.replace(base, request=spec, tool_calls=calls)
+
+
+def call(arguments: str | None = GOOD_ARGS, *, name: str = "get_weather", id: str | None = "c1"):
+    return ToolCall(0, id, name, arguments)
+
+
+def codes(c: Completion, **expect: Any) -> list[str]:
+    return [v.code for v in check(c, min_tokens=1, **expect)]
+
+
+# -------------------------------------------------------------------- json-schema / object
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"name": "Ada", "age": 36}',
+        '\n  {"name":"Ada","age":36}\n\n',  # whitespace around JSON is JSON's own
+    ],
+    ids=["compact", "whitespace"],
+)
+def test_json_that_validates_passes(text: str) -> None:
+    assert codes(answer(text, response_format=RF_SCHEMA)) == []
+
+
+def test_a_short_json_answer_is_no_early_stop() -> None:
+    # 8 tokens of JSON, closed: that is where the answer ends (no min_tokens given)
+    found = check(answer('{"name": "Ada", "age": 36}', response_format=RF_SCHEMA))
+    assert [v.code for v in found] == []
+
+
+def test_a_fence_the_server_trimmed_is_no_usage_mismatch() -> None:
+    # llama.cpp: SmolLM2 wrote "```json\n{...}\n```" (24 tokens with the end-of-sequence),
+    # the content is the bare JSON (18 tokens)
+    text = '{\n  "name": "Ada",\n  "age": 36\n}'
+    local = fake_count(text)
+
+    def found(tokens: int, **fields: Any) -> list[str]:
+        c = answer(text, tokens=tokens, **fields)
+        return [v.code for v in check(c, counter=FakeCounter(), min_tokens=1)]
+
+    assert found(local + 6, response_format=RF_SCHEMA) == []
+    assert found(local + 6) == ["usage-mismatch"]  # no JSON asked: no trimming to allow
+    assert found(local + 20, response_format=RF_SCHEMA) == ["usage-mismatch"]
+
+
+def test_json_breaking_the_schema_names_the_path_and_rule() -> None:
+    (v,) = check(answer('{"name": "Ada", "age": -3}', response_format=RF_SCHEMA), min_tokens=1)
+    assert v.code == "json-schema"
+    assert v.evidence["path"] == "$.age"
+    assert v.evidence["rule"] == "minimum: 0"
+    (v,) = check(answer('{"name": "Ada"}', response_format=RF_SCHEMA), min_tokens=1)
+    assert v.evidence["path"] == "$" and v.evidence["rule"].startswith("required:")
+
+
+def test_prose_under_a_schema_fails() -> None:
+    (v,) = check(answer("The capital of Selanmar is Venkabel.", response_format=RF_SCHEMA))
+    assert v.code == "json-schema" and "not JSON" in v.message
+
+
+def test_json_in_a_markdown_fence_is_not_bare_json() -> None:
+    fenced = '```json\n{"name": "Ada", "age": 36}\n```'
+    (v,) = check(answer(fenced, response_format=RF_SCHEMA), min_tokens=1)
+    assert v.code == "json-schema" and "fence" in v.message
+
+
+def test_json_object() -> None:
+    assert codes(answer('{"a": [1, 2]}', response_format=RF_OBJECT)) == []
+    assert codes(answer("[1, 2]", response_format=RF_OBJECT)) == ["json-object"]
+    assert codes(answer("yes", response_format=RF_OBJECT)) == ["json-object"]
+
+
+def test_no_response_format_no_json_check() -> None:
+    assert codes(answer("plain prose", response_format={"type": "text"})) == []
+
+
+def test_a_json_answer_cut_by_max_tokens_is_named_not_judged() -> None:
+    cut = answer(
+        '{\n    "name": "', finish="length", tokens=6, max_tokens=6, response_format=RF_SCHEMA
+    )
+    (v,) = check(cut)
+    assert v.code == "json-cut"
+    assert v.message.startswith("cut by max_tokens after 6 tokens: raise max_tokens")
+
+
+def test_prose_cut_by_max_tokens_is_not_json() -> None:
+    # the embedded server before it honoured response_format: prose until max_tokens
+    prose = "The capital of Selanmar is Venkabel, a city of rivers and bridges"
+    cut = answer(prose, finish="length", tokens=14, max_tokens=14, response_format=RF_SCHEMA)
+    (v,) = check(cut)
+    assert v.code == "json-schema" and "not JSON" in v.message
+
+
+def test_a_cut_answer_gets_no_layer_and_no_replay() -> None:
+    cut = answer('{"name": "', finish="length", tokens=6, max_tokens=6, response_format=RF_SCHEMA)
+    violations = check(cut)
+
+    class NoReplay:
+        base_url = "http://127.0.0.1:9"
+
+        def replay(self, spec: Any) -> Completion:
+            raise AssertionError("an unjudged answer must not be replayed")
+
+    found = Diagnoser(NoReplay()).diagnose(cut, violations, lambda c: list(check(c)))  # type: ignore[arg-type]
+    assert found.verdict == "undetermined"
+    assert "cut by max_tokens after 6 tokens" in found.reason
+    assert "raise max_tokens" in found.advice
+
+
+def test_an_invalid_schema_is_withheld_not_blamed_on_the_server() -> None:
+    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 12}}}
+    found = check(answer('{"a": 1}', response_format=bad), min_tokens=1)
+    assert list(found) == []
+    assert any("json-schema" in w and "not a valid JSON Schema" in w for w in found.withheld)
+
+
+# ------------------------------------------------------------------------------ tool calls
+
+
+def test_a_good_call_passes_and_is_not_empty() -> None:
+    c = answer("", finish="tool_calls", calls=(call(),), tools=[WEATHER], tool_choice="required")
+    assert codes(c) == []
+    assert [v.code for v in check(c)] == []  # no early-stop, no usage count of empty text
+
+
+def test_a_named_tool_choice_may_finish_with_stop() -> None:
+    c = answer("", finish="stop", calls=(call(),), tools=[WEATHER, TIME], tool_choice=NAMED)
+    assert codes(c) == []
+
+
+def test_prose_under_auto_passes() -> None:
+    assert codes(answer("It is sunny in Paris.", tools=[WEATHER])) == []
+    assert codes(answer("It is sunny in Paris.", tools=[WEATHER], tool_choice="auto")) == []
+
+
+@pytest.mark.parametrize("choice", ["required", NAMED], ids=["required", "named"])
+def test_prose_where_a_call_is_required_fails(choice: Any) -> None:
+    (v,) = check(answer("It is sunny.", tools=[WEATHER], tool_choice=choice), min_tokens=1)
+    assert v.code == "tool-call" and "requires a tool call" in v.message
+
+
+def test_the_vllm_hermes_answer_a_json_string_for_arguments_fails() -> None:
+    # vLLM 0.32 --tool-call-parser hermes, named tool_choice: arguments "\"Paris\""
+    c = answer("", calls=(call('"Paris"'),), tools=[WEATHER], tool_choice=NAMED)
+    (v,) = check(c)
+    assert v.code == "tool-call"
+    assert v.evidence["path"] == "$" and v.evidence["rule"] == 'type: "object"'
+
+
+@pytest.mark.parametrize(
+    ("the_call", "finish", "words"),
+    [
+        (call(id=None), "tool_calls", "has no id"),
+        (call(id=""), "tool_calls", "has no id"),
+        (call(name="get_stock"), "tool_calls", "not one of the tools offered"),
+        (call(""), "tool_calls", "arguments are not JSON"),  # vllm-ascend #11788
+        (call(None), "tool_calls", "has no arguments"),
+        (call('{"city": "Paris"}'), "tool_calls", "required"),
+        (call('{"city": "Paris", "unit": "kelvin"}'), "tool_calls", "enum"),
+        (call(), "stop", "finish_reason 'stop'"),  # stop only under a named choice
+    ],
+    ids=["no-id", "empty-id", "unknown-tool", "empty-args", "no-args", "missing", "enum", "stop"],
+)
+def test_broken_calls(the_call: ToolCall, finish: str, words: str) -> None:
+    c = answer("", finish=finish, calls=(the_call,), tools=[WEATHER], tool_choice="required")
+    found = check(c)
+    assert [v.code for v in found] == ["tool-call"]
+    assert words in found[0].message
+
+
+def test_a_call_to_another_tool_than_the_named_one_fails() -> None:
+    c = answer("", calls=(call("{}", name="get_time"),), tools=[WEATHER, TIME], tool_choice=NAMED)
+    (v,) = check(c)
+    assert v.code == "tool-call" and "named another tool" in v.message
+
+
+def test_finish_tool_calls_without_a_call_fails() -> None:
+    (v,) = check(answer("Sunny.", finish="tool_calls", tools=[WEATHER]), min_tokens=1)
+    assert v.code == "tool-call" and "no call came" in v.message
+
+
+def test_no_tools_offered_no_calls_allowed() -> None:
+    assert codes(answer("", finish="tool_calls", calls=(call(),))) == ["tool-call", "finish-reason"]
+
+
+def test_tool_choice_none_forbids_calls() -> None:
+    c = answer("", finish="tool_calls", calls=(call(),), tools=[WEATHER], tool_choice="none")
+    assert codes(c) == ["tool-call"]
+
+
+def test_arguments_cut_by_max_tokens_are_named_not_judged() -> None:
+    c = answer(
+        "",
+        finish="length",
+        calls=(call('{"city": "Par'),),
+        tokens=8,
+        max_tokens=8,
+        tools=[WEATHER],
+        tool_choice="required",
+    )
+    (v,) = check(c)
+    assert v.code == "json-cut" and "after 8 tokens" in v.message
+
+
+def test_prose_cut_by_max_tokens_under_required_is_judged() -> None:
+    # llama.cpp without --jinja ignores the tools: prose until max_tokens, no call
+    prose = answer(
+        "Paris, the City of Light, is sunny.",
+        finish="length",
+        tokens=8,
+        max_tokens=8,
+        tools=[WEATHER],
+        tool_choice=NAMED,
+    )
+    assert codes(prose) == ["tool-call"]
+    unparsed = dataclasses.replace(prose, text='<tool_call>\n{"name": "get_')
+    assert codes(unparsed) == ["json-cut"]
+
+
+def test_no_tool_call_at_all_is_empty() -> None:
+    assert "empty" in codes(answer("", tools=[WEATHER]))
+
+
+# ---------------------------------------------------- diagnosis: the baseline decides
+
+
+class _Baseline:
+    """A target-only baseline that answers every replay with ``reply``."""
+
+    base_url = "http://127.0.0.1:9"
+
+    def __init__(self, reply: Completion) -> None:
+        self.reply = reply
+
+    def replay(self, spec: Any) -> Completion:
+        return dataclasses.replace(self.reply, request=spec)
+
+
+def _diagnose(ours: Completion, theirs: Completion) -> str:
+    validate = lambda c: list(check(c, min_tokens=1))  # noqa: E731
+    return Diagnoser(_Baseline(theirs)).diagnose(ours, validate(ours), validate).verdict  # type: ignore[arg-type]
+
+
+def test_a_broken_call_the_baseline_shares_is_the_serving_stack() -> None:
+    broken = answer("", calls=(call('"Paris"'),), tools=[WEATHER], tool_choice=NAMED)
+    assert _diagnose(broken, broken) == "server"
+
+
+def test_a_broken_schema_the_baseline_keeps_is_speculation() -> None:
+    ours = answer('{"name": "Ada", "age": "36"}', response_format=RF_SCHEMA)
+    theirs = answer('{"name": "Ada", "age": 36}', response_format=RF_SCHEMA)
+    assert _diagnose(ours, theirs) == "speculation"
+    assert _diagnose(ours, ours) == "server"
+
+
+def test_arguments_of_the_same_call_compare_as_json(tmp_path: Any) -> None:
+    from pytest_ddtree.checks.invariants import check_determinism
+
+    a = answer("", calls=(call('{"city": "Paris", "unit": "celsius"}'),), tools=[WEATHER])
+    b = answer("", calls=(call('{"city":"Paris","unit":"celsius"}', id="c2"),), tools=[WEATHER])
+    a, b = (dataclasses.replace(x, finish_reason="tool_calls") for x in (a, b))
+    assert check_determinism(a, b) == []
+    c = dataclasses.replace(b, tool_calls=(call(json.dumps({"city": "Lyon", "unit": "celsius"})),))
+    (v,) = check_determinism(a, c)
+    assert v.code == "nondeterministic" and "tool call" in v.message
+
+
+def test_losslessness_compares_the_calls_too() -> None:
+    from pytest_ddtree.checks.lossless import compare_lossless
+    from pytest_ddtree.core.settings import Settings
+
+    ref = answer("", finish="tool_calls", calls=(call(),), tools=[WEATHER])
+    same = dataclasses.replace(ref, tool_calls=(call(id="other-id"),))
+    dropped = dataclasses.replace(ref, tool_calls=(call('{"city": "Paris"}'),))
+    result = compare_lossless(ref, {16: same, 64: dropped}, Settings().lossless)
+    assert list(result.divergences) == [64]
