@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_ddtree.core.codes import LAYERS
+from pytest_ddtree.reference.faults import FAULT_LAYERS
+
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "example_suite"
 
@@ -54,7 +57,33 @@ CAUGHT_BY: dict[str, tuple[str, str, str]] = {
         "test_lossless.py::test_deterministic_and_stateless[tree_budget=16]",
         "state-leak",
     ),
+    # structured output and tool calls: the prompts that ask for them
+    "schema-ignored": (
+        "test_smoke and json-person",
+        "test_smoke.py::test_smoke[json-person]",
+        "json-schema",
+    ),
+    "tool-call-no-id": (
+        "test_smoke and tool-weather",
+        "test_smoke.py::test_smoke[tool-weather]",
+        "tool-call",
+    ),
+    # above budget 64 only, like lossy
+    "grammar-skip": (
+        "test_invariants and json-person and 256",
+        "test_invariants.py::test_invariants[json-person-tree_budget=256]",
+        "json-schema",
+    ),
+    # streamed answers only: the smoke request streams
+    "tool-args-dropped": (
+        "test_smoke and tool-weather",
+        "test_smoke.py::test_smoke[tool-weather]",
+        "tool-call",
+    ),
 }
+
+
+NO_LAYER = frozenset({"state-leak"})
 
 
 @pytest.fixture
@@ -112,6 +141,11 @@ def test_fault_fails_with_its_code(fault: str, run_suite: Callable[..., pytest.R
     failed = _failed(output)
     assert list(failed) == [f"{SUITE.name}/{node}"], output[-3000:]
     assert code in failed[f"{SUITE.name}/{node}"], output[-3000:]
+    # and the diagnosis names the layer the fault imitates (the state check names none: a
+    # context left behind by another request is judged by the repeat alone)
+    if fault not in NO_LAYER:
+        title = re.escape(LAYERS[FAULT_LAYERS[fault]])
+        assert re.search(rf"diagnosis: {title}( \([^)]*\))? - ", output), output[-3000:]
 
 
 def test_ignored_budget_fails_the_sweep(run_suite: Callable[..., pytest.RunResult]) -> None:
