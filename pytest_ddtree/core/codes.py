@@ -64,6 +64,10 @@ CODES: dict[str, str] = {
     "seed-ignored": (
         "above temperature 0, the same seed gave different answers, or every seed one answer"
     ),
+    "logprobs": (
+        "log-probabilities asked for are missing, not one per token, not finite and at most 0, "
+        "all 0.0, or apart from target-only decoding's"
+    ),
 }
 """Every stable code mapped to a one-line meaning (documentation is generated from it)."""
 
@@ -107,6 +111,9 @@ CODE_LAYERS: dict[str, str | None] = {
     "not-comparable": None,
     "temperature-ignored": "server",
     "seed-ignored": "server",
+    # wrong only under speculation (llama.cpp #27972, vLLM #17876) or in any decoding: the
+    # target-only baseline's replay tells which
+    "logprobs": None,
 }
 
 #: Codes that judge no layer at all: the answers could not be compared, so neither their

@@ -12,6 +12,7 @@ from pytest_ddtree.checks.invariants._accounting import (
     overrun_after_eos,
 )
 from pytest_ddtree.checks.invariants._context import Context
+from pytest_ddtree.checks.invariants._logprobs import check_logprobs
 from pytest_ddtree.checks.invariants._schema import check_schema
 from pytest_ddtree.checks.invariants._stats import check_stats
 from pytest_ddtree.checks.invariants._text import (
@@ -46,6 +47,7 @@ _CONTENT_CODES = frozenset(
         "stats-inflated",
         "schema",
         "encoding",
+        "logprobs",
     }
 )
 
@@ -132,6 +134,7 @@ def _content_checks(ctx: Context, skip: frozenset[str], found: list[Violation]) 
     found.extend(check_degenerate(ctx))
     found.extend(check_non_printable(ctx))
     found.extend(check_stats(ctx))
+    found.extend(check_logprobs(ctx))
 
 
 def assert_valid(
