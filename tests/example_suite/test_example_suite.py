@@ -36,6 +36,11 @@ CAUGHT_BY: dict[str, tuple[str, str, str]] = {
     "overrun": (*SMOKE, "overrun"),
     "stats-inflated": (*SMOKE, "stats-inflated"),
     "stream-no-done": (*SMOKE, "stream-integrity"),
+    "logprobs-zero": (
+        "test_logprobs",
+        "test_invariants.py::test_logprobs",
+        "logprobs",
+    ),
     # diverges above budget 64 only: the test compares each budget (256 here) with the baseline
     "lossy": (
         "test_lossless and essay-rivers",

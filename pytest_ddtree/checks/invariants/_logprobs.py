@@ -72,7 +72,9 @@ def _raw_values(raw: Any) -> Iterator[tuple[int, Any]]:
             continue
         content = lp.get("content")
         if isinstance(content, list):
-            values = [item.get("logprob") if isinstance(item, Mapping) else None for item in content]
+            values = [
+                item.get("logprob") if isinstance(item, Mapping) else None for item in content
+            ]
         elif isinstance(lp.get("token_logprobs"), list):
             values = list(lp["token_logprobs"])
         else:
@@ -182,4 +184,3 @@ def _values(ctx: Context, entries: Sequence[TokenLogprob]) -> Iterator[Violation
         f"all {n} log-probabilities are 0.0 (every token certain): {why}",
         entries=n,
     )
-
