@@ -33,30 +33,3 @@ def test_invariants(
         **prompt.params,
     )
     ddtree_check(completion, **prompt.expectations(ddtree_settings.max_tokens))
-
-
-def test_logprobs(
-    prompts: list[Prompt],
-    ddtree_client: DDTreeClient,
-    ddtree_settings: Settings,
-    ddtree_check: Callable[..., None],
-) -> None:
-    """One prompt at the largest budget, streamed, with two alternatives per token: the
-    log-probabilities must be there, one per generated token, finite, at most 0, and not
-    all 0.0 (llama.cpp #27972, vLLM #17876: zeros under speculation)."""
-    prompt = prompts[0]
-    numbered = [b for b in ddtree_settings.budgets if b is not None]
-    budget = max(numbered) if numbered else None
-    asked: dict[str, object] = (
-        {"logprobs": True, "top_logprobs": 2} if ddtree_settings.api == "chat" else {"logprobs": 2}
-    )
-    completion = ddtree_client.request(
-        prompt.messages,
-        api=ddtree_settings.api,
-        max_tokens=ddtree_settings.max_tokens,
-        tree_budget=budget,
-        stream=True,
-        prompt_id=prompt.id,
-        **{**prompt.params, **asked},
-    )
-    ddtree_check(completion, **prompt.expectations(ddtree_settings.max_tokens))

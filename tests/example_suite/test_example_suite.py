@@ -38,7 +38,7 @@ CAUGHT_BY: dict[str, tuple[str, str, str]] = {
     "stream-no-done": (*SMOKE, "stream-integrity"),
     "logprobs-zero": (
         "test_logprobs",
-        "test_invariants.py::test_logprobs",
+        "test_lossless.py::test_logprobs",
         "logprobs",
     ),
     # diverges above budget 64 only: the test compares each budget (256 here) with the baseline
