@@ -39,7 +39,9 @@ def _starter(engine: str, speculation: str) -> Callable[[], Any]:
     return lambda: engines.start_sglang()
 
 
-def _collect(server: Any, prompts: list[Any], max_tokens: int) -> dict[tuple[str, bool], Completion]:
+def _collect(
+    server: Any, prompts: list[Any], max_tokens: int
+) -> dict[tuple[str, bool], Completion]:
     out: dict[tuple[str, bool], Completion] = {}
     with DDTreeClient(server.base_url, model=server.model, budget_mode="none") as client:
         for p in prompts:
@@ -89,8 +91,9 @@ def main() -> None:
             print(f"agree   {key[0]:16} {'stream' if key[1] else 'plain':6} no logprobs")
             continue
         worst = max(worst, agree.delta)
+        mode = "stream" if key[1] else "plain"
         print(
-            f"agree   {key[0]:16} {'stream' if key[1] else 'plain':6} positions={agree.positions:3} "
+            f"agree   {key[0]:16} {mode:6} positions={agree.positions:3} "
             f"max|dlogprob|={agree.delta:.3g} at token {agree.position} ({agree.token!r})"
         )
     print(f"{args.engine}: max |delta logprob| over every compared position: {worst:.3g}")
