@@ -61,6 +61,9 @@ CAUGHT_BY: dict[str, tuple[str, str, str]] = {
     ),
 }
 
+# fault -> the layer its failure's diagnosis must name
+DIAGNOSED_AS = {"logprobs-zero": "speculative decoding"}
+
 
 @pytest.fixture
 def run_suite(
@@ -117,6 +120,8 @@ def test_fault_fails_with_its_code(fault: str, run_suite: Callable[..., pytest.R
     failed = _failed(output)
     assert list(failed) == [f"{SUITE.name}/{node}"], output[-3000:]
     assert code in failed[f"{SUITE.name}/{node}"], output[-3000:]
+    if fault in DIAGNOSED_AS:
+        assert f"diagnosis: {DIAGNOSED_AS[fault]} - " in output, output[-3000:]
 
 
 def test_ignored_budget_fails_the_sweep(run_suite: Callable[..., pytest.RunResult]) -> None:
