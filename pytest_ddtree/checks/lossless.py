@@ -11,6 +11,7 @@ No pytest here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -146,6 +147,52 @@ def comparability(
     return None
 
 
+#: How far (nats) the speculative side's log-probability of a token may lie from the
+#: target-only side's, where both chose it. Measured at temperature 0 over the bundled
+#: suite's first six prompts, streamed and not, 96 tokens each (benchmarks/bench_logprobs.py):
+#: llama.cpp n-gram against its target-only twin and vLLM n-gram (bf16, eager, CPU) against
+#: target-only vLLM both give exactly the target's values (max |delta| 0 over 1,007 and
+#: 1,044 positions). Verification in other batches on a GPU moves them by numerical noise;
+#: the near-tie margin (``Lossless.near_tie``'s default) is the plugin's bound on that noise,
+#: and a placeholder or the drafter's distribution lies nats away.
+LOGPROB_TOLERANCE = 0.5
+
+
+@dataclass(frozen=True)
+class LogprobAgreement:
+    """How far the speculative side's log-probabilities lie from the target-only side's,
+    over the positions where both chose the same token (up to the first that differs).
+
+    ``delta`` is the largest absolute difference (nats), at token ``position`` (``token``
+    there); ``positions`` how many positions were compared.
+    """
+
+    positions: int
+    delta: float
+    position: int | None = None
+    token: str | None = None
+
+
+def logprob_agreement(reference: Completion, actual: Completion) -> LogprobAgreement | None:
+    """The two answers' log-probabilities side by side (``LogprobAgreement``); None when
+    either carries none."""
+    ours, theirs = reference.logprobs, actual.logprobs
+    if not ours or not theirs:
+        return None
+    worst, at, token, n = 0.0, None, None, 0
+    for i, (a, b) in enumerate(zip(ours, theirs, strict=False)):
+        if a.data != b.data:
+            break
+        n = i + 1
+        if math.isinf(a.logprob) or math.isinf(b.logprob):
+            d = 0.0 if a.logprob == b.logprob else math.inf
+        else:
+            d = abs(a.logprob - b.logprob)
+        if d > worst or at is None:
+            worst, at, token = d, i, a.token
+    return LogprobAgreement(n, worst, at, token)
+
+
 @dataclass(frozen=True)
 class LosslessResult:
     """Outcome of one losslessness comparison across budgets.
@@ -164,11 +211,14 @@ class LosslessResult:
     tolerated: tuple[int | None, ...] = ()
     not_comparable: Mapping[int | None, Unjudged] = field(default_factory=dict)
     near_ties: Mapping[int | None, Divergence] = field(default_factory=dict)
+    #: budgets whose log-probabilities (when asked for) lie further from the reference's
+    #: than ``LOGPROB_TOLERANCE`` where both chose the same token
+    logprob_gaps: Mapping[int | None, LogprobAgreement] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         """True when every budget was compared and none diverges beyond the tolerance."""
-        return not self.divergences and not self.not_comparable
+        return not self.divergences and not self.not_comparable and not self.logprob_gaps
 
 
 def compared_text(completion: Completion) -> str:
@@ -237,6 +287,12 @@ def judge_lossless(
     result = compare_lossless(
         reference, compared, mode, counter=counter, reference_label=reference_label
     )
+    gaps = {
+        budget: agree
+        for budget, comp in compared.items()
+        if (agree := logprob_agreement(reference, comp)) is not None
+        and agree.delta > LOGPROB_TOLERANCE
+    }
     return LosslessResult(
         reference_label=reference_label,
         reference=reference,
@@ -245,6 +301,7 @@ def judge_lossless(
         mode=mode,
         tolerated=result.tolerated,
         not_comparable=unjudged,
+        logprob_gaps=gaps,
     )
 
 
@@ -277,6 +334,36 @@ def lossless_violations(result: LosslessResult) -> list[Violation]:
             )
         )
     return out
+
+
+def logprob_violations(result: LosslessResult) -> list[Violation]:
+    """``logprobs`` violations: one per budget whose log-probabilities lie further from the
+    reference's than ``LOGPROB_TOLERANCE`` at positions where both chose the same token."""
+    return [
+        Violation(
+            code="logprobs",
+            message=(
+                f"tree_budget {_budget_label(budget)}'s log-probabilities differ from the "
+                f"{result.reference_label}'s by {gap.delta:.3g} nats at token {gap.position} "
+                f"({gap.token!r}), where both chose that token (tolerance "
+                f"{LOGPROB_TOLERANCE:g} nats)"
+            ),
+            evidence={
+                "compared": f"{gap.positions} positions, up to the first token that differs",
+                "this budget": _logprob_at(result.outputs[budget], gap.position),
+                "reference": _logprob_at(result.reference, gap.position),
+            },
+            request=result.outputs[budget].request.describe(),
+        )
+        for budget, gap in result.logprob_gaps.items()
+    ]
+
+
+def _logprob_at(answer: Completion, position: int | None) -> str | None:
+    entries = answer.logprobs
+    if position is None or not entries or position >= len(entries):
+        return None
+    return f"{entries[position].logprob:.6g}"
 
 
 def near_tie_warning(result: LosslessResult, budget: int | None) -> str:
@@ -334,6 +421,11 @@ def lossless_header(result: LosslessResult) -> str:
     """The first line of a failed losslessness test."""
     budgets, reference = len(result.outputs), result.reference_label
     unjudged = len(result.not_comparable)
+    if not result.divergences and result.logprob_gaps:
+        return (
+            f"log-probabilities apart: {len(result.logprob_gaps)} of {budgets} budget(s) give "
+            f"the same tokens other log-probabilities than the {reference}"
+        )
     if not result.divergences:
         return (
             f"not comparable: {unjudged} of {budgets} budget(s) could not be compared with the "
@@ -354,6 +446,13 @@ NEAR_TIE_ADVICE = (
 )
 
 
+LOGPROB_GAP_ADVICE = (
+    "the text is the target's, but the speculative path reports its tokens' "
+    "log-probabilities from another distribution than the target's own (the drafter's, a "
+    "placeholder, a stale position): take them from the target's verification pass"
+)
+
+
 def lossless_footer(result: LosslessResult, *, has_baseline: bool) -> str:
     """The diagnosis lines of a failed losslessness test."""
     if result.divergences:
@@ -367,6 +466,8 @@ def lossless_footer(result: LosslessResult, *, has_baseline: bool) -> str:
         if sure:
             lead = "diagnosis: speculative decoding (the target was sure) - "
         return lead + lossless_advice(has_baseline)
+    if result.logprob_gaps:
+        return "diagnosis: speculative decoding - " + LOGPROB_GAP_ADVICE
     named = [
         Unjudged(f"tree_budget {_budget_label(b)}: {why.reason}", why.advice)
         for b, why in result.not_comparable.items()
@@ -431,7 +532,9 @@ def run_lossless(
             lambda: target.request(prompt, tree_budget=reference.request.tree_budget, **probe),
             lambda budget: client.request(prompt, tree_budget=budget, **probe),
         )
-    return result, not_comparable_violations(result) + lossless_violations(result)
+    return result, (
+        not_comparable_violations(result) + lossless_violations(result) + logprob_violations(result)
+    )
 
 
 def with_margins(

@@ -78,6 +78,10 @@ CODES: dict[str, str] = {
         "JSON asked for (response_format or a tool call) cut by max_tokens before it closed: "
         "not judged against its schema; raise max_tokens"
     ),
+    "logprobs": (
+        "log-probabilities asked for are missing, not one per token, not finite and at most 0, "
+        "all 0.0, or apart from target-only decoding's"
+    ),
 }
 """Every stable code mapped to a one-line meaning (documentation is generated from it)."""
 
@@ -125,6 +129,9 @@ CODE_LAYERS: dict[str, str | None] = {
     "json-object": "server",
     "tool-call": "server",
     "json-cut": None,
+    # wrong only under speculation (llama.cpp #27972, vLLM #17876) or in any decoding: the
+    # target-only baseline's replay tells which
+    "logprobs": None,
 }
 
 #: Codes that judge no layer at all: the answers could not be compared, so neither their

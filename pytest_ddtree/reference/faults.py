@@ -57,6 +57,8 @@ FAULTS: dict[str, str] = {
     "(seed and temperature never reach the sampler); also in target-only mode",
     "seed-ignored": "requests above temperature 0 are sampled with a fresh random seed, "
     "never the request's; also in target-only mode",
+    "logprobs-zero": "every log-probability (the chosen token's and its alternatives') is "
+    "0.0, as llama.cpp #27972 and vLLM #17876 (speculative decoding only)",
     "hang": "the response stalls after a few chunks until the client disconnects, "
     "the server stops, or hang_seconds (default 600 s, longer than any sane read timeout) pass",
     "grammar-skip": "above budget 64 the verifier accepts once a drafted token the grammar "
@@ -85,6 +87,7 @@ SPECULATION_FAULTS = frozenset(
         "state-leak",
         "grammar-skip",
         "tool-args-dropped",
+        "logprobs-zero",
     }
 )
 WIRE_FAULTS = frozenset(FAULTS) - TEMPLATE_FAULTS - SPECULATION_FAULTS

@@ -22,6 +22,12 @@ as many from the baseline, each with its own seed, and fails with
 ``--ddtree-distribution-alpha``. It runs on the first sweep prompt (long prose, where a
 verifier that favours the drafter shows most), at the largest budget, at each temperature of
 ``--ddtree-temperatures`` above 0 (0.7 when there is none).
+
+``test_logprobs`` asks the first prompt for its log-probabilities (two alternatives per
+token) at the largest budget: streamed, they must be there, one per generated token, finite,
+at most 0 and not all 0.0 (``logprobs``); then ``ddtree_lossless`` asks the server and the
+baseline for them at temperature 0, and where both chose the same token they must agree
+within the tolerance measured on real engines.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from pytest_ddtree import DDTreeClient, Settings
 
 if TYPE_CHECKING:
     from pytest_ddtree import Prompt
@@ -58,4 +66,36 @@ def test_lossless_in_distribution(
     prompt = sweep_prompts[0]
     ddtree_distribution(
         prompt.messages, temperature=sampled_temperature, prompt_id=prompt.id, **prompt.params
+    )
+
+
+def test_logprobs(
+    prompts: list[Prompt],
+    ddtree_client: DDTreeClient,
+    ddtree_settings: Settings,
+    ddtree_check: Callable[..., None],
+    ddtree_lossless: Callable[..., Any],
+) -> None:
+    prompt = prompts[0]
+    numbered = [b for b in ddtree_settings.budgets if b is not None]
+    budget = max(numbered) if numbered else None
+    asked: dict[str, Any] = (
+        {"logprobs": True, "top_logprobs": 2} if ddtree_settings.api == "chat" else {"logprobs": 2}
+    )
+    fields = {**prompt.params, **asked}
+    completion = ddtree_client.request(
+        prompt.messages,
+        api=ddtree_settings.api,
+        max_tokens=ddtree_settings.max_tokens,
+        tree_budget=budget,
+        stream=True,
+        prompt_id=prompt.id,
+        **fields,
+    )
+    ddtree_check(completion, **prompt.expectations(ddtree_settings.max_tokens))
+    ddtree_lossless(
+        prompt.messages,
+        prompt_id=prompt.id,
+        budgets=None if budget is None else [budget],
+        **fields,
     )

@@ -309,3 +309,28 @@ def test_endpoints_mode_sweeps_draft_lengths_and_shows_the_rate(
     import re
 
     assert sum(bool(re.search(r"rate \d\.\d\d", line)) for line in lines) == 2, lines
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_speculative_logprobs_are_the_targets(
+    stream: bool, ngram: engines.LlamaCppServer, target: engines.LlamaCppServer, http: httpx.Client
+) -> None:
+    # llama.cpp lists one entry per token (its end-of-sequence not counted, or counted and
+    # left out when streaming), none all zero, and n-gram speculation reports exactly the
+    # target's own log-probabilities (benchmarks/bench_logprobs.py: max |delta| 0)
+    from pytest_ddtree.checks.lossless import LOGPROB_TOLERANCE, logprob_agreement
+
+    client, baseline = client_for(ngram, http), client_for(target, http)
+    try:
+        for prompt in (SHORT_PROMPT, PROSE_PROMPT):
+            kw = {"max_tokens": 96, "stream": stream, "logprobs": True, "top_logprobs": 2}
+            spec, base = client.chat(prompt, **kw), baseline.chat(prompt, **kw)
+            for c in (spec, base):
+                assert c.logprobs, c.raw
+                assert [v.message for v in check(c, counter=client.counter)] == [], c.text
+            agree = logprob_agreement(base, spec)
+            assert agree is not None and agree.positions > 0
+            assert agree.delta <= LOGPROB_TOLERANCE, agree
+    finally:
+        client.close()
+        baseline.close()

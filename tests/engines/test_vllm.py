@@ -251,3 +251,31 @@ def test_summary_statistics_have_no_per_step_lists(
         assert "per_step_accepted" not in block and "per_step_drafted" not in block
     else:
         assert block["per_step_accepted"] is None and block["per_step_drafted"] is None
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_speculative_logprobs_are_the_targets(
+    stream: bool,
+    vllm_ngram: engines.EngineProcess,
+    vllm_target: engines.EngineProcess,
+    http: httpx.Client,
+) -> None:
+    # one entry per token (vLLM counts and lists its end-of-sequence), none all zero, and
+    # n-gram speculation reports the target's own values (benchmarks/bench_logprobs.py:
+    # max |delta| 0 over the bundled suite's first six prompts)
+    from pytest_ddtree.checks.lossless import LOGPROB_TOLERANCE, logprob_agreement
+
+    kw = {"max_tokens": 32, "stream": stream, "logprobs": True, "top_logprobs": 2}
+    answers = []
+    for server in (vllm_target, vllm_ngram):
+        client = client_for(server, http)
+        try:
+            answers.append(client.chat(SHORT_PROMPT, **kw))
+        finally:
+            client.close()
+    for c in answers:
+        assert c.ok and c.logprobs, c.error or c.raw
+        assert [v.message for v in check(c)] == [], c.text
+    agree = logprob_agreement(*answers)
+    assert agree is not None and agree.positions > 0
+    assert agree.delta <= LOGPROB_TOLERANCE, agree

@@ -39,6 +39,11 @@ CAUGHT_BY: dict[str, tuple[str, str, str]] = {
     "overrun": (*SMOKE, "overrun"),
     "stats-inflated": (*SMOKE, "stats-inflated"),
     "stream-no-done": (*SMOKE, "stream-integrity"),
+    "logprobs-zero": (
+        "test_logprobs",
+        "test_lossless.py::test_logprobs",
+        "logprobs",
+    ),
     # diverges above budget 64 only: the test compares each budget (256 here) with the baseline
     "lossy": (
         "test_lossless and essay-rivers",
@@ -82,7 +87,7 @@ CAUGHT_BY: dict[str, tuple[str, str, str]] = {
     ),
 }
 
-
+# fault -> the layer its failure's diagnosis must name
 NO_LAYER = frozenset({"state-leak"})
 
 

@@ -477,3 +477,27 @@ def test_tool_call_no_id(any_client: httpx.Client) -> None:
         if "type" in d
     ]
     assert len(heads) == 1 and "id" not in heads[0]
+
+
+def test_logprobs_zero(client: httpx.Client, target_client: httpx.Client) -> None:
+    asked = {"max_tokens": 32, "logprobs": True, "top_logprobs": 2}
+    healthy = post(client, LONG, **asked).json()["choices"][0]
+    zeroed = post(client, LONG, fault="logprobs-zero", **asked).json()["choices"][0]
+    # the same answer, every value 0.0: the chosen tokens' and their alternatives'
+    assert zeroed["message"] == healthy["message"]
+    entries = zeroed["logprobs"]["content"]
+    assert [e["token"] for e in entries] == [e["token"] for e in healthy["logprobs"]["content"]]
+    assert {e["logprob"] for e in entries} == {0.0}
+    assert {t["logprob"] for e in entries for t in e["top_logprobs"]} == {0.0}
+    assert any(e["logprob"] < 0 for e in healthy["logprobs"]["content"])
+    s = stream(client, LONG, fault="logprobs-zero", **asked)
+    streamed = [
+        e
+        for ev in s.events
+        if ev.get("choices")
+        for e in (ev["choices"][0]["logprobs"] or {}).get("content", [])
+    ]
+    assert len(streamed) == len(entries) and {e["logprob"] for e in streamed} == {0.0}
+    # speculative decoding only
+    target = post(target_client, LONG, fault="logprobs-zero", **asked).json()["choices"][0]
+    assert any(e["logprob"] < 0 for e in target["logprobs"]["content"])

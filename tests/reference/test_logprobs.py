@@ -12,7 +12,7 @@ import math
 import httpx
 import pytest
 
-from ._helpers import LONG, post
+from ._helpers import LONG, post, stream
 
 PROMPTS = (LONG, "Explain in detail how trains cross the mountains.", "Write an essay on bees.")
 
@@ -89,3 +89,13 @@ def test_near_tie_flips_an_exact_tie_once(
         assert _choice(post(client, prompt, fault="near-tie", **sampled)) == _choice(
             post(client, prompt, **sampled)
         )
+
+
+def test_streamed_logprobs_come_with_the_finish_chunk(client: httpx.Client) -> None:
+    plain = _choice(post(client, LONG, max_tokens=32, logprobs=True, top_logprobs=2))
+    s = stream(client, LONG, max_tokens=32, logprobs=True, top_logprobs=2)
+    carried = [ev["choices"][0] for ev in s.events if ev.get("choices")]
+    entries = [e for ch in carried if ch["logprobs"] for e in ch["logprobs"]["content"]]
+    assert entries == plain["logprobs"]["content"]
+    # every entry at once, on the chunk that carries the finish
+    assert [ch["finish_reason"] for ch in carried if ch["logprobs"]] == ["length"]

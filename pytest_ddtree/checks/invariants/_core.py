@@ -12,6 +12,7 @@ from pytest_ddtree.checks.invariants._accounting import (
     overrun_after_eos,
 )
 from pytest_ddtree.checks.invariants._context import Context
+from pytest_ddtree.checks.invariants._logprobs import check_logprobs
 from pytest_ddtree.checks.invariants._schema import check_schema
 from pytest_ddtree.checks.invariants._stats import check_stats
 from pytest_ddtree.checks.invariants._structured import check_response_format, check_tool_calls
@@ -51,6 +52,7 @@ _CONTENT_CODES = frozenset(
         "json-object",
         "tool-call",
         "json-cut",
+        "logprobs",
     }
 )
 
@@ -139,6 +141,7 @@ def _content_checks(ctx: Context, skip: frozenset[str], found: list[Violation]) 
     found.extend(check_degenerate(ctx))
     found.extend(check_non_printable(ctx))
     found.extend(check_stats(ctx))
+    found.extend(check_logprobs(ctx))
 
 
 def assert_valid(

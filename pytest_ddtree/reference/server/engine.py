@@ -341,8 +341,11 @@ class _Engine:
             deadline = now  # behind schedule (a slow reader): do not bank the debt
         return deadline, now
 
-    def logprob_entries(self, res: _Result, top: int, chat: bool) -> dict[str, Any] | None:
-        """``choices[0].logprobs`` of an answer, in the chat or the text-completion shape."""
+    def logprob_entries(
+        self, res: _Result, top: int, chat: bool, *, zero: bool = False
+    ) -> dict[str, Any] | None:
+        """``choices[0].logprobs`` of an answer, in the chat or the text-completion shape;
+        ``zero`` (the ``logprobs-zero`` fault) writes every value as 0.0."""
         if res.plan is None:
             return None
         model = self.model
@@ -354,6 +357,8 @@ class _Engine:
                 raw = model.pieces[t]
                 # minus infinity as vLLM writes it (JSON has no infinity)
                 lp = value if math.isfinite(value) else -9999.0
+                if zero:
+                    lp = 0.0
                 return {"token": raw.decode("utf-8", "replace"), "logprob": lp, "bytes": list(raw)}
 
             entries.append({**item(tok, lp), "top_logprobs": [item(t, v) for t, v in best[:top]]})

@@ -466,7 +466,9 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             choice = {"index": 0, "text": content, "finish_reason": finish, "logprobs": None}
         if req.logprobs is not None:
-            choice["logprobs"] = engine.logprob_entries(res, req.logprobs, req.chat)
+            choice["logprobs"] = engine.logprob_entries(
+                res, req.logprobs, req.chat, zero="logprobs-zero" in faults
+            )
         choice["stop_reason"] = res.stop_reason
         out: dict[str, Any] = {
             "id": f"{'chatcmpl' if req.chat else 'cmpl'}-{rid:08x}",
@@ -522,6 +524,10 @@ class _Handler(BaseHTTPRequestHandler):
                 ch = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
             if finish is not None:  # as vLLM: on the chunk that carries the finish
                 ch["stop_reason"] = res.stop_reason
+                if req.logprobs is not None:  # every token's entry at once, on the last chunk
+                    ch["logprobs"] = engine.logprob_entries(
+                        res, req.logprobs, req.chat, zero="logprobs-zero" in faults
+                    )
             return {**base, "choices": [ch]}
 
         self.send_response(200)

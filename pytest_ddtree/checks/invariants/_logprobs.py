@@ -1,0 +1,186 @@
+"""The log-probabilities an answer carries when its request asked for them.
+
+Asked for means chat completions' ``logprobs: true`` (with ``top_logprobs`` alternatives)
+or text completions' ``logprobs: N``. Then, over the content's tokens:
+
+* they are there (SGLang #10660: missing with lookahead decoding);
+* one entry per generated token, or per token less the end-of-sequence token the server
+  counted, judged only against the server's own count (``usage.completion_tokens``) and
+  only when no stop string ended the answer (a stop string's tokens may or may not be
+  listed) and no reasoning shares the count;
+* every value is a finite number at most 0, and a long answer is not all 0.0 while the
+  alternatives listed beside it say the tokens were not certain (llama.cpp #27972,
+  vLLM #17876: every log-probability 0.0 under speculation).
+
+The speculative server's log-probabilities against the target-only server's, position by
+position, are compared where the two answers are: ``checks.lossless``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from pytest_ddtree.checks.invariants._context import STOP_STRING, Context, as_int, clip
+from pytest_ddtree.core.violation import Violation
+from pytest_ddtree.wire.completion import TokenLogprob
+
+CODE = "logprobs"
+
+#: an all-0.0 answer shorter than this may be a model that was sure of a few tokens
+ALL_ZERO_MIN = 16
+#: a listed alternative likelier than this (nats) beside a chosen token at 0.0 says the
+#: choice was not certain: a token at probability 1 leaves every other token below e**-16
+#: (float32's rounding of 1), so an alternative at -10 or above contradicts it
+CERTAIN_BELOW = -10.0
+#: positive log-probabilities smaller than this are rounding, not a lie
+POSITIVE_SLACK = 1e-4
+#: below this a value is an engine's spelling of minus infinity (vLLM's -9999.0)
+MINUS_INFINITY = -9000.0
+
+
+def asked(body: Mapping[str, Any], api: str) -> tuple[bool, int]:
+    """Whether the request asked for log-probabilities, and how many alternatives."""
+    lp = body.get("logprobs")
+    if api == "completions":
+        n = as_int(lp)
+        return (n is not None and n >= 0), max(n or 0, 0)
+    if lp is not True:
+        return False, 0
+    top = as_int(body.get("top_logprobs"))
+    return True, max(top or 0, 0)
+
+
+def _asked_text(body: Mapping[str, Any], api: str) -> str:
+    if api == "completions":
+        return f"logprobs={body.get('logprobs')!r}"
+    return f"logprobs=true, top_logprobs={body.get('top_logprobs', 0)!r}"
+
+
+def _raw_values(raw: Any) -> Iterator[tuple[int, Any]]:
+    """(position, value) of every chosen token's log-probability the kept response objects
+    state as sent (the parsed entries clamp and replace what this rule judges)."""
+    objects: Sequence[Any] = raw if isinstance(raw, list) else [raw]
+    at = 0
+    for obj in objects:
+        choices = obj.get("choices") if isinstance(obj, Mapping) else None
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+            continue
+        lp = choices[0].get("logprobs")
+        if not isinstance(lp, Mapping):
+            continue
+        content = lp.get("content")
+        if isinstance(content, list):
+            values = [
+                item.get("logprob") if isinstance(item, Mapping) else None for item in content
+            ]
+        elif isinstance(lp.get("token_logprobs"), list):
+            values = list(lp["token_logprobs"])
+        else:
+            continue
+        for value in values:
+            yield at, value
+            at += 1
+
+
+def _bad_value(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{value!r} is not a number"
+    f = float(value)
+    if math.isnan(f) or math.isinf(f):
+        return f"{value!r} is not finite"
+    if f > POSITIVE_SLACK:
+        return f"{value!r} is above 0 (a probability above 1)"
+    if f <= MINUS_INFINITY:
+        return f"{value!r} is minus infinity: the server gives its own token no probability"
+    return None
+
+
+def check_logprobs(ctx: Context) -> Iterator[Violation]:
+    """logprobs: present when asked, one per token, finite and at most 0, not all zero."""
+    req = ctx.completion.request
+    body = getattr(req, "body", None)
+    if not isinstance(body, Mapping):
+        return
+    api = str(getattr(req, "api", "chat"))
+    wanted, _top = asked(body, api)
+    if not wanted or not ctx.text:
+        return
+    what = _asked_text(body, api)
+    entries = ctx.completion.logprobs
+    if not entries:
+        yield ctx.violation(
+            CODE,
+            f"log-probabilities asked for ({what}) but the answer carries none "
+            "(choices[0].logprobs)",
+            content=clip(ctx.text),
+        )
+        return
+    yield from _count(ctx, entries, what)
+    yield from _values(ctx, entries)
+
+
+def _count(ctx: Context, entries: Sequence[TokenLogprob], what: str) -> Iterator[Violation]:
+    n = len(entries)
+    reported = ctx.reported
+    if ctx.reasoning:
+        ctx.withhold(CODE, "entries per token: reasoning shares usage.completion_tokens")
+        return
+    if reported is None:
+        ctx.withhold(CODE, "entries per token: no usage.completion_tokens to count against")
+        return
+    if ctx.stop_evidence().get("stop_kind") == STOP_STRING or (
+        ctx.finish == "stop" and ctx.completion.request.body.get("stop")
+    ):
+        ctx.withhold(CODE, "entries per token: a stop string's tokens may or may not be listed")
+        return
+    allowed = {reported, reported - 1} if ctx.finish == "stop" else {reported}
+    if n in allowed:
+        return
+    eos = " (or one less, an end-of-sequence token counted)" if ctx.finish == "stop" else ""
+    yield ctx.violation(
+        CODE,
+        f"{n} log-probability entries for {reported} generated tokens{eos}",
+        asked=what,
+        entries=n,
+        completion_tokens=reported,
+        finish_reason=ctx.finish,
+    )
+
+
+def _values(ctx: Context, entries: Sequence[TokenLogprob]) -> Iterator[Violation]:
+    bad = [(i, why) for i, v in _raw_values(ctx.completion.raw) if (why := _bad_value(v))]
+    if bad:
+        i, why = bad[0]
+        token = entries[i].token if i < len(entries) else None
+        yield ctx.violation(
+            CODE,
+            f"{len(bad)} log-probabilit{'y' if len(bad) == 1 else 'ies'} not a finite "
+            f"number at most 0; the first, at token {i}: {why}",
+            token=repr(token) if token is not None else None,
+        )
+        return
+    n = len(entries)
+    if n < ALL_ZERO_MIN or any(e.logprob != 0.0 for e in entries):
+        return
+    listed = [e for e in entries if e.top]
+    doubt = [
+        (i, alt)
+        for i, e in enumerate(entries)
+        for alt in e.top
+        if alt[2] != e.data and alt[1] >= CERTAIN_BELOW
+    ]
+    if listed and not doubt:
+        return  # every listed alternative agrees: the model was sure of every token
+    why = (
+        f"at token {doubt[0][0]} the server lists {doubt[0][1][0]!r} at {doubt[0][1][1]:.4g} "
+        "beside it, which a certain token leaves no room for"
+        if doubt
+        else "no alternatives listed to show the model was that sure"
+    )
+    yield ctx.violation(
+        CODE,
+        f"all {n} log-probabilities are 0.0 (every token certain): {why}",
+        entries=n,
+    )

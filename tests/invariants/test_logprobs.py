@@ -1,0 +1,155 @@
+"""The ``logprobs`` check, rule by rule, each with the healthy case beside it."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import pytest
+
+from pytest_ddtree.checks.invariants import check
+from pytest_ddtree.wire.completion import Completion, Usage
+from pytest_ddtree.wire.dialects import logprobs_of
+
+from .factories import chat_body, completion, request
+
+ASKED = {"model": "m", "max_tokens": 256, "logprobs": True, "top_logprobs": 2}
+
+
+def _entry(token: str, lp: Any, top: list[tuple[str, float]] | None = None) -> dict[str, Any]:
+    alts = top if top is not None else [(token, lp), ("~", -3.0)]
+    return {
+        "token": token,
+        "logprob": lp,
+        "bytes": list(token.encode()),
+        "top_logprobs": [{"token": t, "logprob": v, "bytes": list(t.encode())} for t, v in alts],
+    }
+
+
+def answer(
+    values: list[Any],
+    *,
+    tokens: int | None = None,
+    finish: str = "stop",
+    body: dict[str, Any] | None = None,
+    api: str = "chat",
+    top: list[tuple[str, float]] | None = None,
+) -> Completion:
+    """An answer of ``len(values)`` one-word tokens whose log-probabilities are ``values``,
+    with ``tokens`` (default: one per value) in usage.completion_tokens."""
+    words = [f" w{i}" for i in range(len(values))]
+    text = "".join(words)
+    entries = [_entry(w, v, top) for w, v in zip(words, values, strict=True)]
+    n = len(values) if tokens is None else tokens
+    raw = chat_body(
+        text,
+        finish=finish,
+        usage={"prompt_tokens": 20, "completion_tokens": n, "total_tokens": 20 + n},
+    )
+    choice = raw["choices"][0]
+    choice["logprobs"] = {"content": entries}
+    base = completion(text, finish=finish, tokens=n, raw=raw, stats=None, max_tokens=256)
+    sent = dict(ASKED if body is None else body)
+    return dataclasses.replace(
+        base,
+        request=dataclasses.replace(request(max_tokens=256, api=api), body=sent),
+        usage=Usage(20, n, 20 + n),
+        logprobs=tuple(logprobs_of(choice) or ()),
+    )
+
+
+def codes(c: Completion) -> list[str]:
+    return [v.code for v in check(c, min_tokens=0)]
+
+
+def messages(c: Completion) -> list[str]:
+    return [v.message for v in check(c, min_tokens=0) if v.code == "logprobs"]
+
+
+HEALTHY = [-0.2, -1.5, -0.01, -2.7] * 8
+
+
+def test_healthy_answer_passes() -> None:
+    assert codes(answer(HEALTHY)) == []
+
+
+def test_not_asked_is_not_judged() -> None:
+    plain = dataclasses.replace(answer(HEALTHY), logprobs=None)
+    assert codes(dataclasses.replace(plain, request=request(max_tokens=256))) == []
+
+
+def test_missing_when_asked_fails() -> None:
+    missing = dataclasses.replace(answer(HEALTHY), logprobs=None)
+    assert messages(missing) == [
+        "log-probabilities asked for (logprobs=true, top_logprobs=2) but the answer carries "
+        "none (choices[0].logprobs)"
+    ]
+
+
+def test_text_completions_ask_with_a_count() -> None:
+    body = {"model": "m", "prompt": "x", "logprobs": 0}
+    missing = dataclasses.replace(answer(HEALTHY, body=body, api="completions"), logprobs=None)
+    assert len(messages(missing)) == 1
+    chat_false = {**ASKED, "logprobs": False}
+    assert codes(dataclasses.replace(answer(HEALTHY, body=chat_false), logprobs=None)) == []
+
+
+def test_one_entry_per_generated_token() -> None:
+    assert codes(answer(HEALTHY, tokens=len(HEALTHY) + 1)) == []  # an end-of-sequence counted
+    assert messages(answer(HEALTHY, tokens=len(HEALTHY) + 2)) == [
+        "32 log-probability entries for 34 generated tokens (or one less, an end-of-sequence "
+        "token counted)"
+    ]
+    # cut by max_tokens: no end-of-sequence was generated, so none may be missing
+    cut = answer(HEALTHY, tokens=len(HEALTHY) + 1, finish="length")
+    assert messages(cut) == ["32 log-probability entries for 33 generated tokens"]
+
+
+def test_a_stop_string_leaves_the_count_unjudged() -> None:
+    c = answer(HEALTHY, tokens=len(HEALTHY) + 3, body={**ASKED, "stop": ["\n\n"]})
+    found = check(c, min_tokens=0)
+    assert [v.code for v in found] == []
+    assert any("stop string" in w for w in found.withheld)
+
+
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        (0.5, "0.5 is above 0 (a probability above 1)"),
+        (math.nan, "nan is not finite"),
+        (None, "None is not a number"),
+        (-9999.0, "-9999.0 is minus infinity"),
+    ],
+)
+def test_values_are_finite_and_at_most_zero(bad: Any, why: str) -> None:
+    values = list(HEALTHY)
+    values[5] = bad
+    (msg,) = messages(answer(values))
+    assert msg.startswith("1 log-probability not a finite number at most 0; the first, at token 5")
+    assert why in msg
+
+
+def test_rounding_above_zero_is_no_lie() -> None:
+    values = list(HEALTHY)
+    values[3] = 1e-7  # float32 rounding of a certain token
+    assert codes(answer(values)) == []
+
+
+def test_all_zero_over_a_long_answer_fails() -> None:
+    zeros = answer([0.0] * 32, top=[(" w", 0.0), ("~", 0.0)])
+    (msg,) = messages(zeros)
+    assert msg.startswith("all 32 log-probabilities are 0.0 (every token certain)")
+    # no alternatives listed: nothing shows the model was that sure
+    assert codes(answer([0.0] * 32, top=[])) == ["logprobs"]
+
+
+def test_certain_tokens_are_no_false_alarm() -> None:
+    # a few certain tokens among others
+    some = list(HEALTHY)
+    some[:6] = [0.0] * 6
+    assert codes(answer(some)) == []
+    # a short answer all certain
+    assert codes(answer([0.0] * 8, top=[])) == []
+    # a long answer all certain, every alternative listed far below: the model was sure
+    assert codes(answer([0.0] * 32, top=[("~", -23.5), ("!", -25.0)])) == []
