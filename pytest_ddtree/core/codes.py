@@ -64,6 +64,10 @@ CODES: dict[str, str] = {
     "seed-ignored": (
         "above temperature 0, the same seed gave different answers, or every seed one answer"
     ),
+    "stop-sequence": (
+        "a stop sequence of the request inside the content or text after it, or finish_reason "
+        "not 'stop' although the server names the stop that matched"
+    ),
 }
 """Every stable code mapped to a one-line meaning (documentation is generated from it)."""
 
@@ -107,6 +111,8 @@ CODE_LAYERS: dict[str, str | None] = {
     "not-comparable": None,
     "temperature-ignored": "server",
     "seed-ignored": "server",
+    # the serving stack matches stops; the replay still tells a speculation-only miss
+    "stop-sequence": "server",
 }
 
 #: Codes that judge no layer at all: the answers could not be compared, so neither their

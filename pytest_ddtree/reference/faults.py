@@ -59,6 +59,14 @@ FAULTS: dict[str, str] = {
     "never the request's; also in target-only mode",
     "hang": "the response stalls after a few chunks until the client disconnects, "
     "the server stops, or hang_seconds (default 600 s, longer than any sane read timeout) pass",
+    "stop-missed-in-block": "a stop string that completes inside an accepted draft block, "
+    "before its last token, is not seen and the text goes on past it (SGLang PR #23802; "
+    "speculative decoding only)",
+    "usage-past-stop": "when a stop string completes inside a draft block, the text is "
+    "trimmed at the stop but usage.completion_tokens counts every position the pass verified "
+    "for the block (block_size), the tokens past the stop included (as ik_llama.cpp PR #2358 "
+    "counted the accepted block; speculative decoding only: its plain decode path counts one "
+    "token at a time)",
 }
 
 TEMPLATE_FAULTS = frozenset({"early-eos", "role-leak", "think-leak"})
@@ -73,6 +81,8 @@ SPECULATION_FAULTS = frozenset(
         "stats-inflated",
         "budget-ignored",
         "state-leak",
+        "stop-missed-in-block",
+        "usage-past-stop",
     }
 )
 WIRE_FAULTS = frozenset(FAULTS) - TEMPLATE_FAULTS - SPECULATION_FAULTS

@@ -18,11 +18,17 @@ from pathlib import Path
 
 import pytest
 
+from pytest_ddtree.checks.invariants import LAYERS
+from pytest_ddtree.reference.faults import FAULT_LAYERS
+
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "example_suite"
 
 # the first test a whole run reaches: one streamed request for the first prompt
 SMOKE = ("test_smoke and essay-rivers", "test_smoke.py::test_smoke[essay-rivers]")
+
+# the bundled suite's prompt with a stop sequence (stop ["6."]), the last prompt smoke-tested
+STOP_SMOKE = ("test_smoke and list-stop", "test_smoke.py::test_smoke[list-stop]")
 
 # fault injected into the embedded server -> the -k selection of the bundled-suite test that
 # must catch it, that test's node id in the suite, and the violation code it must fail with
@@ -54,7 +60,13 @@ CAUGHT_BY: dict[str, tuple[str, str, str]] = {
         "test_lossless.py::test_deterministic_and_stateless[tree_budget=16]",
         "state-leak",
     ),
+    # the one prompt with a stop sequence; both are speculation-only (see test_stop_faults_*)
+    "stop-missed-in-block": (*STOP_SMOKE, "stop-sequence"),
+    "usage-past-stop": (*STOP_SMOKE, "usage-mismatch"),
 }
+
+# faults whose failure must also carry the diagnosis of the fault's layer
+DIAGNOSED = frozenset({"stop-missed-in-block", "usage-past-stop"})
 
 
 @pytest.fixture
@@ -112,6 +124,9 @@ def test_fault_fails_with_its_code(fault: str, run_suite: Callable[..., pytest.R
     failed = _failed(output)
     assert list(failed) == [f"{SUITE.name}/{node}"], output[-3000:]
     assert code in failed[f"{SUITE.name}/{node}"], output[-3000:]
+    if fault in DIAGNOSED:
+        # the target-only twin replays the request: the fault's own layer is named
+        assert f"diagnosis: {LAYERS[FAULT_LAYERS[fault]]} - " in output, output[-3000:]
 
 
 def test_ignored_budget_fails_the_sweep(run_suite: Callable[..., pytest.RunResult]) -> None:

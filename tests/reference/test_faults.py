@@ -380,3 +380,53 @@ def test_state_leak_needs_a_drafter() -> None:
         healthy_b = _content(post(c, prompt_b))
         _content(post(c, prompt_a, fault="state-leak"))
         assert _content(post(c, prompt_b, fault="state-leak")) == healthy_b
+
+
+LIST = "List 12 steps for planting a vegetable garden."
+# the list's sixth number completes inside an accepted block at budgets 16 and 256, not on
+# its last token (the bundled suite's 'list-stop' prompt)
+STOP = {"stop": ["6."], "max_tokens": 96, "tree_budget": 16}
+
+
+def test_a_stop_inside_a_block_ends_the_answer_and_its_count(
+    client: httpx.Client, target_client: httpx.Client
+) -> None:
+    spec = post(client, LIST, **STOP).json()
+    plain = post(target_client, LIST, **STOP).json()
+    for r in (spec, plain):
+        choice = r["choices"][0]
+        assert (choice["finish_reason"], choice["stop_reason"]) == ("stop", "6.")
+        assert "6." not in choice["message"]["content"]
+    assert spec["choices"][0]["message"] == plain["choices"][0]["message"]
+    # the tokens up to the stop, its own included (as vLLM counts): never the block's tail
+    assert spec["usage"] == plain["usage"]
+    text = spec["choices"][0]["message"]["content"]
+    assert spec["usage"]["completion_tokens"] == _count(client, text + "6.")
+
+
+def test_stop_missed_in_block(client: httpx.Client, target_client: httpx.Client) -> None:
+    r = post(client, LIST, fault="stop-missed-in-block", **STOP).json()
+    choice = r["choices"][0]
+    text = choice["message"]["content"]
+    assert "\n6." in text and text.index("\n6.") < len(text) - 40, text
+    assert (choice["finish_reason"], choice["stop_reason"]) == ("length", None)
+    s = stream(client, LIST, fault="stop-missed-in-block", **STOP)
+    assert s.content == text
+    # target-only decoding commits one token a round: no block to miss it in
+    plain = post(target_client, LIST, fault="stop-missed-in-block", **STOP).json()
+    assert plain["choices"] == post(target_client, LIST, **STOP).json()["choices"]
+
+
+def test_usage_past_stop(client: httpx.Client, target_client: httpx.Client) -> None:
+    healthy = post(client, LIST, **STOP).json()
+    r = post(client, LIST, fault="usage-past-stop", **STOP).json()
+    # the text is trimmed at the stop as before; the count holds the block's tail
+    assert r["choices"] == healthy["choices"]
+    past = r["usage"]["completion_tokens"] - healthy["usage"]["completion_tokens"]
+    assert past >= 8, past
+    s = stream(
+        client, LIST, fault="usage-past-stop", stream_options={"include_usage": True}, **STOP
+    )
+    assert s.usage is not None and s.usage["completion_tokens"] == r["usage"]["completion_tokens"]
+    plain = post(target_client, LIST, fault="usage-past-stop", **STOP).json()
+    assert plain["usage"] == post(target_client, LIST, **STOP).json()["usage"]

@@ -15,6 +15,7 @@ from pytest_ddtree.checks.invariants._context import (
     clip,
     excerpt,
 )
+from pytest_ddtree.checks.invariants._stops import stop_allowance
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.wire.completion import MAX_CHARS_PER_TOKEN
 
@@ -261,8 +262,15 @@ def check_usage(ctx: Context) -> Iterator[Violation]:
         # on the reference tokenizer, 5 on Qwen-style vocabularies)
         allowed = ctx.drift(max(completion, local))
         allowed += 6 if has_reasoning else 0
-        off = abs(completion - local) > allowed
-        bound = f"±{allowed:.0f}"
+        # an engine may count the matched stop sequence it trimmed from the text (vLLM does)
+        stop_tokens, stop = stop_allowance(ctx)
+        off = local - completion > allowed or completion - local > allowed + stop_tokens
+        bound = f"±{allowed:.0f}" + (
+            f", plus {stop_tokens} for the stop {stop!r}" if stop is not None else ""
+        )
+        if off and completion > local and stop is not None:
+            past = completion - local - stop_tokens
+            bound += f"; {past} token(s) counted past the stop"
     else:
         ratio = e.approx_usage_ratio
         off = (
