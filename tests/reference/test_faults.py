@@ -382,10 +382,10 @@ def test_state_leak_needs_a_drafter() -> None:
         assert _content(post(c, prompt_b, fault="state-leak")) == healthy_b
 
 
-LIST = "List 12 steps for planting a vegetable garden."
-# the list's sixth number completes inside an accepted block at budgets 16 and 256, not on
-# its last token (the bundled suite's 'list-stop' prompt)
-STOP = {"stop": ["6."], "max_tokens": 96, "tree_budget": 16}
+LIST = "Write a numbered list of 10 tips for staying healthy."
+# the list's fourth number completes inside an accepted block, not on its last token (the
+# bundled suite's 'list-stop' prompt)
+STOP = {"stop": ["4."], "max_tokens": 96, "tree_budget": 16}
 
 
 def test_a_stop_inside_a_block_ends_the_answer_and_its_count(
@@ -395,21 +395,22 @@ def test_a_stop_inside_a_block_ends_the_answer_and_its_count(
     plain = post(target_client, LIST, **STOP).json()
     for r in (spec, plain):
         choice = r["choices"][0]
-        assert (choice["finish_reason"], choice["stop_reason"]) == ("stop", "6.")
-        assert "6." not in choice["message"]["content"]
+        assert (choice["finish_reason"], choice["stop_reason"]) == ("stop", "4.")
+        assert "4." not in choice["message"]["content"]
     assert spec["choices"][0]["message"] == plain["choices"][0]["message"]
     # the tokens up to the stop, its own included (as vLLM counts): never the block's tail
     assert spec["usage"] == plain["usage"]
     text = spec["choices"][0]["message"]["content"]
-    assert spec["usage"]["completion_tokens"] == _count(client, text + "6.")
+    assert spec["usage"]["completion_tokens"] == _count(client, text + "4.")
 
 
 def test_stop_missed_in_block(client: httpx.Client, target_client: httpx.Client) -> None:
     r = post(client, LIST, fault="stop-missed-in-block", **STOP).json()
     choice = r["choices"][0]
     text = choice["message"]["content"]
-    assert "\n6." in text and text.index("\n6.") < len(text) - 40, text
-    assert (choice["finish_reason"], choice["stop_reason"]) == ("length", None)
+    assert "\n4." in text and text.index("\n4.") < len(text) - 40, text
+    # the text goes on to the model's own end, which names no stop string
+    assert choice["stop_reason"] is None
     s = stream(client, LIST, fault="stop-missed-in-block", **STOP)
     assert s.content == text
     # target-only decoding commits one token a round: no block to miss it in
