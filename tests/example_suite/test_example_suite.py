@@ -27,7 +27,8 @@ SUITE = ROOT / "example_suite"
 # the first test a whole run reaches: one streamed request for the first prompt
 SMOKE = ("test_smoke and essay-rivers", "test_smoke.py::test_smoke[essay-rivers]")
 
-# the bundled suite's prompt with a stop sequence (stop ["4."]), the last prompt smoke-tested
+# the bundled suite's prompt with a stop sequence (stop ["4."]); it sits before the last
+# prompt, the one test_deterministic_and_stateless pairs with the first
 STOP_SMOKE = ("test_smoke and list-stop", "test_smoke.py::test_smoke[list-stop]")
 
 # fault injected into the embedded server -> the -k selection of the bundled-suite test that
