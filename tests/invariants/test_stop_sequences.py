@@ -137,3 +137,26 @@ def test_usage_past_the_stop_is_a_usage_mismatch() -> None:
         "the stop)"
     )
     assert _found(c) == []
+
+
+def test_a_stop_before_the_requests_min_tokens_is_no_alarm() -> None:
+    # vLLM looks for no stop before min_tokens (SGLang: min_new_tokens): "2." comes too soon
+    early = _asked(completion(LIST), ["2."], min_tokens=40)
+    assert fake_count(LIST[: LIST.index("2.") + 2]) < 40
+    assert _found(early) == []
+    # past min_tokens the first stop after it must have ended the answer
+    late = _asked(completion(LIST), ["2.", "5."], min_tokens=4)
+    (v,) = _found(late)
+    assert v.evidence["stop"] == "2."
+    # without an exact count nothing shows where min_tokens ended: no alarm
+    approx = "approximation (max(words*4/3, chars/4))"
+    c = completion(LIST, local=None, token_count_source=approx)
+    loose = [x for x in check(_asked(c, ["5."], min_tokens=4)) if x.code == "stop-sequence"]
+    assert loose == []
+
+
+def test_an_echoed_prompt_is_not_judged() -> None:
+    c = _asked(completion(LIST + AFTER), ["6."], echo=True)
+    found = check(c, counter=FakeCounter(), min_tokens=1)
+    assert "stop-sequence" not in [v.code for v in found]
+    assert any(w.startswith("[stop-sequence] withheld: ") for w in found.withheld)

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 from pytest_ddtree.checks.invariants._context import Context, clip, excerpt
 from pytest_ddtree.core.violation import Violation
+from pytest_ddtree.wire.completion import MAX_CHARS_PER_TOKEN
 
 #: request fields with which an engine keeps the matched stop string in the text
 #: (vLLM ``include_stop_str_in_output``, SGLang ``no_stop_trim``)
@@ -63,15 +64,50 @@ def stop_allowance(ctx: Context) -> tuple[int, str | None]:
     return best, which
 
 
-def _first_match(text: str, stops: tuple[str, ...]) -> tuple[int, str] | None:
-    """(where, which) of the stop sequence that matches first in ``text`` (the longest of
-    those starting at the same character)."""
-    best: tuple[int, str] | None = None
+#: request fields below which an engine does not look for stops (vLLM ``min_tokens``,
+#: SGLang ``min_new_tokens``: no stop string or token ends the answer before them)
+MIN_TOKENS_FIELDS = ("min_tokens", "min_new_tokens")
+
+
+def _floor(ctx: Context) -> int:
+    """The tokens the request asked for before any stop may end the answer (0: none)."""
+    body = getattr(ctx.completion.request, "body", None)
+    if not isinstance(body, dict):
+        return 0
+    values = [body.get(k) for k in MIN_TOKENS_FIELDS]
+    return max([v for v in values if isinstance(v, int) and not isinstance(v, bool)] + [0])
+
+
+def _matches(text: str, stops: tuple[str, ...]) -> list[tuple[int, str]]:
+    """(where, which) of every stop sequence in ``text`` (the first 64 of each), in order of
+    place, the longest first among those starting at the same character."""
+    found: list[tuple[int, str]] = []
     for s in stops:
         at = text.find(s)
-        if at >= 0 and (best is None or at < best[0] or (at == best[0] and len(s) > len(best[1]))):
-            best = (at, s)
-    return best
+        while at >= 0 and len(found) < 64 * len(stops):
+            found.append((at, s))
+            at = text.find(s, at + 1)
+    return sorted(found, key=lambda m: (m[0], -len(m[1])))
+
+
+def _past_floor(ctx: Context, prefix: str, floor: int) -> bool:
+    """Whether ``prefix`` (the text up to a stop's end) surely holds more than ``floor``
+    tokens: by an exact count with its slack, else by the fewest tokens its characters can
+    be (never a false alarm)."""
+    n = ctx.exact_count(prefix)
+    if n is None:
+        return len(prefix) // MAX_CHARS_PER_TOKEN > floor
+    return n >= floor + ctx.expect.usage_tolerance_abs
+
+
+def _first_match(ctx: Context, text: str, stops: tuple[str, ...]) -> tuple[int, str] | None:
+    """(where, which) of the stop sequence that must have ended the answer: the first one in
+    ``text`` past the request's ``min_tokens`` (before it the engine looks for none)."""
+    floor = _floor(ctx)
+    for at, stop in _matches(text, stops):
+        if floor <= 0 or _past_floor(ctx, text[: at + len(stop)], floor):
+            return at, stop
+    return None
 
 
 def check_stop_sequences(ctx: Context) -> Iterator[Violation]:
@@ -84,7 +120,13 @@ def check_stop_sequences(ctx: Context) -> Iterator[Violation]:
     finish = ctx.finish
     named = fired_stop(ctx, stops)
     where = getattr(ctx.completion, "stop_field", None) or "the stop field"
-    hit = _first_match(text, stops)
+    body = getattr(ctx.completion.request, "body", None)
+    if isinstance(body, dict) and body.get("echo") is True:
+        # the text starts with the prompt, which may hold a stop sequence of its own
+        ctx.withhold("stop-sequence", "the request asked for echo: the text starts with the prompt")
+        hit = None
+    else:
+        hit = _first_match(ctx, text, stops)
     if hit is not None:
         at, stop = hit
         end = at + len(stop)
