@@ -82,6 +82,10 @@ CODES: dict[str, str] = {
         "log-probabilities asked for are missing, not one per token, not finite and at most 0, "
         "all 0.0, or apart from target-only decoding's"
     ),
+    "stop-sequence": (
+        "a stop sequence of the request inside the content or text after it, or finish_reason "
+        "not 'stop' although the server names the stop that matched"
+    ),
 }
 """Every stable code mapped to a one-line meaning (documentation is generated from it)."""
 
@@ -132,6 +136,8 @@ CODE_LAYERS: dict[str, str | None] = {
     # wrong only under speculation (llama.cpp #27972, vLLM #17876) or in any decoding: the
     # target-only baseline's replay tells which
     "logprobs": None,
+    # the serving stack matches stops; the replay still tells a speculation-only miss
+    "stop-sequence": "server",
 }
 
 #: Codes that judge no layer at all: the answers could not be compared, so neither their

@@ -71,6 +71,14 @@ FAULTS: dict[str, str] = {
     "(speculative decoding only)",
     "tool-call-no-id": "tool calls come without an id, plain and streamed; also in "
     "target-only mode",
+    "stop-missed-in-block": "a stop string that completes inside an accepted draft block, "
+    "before its last token, is not seen and the text goes on past it (SGLang PR #23802; "
+    "speculative decoding only)",
+    "usage-past-stop": "when a stop string completes inside a draft block, the text is "
+    "trimmed at the stop but usage.completion_tokens counts every position the pass verified "
+    "for the block (block_size), the tokens past the stop included (as ik_llama.cpp PR #2358 "
+    "counted the accepted block; speculative decoding only: its plain decode path counts one "
+    "token at a time)",
 }
 
 TEMPLATE_FAULTS = frozenset({"early-eos", "role-leak", "think-leak"})
@@ -88,6 +96,8 @@ SPECULATION_FAULTS = frozenset(
         "grammar-skip",
         "tool-args-dropped",
         "logprobs-zero",
+        "stop-missed-in-block",
+        "usage-past-stop",
     }
 )
 WIRE_FAULTS = frozenset(FAULTS) - TEMPLATE_FAULTS - SPECULATION_FAULTS

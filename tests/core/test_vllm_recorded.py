@@ -315,3 +315,34 @@ def test_what_vllm_does_not_promise_is_said() -> None:
     note = unstated("vllm")
     assert note is not None and "num_spec_steps" in note and "prefill" in note
     assert unstated("ddtree") is None
+
+
+# ---------------------------------------------------------------- stop sequences
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("name", ["chat_plain_stop_string", "chat_stream_stop_string"])
+def test_recorded_stop_string_answers_keep_the_stop_promise(level: str, name: str) -> None:
+    # vLLM trims "dog." from the text and counts its tokens in completion_tokens
+    for c in both_shells(recording(level, name)):
+        assert c.request.body["stop"] == ["dog."]
+        assert (c.finish_reason, c.stop_reason) == ("stop", "dog.")
+        assert "dog." not in c.text
+        assert [v for v in check(c, min_tokens=1) if v.code == "stop-sequence"] == []
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_recorded_answer_that_goes_past_its_stop_is_caught(level: str) -> None:
+    record = recording(level, "chat_plain_stop_string")
+    text = json.loads(record["body"])["choices"][0]["message"]["content"]
+    went_on = record["body"].replace(
+        json.dumps(text), json.dumps(text + "dog. The quick brown fox"), 1
+    )
+    assert went_on != record["body"]
+    (c,) = both_shells(record, went_on)
+    (v,) = [v for v in check(c, min_tokens=1) if v.code == "stop-sequence"]
+    assert v.message == (
+        f"the content holds the stop sequence 'dog.' at character {len(text)} and 20 "
+        "character(s) after it: the answer went on past the stop (finish_reason 'stop', "
+        "choices[0].stop_reason names 'dog.')"
+    )

@@ -34,3 +34,24 @@ def test_no_stop_field_on_openai_routes(ngram: engines.LlamaCppServer, stream: b
         found = [v for v in check(c, counter=counter, min_tokens=32) if v.code == "early-stop"]
         assert len(found) == 1
         assert "stop" not in found[0].evidence and "stop_kind" not in found[0].evidence
+
+
+# the bundled suite's 'list-stop' prompt: SmolLM2 writes "1. Stay hydrated\n2. Eat a balanced
+# diet\n3. Get enough sleep\n" and the stop "4." fires on the fourth item's number
+TIPS = "Write a numbered list of 10 tips for staying healthy."
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_stop_sequence_ends_the_answer_and_passes_the_check(
+    ngram: engines.LlamaCppServer, stream: bool
+) -> None:
+    with httpx.Client() as http, DDTreeClient(ngram.base_url, budget_mode="none") as client:
+        counter = ServerCounter(ngram.root_url, http, shape="llamacpp", model=ngram.model)
+        c = client.chat(TIPS, max_tokens=96, stream=stream, stop=["4."])
+        assert c.finish_reason == "stop" and "4." not in c.text
+        assert c.text.rstrip("\n").splitlines()[-1].startswith("3. "), c.text
+        assert check(c, counter=counter, min_tokens=8) == []
+        # llama.cpp counts the matched stop's own tokens, never a token past it
+        assert c.usage is not None and c.usage.completion_tokens is not None
+        text = counter.count(c.text)
+        assert text <= c.usage.completion_tokens <= text + counter.count("4."), c.usage

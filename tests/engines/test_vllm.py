@@ -122,6 +122,30 @@ def test_a_stop_string_is_named_and_cut(
     assert c.text == text[: text.index(word)]
 
 
+# the bundled suite's 'list-stop' prompt: "1. Stay hydrated\n2. Eat a balanced diet\n3. Get
+# enough sleep\n", then the stop "4." fires on the fourth item's number
+TIPS = "Write a numbered list of 10 tips for staying healthy."
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_a_speculative_stop_passes_the_stop_check(
+    stream: bool, vllm_ngram: engines.EngineProcess, http: httpx.Client
+) -> None:
+    client = client_for(vllm_ngram, http)
+    try:
+        c = client.chat(TIPS, max_tokens=96, stream=stream, stop=["4."])
+        assert client.counter is not None
+        found = check(c, counter=client.counter, min_tokens=8)
+        text, stop = client.counter.count(c.text), client.counter.count("4.")
+    finally:
+        client.close()
+    assert (c.finish_reason, c.stop_reason) == ("stop", "4."), (c.error, c.text)
+    assert "4." not in c.text and c.text.rstrip("\n").splitlines()[-1].startswith("3. ")
+    assert found == [], [v.message for v in found]
+    # vLLM counts the matched stop's own tokens (trimmed from the text), none past it
+    assert c.usage is not None and c.usage.completion_tokens == text + stop
+
+
 def test_a_stop_token_id_is_an_integer(
     vllm_target: engines.EngineProcess, http: httpx.Client
 ) -> None:

@@ -27,6 +27,10 @@ SUITE = ROOT / "example_suite"
 # the first test a whole run reaches: one streamed request for the first prompt
 SMOKE = ("test_smoke and essay-rivers", "test_smoke.py::test_smoke[essay-rivers]")
 
+# the bundled suite's prompt with a stop sequence (stop ["4."]); it sits before the last
+# prompt, the one test_deterministic_and_stateless pairs with the first
+STOP_SMOKE = ("test_smoke and list-stop", "test_smoke.py::test_smoke[list-stop]")
+
 # fault injected into the embedded server -> the -k selection of the bundled-suite test that
 # must catch it, that test's node id in the suite, and the violation code it must fail with
 # (a representative subset: template, speculation, accounting, wire and state faults). Each
@@ -85,9 +89,12 @@ CAUGHT_BY: dict[str, tuple[str, str, str]] = {
         "test_smoke.py::test_smoke[tool-weather]",
         "tool-call",
     ),
+    # the one prompt with a stop sequence; both are speculation-only (see test_stop_faults_*)
+    "stop-missed-in-block": (*STOP_SMOKE, "stop-sequence"),
+    "usage-past-stop": (*STOP_SMOKE, "usage-mismatch"),
 }
 
-# fault -> the layer its failure's diagnosis must name
+# faults whose failure names no layer: the state check judges the repeat alone
 NO_LAYER = frozenset({"state-leak"})
 
 

@@ -501,3 +501,54 @@ def test_logprobs_zero(client: httpx.Client, target_client: httpx.Client) -> Non
     # speculative decoding only
     target = post(target_client, LONG, fault="logprobs-zero", **asked).json()["choices"][0]
     assert any(e["logprob"] < 0 for e in target["logprobs"]["content"])
+
+
+LIST = "Write a numbered list of 10 tips for staying healthy."
+# the list's fourth number completes inside an accepted block, not on its last token (the
+# bundled suite's 'list-stop' prompt)
+STOP = {"stop": ["4."], "max_tokens": 96, "tree_budget": 16}
+
+
+def test_a_stop_inside_a_block_ends_the_answer_and_its_count(
+    client: httpx.Client, target_client: httpx.Client
+) -> None:
+    spec = post(client, LIST, **STOP).json()
+    plain = post(target_client, LIST, **STOP).json()
+    for r in (spec, plain):
+        choice = r["choices"][0]
+        assert (choice["finish_reason"], choice["stop_reason"]) == ("stop", "4.")
+        assert "4." not in choice["message"]["content"]
+    assert spec["choices"][0]["message"] == plain["choices"][0]["message"]
+    # the tokens up to the stop, its own included (as vLLM counts): never the block's tail
+    assert spec["usage"] == plain["usage"]
+    text = spec["choices"][0]["message"]["content"]
+    assert spec["usage"]["completion_tokens"] == _count(client, text + "4.")
+
+
+def test_stop_missed_in_block(client: httpx.Client, target_client: httpx.Client) -> None:
+    r = post(client, LIST, fault="stop-missed-in-block", **STOP).json()
+    choice = r["choices"][0]
+    text = choice["message"]["content"]
+    assert "\n4." in text and text.index("\n4.") < len(text) - 40, text
+    # the text goes on to the model's own end, which names no stop string
+    assert choice["stop_reason"] is None
+    s = stream(client, LIST, fault="stop-missed-in-block", **STOP)
+    assert s.content == text
+    # target-only decoding commits one token a round: no block to miss it in
+    plain = post(target_client, LIST, fault="stop-missed-in-block", **STOP).json()
+    assert plain["choices"] == post(target_client, LIST, **STOP).json()["choices"]
+
+
+def test_usage_past_stop(client: httpx.Client, target_client: httpx.Client) -> None:
+    healthy = post(client, LIST, **STOP).json()
+    r = post(client, LIST, fault="usage-past-stop", **STOP).json()
+    # the text is trimmed at the stop as before; the count holds the block's tail
+    assert r["choices"] == healthy["choices"]
+    past = r["usage"]["completion_tokens"] - healthy["usage"]["completion_tokens"]
+    assert past >= 8, past
+    s = stream(
+        client, LIST, fault="usage-past-stop", stream_options={"include_usage": True}, **STOP
+    )
+    assert s.usage is not None and s.usage["completion_tokens"] == r["usage"]["completion_tokens"]
+    plain = post(target_client, LIST, fault="usage-past-stop", **STOP).json()
+    assert plain["usage"] == post(target_client, LIST, **STOP).json()["usage"]

@@ -15,6 +15,7 @@ from pytest_ddtree.checks.invariants._context import (
     clip,
     excerpt,
 )
+from pytest_ddtree.checks.invariants._stops import stop_allowance
 from pytest_ddtree.checks.invariants._structured import JSON_TRIM_TOKENS, json_asked, json_done
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.wire.completion import MAX_CHARS_PER_TOKEN
@@ -273,6 +274,15 @@ def check_usage(ctx: Context) -> Iterator[Violation]:
             allowed += JSON_TRIM_TOKENS
         off = abs(completion - local) > allowed
         bound = f"±{allowed:.0f}"
+        # an engine may count the matched stop sequence it trimmed from the text (vLLM does)
+        stop_tokens, stop = stop_allowance(ctx)
+        off = local - completion > allowed or completion - local > allowed + stop_tokens
+        bound = f"±{allowed:.0f}" + (
+            f", plus {stop_tokens} for the stop {stop!r}" if stop is not None else ""
+        )
+        if off and completion > local and stop is not None:
+            past = completion - local - stop_tokens
+            bound += f"; {past} token(s) counted past the stop"
     else:
         ratio = e.approx_usage_ratio
         off = (

@@ -153,6 +153,16 @@ class Context:
             return None
         return as_int(n)
 
+    def exact_count(self, text: str) -> int | None:
+        """Tokens of ``text`` by an exact counter, or None (none, or one that failed)."""
+        return self._count(text) if self.counter is not None and self.counter.exact else None
+
+    def count_text(self, text: str) -> int:
+        """Tokens of a short ``text`` (a stop string): the counter's count, else its UTF-8
+        bytes, which no byte-level tokenizer exceeds (an upper bound, never a false alarm)."""
+        n = self.exact_count(text)
+        return n if n is not None else len(text.encode("utf-8"))
+
     def content_ids(self) -> list[int] | None:
         """Token ids of the content from an exact counter, or None: no counter, one
         that only counts, one that failed, or text too long to be worth encoding."""

@@ -15,6 +15,7 @@ from pytest_ddtree.checks.invariants._context import Context
 from pytest_ddtree.checks.invariants._logprobs import check_logprobs
 from pytest_ddtree.checks.invariants._schema import check_schema
 from pytest_ddtree.checks.invariants._stats import check_stats
+from pytest_ddtree.checks.invariants._stops import check_stop_sequences
 from pytest_ddtree.checks.invariants._structured import check_response_format, check_tool_calls
 from pytest_ddtree.checks.invariants._text import (
     check_degenerate,
@@ -43,6 +44,7 @@ _CONTENT_CODES = frozenset(
         "reasoning-only",
         "degenerate",
         "non-printable",
+        "stop-sequence",
         "budget-mismatch",
         "stats-inconsistent",
         "stats-inflated",
@@ -133,6 +135,7 @@ def _content_checks(ctx: Context, skip: frozenset[str], found: list[Violation]) 
     found.extend(check_reasoning(ctx))
     found.extend(check_early_stop(ctx))
     found.extend(check_finish(ctx))
+    found.extend(check_stop_sequences(ctx))
     # decoded with replacement characters, the text is not what the server counted
     if not getattr(ctx.completion, "encoding_error", None):
         found.extend(check_usage(ctx))

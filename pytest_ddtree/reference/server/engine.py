@@ -258,6 +258,18 @@ class _Engine:
         for i, rd in enumerate(gen):
             target = self._round_seconds(i, rd.nodes, budget, cost, result)
             toks, finished_eos = _committed(rd.tokens, model.eos, req.max_tokens - produced)
+            ev = _Event()
+            stop_at = text.feed(
+                toks, rd.states, ev, result, miss_inside="stop-missed-in-block" in faults
+            )
+            stop_hit = stop_at is not None
+            past = 0
+            if stop_at is not None:
+                # the tokens of the block after the stop are not the answer's: not counted
+                if "usage-past-stop" in faults and budget is not None:
+                    # the fault charges every position the pass verified for the block
+                    past = max(len(toks), self.options.block_size) - stop_at
+                toks = toks[:stop_at]
             produced += len(toks)
             if toks:  # a round that only emits the end-of-turn token commits no output
                 result.cycles += 1
@@ -270,9 +282,8 @@ class _Engine:
                 result.first_round_end = now
             else:
                 result.decode_tokens += len(toks)
-            ev = _Event(tokens=len(toks))
-            stop_hit = text.feed(toks, rd.states, ev, result)
-            result.completion_tokens = produced
+            ev.tokens = len(toks)
+            result.completion_tokens = produced + past
             if ev.content:
                 result.content.append(ev.content)
             if ev.reasoning:

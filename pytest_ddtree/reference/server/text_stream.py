@@ -30,8 +30,20 @@ class _TextStream:
         self.nl_pending = ""
         self.held = ""  # content held back while it could still be the start of a stop string
 
-    def feed(self, toks: list[int], states: Any, ev: _Event, result: _Result) -> bool:
-        """One round's tokens into ``ev``; True when a stop string was hit."""
+    def feed(
+        self,
+        toks: list[int],
+        states: Any,
+        ev: _Event,
+        result: _Result,
+        *,
+        miss_inside: bool = False,
+    ) -> int | None:
+        """One round's tokens into ``ev``; when a stop string was hit, how many of them it
+        took to complete it (the tokens after it are not the answer's), else None.
+
+        ``miss_inside`` (the fault ``stop-missed-in-block``): a stop that completes before
+        the round's last token is not seen, and the text goes on past it."""
         for k, tok in enumerate(toks):
             if self.req.logprobs is not None and not self.in_think and k < len(states):
                 result.scored.append((tok, states[k]))
@@ -47,9 +59,9 @@ class _TextStream:
                 self.strip_leading = False
             if self.reasoning_only:
                 ev.reasoning += piece
-            elif self._content(piece, ev, result):
-                return True
-        return False
+            elif self._content(piece, ev, result, blind=miss_inside and k < len(toks) - 1):
+                return k + 1
+        return None
 
     def _think(self, tok: int, ev: _Event) -> None:
         model = self.model
@@ -77,13 +89,18 @@ class _TextStream:
             piece = stripped
         ev.reasoning += piece
 
-    def _content(self, piece: str, ev: _Event, result: _Result) -> bool:
+    def _content(self, piece: str, ev: _Event, result: _Result, *, blind: bool = False) -> bool:
         stops = self.req.stop
         if not stops:
             ev.content += piece
             return False
         held = self.held + piece
         cut = _find_stop(held, stops)
+        if cut is not None and blind:
+            # the stop completed inside the block and was not seen: the text goes on
+            ev.content += held
+            self.held = ""
+            return False
         if cut is not None:
             ev.content += held[:cut]
             result.stop_reason = _stop_at(held, cut, stops)
