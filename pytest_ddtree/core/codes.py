@@ -64,6 +64,11 @@ CODES: dict[str, str] = {
     "seed-ignored": (
         "above temperature 0, the same seed gave different answers, or every seed one answer"
     ),
+    "cold-warm-batched": (
+        "at temperature 0 one request's answer differs cold (a prompt new to the server's "
+        "cache), warm (the same again) or batched (beside other requests), where the target "
+        "was sure"
+    ),
 }
 """Every stable code mapped to a one-line meaning (documentation is generated from it)."""
 
@@ -107,6 +112,8 @@ CODE_LAYERS: dict[str, str | None] = {
     "not-comparable": None,
     "temperature-ignored": "server",
     "seed-ignored": "server",
+    # a prefix cache or a batch may break either layer: the baseline's own run tells
+    "cold-warm-batched": None,
 }
 
 #: Codes that judge no layer at all: the answers could not be compared, so neither their

@@ -57,6 +57,13 @@ FAULTS: dict[str, str] = {
     "(seed and temperature never reach the sampler); also in target-only mode",
     "seed-ignored": "requests above temperature 0 are sampled with a fresh random seed, "
     "never the request's; also in target-only mode",
+    "cold-garble": "a cold prefill (a prompt not all in the prefix cache) garbles the answer: "
+    "every 8th token is a word the target gives no probability; a warm repeat, served from the "
+    "cache, is clean (speculative decoding only: a drafter whose cache a cold prefill leaves "
+    "wrong, as with prefix caching plus MTP)",
+    "batch-garble": "decoding beside other requests garbles the answer: while another request "
+    "is in flight, every 8th token is a word the target gives no probability; alone it is "
+    "clean (speculative decoding only: concurrent speculative decoding)",
     "hang": "the response stalls after a few chunks until the client disconnects, "
     "the server stops, or hang_seconds (default 600 s, longer than any sane read timeout) pass",
 }
@@ -73,6 +80,10 @@ SPECULATION_FAULTS = frozenset(
         "stats-inflated",
         "budget-ignored",
         "state-leak",
+        # prefix caching with speculation (vLLM #43559) and concurrent speculative decoding
+        # (DSpark PR #3): the target-only server is clean, so the baseline replay tells them
+        "cold-garble",
+        "batch-garble",
     }
 )
 WIRE_FAULTS = frozenset(FAULTS) - TEMPLATE_FAULTS - SPECULATION_FAULTS

@@ -22,6 +22,12 @@ as many from the baseline, each with its own seed, and fails with
 ``--ddtree-distribution-alpha``. It runs on the first sweep prompt (long prose, where a
 verifier that favours the drafter shows most), at the largest budget, at each temperature of
 ``--ddtree-temperatures`` above 0 (0.7 when there is none).
+
+A server's prefix cache and its batching must not change an answer either:
+``ddtree_cold_warm_batched`` sends the first sweep prompt at temperature 0, at the largest
+budget, cold (opened by a session line no cache has seen), warm (the same request again) and
+batched (again, while other requests stream beside it), and fails with ``cold-warm-batched``
+when the answers differ where the target was sure (a near-tie is numerics, as above).
 """
 
 from __future__ import annotations
@@ -59,3 +65,12 @@ def test_lossless_in_distribution(
     ddtree_distribution(
         prompt.messages, temperature=sampled_temperature, prompt_id=prompt.id, **prompt.params
     )
+
+
+def test_cold_warm_batched(
+    sweep_prompts: list[Prompt], ddtree_cold_warm_batched: Callable[..., Any]
+) -> None:
+    if not sweep_prompts:
+        pytest.skip("no sweep prompt to send")
+    prompt = sweep_prompts[0]
+    ddtree_cold_warm_batched(prompt.messages, prompt_id=prompt.id, **prompt.params)
