@@ -129,13 +129,14 @@ def new_nonce() -> str:
 
 @dataclass
 class _Other:
-    """One other request of the batch: when it began streaming, whether it finished."""
+    """One other request of the batch: when it began streaming and when its stream ended
+    (finished, failed, or cut once the measured answer was complete)."""
 
     label: str
     started: threading.Event = field(default_factory=threading.Event)
     stop: threading.Event = field(default_factory=threading.Event)
     streaming_at: float | None = None
-    finished_at: float | None = None
+    ended_at: float | None = None
     error: str | None = None
 
     def run(self, http: Any, url: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> None:
@@ -149,7 +150,6 @@ class _Other:
                     if not line.startswith("data:"):
                         continue
                     if line[5:].strip() == "[DONE]":
-                        self.finished_at = time.perf_counter()
                         return
                     events += 1
                     # the first event may carry the role alone: the second is decoded text
@@ -158,10 +158,10 @@ class _Other:
                         self.started.set()
                     if self.stop.is_set():
                         return  # leaving the block closes the stream: the server aborts it
-                self.finished_at = time.perf_counter()
         except Exception as exc:  # the others are load, not judged: their trouble is noted
             self.error = f"{type(exc).__name__}: {summarize_text(str(exc), 100)}"
         finally:
+            self.ended_at = time.perf_counter()
             self.started.set()
 
 
@@ -238,7 +238,7 @@ def send_batched(
             thread.join(timeout=wait)
     sent, done = measured.timings.sent, measured.timings.done
     before = [o for o, _ in threads if o.streaming_at is not None and o.streaming_at <= sent]
-    throughout = [o for o in before if o.finished_at is None or o.finished_at >= done]
+    throughout = [o for o in before if o.ended_at is None or o.ended_at >= done]
     errors = tuple(f"{o.label}: {o.error}" for o, _ in threads if o.error)
     return measured, Batch(len(threads), len(before), len(throughout), errors)
 
