@@ -314,7 +314,7 @@ def judge_cold_warm_batched(
     mode: Lossless,
     *,
     counter: TokenCounter | None = None,
-    probe: Callable[[], Completion] | None = None,
+    probe: Callable[[], Completion] | Sequence[Callable[[], Completion]] | None = None,
 ) -> ColdWarmBatched:
     """Compare the warm and the batched answer with the cold one (see the module).
 
@@ -332,7 +332,9 @@ def judge_cold_warm_batched(
     result = compare_lossless(cold, compared, mode, counter=counter, reference_label="cold answer")
     result = replace(result, outputs=dict(answers), not_comparable=unjudged)
     if result.divergences and probe is not None:
-        result = _with_margins(result, _once(probe), mode, counter)
+        probes = [_once(p) for p in ([probe] if callable(probe) else probe)]
+        if probes:
+            result = _with_margins(result, _usable(probes, result), mode, counter)
     return ColdWarmBatched(nonce, cold, warm, batched, batch, result)
 
 
@@ -346,6 +348,25 @@ def _once(probe: Callable[[], Completion]) -> Callable[[], Completion]:
         return box[0]
 
     return call
+
+
+def _usable(
+    probes: Sequence[Callable[[], Completion]], result: LosslessResult
+) -> Callable[[], Completion]:
+    """The first probe whose answer follows, through every divergence, one of the two
+    answers compared there (else the first: its margin is unknown, with the reason)."""
+    for probe in probes:
+        try:
+            probed = probe()
+        except Exception:
+            continue
+        if all(
+            _follows(probed, result.reference.text, div)
+            or _follows(probed, result.outputs[key].text, div)
+            for key, div in result.divergences.items()
+        ):
+            return probe
+    return probes[0]
 
 
 def _follows(probed: Completion, text: str, div: Divergence) -> bool:
@@ -408,8 +429,9 @@ def run_cold_warm_batched(
     """Send ``prompt`` cold, warm and batched at temperature 0 and compare the answers.
 
     ``concurrency`` C: the batched request goes while C - 1 of ``others`` (cycled) stream,
-    each asking four times ``max_tokens``. ``probe_client`` (default: ``client``) answers the
-    probe for the margin; the target-only baseline when there is one.
+    each asking four times ``max_tokens``. ``probe_client`` (the target-only baseline, when
+    there is one) answers the probe for the margin; the server itself does when it has none,
+    or when the baseline's own answer parts from both answers before their divergence.
     """
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 2:
         raise ValueError(f"concurrency {concurrency!r}: must be an integer >= 2")
@@ -429,15 +451,21 @@ def run_cold_warm_batched(
     batched, batch = send_batched(
         client, fresh, rest, other_max_tokens=4 * max_tokens, tree_budget=tree_budget, **kw
     )
-    target = probe_client or client
-    budget = tree_budget if target is client else None
     fields = {**kw, **probe_fields(client.api), "stream": False}
 
-    def probe() -> Completion:
-        return target.request(fresh, tree_budget=budget, **fields)
+    def own() -> Completion:
+        return client.request(fresh, tree_budget=tree_budget, **fields)
 
+    probes: list[Callable[[], Completion]] = [own]
+    if probe_client is not None and probe_client is not client:
+        baseline = probe_client
+
+        def target() -> Completion:
+            return baseline.request(fresh, **fields)
+
+        probes.insert(0, target)
     return judge_cold_warm_batched(
-        nonce, cold, warm, batched, batch, mode, counter=counter, probe=probe
+        nonce, cold, warm, batched, batch, mode, counter=counter, probe=probes
     )
 
 

@@ -164,3 +164,17 @@ def test_the_session_line_opens_the_prompt_without_changing_the_question() -> No
         *user,
     ]
     assert system[0]["content"] == "Be brief."  # the caller's messages are left alone
+
+
+def test_a_probe_that_parts_from_both_answers_gives_way_to_the_next() -> None:
+    # the baseline's own answer leaves both before the divergence: the server's is read
+    astray = replace(completion("spun of other yarn"), logprobs=())
+    found = judge_cold_warm_batched(
+        "n",
+        *(completion(t) for t in (TARGET, TARGET, FLIPPED)),
+        BATCH,
+        Lossless(),
+        probe=[lambda: astray, lambda: _probe(" from", 4.0)],
+    )
+    (div,) = found.comparison.divergences.values()
+    assert div.margin is not None and div.margin.kind == "confident"
