@@ -170,6 +170,7 @@ FIXTURE_CLASSES = (
     ("ddtree_lossless", "DDTreeLossless"),
     ("ddtree_determinism", "DDTreeDeterminism"),
     ("ddtree_distribution", "DDTreeDistribution"),
+    ("ddtree_cold_warm_batched", "DDTreeColdWarmBatched"),
     ("ddtree_load", "LoadTester"),
 )
 

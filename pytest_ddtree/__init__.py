@@ -7,7 +7,8 @@ producing a misleading number.
 Public API: ``check`` and ``assert_valid`` (the invariants), ``Expectation``,
 ``Completion``, ``Violation``, ``InvariantError``, ``DDTreeClient``, the
 fixture objects ``DDTreeCheck``, ``DDTreeBenchmark``, ``DDTreeSweep``,
-``DDTreeLossless``, ``DDTreeDeterminism``, ``DDTreeDistribution`` and ``LoadTester``
+``DDTreeLossless``, ``DDTreeDeterminism``, ``DDTreeDistribution``,
+``DDTreeColdWarmBatched`` and ``LoadTester``
 (for annotations), and what a load run hands back or raises: ``LoadResult``,
 ``PointStats``, ``LoadPoint``, ``SLO`` and ``LoadError``; what a test of the bundled suite
 annotates or reads: ``Settings``, ``Prompt``, ``PromptSet``, ``PromptFileError``,
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from pytest_ddtree.pytest_plugin.fixtures import (
         DDTreeBenchmark,
         DDTreeCheck,
+        DDTreeColdWarmBatched,
         DDTreeDeterminism,
         DDTreeDistribution,
         DDTreeLossless,
@@ -66,6 +68,7 @@ _EXPORTS = {
     "Usage": "pytest_ddtree.wire.completion",
     "DDTreeBenchmark": "pytest_ddtree.pytest_plugin.fixtures",
     "DDTreeCheck": "pytest_ddtree.pytest_plugin.fixtures",
+    "DDTreeColdWarmBatched": "pytest_ddtree.pytest_plugin.fixtures",
     "DDTreeDeterminism": "pytest_ddtree.pytest_plugin.fixtures",
     "DDTreeDistribution": "pytest_ddtree.pytest_plugin.fixtures",
     "DDTreeLossless": "pytest_ddtree.pytest_plugin.fixtures",
@@ -98,6 +101,7 @@ __all__ = [
     "DDTreeBenchmark",
     "DDTreeCheck",
     "DDTreeClient",
+    "DDTreeColdWarmBatched",
     "DDTreeDeterminism",
     "DDTreeDistribution",
     "DDTreeLossless",

@@ -358,6 +358,14 @@ def ddtree_determinism(_ddtree_gate: fixtures.Gate) -> fixtures.DDTreeDeterminis
 
 
 @pytest.fixture
+def ddtree_cold_warm_batched(_ddtree_gate: fixtures.Gate) -> fixtures.DDTreeColdWarmBatched:
+    """A :class:`~pytest_ddtree.DDTreeColdWarmBatched`: ``(messages, *, concurrency=None)``."""
+    from pytest_ddtree.pytest_plugin.fixtures import DDTreeColdWarmBatched
+
+    return DDTreeColdWarmBatched(_ddtree_gate)
+
+
+@pytest.fixture
 def ddtree_temperature() -> float:
     """The sampling temperature of a timed test: one of ``--ddtree-temperatures``, by which
     tests using ``ddtree_benchmark``, ``ddtree_sweep`` or ``ddtree_load`` are parametrised

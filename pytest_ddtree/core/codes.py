@@ -86,6 +86,11 @@ CODES: dict[str, str] = {
         "a stop sequence of the request inside the content or text after it, or finish_reason "
         "not 'stop' although the server names the stop that matched"
     ),
+    "cold-warm-batched": (
+        "at temperature 0 one request's answer differs cold (a prompt new to the server's "
+        "cache), warm (the same again) or batched (beside other requests), where the target "
+        "was sure"
+    ),
 }
 """Every stable code mapped to a one-line meaning (documentation is generated from it)."""
 
@@ -138,6 +143,8 @@ CODE_LAYERS: dict[str, str | None] = {
     "logprobs": None,
     # the serving stack matches stops; the replay still tells a speculation-only miss
     "stop-sequence": "server",
+    # a prefix cache or a batch may break either layer: the baseline's own run tells
+    "cold-warm-batched": None,
 }
 
 #: Codes that judge no layer at all: the answers could not be compared, so neither their

@@ -91,6 +91,7 @@ def start_llamacpp(
     port: int = 0,
     metrics: bool = True,
     http_threads: int | None = None,
+    parallel: int = 1,
 ) -> LlamaCppServer:
     """Start llama.cpp's server on ``127.0.0.1:port`` (0: a free port).
 
@@ -98,7 +99,8 @@ def start_llamacpp(
     self-speculation, no second model) or ``draft`` (``draft_model``, by
     default the target itself). ``draft_max`` caps the draft length.
     ``chat_template`` replaces the model's Jinja chat template. ``/metrics``
-    is on unless ``metrics`` is False. Raises ``RuntimeError`` (one line)
+    is on unless ``metrics`` is False. ``parallel`` slots decode that many requests in one
+    batch (each slot keeps ``n_ctx`` tokens of context). Raises ``RuntimeError`` (one line)
     when the engine does not start.
     """
     xllamacpp: Any = importlib.import_module("xllamacpp")
@@ -115,8 +117,10 @@ def start_llamacpp(
     params.model_alias = {alias}
     params.cpuparams.n_threads = threads
     params.cpuparams_batch.n_threads = threads
-    params.n_ctx = n_ctx
-    params.n_parallel = 1
+    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+        raise ValueError(f"parallel: expected an integer >= 1, got {parallel!r}")
+    params.n_ctx = n_ctx * parallel
+    params.n_parallel = parallel
     params.hostnames = ["127.0.0.1"]
     params.port = port
     params.warmup = False
@@ -183,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8080, help="0 picks a free port")
     parser.add_argument("--threads", type=int, default=1, help="one per core you can spare")
     parser.add_argument("--chat-template-file", help="a Jinja chat template to use instead")
+    parser.add_argument(
+        "--parallel", type=int, default=1, help="slots: requests decoded in one batch"
+    )
     args = parser.parse_args(argv)
     if args.model is None and (problem := missing()) is not None:
         parser.exit(2, f"error: {problem}\n")
@@ -204,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             alias=args.alias,
             threads=args.threads,
             port=args.port,
+            parallel=args.parallel,
         )
     except (RuntimeError, ValueError) as exc:
         parser.exit(2, f"error: {exc}\n")

@@ -58,6 +58,7 @@ ENDPOINT_FIXTURES = frozenset(
         "ddtree_lossless",
         "ddtree_determinism",
         "ddtree_distribution",
+        "ddtree_cold_warm_batched",
         "ddtree_load",
     }
 )

@@ -92,7 +92,8 @@ class CostModel:
         return self.verify_seconds(0)
 
     def prefill_seconds(self, prompt_tokens: int) -> float:
-        """Cost of the prefill pass that also yields the first token."""
+        """Cost of the prefill pass that also yields the first token, over the
+        ``prompt_tokens`` it computes (the server's prefix cache spares the ones it holds)."""
         ms = self.prefill_ms_per_token * prompt_tokens + self.verify_base_ms
         return ms * self.slowdown / 1000.0
 

@@ -59,6 +59,13 @@ FAULTS: dict[str, str] = {
     "never the request's; also in target-only mode",
     "logprobs-zero": "every log-probability (the chosen token's and its alternatives') is "
     "0.0, as llama.cpp #27972 and vLLM #17876 (speculative decoding only)",
+    "cold-garble": "a cold prefill (a prompt not all in the prefix cache) garbles the answer: "
+    "every 8th token is a word the target gives no probability; a warm repeat, served from the "
+    "cache, is clean (speculative decoding only: a drafter whose cache a cold prefill leaves "
+    "wrong, as with prefix caching plus MTP)",
+    "batch-garble": "decoding beside other requests garbles the answer: while another request "
+    "is in flight, every 8th token is a word the target gives no probability; alone it is "
+    "clean (speculative decoding only: concurrent speculative decoding)",
     "hang": "the response stalls after a few chunks until the client disconnects, "
     "the server stops, or hang_seconds (default 600 s, longer than any sane read timeout) pass",
     "grammar-skip": "above budget 64 the verifier accepts once a drafted token the grammar "
@@ -98,6 +105,10 @@ SPECULATION_FAULTS = frozenset(
         "logprobs-zero",
         "stop-missed-in-block",
         "usage-past-stop",
+        # prefix caching with speculation (vLLM #43559) and concurrent speculative decoding
+        # (DSpark PR #3): the target-only server is clean, so the baseline replay tells them
+        "cold-garble",
+        "batch-garble",
     }
 )
 WIRE_FAULTS = frozenset(FAULTS) - TEMPLATE_FAULTS - SPECULATION_FAULTS

@@ -207,6 +207,7 @@ class ReferenceModel:
         ] = {}
         self._tree_cache: OrderedDict[tuple[int, int, int, int], _Tree] = OrderedDict()
         self._lock = Lock()
+        self._foreign: tuple[int, ...] | None = None
         self._topic_words = {i: frozenset(t.keywords) for i, t in enumerate(TOPICS)}
         for name, words in _EXTRA_KEYWORDS.items():
             self._topic_words[TABLE_NAMES.index(name)] = frozenset(words)
@@ -633,6 +634,34 @@ class ReferenceModel:
             return None
         mine = dist[tok]
         return next((t for t, lp in dist.items() if t != tok and abs(lp - mine) < 1e-9), None)
+
+    def foreign_token(self, plan: GenerationPlan, s: _State) -> int | None:
+        """A whole-word token the target gives no probability in state ``s``, where it is free
+        to choose (None where a rule decides the token): the corrupted step of a faulty server.
+
+        Chosen from the vocabulary's alphabetic words by the state's position, so one state
+        always gets the same token.
+        """
+        dist = self._candidates(plan, s)
+        if dist is None:
+            return None
+        words = self._foreign_words()
+        start = s[0] * 7919 % len(words)
+        for k in range(len(words)):
+            tok = words[(start + k) % len(words)]
+            if tok not in dist:
+                return tok
+        return None
+
+    def _foreign_words(self) -> tuple[int, ...]:
+        with self._lock:
+            if self._foreign is None:
+                self._foreign = tuple(
+                    i
+                    for i, p in enumerate(self.pieces)
+                    if p[:1] == b" " and len(p) >= 5 and p[1:].isalpha() and p[1:].islower()
+                )
+            return self._foreign
 
     # ---------------------------------------------------------------- decoding
 

@@ -28,6 +28,12 @@ token) at the largest budget: streamed, they must be there, one per generated to
 at most 0 and not all 0.0 (``logprobs``); then ``ddtree_lossless`` asks the server and the
 baseline for them at temperature 0, and where both chose the same token they must agree
 within the tolerance measured on real engines.
+
+A server's prefix cache and its batching must not change an answer either:
+``ddtree_cold_warm_batched`` sends the first sweep prompt at temperature 0, at the largest
+budget, cold (opened by a session line no cache has seen), warm (the same request again) and
+batched (again, while other requests stream beside it), and fails with ``cold-warm-batched``
+when the answers differ where the target was sure (a near-tie is numerics, as above).
 """
 
 from __future__ import annotations
@@ -99,3 +105,12 @@ def test_logprobs(
         budgets=None if budget is None else [budget],
         **fields,
     )
+
+
+def test_cold_warm_batched(
+    sweep_prompts: list[Prompt], ddtree_cold_warm_batched: Callable[..., Any]
+) -> None:
+    if not sweep_prompts:
+        pytest.skip("no sweep prompt to send")
+    prompt = sweep_prompts[0]
+    ddtree_cold_warm_batched(prompt.messages, prompt_id=prompt.id, **prompt.params)

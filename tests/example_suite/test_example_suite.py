@@ -92,6 +92,19 @@ CAUGHT_BY: dict[str, tuple[str, str, str]] = {
     # the one prompt with a stop sequence; both are speculation-only (see test_stop_faults_*)
     "stop-missed-in-block": (*STOP_SMOKE, "stop-sequence"),
     "usage-past-stop": (*STOP_SMOKE, "usage-mismatch"),
+    # every prompt's first request is cold and garbled too, but passes each check alone (a
+    # whole run passes the 35 tests before it): only the cold/warm comparison catches it
+    "cold-garble": (
+        "test_cold_warm_batched",
+        "test_lossless.py::test_cold_warm_batched",
+        "cold-warm-batched",
+    ),
+    # the load test's answers are garbled too, but it runs later and checks each one alone
+    "batch-garble": (
+        "test_cold_warm_batched",
+        "test_lossless.py::test_cold_warm_batched",
+        "cold-warm-batched",
+    ),
 }
 
 # faults whose failure names no layer: the state check judges the repeat alone

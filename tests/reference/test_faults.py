@@ -6,6 +6,7 @@ import json
 import re
 import threading
 import time
+import uuid
 from typing import Any
 
 import httpx
@@ -19,7 +20,7 @@ from pytest_ddtree.reference import (
     start_reference_server,
 )
 
-from ._helpers import LONG, SHORT, post, stream
+from ._helpers import LONG, SHORT, chat_body, post, stream
 
 ROLE_LEAK = re.compile(r"<\|im_start\|>user|\nuser:")
 
@@ -552,3 +553,48 @@ def test_usage_past_stop(client: httpx.Client, target_client: httpx.Client) -> N
     assert s.usage is not None and s.usage["completion_tokens"] == r["usage"]["completion_tokens"]
     plain = post(target_client, LIST, fault="usage-past-stop", **STOP).json()
     assert plain["usage"] == post(target_client, LIST, **STOP).json()["usage"]
+
+
+def test_cold_garble_strikes_a_cold_prefill_only(client: httpx.Client) -> None:
+    # a prompt no earlier test sent: its first request is a cold prefill, its repeat is warm
+    prompt = f"Session {uuid.uuid4().hex}. {LONG}"
+    cold = post(client, prompt, fault="cold-garble").json()
+    warm = post(client, prompt, fault="cold-garble").json()
+    healthy = post(client, prompt).json()
+    assert warm["choices"] == healthy["choices"]
+    assert cold["choices"][0]["message"]["content"] != healthy["choices"][0]["message"]["content"]
+    # prose with wrong words: as long, and ending as the clean answer does
+    assert cold["usage"] == healthy["usage"]
+    assert cold["choices"][0]["finish_reason"] == healthy["choices"][0]["finish_reason"]
+
+
+def test_batch_garble_strikes_beside_another_request_only() -> None:
+    with (
+        start_reference_server() as srv,  # simulated latency: the other request lasts
+        httpx.Client(base_url=srv.base_url, timeout=30) as c,
+    ):
+        alone = _content(post(c, SHORT, fault="batch-garble"))
+        assert alone == _content(post(c, SHORT))
+        streaming, stop = threading.Event(), threading.Event()
+
+        def other() -> None:
+            body = {**chat_body(LONG, stream=True), "max_tokens": 4000}
+            with (
+                httpx.Client(base_url=srv.base_url, timeout=30) as o,
+                o.stream("POST", "/chat/completions", json=body) as r,
+            ):
+                for n, _ in enumerate(r.iter_lines()):
+                    if n >= 4:
+                        streaming.set()
+                    if stop.is_set():
+                        return
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        try:
+            assert streaming.wait(30)
+            batched = _content(post(c, SHORT, fault="batch-garble"))
+        finally:
+            stop.set()
+            thread.join(30)
+    assert batched != alone

@@ -22,6 +22,7 @@ from prometheus_client import (
 from ..cost import Accelerator, CostModel, jitter_factor
 from ..faults import SPECULATION_FAULTS, TEMPLATE_FAULTS, parse_faults
 from ..model import GenerationPlan, get_model
+from ..prefix_cache import Prefill, PrefixCache
 from ..request import (
     Request,
 )
@@ -33,6 +34,11 @@ _MODEL_FAULTS = frozenset(
 )  # applied inside the model itself
 #: the grammar-skip fault strikes above this budget (as the lossy fault does)
 _GRAMMAR_SKIP_ABOVE = 64
+
+#: the garbling faults corrupt one committed token in every ``_GARBLE_EVERY``, from the
+#: ``_GARBLE_AT``-th of the answer on (a token the target gives no probability, in place of its
+#: own: the output reads as prose with wrong words in it, which no check of one answer sees)
+_GARBLE_EVERY, _GARBLE_AT = 8, 3
 
 
 @dataclass
@@ -68,6 +74,8 @@ class _Result:
     #: were asked for
     scored: list[tuple[int, Any]] = field(default_factory=list)
     plan: GenerationPlan | None = None
+    #: the prompt's prefill: how much of it the prefix cache held
+    prefill: Prefill | None = None
     slot: int = 0  # handle on the shared accelerator while generating
     received: float = 0.0  # when the request arrived (perf_counter)
     first_content_sent: float | None = None  # when its first content chunk was written
@@ -146,6 +154,8 @@ class _Engine:
         self._rng = random.Random(options.seed)
         # concurrent requests share one simulated accelerator (a batch on a GPU)
         self.accelerator = Accelerator()
+        # prompts prefilled before, as a real engine's automatic prefix caching keeps them
+        self.prefix_cache = PrefixCache()
         self.metrics = _Metrics(options.model_id)
 
     def cost_now(self) -> CostModel:
@@ -232,7 +242,9 @@ class _Engine:
         plan = result.plan = self.make_plan(req, faults)
         budget = result.tree_budget = self._budget(req, faults)
         cost = self.cost_now()
-        result.prompt_tokens = len(model.encode(req.rendered))
+        prompt_ids = model.encode(req.rendered)
+        result.prompt_tokens = len(prompt_ids)
+        result.prefill = self.prefix_cache.prefill(prompt_ids)
         text = _TextStream(model, req, hide_reasoning=plan.think and req.think, faults=faults)
         produced = 0
         tail: list[int] = []
@@ -258,6 +270,8 @@ class _Engine:
         for i, rd in enumerate(gen):
             target = self._round_seconds(i, rd.nodes, budget, cost, result)
             toks, finished_eos = _committed(rd.tokens, model.eos, req.max_tokens - produced)
+            if i > 0 and self._garbles(faults, budget, result):
+                toks = self._garble(plan, toks, rd.states, produced)
             ev = _Event()
             stop_at = text.feed(
                 toks, rd.states, ev, result, miss_inside="stop-missed-in-block" in faults
@@ -331,7 +345,9 @@ class _Engine:
         """The simulated time of round ``i``: the prefill, then draft and verification."""
         if i == 0:
             self.accelerator.step(result.slot, 0)
-            return cost.prefill_seconds(result.prompt_tokens)
+            prefill = result.prefill
+            computed = result.prompt_tokens if prefill is None else prefill.computed_tokens
+            return cost.prefill_seconds(computed)
         if budget is None:
             # one token, no tree; the pass still carries the trees of the batch
             return cost.verify_seconds(self.accelerator.step(result.slot, 0))
@@ -340,6 +356,32 @@ class _Engine:
         result.draft_seconds += cost.draft_seconds()
         result.verify_seconds += verify
         return cost.draft_seconds() + verify
+
+    def _garbles(self, faults: frozenset[str], budget: int | None, result: _Result) -> bool:
+        """True when a garbling fault strikes this decode round (speculative decoding only).
+
+        ``cold-garble``: the prompt was not all in the prefix cache (a cold prefill);
+        ``batch-garble``: another request is in flight on the accelerator beside this one.
+        """
+        if budget is None or not faults & {"cold-garble", "batch-garble"}:
+            return False
+        if "cold-garble" in faults and result.prefill is not None and result.prefill.cold:
+            return True
+        return "batch-garble" in faults and self.accelerator.in_flight > 1
+
+    def _garble(
+        self, plan: GenerationPlan, toks: list[int], states: tuple[Any, ...], produced: int
+    ) -> list[int]:
+        """``toks`` with a token the target gives no probability at every ``_GARBLE_EVERY``-th
+        position of the answer (from ``_GARBLE_AT``); the decoding goes on from the target's
+        own token, as a corrupted logit row leaves the cache intact."""
+        out = list(toks)
+        for k in range(min(len(toks), len(states))):
+            if (produced + k) % _GARBLE_EVERY == _GARBLE_AT:
+                junk = self.model.foreign_token(plan, states[k])
+                if junk is not None:
+                    out[k] = junk
+        return out
 
     def _pace(self, deadline: float) -> tuple[float, float]:
         """Sleep until ``deadline`` when latency is simulated; (the next deadline base, now)."""

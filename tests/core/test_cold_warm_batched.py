@@ -1,0 +1,180 @@
+"""The cold/warm/batched comparison: equal, a near-tie, a real difference, not comparable."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from pytest_ddtree.checks.coldwarm import (
+    BATCHED,
+    WARM,
+    Batch,
+    ColdWarmBatched,
+    cold_warm_batched_header,
+    cold_warm_batched_violations,
+    diagnose_cold_warm_batched,
+    judge_cold_warm_batched,
+    near_tie_warnings,
+    with_nonce,
+)
+from pytest_ddtree.core.settings import Lossless
+from pytest_ddtree.wire.completion import Completion, TokenLogprob
+from tests.invariants.factories import completion
+
+NEAR_TIE = Lossless()
+BATCH = Batch(others=3, streaming_before=3, throughout=3)
+TARGET = "woven from the threads of the river"
+FLIPPED = "woven with the threads of the river"
+
+
+def _tok(token: str, lp: float, top: list[tuple[str, float]]) -> TokenLogprob:
+    return TokenLogprob(token, lp, token.encode(), tuple((t, v, t.encode()) for t, v in top))
+
+
+def _probe(second: str, gap: float) -> Completion:
+    """The target's answer with log-probabilities: ``second`` at token 1, ``gap`` nats over
+    the other of ' from' / ' with'."""
+    other = " with" if second == " from" else " from"
+    entries = [
+        _tok("woven", -0.1, [("woven", -0.1)]),
+        _tok(second, -0.7, [(second, -0.7), (other, -0.7 - gap), (" of", -9.0)]),
+        *(_tok(t, -0.1, [(t, -0.1)]) for t in (" the", " threads", " of", " the", " river")),
+    ]
+    text = "".join(e.token for e in entries)
+    return replace(completion(text), logprobs=tuple(entries))
+
+
+def _judge(
+    cold: str,
+    warm: str,
+    batched: str,
+    *,
+    probe: Completion | None = None,
+    mode: Lossless = NEAR_TIE,
+    batch: Batch = BATCH,
+    **answer: object,
+) -> ColdWarmBatched:
+    comps = [completion(t, **answer) for t in (cold, warm, batched)]  # type: ignore[arg-type]
+    return judge_cold_warm_batched(
+        "abc123", *comps, batch, mode, probe=None if probe is None else (lambda: probe)
+    )
+
+
+def test_equal_answers_pass() -> None:
+    found = _judge(TARGET, TARGET, TARGET)
+    assert found.ok
+    assert cold_warm_batched_violations(found) == []
+
+
+def test_a_near_tie_is_numerics_a_warning_in_near_tie_mode() -> None:
+    found = _judge(TARGET, FLIPPED, TARGET, probe=_probe(" from", 0.02))
+    assert cold_warm_batched_violations(found) == []
+    assert list(found.comparison.near_ties) == [WARM]
+    (warning,) = near_tie_warnings(found)
+    assert "the warm answer differs from the cold answer at character 6" in warning
+    assert "0.02 nats apart" in warning and "a numerical near-tie" in warning
+
+
+def test_a_near_tie_is_read_on_the_side_the_probe_follows() -> None:
+    # the target itself goes ' with', as the warm answer does: the cold one flipped the tie
+    found = _judge(TARGET, FLIPPED, FLIPPED, probe=_probe(" with", 0.02))
+    assert cold_warm_batched_violations(found) == []
+    assert sorted(found.comparison.near_ties) == [WARM, BATCHED]
+
+
+def test_exact_mode_fails_a_near_tie_and_blames_no_layer() -> None:
+    found = _judge(TARGET, FLIPPED, TARGET, probe=_probe(" from", 0.02), mode=Lossless("exact"))
+    (v,) = cold_warm_batched_violations(found)
+    assert v.code == "cold-warm-batched"
+    assert v.evidence["divergence"] == "near-tie"
+    diagnosis = diagnose_cold_warm_batched(found, None)
+    assert diagnosis.verdict == "undetermined"
+    assert diagnosis.reason.startswith("numerical near-tie: the warm answer differs")
+
+
+def test_a_real_difference_fails_with_the_margin() -> None:
+    found = _judge(TARGET, TARGET, FLIPPED, probe=_probe(" from", 4.0))
+    (v,) = cold_warm_batched_violations(found)
+    assert v.code == "cold-warm-batched"
+    assert v.message.startswith("the batched answer differs from the cold answer at character 6")
+    assert "the target was sure (margin 4 nats" in v.message
+    assert v.evidence["batch"] == BATCH.describe()
+    assert cold_warm_batched_header(found).endswith("the batched answer differs from the cold one")
+
+
+def test_the_cold_answer_alone_differs() -> None:
+    found = _judge(FLIPPED, TARGET, TARGET, probe=_probe(" from", 4.0))
+    assert sorted(found.comparison.divergences) == [WARM, BATCHED]
+    # the probe follows the warm answers: the margin is read from their side
+    assert all(
+        d.margin and d.margin.kind == "confident" for d in found.comparison.divergences.values()
+    )
+    assert "the cold answer differs from the warm and the batched one" in (
+        cold_warm_batched_header(found)
+    )
+
+
+def test_the_baseline_run_names_the_layer() -> None:
+    found = _judge(TARGET, TARGET, FLIPPED, probe=_probe(" from", 4.0))
+    clean = _judge(TARGET, TARGET, TARGET)
+    assert diagnose_cold_warm_batched(found, clean).verdict == "speculation"
+    assert diagnose_cold_warm_batched(found, found).verdict == "server"
+    assert diagnose_cold_warm_batched(found, None).verdict == "undetermined"
+
+
+def test_an_answer_cut_short_is_not_comparable() -> None:
+    cold = completion(TARGET)
+    broken = completion(FLIPPED, status=500, error="HTTP 500")
+    found = judge_cold_warm_batched("n", cold, broken, cold, BATCH, Lossless())
+    (v,) = cold_warm_batched_violations(found)
+    assert v.code == "not-comparable"
+    assert "the warm answer did not arrive whole (http" in v.message
+    assert diagnose_cold_warm_batched(found, None).verdict == "undetermined"
+    assert cold_warm_batched_header(found).startswith("not comparable:")
+
+
+def test_a_difference_past_the_end_of_an_answer_cut_by_max_tokens_is_not_judged() -> None:
+    cold = completion("woven from the", finish="length", tokens=3)
+    longer = completion(TARGET, finish="stop")
+    found = judge_cold_warm_batched("n", cold, cold, longer, BATCH, Lossless())
+    (v,) = cold_warm_batched_violations(found)
+    assert v.code == "not-comparable"
+    assert "the cold answer was cut by max_tokens at 3 tokens where the other goes on" in v.message
+
+
+@pytest.mark.parametrize("throughout", [0])
+def test_a_batched_answer_nothing_was_decoded_beside_is_not_comparable(throughout: int) -> None:
+    lonely = Batch(others=3, streaming_before=1, throughout=throughout)
+    found = _judge(TARGET, TARGET, FLIPPED, batch=lonely)
+    (v,) = cold_warm_batched_violations(found)
+    assert v.code == "not-comparable"
+    assert "no other request was decoded beside the batched one (3 other request(s): 1" in (
+        v.message
+    )
+
+
+def test_the_session_line_opens_the_prompt_without_changing_the_question() -> None:
+    assert with_nonce("Why?", "ab") == "Session ab.\n\nWhy?"
+    user = [{"role": "user", "content": "Why?"}]
+    assert with_nonce(user, "ab") == [{"role": "system", "content": "Session ab."}, *user]
+    system = [{"role": "system", "content": "Be brief."}, *user]
+    assert with_nonce(system, "ab") == [
+        {"role": "system", "content": "Session ab.\n\nBe brief."},
+        *user,
+    ]
+    assert system[0]["content"] == "Be brief."  # the caller's messages are left alone
+
+
+def test_a_probe_that_parts_from_both_answers_gives_way_to_the_next() -> None:
+    # the baseline's own answer leaves both before the divergence: the server's is read
+    astray = replace(completion("spun of other yarn"), logprobs=())
+    found = judge_cold_warm_batched(
+        "n",
+        *(completion(t) for t in (TARGET, TARGET, FLIPPED)),
+        BATCH,
+        Lossless(),
+        probe=[lambda: astray, lambda: _probe(" from", 4.0)],
+    )
+    (div,) = found.comparison.divergences.values()
+    assert div.margin is not None and div.margin.kind == "confident"
