@@ -192,6 +192,10 @@ class Batch:
         )
 
 
+#: batched attempts before a batched answer no other request overlapped is not comparable
+BATCH_ATTEMPTS = 3
+
+
 def send_batched(
     client: DDTreeClient,
     prompt: Messages,
@@ -448,9 +452,15 @@ def run_cold_warm_batched(
     cold = client.request(fresh, tree_budget=tree_budget, **kw)
     warm = client.request(fresh, tree_budget=tree_budget, **kw)
     rest = [others[i % len(others)] for i in range(concurrency - 1)]
-    batched, batch = send_batched(
-        client, fresh, rest, other_max_tokens=4 * max_tokens, tree_budget=tree_budget, **kw
-    )
+    # a fast server can finish the others before the measured answer: that attempt says
+    # nothing about batching (the client's timing, not the server's fault), so it is sent
+    # again, a bounded number of times, before the batched answer is called not comparable
+    for _ in range(BATCH_ATTEMPTS):
+        batched, batch = send_batched(
+            client, fresh, rest, other_max_tokens=4 * max_tokens, tree_budget=tree_budget, **kw
+        )
+        if batch.batched:
+            break
     fields = {**kw, **probe_fields(client.api), "stream": False}
 
     def own() -> Completion:
