@@ -398,8 +398,8 @@ def short_crash_line(
 def write_answer(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     """The run's answer, last (after pytest-benchmark's tables): the recommendation with its
     reason, what the load test adds to it, and what was skipped, in a few lines."""
-    if session.is_worker:
-        return
+    if session.is_worker or session.runtime is None:
+        return  # a run that never talked to an endpoint has no answer to give
     lines = answer_lines(session) + skip_lines(tr)
     if not lines:
         return
