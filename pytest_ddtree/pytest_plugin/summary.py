@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_ddtree.core.budget import group_order
+from pytest_ddtree.core.budget import budget_order, group_order
 from pytest_ddtree.core.dialects import AUTO, asks_statistics
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.pytest_plugin.runtime import Runtime
@@ -398,7 +398,9 @@ def short_crash_line(
 def write_answer(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     """The run's answer, last (after pytest-benchmark's tables): the recommendation with its
     reason, what the load test adds to it, and what was skipped, in a few lines."""
-    if session.is_worker or session.runtime is None:
+    if session.is_worker:
+        return
+    if session.runtime is None and not session.summaries and not session.load_results:
         return  # a run that never talked to an endpoint has no answer to give
     lines = answer_lines(session) + skip_lines(tr)
     if not lines:
@@ -422,7 +424,9 @@ def answer_lines(session: DDTreeSession) -> list[str]:
             if rec.tree_budget is not None or (rec.decided and rec.decode_median is not None):
                 sweep_answer = budget_label(rec.tree_budget)
             elif rec.either:
-                sweep_answer = " or ".join(budget_label(b) for b in rec.either)
+                sweep_answer = " or ".join(
+                    budget_label(b) for b in sorted(rec.either, key=budget_order)
+                )
     for test in session.load_results:
         lines.append(load_answer(test.nodeid, test.schedule, sweep_answer))
     return lines

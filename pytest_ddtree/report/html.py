@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_ddtree.core import __version__
+from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.measure.sweep import (
     BudgetStats,
     DiagnosisRecord,
@@ -648,7 +649,7 @@ def _cards(run: SweepRun, summary: SweepSummary) -> str:
         big, sub = "—", "no valid timings"
     elif rec.either:
         # no single winner, but the answer is known: the budgets that cannot be told apart
-        big = escape(" or ".join(budget_label(b) for b in rec.either))
+        big = escape(" or ".join(budget_label(b) for b in sorted(rec.either, key=budget_order)))
         sub = f"either one; tree_budget {budget_label(rec.leader)} led (n={rec.n})"
     elif not rec.decided:
         # no forced winner: the leader is named as such, with its n
