@@ -90,6 +90,7 @@ __all__ = [
     "NOT_WHOLE_ADVICE",
     "NO_BASELINE_ADVICE",
     "NO_BASELINE_LOSSY_ADVICE",
+    "PATH_CODES",
     "PROMPT_MISMATCH_ADVICE",
     "REJECTED_ADVICE",
     "SAMPLED_ADVICE",
@@ -140,6 +141,22 @@ _FOLLOWERS = frozenset({"overrun", "finish-reason", "empty"})
 # Codes that describe the speculation statistics: a target-only baseline has
 # no meaningful counterpart, so they never count as "the baseline fails too".
 STATS_CODES = frozenset({"budget-mismatch", "stats-inconsistent", "stats-inflated"})
+# Codes that judge the text a decoding path wrote (its length, leaks, loops, characters): a
+# sampled answer, or one that left the target's path at a near-tie, may write another text,
+# so the baseline's replay is evidence about them only where the paths are comparable.
+PATH_CODES = frozenset(
+    {
+        "empty",
+        "early-stop",
+        "finish-reason",
+        "role-leak",
+        "special-token-leak",
+        "reasoning-leak",
+        "reasoning-only",
+        "degenerate",
+        "non-printable",
+    }
+)
 # Codes that only exist for speculation and are a wrapper problem by definition.
 SPECULATION_ONLY = frozenset({"not-lossless"})
 
@@ -366,10 +383,20 @@ class Diagnoser:
                 TEMPLATE_ADVICE,
                 base_codes,
             )
-        if completion.request.temperature > 0:
+        # the new rules judge the text a (flipped or sampled) path wrote; statistics,
+        # accounting, wire and structure failures keep the replay's verdict
+        of_the_text = bool(codes) and set(codes) <= PATH_CODES
+        if completion.request.temperature > 0 and of_the_text:
             return _sampled(completion, codes, base_codes)
         if not base_codes:
-            return self._parted(completion, replay, codes)
+            if of_the_text and completion.request.temperature == 0:
+                return self._parted(completion, replay, codes)
+            return Diagnosis(
+                "speculation",
+                f"the target-only baseline passes every check ({', '.join(codes)} only "
+                "with speculation)",
+                SPECULATION_ADVICE,
+            )
         return Diagnosis(
             "undetermined",
             f"the baseline fails differently ({', '.join(base_codes)} instead of "

@@ -61,6 +61,9 @@ class Prompt:
             return "a conversation needs --ddtree-api chat"
         if self.params.get("tools"):
             return "tool calls need --ddtree-api chat"
+        if "logprobs" in self.params or "top_logprobs" in self.params:
+            # the chat form (true, top_logprobs); the completions API takes a count instead
+            return "logprobs as a prompt field (true, top_logprobs) need --ddtree-api chat"
         return None
 
     @property

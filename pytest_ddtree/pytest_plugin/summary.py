@@ -445,6 +445,11 @@ def load_answer(nodeid: str, schedule: Schedule, sweep: str | None) -> str:
         else ""
     )
     labels = {c.label for c in picks}
+    if sweep is not None and " or " in sweep and labels <= set(sweep.split(" or ")):
+        return (
+            f"under load ({nodeid}): {text}, one of the sweep's tree_budget={sweep} at every "
+            f"load point.{shaky}"
+        )
     if sweep is None:
         return f"under load ({nodeid}): {text} (by median TPOT at each load point).{shaky}"
     if labels == {sweep}:

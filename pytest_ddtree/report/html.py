@@ -777,7 +777,7 @@ table.stats th:first-child,table.stats td:first-child{text-align:left}
 table.stats th:last-child,table.stats td:last-child{text-align:left}
 .table-scroll{overflow-x:auto}
 table.load-points th,table.load-points td{padding:5px 6px;white-space:nowrap}
-ol.notes{font-size:12px;color:var(--muted);margin:8px 0 0;padding-left:22px;max-width:none}
+ul.notes{font-size:12px;color:var(--muted);margin:8px 0 0;padding-left:0;list-style:none}
 table.invalid-table td,table.invalid-table th{text-align:left}
 td.msg{font-size:12px}
 tr.row-bad td{background:var(--bad-bg)}

@@ -146,7 +146,7 @@ def _table(stats: Sequence[PointStats]) -> str:
     return (
         '<div class="table-scroll"><table class="stats load-points"><thead>'
         f"<tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
-        + (f'<ol class="notes load-client-notes">{listed}</ol>' if notes else "")
+        + (f'<ul class="notes load-client-notes">{listed}</ul>' if notes else "")
     )
 
 

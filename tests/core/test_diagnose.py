@@ -327,3 +327,31 @@ def test_a_sampled_replay_is_not_evidence_against_speculation(
     assert found.reason.startswith("not comparable: sampled (temperature 0.7)"), found.reason
     assert "speculative-decoding layer" not in found.render()
     assert "test_lossless_in_distribution" in found.advice
+
+
+def test_a_failure_that_is_not_of_the_text_keeps_the_replays_verdict(
+    reference_server: ReferenceServer,
+    baseline_server: ReferenceServer,
+    reference_counter: TokenCounter,
+) -> None:
+    # statistics or accounting are no sample of the text: sampled or not, a failure only
+    # speculation shows is speculation's
+    with (
+        DDTreeClient(reference_server.base_url) as client,
+        DDTreeClient(baseline_server.base_url) as baseline,
+    ):
+        for temperature in (0.0, 0.7):
+            answer = client.chat(
+                ESSAY,
+                max_tokens=64,
+                tree_budget=256,
+                temperature=temperature,
+                seed=7,
+                headers={"X-DDTree-Fault": "near-tie"},
+            )
+            failing = [Violation("stats-inflated", "the server's rate is 3x the client's")]
+            found = Diagnoser(baseline, counter=reference_counter).diagnose(
+                answer, failing, lambda _: []
+            )
+            assert found.verdict == "speculation", (temperature, found.render())
+            assert "near-tie flip" not in found.reason and "sampled" not in found.reason

@@ -515,6 +515,17 @@ def test_a_server_that_has_answered_is_never_stopped_as_dead() -> None:
     assert not guard.dead
     guard.note(ErrorKind.HTTP, "HTTP 502", 502)
     assert guard.dead and guard.reason is not None and "(HTTP 502)" in guard.reason
+    # the client's own failure (its parser, its size cap) is no sign of a dead server
+    guard = StallGuard(dead_limit=3)
+    for _ in range(5):
+        guard.note(ErrorKind.CLIENT, "client error while handling the response", 0)
+    assert not guard.dead
+    # an answer under load counts as an answer
+    guard = StallGuard(dead_limit=3)
+    guard.answered()
+    for _ in range(5):
+        guard.note(ErrorKind.HTTP, "HTTP 502", 502)
+    assert not guard.dead
     # the rule is off unless asked for (a load point's own guard, a library user's client)
     guard = StallGuard()
     for _ in range(10):
@@ -538,3 +549,9 @@ def test_the_load_answer_joins_the_schedule_to_the_sweep() -> None:
     line = load_answer("t::load", apart, "64")
     assert line.startswith("under load (t::load): C<=1: 64, C>1: 16. The sweep ranks"), line
     assert "answers 16 at C=4" in line and "UNRELIABLE" in line, line
+    # the sweep's answer is a set: a load pick inside it agrees with it
+    inside = load_answer("t::load", same, "64 or 128")
+    assert inside == (
+        "under load (t::load): all C: 64, one of the sweep's tree_budget=64 or 128 at every "
+        "load point."
+    )

@@ -346,3 +346,21 @@ def test_the_server_s_own_budget_alone_is_recommended_with_its_n() -> None:
     bad = summarize(invalid).recommendation
     assert not bad.decided and bad.message.startswith("No recommendation")
     assert summarize(invalid).budgets[0].verdict.startswith("INVALID")
+
+
+def test_a_budget_as_fast_as_the_leader_keeps_the_set_from_being_the_answer() -> None:
+    from pytest_ddtree.measure.sweep.race import Judgement, Standing
+    from pytest_ddtree.measure.sweep.statistics import _either
+
+    rule = RaceRule()
+
+    def standing(key: int, status: str) -> Standing[int | None]:
+        return Standing(key, 9, 900.0, status)  # type: ignore[arg-type]
+
+    lead, open_ = standing(64, "leader"), [standing(256, "in contention")]
+    slower = standing(512, "out")
+    both = (lead, open_[0], slower)
+    assert _either(Judgement(both, 64, False, None, rule), open_) == (64, 256)
+    # 128 as fast as the leader but not in the set: "every other budget is slower" is false
+    fast = (lead, standing(128, "as fast"), open_[0], slower)
+    assert _either(Judgement(fast, 64, False, None, rule), open_) == ()

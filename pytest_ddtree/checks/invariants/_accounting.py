@@ -272,8 +272,6 @@ def check_usage(ctx: Context) -> Iterator[Violation]:
             # returns bare JSON where SmolLM2 wrote "```json\n" ... "\n```" (6 tokens with
             # the end-of-sequence, all in completion_tokens)
             allowed += JSON_TRIM_TOKENS
-        off = abs(completion - local) > allowed
-        bound = f"±{allowed:.0f}"
         # an engine may count the matched stop sequence it trimmed from the text (vLLM does)
         stop_tokens, stop = stop_allowance(ctx)
         off = local - completion > allowed or completion - local > allowed + stop_tokens

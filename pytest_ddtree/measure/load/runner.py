@@ -427,7 +427,11 @@ def _report_to_session(
     session: StallGuard | None, local: StallGuard, raws: Sequence[RawRequest]
 ) -> None:
     """Trip the session's guard when the point found a runaway or a dead endpoint."""
-    if session is None or session.tripped or local.reason is None:
+    if session is None or session.tripped:
+        return
+    if any(r.status and r.status < 500 for r in raws):
+        session.answered()  # the endpoint is up: its later failures are findings, not a stop
+    if local.reason is None:
         return
     # a queued server completes some answers while others time out; a dead one none
     answered = any(r.status and r.kind not in STALL_KINDS | {ErrorKind.STOPPED} for r in raws)

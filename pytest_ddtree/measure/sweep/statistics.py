@@ -471,7 +471,12 @@ def _either(
     """The budgets an undecided sweep can still name together: the leader and those in
     contention with it, when each had the rule's minimum n and every other valid budget
     left as clearly slower (so the set excludes something); else ()."""
-    if not open_ or not any(s.status == "out" for s in j.standings):
+    rest = [s for s in j.standings if s.key != j.leader and s not in open_]
+    # every other valid budget left as slower: one as fast but not in the set means the set
+    # is not the answer (and nothing shown slower means nothing is known)
+    if not open_ or not rest or any(s.status not in ("out", "excluded") for s in rest):
+        return ()
+    if not any(s.status == "out" for s in rest):
         return ()
     lead = next(s for s in j.standings if s.key == j.leader)
     if any(s.n < j.rule.min_n for s in (lead, *open_)):

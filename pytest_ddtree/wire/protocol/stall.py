@@ -8,6 +8,11 @@ from pytest_ddtree.wire.completion import (
     ErrorKind,
 )
 
+#: failures on the server's side of the exchange: no connection, a broken one, a stall
+_SERVER_SIDE = frozenset(
+    {ErrorKind.TRANSPORT, ErrorKind.CONNECT_TIMEOUT, ErrorKind.BROKEN, *STALL_KINDS}
+)
+
 
 class StallGuard:
     """Stop sending to an endpoint that stalls, or that streams without end.
@@ -80,6 +85,11 @@ class StallGuard:
         self.blocked()
         return self._reason
 
+    def answered(self) -> None:
+        """The endpoint answered (a 2xx or 4xx, on any path: the load runner's too)."""
+        self._answered = True
+        self._failures.clear()
+
     @property
     def dead(self) -> bool:
         """Whether the guard tripped on an endpoint that has never answered."""
@@ -98,11 +108,12 @@ class StallGuard:
         """Count one answer from its kind, its error and its HTTP status."""
         if self._reason is not None:  # tripped for good: what follows changes nothing
             return
-        if kind != ErrorKind.NOT_SENT and not self._answered:
+        if not self._answered:
             if status and status < 500:
-                self._answered = True
-            else:
+                self.answered()
+            elif status >= 500 or kind in _SERVER_SIDE:
                 self._failures.append(error or (f"HTTP {status}" if status else str(kind)))
+            # the client's own failure (not sent, its parser, its size cap) counts for neither
         if kind in STALL_KINDS:
             self._stalls.append(error or str(kind))
             self._cuts.clear()
