@@ -123,6 +123,8 @@ def test_vllm_tool_arguments_a_json_string_fail_and_name_the_serving_stack(
         "--ddtree-tokenizer=none",
         "-p",
         "no:randomly",
+        # no short summary: under CI=true pytest prints each failure's whole message there too
+        "-rN",
     )
     result.assert_outcomes(failed=4, passed=3)
     out = result.stdout.str()
