@@ -207,6 +207,9 @@ EXAMPLE_SUITE_FAILURES: dict[str, list[str]] = {
     "test_smoke[capital]": ["degenerate", "finish-reason"],
     "test_stream_matches_plain[list-garden]": ["early-stop"],
     "test_stream_matches_plain[capital]": ["degenerate", "finish-reason"],
+    # llama.cpp accepts a named tool_choice and answers prose, with speculation or without
+    "test_smoke[tool-weather]": ["tool-call"],
+    "test_stream_matches_plain[tool-weather]": ["tool-call"],
 }
 # A representative subset within the tier's CI budget: the per-prompt tests (smoke,
 # streaming) and the timed sweep. Left out: test_invariants, whose one budget here
@@ -266,8 +269,12 @@ def test_example_suite_through_the_plugin(
             message.splitlines()[0].partition("invariant(s) broken: ") if message else ("", "", "")
         )
         failures[case.get("name", "")] = sorted(c.strip() for c in codes.split(",") if c.strip())
-        # the baseline fails the same way: the model is at fault, not speculation
-        assert "speculative decoding is not the cause" in (bad.text or ""), bad.text
+        # the baseline fails the same way: the model or the serving stack is at fault, not
+        # speculation
+        text = bad.text or ""
+        assert "speculative decoding is not the cause" in text or (
+            "speculation is not the cause" in text
+        ), text
     assert failures == EXAMPLE_SUITE_FAILURES, output[-4000:]
     assert passed >= 15, output[-2000:]  # everything else ran and passed (17 here)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
