@@ -497,3 +497,68 @@ def test_a_tie_in_acceptance_is_named_as_a_tie() -> None:
     ]
     html = render_html(SweepRun(samples=samples, metadata=dict(META), seed=5))
     assert "at tree_budget 512 and 1024 (tied) (tokens per decode round)" in html
+
+
+_MEASURE = (
+    '<script>window.addEventListener("load",()=>{const out=[];'
+    'document.querySelectorAll(".table-scroll").forEach(d=>out.push('
+    'd.firstElementChild.className+"="+d.scrollWidth+"/"+d.clientWidth));'
+    'const p=document.createElement("pre");p.id="widths";p.textContent="WIDTHS "+out.join(";");'
+    "document.body.appendChild(p);});</script>"
+)
+
+
+@pytest.mark.skipif(_chromium() is None, reason="chromium is not installed")
+def test_the_load_table_fits_a_1200_px_window(
+    reference_server: ReferenceServer, tmp_path: Path
+) -> None:
+    # Laid out by headless Chromium at 1,200 px: no table needs a horizontal scrollbar with
+    # the figures of a real run (three budgets, three load points, e2e above 100 ms, a
+    # stalled client). The load table was 1,268 px in a 1,022 px card.
+    from dataclasses import replace
+
+    from pytest_ddtree.measure.load import LoadPoint, LoadSample, analyse
+    from pytest_ddtree.measure.load.metrics import LAG_LIMIT, ClientHealth
+    from pytest_ddtree.measure.load.record import LoadTestResult
+
+    browser = _chromium()
+    assert browser is not None
+    points = [LoadPoint("concurrency", c) for c in (1, 4, 8)]
+    samples = [
+        LoadSample(p, b, float(i), 0.12118 + 0.001 * i, 0.02572, (0.00325, 0.00528), 96, True)
+        for p in points
+        for b in (16, 32, 64)
+        for i in range(4)
+    ]
+    stats, schedule = analyse(samples)
+    late = ClientHealth(0.2, 1.0, 10, 1000, LAG_LIMIT * 2, 0.05, 100, lag_total=0.2)
+    stats = [replace(stats[0], client=late), *stats[1:]]
+    load = LoadTestResult("t.py::test_load", 1, ("main",), False, stats, schedule, tuple(samples))
+    page = tmp_path / "sweep.html"
+    page.write_text(
+        render_html(_depth_run(reference_server), load=[load]).replace(
+            "</body>", _MEASURE + "</body>"
+        )
+    )
+    proc = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--window-size=1200,900",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    found = re.search(r'<pre id="widths">WIDTHS ([^<]*)', proc.stdout)
+    assert found is not None, proc.stderr[-2000:]
+    widths = dict(w.rsplit("=", 1) for w in found.group(1).split(";"))
+    assert "stats load-points" in widths, widths
+    for table, sizes in widths.items():
+        scroll, client = (int(v) for v in sizes.split("/"))
+        assert scroll <= client, f"{table}: {scroll} px in a {client} px box"
