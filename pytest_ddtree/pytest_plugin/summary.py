@@ -207,10 +207,11 @@ def _write_sweep(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
         notes.append(f"benchmarks skipped: {session.smoke_failure}")
     if session.settings.sweep == "adaptive" and not session.races:
         budgets = len(session.settings.budgets)
+        only = budget_label(next(iter(session.settings.budgets), None))
         notes.append(
             "--ddtree-sweep adaptive: nothing was raced "
             + (
-                "(one budget, the server's own: there is no other to race it against)"
+                f"(one budget, {only}: there is no other to race it against)"
                 if budgets < 2
                 else "(no ddtree_sweep call or benchmark test with a tree_budget parameter)"
             )
@@ -218,7 +219,9 @@ def _write_sweep(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
         )
     log = session.runtime.server_metrics if session.runtime is not None else None
     shared = log.shared_budgets() if log is not None else None
-    for line in _tables(session, notes, shared):
+    # the legend wrapped to the terminal's width; every column explained with -v
+    width = int(getattr(getattr(tr, "_tw", None), "fullwidth", 80))
+    for line in _tables(session, notes, shared, width):
         tr.write_line(line)
     if log is not None:
         from pytest_ddtree.measure.sweep.temperature import zero_only
@@ -237,7 +240,10 @@ def _write_sweep(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
 
 
 def _tables(
-    session: DDTreeSession, notes: list[str], shared: Mapping[int | None, str] | None
+    session: DDTreeSession,
+    notes: list[str],
+    shared: Mapping[int | None, str] | None,
+    width: int | None = None,
 ) -> list[str]:
     """The sweep table, or above temperature 0 one table per temperature, headed with it."""
     from pytest_ddtree.measure.sweep.temperature import (
@@ -248,14 +254,21 @@ def _tables(
     )
     from pytest_ddtree.report import table_lines
 
+    verbose = session.config.get_verbosity() >= 1
     if zero_only(session.summaries):
-        return table_lines(only_summary(session.summaries), notes=notes, shared=shared)
+        return table_lines(
+            only_summary(session.summaries),
+            notes=notes,
+            shared=shared,
+            width=width,
+            verbose=verbose,
+        )
     lines: list[str] = []
     for t, part in session.summaries.items():
         problems = sampling_problems([s for s in session.samples if s.temperature == t])
         lines.append(f"-- {heading(t)} --")
         lines.extend(f"WARNING: {p}" for p in problems)
-        lines.extend(table_lines(part, notes=notes, shared=shared))
+        lines.extend(table_lines(part, notes=notes, shared=shared, width=width, verbose=verbose))
     return lines
 
 
