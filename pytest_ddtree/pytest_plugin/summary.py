@@ -10,6 +10,7 @@ the line of a failure in pytest's short test summary, codes first.
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -285,7 +286,12 @@ def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
         tr.write_line(f"{test.nodeid}{at}: merged from {test.where}; total load per point{cut}")
         if test.note:
             tr.write_line(f"  note: {test.note}")
+        width = int(getattr(getattr(tr, "_tw", None), "fullwidth", 80))
         for line in render_table(test.stats, test.schedule).splitlines():
+            if line.startswith("("):  # the legend, wrapped to the terminal's width
+                for part in textwrap.wrap(line, width=max(40, width - 2), break_on_hyphens=False):
+                    tr.write_line("  " + part)
+                continue
             tr.write_line("  " + line)
         for line in speculation_warnings(test.stats):
             tr.write_line(f"  WARNING: {line}", yellow=True)
