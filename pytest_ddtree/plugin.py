@@ -266,7 +266,7 @@ def pytest_terminal_summary_repeats(
     """Before pytest prints the failures: a failure repeated across tests (same codes,
     prompt, budget and evidence) is printed whole once, the later ones refer back to it
     (the terminal only: JUnit XML and the reports keep each whole; -vv prints all)."""
-    if config.get_verbosity() < 2:
+    if int(config.getoption("verbose", 0) or 0) < 2:  # pytest 7.4 has no get_verbosity
         from pytest_ddtree.pytest_plugin.repeats import fold
 
         fold(terminalreporter)

@@ -255,7 +255,7 @@ def _tables(
     )
     from pytest_ddtree.report import table_lines
 
-    verbose = session.config.get_verbosity() >= 1
+    verbose = int(session.config.getoption("verbose", 0) or 0) >= 1
     if zero_only(session.summaries):
         return table_lines(
             only_summary(session.summaries),
