@@ -224,6 +224,9 @@ def pytest_runtest_makereport(
         from pytest_ddtree.pytest_plugin.summary import short_crash_line
 
         short_crash_line(report, call.excinfo, str(item.config.getoption("tbstyle", "")), item.path)
+        from pytest_ddtree.pytest_plugin.repeats import mark
+
+        mark(report, call.excinfo)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
@@ -254,6 +257,20 @@ def pytest_terminal_summary_answer(
     from pytest_ddtree.pytest_plugin.summary import write_answer
 
     write_answer(terminalreporter, config.stash[SESSION_KEY])
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_terminal_summary")
+def pytest_terminal_summary_repeats(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> Generator[None, None, None]:
+    """Before pytest prints the failures: a failure repeated across tests (same codes,
+    prompt, budget and evidence) is printed whole once, the later ones refer back to it
+    (the terminal only: JUnit XML and the reports keep each whole; -vv prints all)."""
+    if int(config.getoption("verbose", 0) or 0) < 2:  # pytest 7.4 has no get_verbosity
+        from pytest_ddtree.pytest_plugin.repeats import fold
+
+        fold(terminalreporter)
+    yield
 
 
 @pytest.hookimpl(wrapper=True, specname="pytest_terminal_summary")

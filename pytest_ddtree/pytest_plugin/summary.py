@@ -10,6 +10,7 @@ the line of a failure in pytest's short test summary, codes first.
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -207,10 +208,11 @@ def _write_sweep(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
         notes.append(f"benchmarks skipped: {session.smoke_failure}")
     if session.settings.sweep == "adaptive" and not session.races:
         budgets = len(session.settings.budgets)
+        only = budget_label(next(iter(session.settings.budgets), None))
         notes.append(
             "--ddtree-sweep adaptive: nothing was raced "
             + (
-                "(one budget, the server's own: there is no other to race it against)"
+                f"(one budget, {only}: there is no other to race it against)"
                 if budgets < 2
                 else "(no ddtree_sweep call or benchmark test with a tree_budget parameter)"
             )
@@ -218,7 +220,9 @@ def _write_sweep(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
         )
     log = session.runtime.server_metrics if session.runtime is not None else None
     shared = log.shared_budgets() if log is not None else None
-    for line in _tables(session, notes, shared):
+    # the legend wrapped to the terminal's width; every column explained with -v
+    width = int(getattr(getattr(tr, "_tw", None), "fullwidth", 80))
+    for line in _tables(session, notes, shared, width):
         tr.write_line(line)
     if log is not None:
         from pytest_ddtree.measure.sweep.temperature import zero_only
@@ -237,7 +241,10 @@ def _write_sweep(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
 
 
 def _tables(
-    session: DDTreeSession, notes: list[str], shared: Mapping[int | None, str] | None
+    session: DDTreeSession,
+    notes: list[str],
+    shared: Mapping[int | None, str] | None,
+    width: int | None = None,
 ) -> list[str]:
     """The sweep table, or above temperature 0 one table per temperature, headed with it."""
     from pytest_ddtree.measure.sweep.temperature import (
@@ -248,14 +255,21 @@ def _tables(
     )
     from pytest_ddtree.report import table_lines
 
+    verbose = int(session.config.getoption("verbose", 0) or 0) >= 1
     if zero_only(session.summaries):
-        return table_lines(only_summary(session.summaries), notes=notes, shared=shared)
+        return table_lines(
+            only_summary(session.summaries),
+            notes=notes,
+            shared=shared,
+            width=width,
+            verbose=verbose,
+        )
     lines: list[str] = []
     for t, part in session.summaries.items():
         problems = sampling_problems([s for s in session.samples if s.temperature == t])
         lines.append(f"-- {heading(t)} --")
         lines.extend(f"WARNING: {p}" for p in problems)
-        lines.extend(table_lines(part, notes=notes, shared=shared))
+        lines.extend(table_lines(part, notes=notes, shared=shared, width=width, verbose=verbose))
     return lines
 
 
@@ -272,7 +286,12 @@ def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
         tr.write_line(f"{test.nodeid}{at}: merged from {test.where}; total load per point{cut}")
         if test.note:
             tr.write_line(f"  note: {test.note}")
+        width = int(getattr(getattr(tr, "_tw", None), "fullwidth", 80))
         for line in render_table(test.stats, test.schedule).splitlines():
+            if line.startswith("("):  # the legend, wrapped to the terminal's width
+                for part in textwrap.wrap(line, width=max(40, width - 2), break_on_hyphens=False):
+                    tr.write_line("  " + part)
+                continue
             tr.write_line("  " + line)
         for line in speculation_warnings(test.stats):
             tr.write_line(f"  WARNING: {line}", yellow=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,22 +23,41 @@ HEADERS = (
     "accept len/rate",
     "verify steps",
     "srv/cli",
-    "slower than leader [CI] n",
+    "slowdown vs leader [race CI] n",
     "verdict",
 )
 # Numbers read best right-aligned; the verdict is prose.
 _RIGHT = (True, True, True, True, True, True, True, True, False)
-#: what the columns mean, printed under the table; docs/sweep.md has the long form
+#: what the two intervals are: printed under every table (they read alike and are not)
+INTERVALS = (
+    "[95% CI]: the median's interval over the budget's requests. slowdown vs leader: the "
+    "race's paired estimate (by round, balanced over the prompts; not the ratio of the "
+    "medians) with its interval at the race's confidence for that look (97.5% at the first, "
+    "more later), wider than the medians' as it counts the noise from round to round."
+)
+#: every other column, under the table with ``-v``; docs/sweep.md has the long form
 LEGEND = (
     "accept len: tokens committed per decode round, the per-request mean (rate: "
     "accepted/drafted; 'no drafts': speculation never drafted; 'no stats': no speculative "
     "statistics came back); the depth line's accept len pools every round (a long request "
     "weighs more) and the server counters' counts all traffic at a budget (warm-up and smoke "
     "requests too), so the three differ a little; verify steps: decode rounds per request; "
-    "srv/cli: server's "
-    "decode rate over the client's, near 1.00 when honest; slower than leader: the race's "
-    "interval of the budget's slowdown against the fastest (docs: sweep.md#columns)"
+    "srv/cli: server's decode rate over the client's, near 1.00 when honest."
 )
+#: where the rest is, when it is not printed
+MORE = "-v explains every column; docs: sweep.md#columns"
+
+
+def legend_lines(width: int | None = None, verbose: bool = False) -> list[str]:
+    """The table's legend: what its intervals are, then (``verbose``) every other column,
+    wrapped to ``width`` (a terminal's; None: one line each)."""
+    text = f"{INTERVALS} {LEGEND if verbose else MORE}"
+    if verbose:
+        text += " (docs: sweep.md#columns)"
+    text = f"({text})"
+    if width is None or width < 40:
+        return [text]
+    return textwrap.wrap(text, width=width, break_long_words=False, break_on_hyphens=False)
 
 
 def _rate(x: float | None) -> str:
@@ -68,7 +88,7 @@ def race_cell(st: BudgetStats, race: RaceRecord[int | None] | None) -> str:
 def _row(st: BudgetStats, race: RaceRecord[int | None] | None = None) -> tuple[str, ...]:
     decode = _rate(st.decode_median)
     if st.decode_ci is not None:
-        decode += f" [{_rate(st.decode_ci[0])}-{_rate(st.decode_ci[1])}]"
+        decode += f" [{_rate(st.decode_ci[0])}, {_rate(st.decode_ci[1])}]"
     decode += f" n={len(st.decode)}"
     ttft = "-" if st.ttft_p50 is None else f"{_ms(st.ttft_p50)} / {_ms(st.ttft_p90)}"
     accept = acceptance_cell(st)
@@ -92,8 +112,11 @@ def table_lines(
     *,
     notes: Sequence[str] = (),
     shared: Mapping[int | None, str] | None = None,
+    width: int | None = None,
+    verbose: bool = False,
 ) -> list[str]:
-    """The sweep table plus the recommendation line, ready for ``write_line``.
+    """The sweep table plus the recommendation line, ready for ``write_line``; its legend
+    wrapped to ``width`` (the terminal's), every column explained when ``verbose``.
 
     ``accept len/rate`` is the mean acceptance length (tokens committed per decode
     round, bonus token included), or where the server does not report its rounds
@@ -116,7 +139,7 @@ def table_lines(
         lines.append("  ".join(cells).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
-    lines.append(f"({LEGEND})")
+    lines.extend(legend_lines(width, verbose))
     if any(st.concurrent for st in summary.budgets):
         lines.append(
             "note: timings were taken concurrently (pytest-xdist workers); "

@@ -197,12 +197,26 @@ def test_no_replay_storm(pytester: pytest.Pytester) -> None:
         """
     )
     result = pytester.runpytest(
-        "--ddtree-reference-fault=early-eos", "--ddtree-budgets=16,64,256", "-rN", *FAST
+        "--ddtree-reference-fault=early-eos",
+        "--ddtree-budgets=16,64,256",
+        "-rN",
+        "--junitxml=junit.xml",
+        *FAST,
     )
     result.assert_outcomes(failed=36)
     # one replay per request kind (the budget is not part of the kind): one in all
     assert (pytester.path / "replays.txt").read_text() == "1"
-    assert result.stdout.str().count("diagnosis: prompt / chat template / model") == 36
+    # every test carries its diagnosis (JUnit XML: one failure each) ...
+    failures = ET.parse(pytester.path / "junit.xml").getroot().iter("failure")
+    diagnosed = [
+        f for f in failures if "diagnosis: prompt / chat template / model" in (f.text or "")
+    ]
+    assert len(diagnosed) == 36
+    # ... and the terminal prints it once a budget: the same failure at the same budget
+    # refers back to the first test that showed it
+    output = result.stdout.str()
+    assert output.count("diagnosis: prompt / chat template / model") == 3, output
+    assert output.count("E   the same failure (codes, prompt, budget and evidence) as ") == 33
 
 
 def test_first_divergence_token_and_character() -> None:

@@ -11,6 +11,7 @@ stack, not speculation. Its JSON-schema answers validate and must pass.
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -125,15 +126,21 @@ def test_vllm_tool_arguments_a_json_string_fail_and_name_the_serving_stack(
         "no:randomly",
         # no short summary: under CI=true pytest prints each failure's whole message there too
         "-rN",
+        "--junitxml=junit.xml",
     )
     result.assert_outcomes(failed=4, passed=3)
     out = result.stdout.str()
-    assert out.count("[tool-call] tool call 0 (get_weather): arguments break the tool's") == 4
-    assert out.count('rule: type: "object"') == 4
-    assert (
-        out.count(
+    # each failing test carries the whole evidence and the diagnosis (JUnit XML: one
+    # failure each); the terminal prints a repeated one once and refers back to it
+    failures = [f.text or "" for f in ET.parse(pytester.path / "junit.xml").iter("failure")]
+    assert len(failures) == 4
+    for text in failures:
+        assert "[tool-call] tool call 0 (get_weather): arguments break the tool's" in text
+        assert 'rule: type: "object"' in text
+        assert (
             "diagnosis: serving stack - the target-only baseline fails the same way (tool-call)"
+            in text
         )
-        == 4
-    )
+    whole = out.count('rule: type: "object"')
+    assert whole >= 1 and whole + out.count("E   the same failure (codes, prompt") == 4, out
     assert "speculative decoding -" not in out

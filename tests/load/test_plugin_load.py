@@ -38,8 +38,11 @@ def _args(server: Any, *extra: str) -> list[str]:
     ]
 
 
-def test_results_reach_terminal_json_and_html(pytester: pytest.Pytester, fast_server: Any) -> None:
+def test_results_reach_terminal_json_and_html(
+    pytester: pytest.Pytester, fast_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytester.makepyfile(test_load=TEST_FILE)
+    monkeypatch.setenv("COLUMNS", "80")
     report = pytester.path / "report"
     result = pytester.runpytest(
         *_args(
@@ -55,6 +58,11 @@ def test_results_reach_terminal_json_and_html(pytester: pytest.Pytester, fast_se
     assert "ddtree load: total concurrency 1,4 (one process)" in out
     assert "pytest-ddtree load" in out and "schedule: " in out
     assert "best at C=1: " in out and "best at C=4: " in out
+    # the table's legend wrapped to the terminal's width, indented with the table
+    lines = result.stdout.lines
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("  (ms; ok/n valid/sent"))
+    end = next(i for i in range(start, len(lines)) if "load.md#columns)" in lines[i])
+    assert end > start and all(len(ln) <= 80 for ln in lines[start : end + 1]), lines
     doc = json.loads((report / "sweep.json").read_text())
     (test,) = doc["load"]["tests"]
     assert test["processes"] == 1

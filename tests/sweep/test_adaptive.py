@@ -64,7 +64,7 @@ def test_a_clearly_slow_budget_leaves_the_race_and_the_log_says_when_and_why(
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
-            "*decode tok/s median [[]95% CI[]] n*slower than leader [[]CI[]] n*",
+            "*decode tok/s median [[]95% CI[]] n*slowdown vs leader [[]race CI[]] n*",
             "race: * requests (of 270) in * rounds, 2% margin, min n 6, 95% confidence*",
             "race: tree_budget=1024 left after * requests (round *, n=*): slower than "
             "tree_budget=* by +*% [[]+*%, +*%[]] (*, n=* vs *), more than the 2% margin",

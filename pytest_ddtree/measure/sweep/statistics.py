@@ -366,7 +366,7 @@ def recommend(
     best = by_budget[j.recommended]
     n = len(best.decode)
     ci = best.decode_ci
-    ci_text = "" if ci is None else f" [95% CI {_fmt_rate(ci[0])}-{_fmt_rate(ci[1])}]"
+    ci_text = "" if ci is None else f", 95% CI [{_fmt_rate(ci[0])}, {_fmt_rate(ci[1])}]"
     message = (
         f"Recommended tree_budget={budget_label(best.tree_budget)}: median decode "
         f"{_fmt_rate(best.decode_median)} tok/s{ci_text} (n={n})"
@@ -390,7 +390,7 @@ def recommend(
         message += f" Every other valid budget is slower by more than the {m:.0%} margin."
     elif not others:
         message += " It is the only budget with valid timings."
-    message += f" ({_rule_text(record)}.){tail}"
+    message += f" ({_rule_text(record, alone=n if not others else None)}.){tail}"
     return Recommendation(
         best.tree_budget,
         best.decode_median,
@@ -404,13 +404,24 @@ def recommend(
     )
 
 
-def _rule_text(record: RaceRecord[int | None]) -> str:
+def _rule_text(record: RaceRecord[int | None], alone: int | None = None) -> str:
+    """The mode that ran and its rule; ``alone``: the n of a budget that had no other to be
+    compared with, which the rule's margin and minimum n (a comparison's) do not judge."""
     r = record.judgement.rule
     what = f"{r.equivalence:.0%} margin, min n {r.min_n}, {r.confidence:.0%} confidence"
     if record.mode == "adaptive":
         budget = "" if r.max_requests is None else f" of {r.max_requests}"
-        return f"adaptive sweep, {record.requests}{budget} requests, {what}"
-    return f"exhaustive sweep, {what}"
+        mode = f"adaptive sweep, {record.requests}{budget} requests"
+    elif len(record.judgement.standings) < 2:
+        mode = "one budget"
+    else:
+        mode = "exhaustive sweep"
+    if alone is not None:
+        return (
+            f"{mode}, n={alone}: nothing to compare it with, so no margin or minimum n "
+            f"applies; a comparison needs n >= {r.min_n} a budget"
+        )
+    return f"{mode}, {what}"
 
 
 def _undecided(
