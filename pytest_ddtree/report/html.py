@@ -301,7 +301,7 @@ def _decode_mark(st: BudgetStats) -> _Mark | None:
     ci = st.decode_ci
     tip = f"tree_budget={budget_label(st.tree_budget)}: median {st.decode_median:,.0f} tok/s"
     if ci:
-        tip += f", 95% CI {ci[0]:,.0f}-{ci[1]:,.0f}"
+        tip += f", 95% CI [{ci[0]:,.0f}, {ci[1]:,.0f}]"
     if box:
         tip += f", IQR {box[0]:,.0f}-{box[1]:,.0f}"
     return _Mark(st.tree_budget, st.decode_median, ci, box, None, tip + f" ({st.verdict})")
@@ -316,7 +316,7 @@ def _accept_mark(st: BudgetStats) -> _Mark | None:
         f"{st.mean_acceptance_length:.2f}"
     )
     if st.acceptance_ci:
-        tip += f", 95% CI {st.acceptance_ci[0]:.2f}-{st.acceptance_ci[1]:.2f}"
+        tip += f", 95% CI [{st.acceptance_ci[0]:.2f}, {st.acceptance_ci[1]:.2f}]"
     if st.mean_decode_rounds is not None:
         tip += f"; {st.mean_decode_rounds:.1f} verify steps per request"
     return _Mark(st.tree_budget, st.mean_acceptance_length, st.acceptance_ci, None, None, tip)
@@ -431,7 +431,7 @@ def _stats_table(summary: SweepSummary) -> str:
     rows: list[str] = []
     for st in summary.budgets:
         decode = "-" if st.decode_median is None else f"{st.decode_median:,.0f}"
-        ci = "" if st.decode_ci is None else f"{st.decode_ci[0]:,.0f}–{st.decode_ci[1]:,.0f}"
+        ci = "" if st.decode_ci is None else f"[{st.decode_ci[0]:,.0f}, {st.decode_ci[1]:,.0f}]"
         ci += f" <small>n={len(st.decode)}</small>"
         iqr = "" if st.decode_iqr is None else f"{st.decode_iqr:,.0f}"
         ttft = "-" if st.ttft_p50 is None else f"{st.ttft_p50 * 1000:,.0f}"
@@ -659,7 +659,7 @@ def _cards(run: SweepRun, summary: SweepSummary) -> str:
         big = escape(budget_label(rec.tree_budget))
         sub = f"{rec.decode_median:,.0f} tok/s median decode"
         if rec.decode_ci:
-            sub += f" (95% CI {rec.decode_ci[0]:,.0f}–{rec.decode_ci[1]:,.0f}, n={rec.n})"
+            sub += f" (95% CI [{rec.decode_ci[0]:,.0f}, {rec.decode_ci[1]:,.0f}], n={rec.n})"
     total = len(run.samples)
     n_valid = sum(s.valid for s in run.samples)
     bad_budgets = [st for st in summary.budgets if not st.all_valid]

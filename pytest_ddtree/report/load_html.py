@@ -167,7 +167,7 @@ def _choice_item(c: Choice) -> str:
         text = f"none ({escape(c.why_none or NO_VALID)})"
     else:
         text = f"{c.label} (TPOT p50 {c.tpot_ms or 0:.2f} ms"
-        text += f", 95% CI {c.ci_ms[0]:.2f}–{c.ci_ms[1]:.2f}" if c.ci_ms else ""
+        text += f", 95% CI [{c.ci_ms[0]:.2f}, {c.ci_ms[1]:.2f}]" if c.ci_ms else ""
         text += f", n={c.n}"
         if c.has_runner_up and c.margin is not None:
             text += (
@@ -183,7 +183,7 @@ def _raced_item(c: Choice, race: PointRace) -> str:
     """A raced point: the pick (or undecided), the verdict, and each budget's part in the race."""
     if c.chosen:
         text = f"{c.label} (TPOT p50 {c.tpot_ms or 0:.2f} ms"
-        text += f", 95% CI {c.ci_ms[0]:.2f}–{c.ci_ms[1]:.2f}" if c.ci_ms else ""
+        text += f", 95% CI [{c.ci_ms[0]:.2f}, {c.ci_ms[1]:.2f}]" if c.ci_ms else ""
         text += f", n={c.n}); "
     else:
         text = "undecided; "
