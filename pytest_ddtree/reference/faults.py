@@ -29,8 +29,9 @@ FAULTS: dict[str, str] = {
     "gives no probability, so output diverges from target-only decoding where the target was "
     "sure (speculative decoding only)",
     "near-tie": "at temperature 0 the verifier once commits, in place of the target's token, "
-    "another the target gives exactly the same probability (a tie batched verification "
-    "can flip), so output diverges at a numerical near-tie (speculative decoding only)",
+    "its runner-up where the target's logits put the two within 0.15 nats (a near-tie "
+    "batched verification can flip), so output diverges at a numerical near-tie "
+    "(speculative decoding only)",
     "draft-confidence": "at temperature > 0 the verifier accepts a drafted token whenever the "
     "drafter gives it probability 0.5 or more, even where the target sampled another token, "
     "so sampled output leans towards the drafter's favourites; temperature 0 is unchanged "
