@@ -8,9 +8,10 @@ At temperature 0 the key is derived from the prompt, so the output is fixed for 
 never loops; with ``seed`` it is derived from the seed. Temperature 0 is greedy decoding, as
 on real engines: the token is the argmax of logits that carry a Gumbel noise hashed from the
 same values (the Gumbel-max view of that draw), and the log-probabilities the server reports
-are their log-softmax, so the chosen token is always the best one listed. Structure that an n-gram cannot learn
-(when to stop, list numbering, the reasoning block) is applied by deterministic rules over the
-committed prefix, so the whole target remains a pure function of (prompt, prefix).
+are their log-softmax, so the chosen token is always the best one listed. Structure that an
+n-gram cannot learn (when to stop, list numbering, the reasoning block) is applied by
+deterministic rules over the committed prefix, so the whole target remains a pure function
+of (prompt, prefix).
 
 The drafter sees only the last two committed tokens, knows no topic and no rules, and
 proposes distributions for every position of a block at once (block-diffusion style): it
