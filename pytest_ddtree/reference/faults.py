@@ -60,6 +60,10 @@ FAULTS: dict[str, str] = {
     "never the request's; also in target-only mode",
     "logprobs-zero": "every log-probability (the chosen token's and its alternatives') is "
     "0.0, as llama.cpp #27972 and vLLM #17876 (speculative decoding only)",
+    "logprobs-draft": "every accepted draft token's log-probability and its alternatives are "
+    "the drafter's at that draft position, not the target's (the text is the target's): at "
+    "temperature 0 the chosen token is often not the best alternative listed, as when a "
+    "speculative server reports the proposer's scores (speculative decoding only)",
     "cold-garble": "a cold prefill (a prompt not all in the prefix cache) garbles the answer: "
     "every 8th token is a word the target gives no probability; a warm repeat, served from the "
     "cache, is clean (speculative decoding only: a drafter whose cache a cold prefill leaves "
@@ -104,6 +108,7 @@ SPECULATION_FAULTS = frozenset(
         "grammar-skip",
         "tool-args-dropped",
         "logprobs-zero",
+        "logprobs-draft",
         "stop-missed-in-block",
         "usage-past-stop",
         # prefix caching with speculation (vLLM #43559) and concurrent speculative decoding
