@@ -313,10 +313,8 @@ GREEDY_PROMPTS = (
 )
 
 
-@pytest.mark.parametrize("server", ["vllm_ngram", "vllm_target"])
-@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-def test_temperature_zero_chooses_the_best_alternative(
-    server: str, stream: bool, request: pytest.FixtureRequest, http: httpx.Client
+def _chooses_the_best_alternative(
+    server: engines.EngineProcess, stream: bool, http: httpx.Client
 ) -> None:
     # greedy decoding: wherever alternatives are listed, the chosen token is the best of them
     # (measured over the bundled suite's prompts, 96 tokens, plain and streamed: vLLM n-gram
@@ -324,7 +322,7 @@ def test_temperature_zero_chooses_the_best_alternative(
     # rule judges it and raises no false alarm
     from pytest_ddtree.core.settings import DEFAULT_NEAR_TIE
 
-    client = client_for(request.getfixturevalue(server), http)
+    client = client_for(server, http)
     judged, worst = 0, 0.0
     try:
         for prompt in GREEDY_PROMPTS:
@@ -341,3 +339,18 @@ def test_temperature_zero_chooses_the_best_alternative(
     finally:
         client.close()
     assert judged >= 100 and worst <= DEFAULT_NEAR_TIE, (judged, worst)
+
+
+# one test per server, each naming its fixture, so the pool runs (or restarts) just that one
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_temperature_zero_chooses_the_best_alternative_ngram(
+    stream: bool, vllm_ngram: engines.EngineProcess, http: httpx.Client
+) -> None:
+    _chooses_the_best_alternative(vllm_ngram, stream, http)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_temperature_zero_chooses_the_best_alternative_target(
+    stream: bool, vllm_target: engines.EngineProcess, http: httpx.Client
+) -> None:
+    _chooses_the_best_alternative(vllm_target, stream, http)
