@@ -29,8 +29,9 @@ FAULTS: dict[str, str] = {
     "gives no probability, so output diverges from target-only decoding where the target was "
     "sure (speculative decoding only)",
     "near-tie": "at temperature 0 the verifier once commits, in place of the target's token, "
-    "another the target gives exactly the same probability (a tie batched verification "
-    "can flip), so output diverges at a numerical near-tie (speculative decoding only)",
+    "its runner-up where the target's logits put the two within 0.15 nats (a near-tie "
+    "batched verification can flip), so output diverges at a numerical near-tie "
+    "(speculative decoding only)",
     "draft-confidence": "at temperature > 0 the verifier accepts a drafted token whenever the "
     "drafter gives it probability 0.5 or more, even where the target sampled another token, "
     "so sampled output leans towards the drafter's favourites; temperature 0 is unchanged "
@@ -59,6 +60,10 @@ FAULTS: dict[str, str] = {
     "never the request's; also in target-only mode",
     "logprobs-zero": "every log-probability (the chosen token's and its alternatives') is "
     "0.0, as llama.cpp #27972 and vLLM #17876 (speculative decoding only)",
+    "logprobs-draft": "every accepted draft token's log-probability and its alternatives are "
+    "the drafter's at that draft position, not the target's (the text is the target's): at "
+    "temperature 0 the chosen token is often not the best alternative listed, as when a "
+    "speculative server reports the proposer's scores (speculative decoding only)",
     "cold-garble": "a cold prefill (a prompt not all in the prefix cache) garbles the answer: "
     "every 8th token is a word the target gives no probability; a warm repeat, served from the "
     "cache, is clean (speculative decoding only: a drafter whose cache a cold prefill leaves "
@@ -103,6 +108,7 @@ SPECULATION_FAULTS = frozenset(
         "grammar-skip",
         "tool-args-dropped",
         "logprobs-zero",
+        "logprobs-draft",
         "stop-missed-in-block",
         "usage-past-stop",
         # prefix caching with speculation (vLLM #43559) and concurrent speculative decoding

@@ -5,9 +5,13 @@ The target is an order-4 n-gram model with one table per topic, trained on the c
 (sampling key, position, last three tokens): the candidate distribution of the context,
 sharpened by the temperature, is sampled with a uniform number hashed from those values.
 At temperature 0 the key is derived from the prompt, so the output is fixed for a prompt and
-never loops; with ``seed`` it is derived from the seed. Structure that an n-gram cannot learn
-(when to stop, list numbering, the reasoning block) is applied by deterministic rules over the
-committed prefix, so the whole target remains a pure function of (prompt, prefix).
+never loops; with ``seed`` it is derived from the seed. Temperature 0 is greedy decoding, as
+on real engines: the token is the argmax of logits that carry a Gumbel noise hashed from the
+same values (the Gumbel-max view of that draw), and the log-probabilities the server reports
+are their log-softmax, so the chosen token is always the best one listed. Structure that an
+n-gram cannot learn (when to stop, list numbering, the reasoning block) is applied by
+deterministic rules over the committed prefix, so the whole target remains a pure function
+of (prompt, prefix).
 
 The drafter sees only the last two committed tokens, knows no topic and no rules, and
 proposes distributions for every position of a block at once (block-diffusion style): it
@@ -53,7 +57,14 @@ __all__ = [
 
 MODEL_ID = "ddtree-reference"
 _HERE = Path(__file__).resolve().parent
-_ZERO_T_EXPONENT = 2.0  # temperature 0 samples counts**2: sharper than the corpus, not greedy
+#: temperature 0 is greedy over logits whose argmax falls on a candidate with its share of
+#: counts**2 (sharper than the corpus; see ``ReferenceModel._greedy_logprobs``)
+_ZERO_T_EXPONENT = 2.0
+#: the hash slot of the greedy logits' maximum (no token id is negative)
+_PEAK_SLOT = -1
+#: the near-tie fault flips the target's token for its runner-up this close (nats): the size
+#: of the flip real vLLM showed (0.125 nats between its top two), within the near-tie margin
+_FLIP_MARGIN = 0.15
 _DRAFT_BEAM = 8
 _DRAFT_TOPK = 24
 # cache sizes bound memory (a few tens of MB) while keeping hot contexts warm
@@ -594,22 +605,35 @@ class ReferenceModel:
     ) -> tuple[float, list[tuple[int, float]]]:
         """The target's log-probability of ``tok`` in state ``s`` and its ``top`` best tokens.
 
-        A token sampled from the context's distribution has its share of it (at temperature
-        0, of counts squared); a token a rule decides (a forced sequence, a stop) is certain;
-        a token outside the distribution of a free position (one a faulty verifier
-        committed) has none (minus infinity).
+        A token drawn from the context's distribution has its share of it; at temperature 0
+        its log-softmax share of the greedy logits (:meth:`_greedy_logprobs`), where the
+        target's own token is always the best. A token a rule decides (a forced sequence, a
+        stop, a list number) is certain; a token outside the distribution of a free position
+        (one a faulty verifier committed) has none (minus infinity).
         """
-        dist = self._candidates(plan, s)
+        dist = self._candidates(plan, s, greedy=True)
         if dist is None:
             return 0.0, [(tok, 0.0)]
+        if tok not in dist or tok != self._drawn(plan, s):
+            ruled, _ = self.step(plan, s)
+            if ruled == tok:  # a rule overrode the draw: the target is sure of its token
+                return 0.0, [(tok, 0.0)]
         best = sorted(dist.items(), key=lambda kv: -kv[1])[:top]
         return dist.get(tok, -math.inf), best
 
-    def _candidates(self, plan: GenerationPlan, s: _State) -> dict[int, float] | None:
-        """Log-probability of every candidate of a freely sampled position (None: a rule's)."""
+    def _candidates(
+        self, plan: GenerationPlan, s: _State, *, greedy: bool = False
+    ) -> dict[int, float] | None:
+        """Log-probability of every candidate of a freely drawn position (None: a rule's).
+
+        The candidates' shares of the context's distribution, or with ``greedy`` at
+        temperature 0 the log-softmax of the greedy logits (the same candidates).
+        """
         phase = s[5]
         if phase == _FORCED or (plan.faults and "early-eos" in plan.faults):
             return None
+        if greedy and plan.temperature <= 0:
+            return self._greedy_logprobs(plan, s)
         table = plan.reasoning_table if phase == _THINK else plan.table
         toks, cum, total = self._dist(table, s[1], s[2], s[3], plan.temperature, plan.top_p)
         out: dict[int, float] = {}
@@ -620,20 +644,74 @@ class ReferenceModel:
             prev = c
         return out
 
+    def _drawn(self, plan: GenerationPlan, s: _State) -> int:
+        """The token the target draws at the free position ``s``, before any rule (as
+        :meth:`step` draws it)."""
+        pos, c1, c2, c3 = s[0], s[1], s[2], s[3]
+        table = plan.reasoning_table if s[5] == _THINK else plan.table
+        toks, cum, total = self._dist(table, c1, c2, c3, plan.temperature, plan.top_p)
+        u = (hash((plan.key, pos, c1, c2, c3)) & 0xFFFFFFFF) / 4294967296.0
+        i = bisect_right(cum, u * total)
+        return toks[i if i < len(toks) else len(toks) - 1]
+
+    def _greedy_logprobs(self, plan: GenerationPlan, s: _State) -> dict[int, float]:
+        """The log-softmax of the target's logits at the free position ``s``, temperature 0.
+
+        The logits are ``a + g``: ``a`` the log-weight of each candidate
+        (``_ZERO_T_EXPONENT * log(count)``), ``g`` a Gumbel(0, 1) noise fixed by (sampling
+        key, position, context, token). Their argmax is the token :meth:`step` draws, so
+        temperature 0 is greedy decoding of these logits, and by the Gumbel-max property the
+        argmax falls on each candidate with its share of the weights: answers vary and do
+        not loop, as a corpus model's plain greedy path would. The noise is drawn top-down
+        (Maddison et al., A* sampling): the maximum, Gumbel around the log of the total
+        weight, goes to the drawn token; every other candidate's logit is a Gumbel around its
+        ``a`` truncated below that maximum, from a uniform hashed from its token. The joint
+        law is that of independent noises, and the text is the one the draw gives.
+        """
+        pos, c1, c2, c3 = s[0], s[1], s[2], s[3]
+        table = plan.reasoning_table if s[5] == _THINK else plan.table
+        toks, cum, total = self._dist(table, c1, c2, c3, plan.temperature, plan.top_p)
+        key = plan.key
+        u = (hash((key, pos, c1, c2, c3)) & 0xFFFFFFFF) / 4294967296.0
+        k = min(bisect_right(cum, u * total), len(toks) - 1)
+        log = math.log
+        exp = math.exp
+        peak = log(total) - log(-log(_unit(key, pos, c1, c2, c3, _PEAK_SLOT)))
+        logits: dict[int, float] = {}
+        prev = 0.0
+        for i, (t, c) in enumerate(zip(toks, cum, strict=True)):
+            w, prev = c - prev, c
+            if w <= 0:
+                continue
+            if i == k:
+                logits[t] = peak
+                continue
+            a = log(w)
+            # inverse CDF of a Gumbel around ``a`` truncated below ``peak`` (a <= log(total)
+            # and peak > log(total) - 4, so the exponent stays small)
+            logits[t] = a - log(exp(a - peak) - log(_unit(key, pos, c1, c2, c3, t)))
+        z = peak + log(sum(exp(x - peak) for x in logits.values()))
+        return {t: x - z for t, x in logits.items()}
+
     def _impossible(self, plan: GenerationPlan, s: _State, tok: int) -> bool:
         """True when the target, free to choose in state ``s``, gives ``tok`` no probability."""
         dist = self._candidates(plan, s)
         return dist is not None and tok not in dist
 
     def _tie(self, plan: GenerationPlan, s: _State, s2: _State, tok: int) -> int | None:
-        """Another token exactly as likely as the target's ``tok`` at a free position."""
+        """The target's runner-up at a free position where its logits put it within
+        ``_FLIP_MARGIN`` nats of the target's ``tok`` (temperature 0): the near-tie a
+        batched verification can flip."""
         if not (s[5] == s2[5] != _FORCED and s[4] == s2[4] and s2[0] == s[0] + 1):
             return None
-        dist = self._candidates(plan, s)
+        dist = self._candidates(plan, s, greedy=True)
         if dist is None or tok not in dist:
             return None
         mine = dist[tok]
-        return next((t for t, lp in dist.items() if t != tok and abs(lp - mine) < 1e-9), None)
+        rival = max(((lp, t) for t, lp in dist.items() if t != tok), default=None)
+        if rival is None or mine - rival[0] > _FLIP_MARGIN:
+            return None
+        return rival[1]
 
     def foreign_token(self, plan: GenerationPlan, s: _State) -> int | None:
         """A whole-word token the target gives no probability in state ``s``, where it is free
@@ -692,7 +770,7 @@ class ReferenceModel:
         confident = (
             "draft-confidence" in plan.faults and budget is not None and plan.temperature > 0
         )
-        # batched verification flipping an exact tie of the target once (temperature 0)
+        # batched verification flipping a near-tie of the target once (temperature 0)
         tie_armed = "near-tie" in plan.faults and budget is not None and plan.temperature == 0
         while n < max_tokens:
             if budget is None:
@@ -867,6 +945,11 @@ class ReferenceModel:
         """Per draft depth: does the drafter give its top token at least ``_CONFIDENT``?"""
         block = self.draft_block(c2, c3, block_size - 1)[: block_size - 1]
         return tuple(bool(toks) and math.exp(lps[0]) >= _CONFIDENT for toks, lps in block)
+
+
+def _unit(*parts: int) -> float:
+    """A number in (0, 1) hashed from ``parts`` (integers hash alike in every process)."""
+    return ((hash(parts) & 0xFFFFFFFF) + 0.5) / 4294967296.0
 
 
 def _free(s: _State, s2: _State, drafted: int, tok: int) -> bool:

@@ -310,7 +310,8 @@ def test_a_failure_after_a_near_tie_flip_is_the_models_own_path(
     assert "the answer leaves the baseline's at token " in found.reason, found.reason
     assert "nats apart" in found.reason and "speculative-decoding layer" not in found.render()
     assert found.margin is not None and found.margin["kind"] == "near-tie", found.margin
-    assert found.to_json()["margin"]["margin_nats"] == 0, found.to_json()
+    # the fault flips the target's runner-up within 0.15 nats of its best token
+    assert 0 < found.to_json()["margin"]["margin_nats"] <= 0.15, found.to_json()
     # the run's JSON and HTML report keep it: the record of the failing test
     record = DiagnosisRecord.from_json({"nodeid": "t", **found.to_json()})
     assert record.margin == found.margin and record.reason == found.reason

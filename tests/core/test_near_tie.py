@@ -1,7 +1,7 @@
 """Losslessness that tells a near-tie from a bug, end to end against the reference server.
 
-The reference server's ``near-tie`` fault flips, once, a token the target gives exactly the
-same probability as another (what batched verification does to a bf16 tie); its ``lossy``
+The reference server's ``near-tie`` fault flips, once, the target's token for its runner-up
+within 0.15 nats (what batched verification does to a bf16 near-tie); its ``lossy``
 fault commits a drafter token the target gives no probability. Both sides return their
 log-probabilities, so the plugin reads the target's margin at the divergence.
 """
@@ -52,7 +52,7 @@ def test_near_tie_mode_warns_of_a_near_tie_and_keeps_the_budget_timed(
     result.stdout.fnmatch_lines(
         [
             "*UserWarning: pytest-ddtree: tree_budget 16 diverges from the target-only baseline "
-            "at token * (character *): the target-only server's top two were 0 nats apart (*; a "
+            "at token * (character *): the target-only server's top two were 0.* nats apart (*; a "
             "numerical near-tie; batched verification can flip it); tolerated by "
             "--ddtree-lossless near-tie:0.5, the budget stays timed*",
         ]
@@ -66,7 +66,8 @@ def test_near_tie_mode_warns_of_a_near_tie_and_keeps_the_budget_timed(
     assert {d["tree_budget"] for d in near} == {16, 256}
     assert {d["verdict"] for d in near} == {"near-tie"}
     assert all(d["margin"]["kind"] == "near-tie" for d in near)
-    assert all(d["margin"]["margin_nats"] == 0 for d in near)
+    # the fault flips the target's runner-up within 0.15 nats of its best token
+    assert all(0 < d["margin"]["margin_nats"] <= 0.15 for d in near)
 
 
 def test_near_tie_mode_still_fails_a_confident_divergence(pytester: pytest.Pytester) -> None:
@@ -97,7 +98,7 @@ def test_exact_mode_fails_a_near_tie_and_names_it(pytester: pytest.Pytester) -> 
     result.stdout.fnmatch_lines(
         [
             "*[[]not-lossless[]] tree_budget 16 diverges from the target-only baseline at token *"
-            "top two were 0 nats apart*",
+            "top two were 0.* nats apart*",
             "*divergence: near-tie",
             "*lossless mode: exact",
             "*diagnosis: speculative decoding (numerical near-tie) - every divergence is at a "

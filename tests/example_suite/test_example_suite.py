@@ -48,6 +48,13 @@ CAUGHT_BY: dict[str, tuple[str, str, str]] = {
         "test_lossless.py::test_logprobs",
         "logprobs",
     ),
+    # the drafter's values for accepted draft tokens, finite and at most 0: of the checks of
+    # one answer only "at temperature 0 the chosen token is the best alternative" sees them
+    "logprobs-draft": (
+        "test_logprobs",
+        "test_lossless.py::test_logprobs",
+        "logprobs",
+    ),
     # diverges above budget 64 only: the test compares each budget (256 here) with the baseline
     "lossy": (
         "test_lossless and essay-rivers",

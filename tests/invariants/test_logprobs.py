@@ -153,3 +153,92 @@ def test_certain_tokens_are_no_false_alarm() -> None:
     assert codes(answer([0.0] * 8, top=[])) == []
     # a long answer all certain, every alternative listed far below: the model was sure
     assert codes(answer([0.0] * 32, top=[("~", -23.5), ("!", -25.0)])) == []
+
+
+GREEDY = {**ASKED, "temperature": 0}
+
+
+def test_at_temperature_zero_the_chosen_token_is_the_best_alternative() -> None:
+    # the chosen token listed first (the default alternatives): greedy, no finding
+    assert codes(answer(HEALTHY, body=GREEDY)) == []
+    # a value from another distribution: the token chosen is not the one the list prefers
+    off = answer([-0.2, -1.7, -0.3] * 8, body=GREEDY, top=[(" x", -0.6), ("~", -3.0)])
+    (v,) = [v for v in check(off, min_tokens=0) if v.code == "logprobs"]
+    assert v.message == (
+        "at temperature 0 the chosen token is not the best alternative (8 of 24 positions): "
+        "at token 1 the server chose ' w1' at -1.7 and lists ' x' at -0.6, 1.1 nats likelier "
+        "(near-tie margin 0.5); greedy decoding takes the argmax, so the log-probabilities "
+        "are not those of the distribution the token was chosen from"
+    )
+    assert v.evidence["position"] == 1 and v.evidence["gap_nats"] == pytest.approx(1.1)
+    assert v.evidence["chosen"] == "' w1' -1.7" and v.evidence["best"] == "' x' -0.6"
+    assert v.evidence["positions_off"] == 8 and v.evidence["positions_judged"] == 24
+
+
+def test_a_near_tie_at_temperature_zero_is_numerics() -> None:
+    # the chosen token up to the near-tie margin below the best listed: no finding
+    tied = answer([-0.9] * 24, body=GREEDY, top=[(" x", -0.45), ("~", -3.0)])
+    assert codes(tied) == []
+    assert codes(answer([-0.96] * 24, body=GREEDY, top=[(" x", -0.45), ("~", -3.0)])) == [
+        "logprobs"
+    ]
+
+
+def test_the_best_alternative_is_judged_at_temperature_zero_only() -> None:
+    values = [-1.7] * 24
+    top = [(" x", -0.2), ("~", -3.0)]
+    assert codes(answer(values, body=GREEDY, top=top)) == ["logprobs"]
+    assert codes(answer(values, body={**ASKED, "temperature": 0.7}, top=top)) == []
+    assert codes(answer(values, body=ASKED, top=top)) == []  # the server's default: sampled
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"presence_penalty": 0.5}, "presence_penalty=0.5"),
+        ({"frequency_penalty": 1}, "frequency_penalty=1"),
+        ({"repetition_penalty": 1.1}, "repetition_penalty=1.1"),
+        ({"repeat_penalty": 1.3}, "repeat_penalty=1.3"),
+        ({"logit_bias": {"42": -100}}, "logit_bias={'42': -100}"),
+        ({"min_tokens": 16}, "min_tokens=16"),
+        ({"ignore_eos": True}, "ignore_eos=True"),
+        ({"response_format": {"type": "json_object"}}, "response_format 'json_object'"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools offered"),
+        ({"guided_regex": "[a-z]+"}, "guided_regex='[a-z]+'"),
+        ({"xtc_probability": 0.5}, "xtc_probability=0.5"),
+    ],
+)
+def test_a_request_that_steers_the_choice_withholds_the_best_alternative(
+    fields: dict[str, Any], named: str
+) -> None:
+    found = check(
+        answer([-1.7] * 24, body={**GREEDY, **fields}, top=[(" x", -0.2), ("~", -3.0)]),
+        min_tokens=0,
+    )
+    assert [v.code for v in found if v.code == "logprobs"] == []
+    (line,) = [w for w in found.withheld if w.startswith("[logprobs]")]
+    assert named in line and "moves the choice away from the model's argmax" in line
+
+
+def test_neutral_sampling_fields_leave_the_best_alternative_judged() -> None:
+    neutral = {
+        "presence_penalty": 0,
+        "frequency_penalty": 0.0,
+        "repetition_penalty": 1.0,
+        "logit_bias": {},
+        "min_tokens": 0,
+        "response_format": {"type": "text"},
+        "top_p": 0.9,
+        "top_k": 20,
+        "seed": 7,
+        "tools": [{"type": "function", "function": {"name": "f"}}],
+        "tool_choice": "none",
+    }
+    top = [(" x", -0.2), ("~", -3.0)]
+    assert codes(answer([-1.7] * 24, body={**GREEDY, **neutral}, top=top)) == ["logprobs"]
+
+
+def test_no_alternatives_listed_withholds_the_best_alternative() -> None:
+    found = check(answer(HEALTHY, body={**GREEDY, "top_logprobs": 0}, top=[]), min_tokens=0)
+    assert [v.code for v in found] == []
+    assert any("no alternatives listed" in w for w in found.withheld)

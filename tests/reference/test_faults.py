@@ -504,6 +504,25 @@ def test_logprobs_zero(client: httpx.Client, target_client: httpx.Client) -> Non
     assert any(e["logprob"] < 0 for e in target["logprobs"]["content"])
 
 
+def test_logprobs_draft(client: httpx.Client, target_client: httpx.Client) -> None:
+    asked = {"max_tokens": 64, "tree_budget": 256, "logprobs": True, "top_logprobs": 5}
+    healthy = post(client, LONG, **asked).json()["choices"][0]
+    drafted = post(client, LONG, fault="logprobs-draft", **asked).json()["choices"][0]
+    # the same answer and tokens; the accepted draft tokens scored by the drafter instead
+    assert drafted["message"] == healthy["message"]
+    entries, own = drafted["logprobs"]["content"], healthy["logprobs"]["content"]
+    assert [e["token"] for e in entries] == [e["token"] for e in own]
+    moved = [i for i, (a, b) in enumerate(zip(entries, own, strict=True)) if a != b]
+    assert moved and len(moved) < len(own)  # the target's bonus tokens keep their values
+    # values that stay finite and at most 0, but put another token first at temperature 0
+    assert all(-9000 < e["logprob"] <= 0 for e in entries)
+    assert any(e["top_logprobs"][0]["logprob"] - e["logprob"] > 0.5 for e in entries)
+    assert all(e["top_logprobs"][0]["token"] == e["token"] for e in own)
+    # speculative decoding only
+    target = post(target_client, LONG, fault="logprobs-draft", **asked).json()["choices"][0]
+    assert target["logprobs"] == post(target_client, LONG, **asked).json()["choices"][0]["logprobs"]
+
+
 LIST = "Write a numbered list of 10 tips for staying healthy."
 # the list's fourth number completes inside an accepted block, not on its last token (the
 # bundled suite's 'list-stop' prompt)

@@ -11,6 +11,14 @@ or text completions' ``logprobs: N``. Then, over the content's tokens:
 * every value is a finite number at most 0, and a long answer is not all 0.0 while the
   alternatives listed beside it say the tokens were not certain (llama.cpp #27972,
   vLLM #17876: every log-probability 0.0 under speculation).
+* at temperature 0, where alternatives are listed, the chosen token is the best of them,
+  or within the near-tie margin of it (``DEFAULT_NEAR_TIE``, the margin losslessness and
+  the diagnosis use): greedy decoding takes the argmax, and a log-probability from another
+  distribution than the one the token was chosen from (the drafter's, a stale or shifted
+  position's) says otherwise. Withheld when the request moves the choice away from the
+  model's argmax: penalties, a logit bias, a grammar (``response_format``, tools, guided
+  decoding), a suppressed end-of-sequence (``min_tokens``, ``ignore_eos``), samplers that
+  may drop the best token (XTC, typical, Mirostat), beam search.
 
 The speculative server's log-probabilities against the target-only server's, position by
 position, are compared where the two answers are: ``checks.lossless``.
@@ -22,7 +30,14 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from pytest_ddtree.checks.invariants._context import STOP_STRING, Context, as_int, clip
+from pytest_ddtree.checks.invariants._context import (
+    STOP_STRING,
+    Context,
+    as_float,
+    as_int,
+    clip,
+)
+from pytest_ddtree.core.settings import DEFAULT_NEAR_TIE
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.wire.completion import TokenLogprob
 
@@ -38,6 +53,39 @@ CERTAIN_BELOW = -10.0
 POSITIVE_SLACK = 1e-4
 #: below this a value is an engine's spelling of minus infinity (vLLM's -9999.0)
 MINUS_INFINITY = -9000.0
+
+#: how far (nats) below the best listed alternative a chosen token may lie at temperature 0:
+#: the near-tie margin (numerics: a batched or speculative pass may compute the logits in
+#: another order, and the chosen token and the reported values come from different passes)
+GREEDY_MARGIN = DEFAULT_NEAR_TIE
+
+#: request fields that move a temperature-0 choice away from the model's argmax, each with
+#: the values that leave it alone (vLLM, SGLang, llama.cpp and OpenAI names)
+_STEERING: dict[str, tuple[Any, ...]] = {
+    "presence_penalty": (None, 0),
+    "frequency_penalty": (None, 0),
+    "repetition_penalty": (None, 1),
+    "repeat_penalty": (None, 1),
+    "dry_multiplier": (None, 0),
+    "logit_bias": (None, {}, []),
+    "min_tokens": (None, 0),
+    "ignore_eos": (None, False),
+    "bad_words": (None, []),
+    "allowed_token_ids": (None, []),
+    "guided_json": (None,),
+    "guided_regex": (None,),
+    "guided_choice": (None, []),
+    "guided_grammar": (None,),
+    "structured_outputs": (None, {}),
+    "grammar": (None, ""),
+    "json_schema": (None, {}),
+    "regex": (None, ""),
+    "ebnf": (None, ""),
+    "use_beam_search": (None, False),
+    "xtc_probability": (None, 0),
+    "typical_p": (None, 1),
+    "mirostat": (None, 0),
+}
 
 
 def asked(body: Mapping[str, Any], api: str) -> tuple[bool, int]:
@@ -118,7 +166,10 @@ def check_logprobs(ctx: Context) -> Iterator[Violation]:
         )
         return
     yield from _count(ctx, entries, what)
-    yield from _values(ctx, entries)
+    bad = list(_values(ctx, entries))
+    yield from bad
+    if not bad:
+        yield from _greedy(ctx, entries, body)
 
 
 def _count(ctx: Context, entries: Sequence[TokenLogprob], what: str) -> Iterator[Violation]:
@@ -183,4 +234,64 @@ def _values(ctx: Context, entries: Sequence[TokenLogprob]) -> Iterator[Violation
         CODE,
         f"all {n} log-probabilities are 0.0 (every token certain): {why}",
         entries=n,
+    )
+
+
+def _steered(body: Mapping[str, Any]) -> str | None:
+    """What in the request moves a temperature-0 choice away from the model's argmax."""
+    for name, neutral in _STEERING.items():
+        value = body.get(name)
+        if not any(value == n for n in neutral):
+            return f"{name}={clip(repr(value), 60)}"
+    fmt = body.get("response_format")
+    if fmt is not None and not (isinstance(fmt, Mapping) and fmt.get("type") == "text"):
+        kind = fmt.get("type") if isinstance(fmt, Mapping) else fmt
+        return f"response_format {kind!r} (a grammar constrains the choice)"
+    tools = body.get("tools")
+    if isinstance(tools, list) and tools and body.get("tool_choice") != "none":
+        return "tools offered (a tool-call grammar may constrain the choice)"
+    return None
+
+
+def _greedy(
+    ctx: Context, entries: Sequence[TokenLogprob], body: Mapping[str, Any]
+) -> Iterator[Violation]:
+    """At temperature 0 the chosen token is the best listed alternative (near-tie margin)."""
+    if as_float(body.get("temperature")) != 0.0:
+        return
+    listed = [(i, e) for i, e in enumerate(entries) if e.top]
+    if not listed:
+        ctx.withhold(CODE, "chosen token against the best alternative: no alternatives listed")
+        return
+    steered = _steered(body)
+    if steered is not None:
+        ctx.withhold(
+            CODE,
+            f"chosen token against the best alternative at temperature 0: the request sets "
+            f"{steered}, which moves the choice away from the model's argmax",
+        )
+        return
+    off = []
+    for i, e in listed:
+        best = max(e.top, key=lambda alt: alt[1])
+        gap = best[1] - e.logprob
+        if gap > GREEDY_MARGIN:
+            off.append((i, e, best, gap))
+    if not off:
+        return
+    i, e, best, gap = off[0]
+    many = f" ({len(off)} of {len(listed)} positions)" if len(off) > 1 else ""
+    yield ctx.violation(
+        CODE,
+        f"at temperature 0 the chosen token is not the best alternative{many}: at token {i} "
+        f"the server chose {e.token!r} at {e.logprob:.4g} and lists {best[0]!r} at "
+        f"{best[1]:.4g}, {gap:.3g} nats likelier (near-tie margin {GREEDY_MARGIN:g}); greedy "
+        "decoding takes the argmax, so the log-probabilities are not those of the "
+        "distribution the token was chosen from",
+        position=i,
+        chosen=f"{e.token!r} {e.logprob:.6g}",
+        best=f"{best[0]!r} {best[1]:.6g}",
+        gap_nats=round(gap, 6),
+        positions_off=len(off),
+        positions_judged=len(listed),
     )

@@ -10,7 +10,7 @@ import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client import (
     CollectorRegistry,
@@ -39,6 +39,15 @@ _GRAMMAR_SKIP_ABOVE = 64
 #: ``_GARBLE_AT``-th of the answer on (a token the target gives no probability, in place of its
 #: own: the output reads as prose with wrong words in it, which no check of one answer sees)
 _GARBLE_EVERY, _GARBLE_AT = 8, 3
+
+
+class _DraftView(NamedTuple):
+    """Where the ``logprobs-draft`` fault reads an accepted draft token's log-probability:
+    the drafter's block after context (``c2``, ``c3``), at draft position ``depth``."""
+
+    c2: int
+    c3: int
+    depth: int
 
 
 @dataclass
@@ -272,9 +281,12 @@ class _Engine:
             toks, finished_eos = _committed(rd.tokens, model.eos, req.max_tokens - produced)
             if i > 0 and self._garbles(faults, budget, result):
                 toks = self._garble(plan, toks, rd.states, produced)
+            states: tuple[Any, ...] = rd.states
+            if "logprobs-draft" in faults and budget is not None and i > 0:
+                states = self._draft_views(states, len(rd.tokens), tail)
             ev = _Event()
             stop_at = text.feed(
-                toks, rd.states, ev, result, miss_inside="stop-missed-in-block" in faults
+                toks, states, ev, result, miss_inside="stop-missed-in-block" in faults
             )
             stop_hit = stop_at is not None
             past = 0
@@ -330,6 +342,17 @@ class _Engine:
                 yield _Event(content=extra)
         result.end = time.perf_counter()
         self.remember_tail(tail)
+
+    def _draft_views(
+        self, states: tuple[Any, ...], committed: int, tail: list[int]
+    ) -> tuple[Any, ...]:
+        """The ``logprobs-draft`` fault: each accepted draft token of a round (every one but
+        the target's bonus token, the last) is scored from the drafter's block, drafted after
+        the round's context (the last two committed tokens), at its draft position."""
+        c2, c3 = (tail[-2], tail[-1]) if len(tail) >= 2 else (self.model.start[2], tail[-1])
+        return tuple(
+            _DraftView(c2, c3, k) if k < committed - 1 else state for k, state in enumerate(states)
+        )
 
     def _budget(self, req: Request, faults: frozenset[str]) -> int | None:
         """The budget the request is served at (None: no tree, the target alone)."""
@@ -404,7 +427,13 @@ class _Engine:
         model = self.model
         entries = []
         for tok, state in res.scored:
-            lp, best = model.logprobs(res.plan, state, tok, max(top, 1))
+            if isinstance(state, _DraftView):  # the logprobs-draft fault: the drafter's view
+                block = model.draft_block(state.c2, state.c3, self.options.block_size - 1)
+                toks, lps = block[state.depth]
+                lp = dict(zip(toks, lps, strict=True)).get(tok, -math.inf)
+                best = list(zip(toks, lps, strict=True))[: max(top, 1)]
+            else:
+                lp, best = model.logprobs(res.plan, state, tok, max(top, 1))
 
             def item(t: int, value: float) -> dict[str, Any]:
                 raw = model.pieces[t]
