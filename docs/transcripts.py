@@ -521,6 +521,9 @@ ENVIRONMENT = re.compile(r"^(platform |plugins: |benchmark: |rootdir: |cachedir:
 #: a data row of a table: its values are the run's, its columns are the header's
 ROW = re.compile(r"^\s*(?:[\d,]+\s|C=\d|server-default\s|test_\w+\[[^\]]*\]\s)")
 PROGRESS = re.compile(r"^(?:\S+\.py )?[.sFEXx]+\s+\[\s*\d+%\]$")
+#: the sweep's verdict: which one a run reaches depends on the machine's noise; its rule (the
+#: mode, the margin, min n, the confidence: the last parentheses) must be the run's
+VERDICT = re.compile(r"^(?:Recommended |Undecided: |Either |No budget )")
 
 
 def key(line: str) -> str:
@@ -531,6 +534,9 @@ def key(line: str) -> str:
         return "<progress " + line.split()[0] + ">" if ".py" in line else "<progress>"
     if ROW.match(line):
         return "<row>"
+    if VERDICT.match(line):
+        rule = re.findall(r"\(([^()]*)\)\s*$", line)
+        line = "<verdict> " + (rule[0] if rule else "")
     line = re.sub(r"\d+", "0", line)
     line = re.sub(r"([=_\-])\1{2,}", r"\1\1\1", line)
     return " ".join(line.split())
@@ -541,14 +547,18 @@ def drift(shown: Sequence[str], current: Sequence[str]) -> list[str]:
     keys = [key(line) for line in current]
     missing = []
     pos = 0
+    last = None
     for line in shown:
         if line == GAP or line.startswith("$ ") or ENVIRONMENT.match(line):
             continue
         if VOLATILE_LINES.match(line):
             continue
         wanted = key(line)
+        if wanted == last:
+            continue  # lines alike but for their numbers (a table's rows, the race's exits)
         try:
             pos = keys.index(wanted, pos) + 1
+            last = wanted
         except ValueError:
             missing.append(line)
     return missing

@@ -111,6 +111,17 @@ def test_drift_masks_numbers_and_keeps_words() -> None:
     assert transcripts.drift([now[5], now[0]], now) == [now[0]]
 
 
+def test_drift_checks_the_verdicts_rule_not_which_verdict() -> None:
+    rule = "(adaptive sweep, 66 requests, 2% margin, min n 6, 95% confidence.)"
+    now = [f"Either tree_budget=32 or 64: ... slower by more than the margin. {rule}"]
+    recommended = f"Recommended tree_budget=64: median decode 2,906 tok/s (n=18). {rule}"
+    assert transcripts.drift([recommended], now) == []
+    exhaustive = (
+        "Recommended tree_budget=64: ... (exhaustive sweep, 2% margin, min n 6, 95% confidence.)"
+    )
+    assert transcripts.drift([exhaustive], now) == [exhaustive]
+
+
 def test_drift_ignores_the_environment_and_the_machines_load() -> None:
     now = [
         "platform linux -- Python 3.12.1, pytest-9.0.3, pluggy-1.6.0",
