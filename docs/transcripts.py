@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -369,6 +370,8 @@ def _start_server(
     for line in proc.stdout:
         lines.append(line.rstrip("\n"))
         if scenario.ready in line:
+            # keep reading its log: a server whose pipe is full blocks on its next log line
+            threading.Thread(target=proc.stdout.read, daemon=True).start()
             return proc, lines
         if time.monotonic() > deadline:
             break
