@@ -285,9 +285,18 @@ def _begin(name: str, arg: str | None = None) -> str:
 class Section:
     """One begin/end pair of a page: its name, argument and the committed text between."""
 
-    def __init__(self, name: str, arg: str | None, start: int, body: tuple[int, int], end: int):
+    def __init__(
+        self,
+        name: str,
+        arg: str | None,
+        start: int,
+        body: tuple[int, int],
+        end: int,
+        closed: bool = True,
+    ):
         self.name, self.arg = name, arg
         self.start, self.body, self.end = start, body, end
+        self.closed = closed  # False: a lone begin marker, not generated yet
 
     @property
     def label(self) -> str:
@@ -295,17 +304,25 @@ class Section:
 
 
 def sections(markdown: str) -> list[Section]:
-    """Every begin/end section of ``markdown``, in order; a begin without its end raises."""
+    """Every begin/end section of ``markdown``, in order.
+
+    A generated section's lone begin marker (a page just written, or merged from a branch that
+    added one) is a section not generated yet: ``render`` fills and closes it. A transcript
+    without its end marker raises ``DocsError``."""
     found: list[Section] = []
     pos = 0
     while match := BEGIN.search(markdown, pos):
         name, arg = match.group(1), match.group(2)
         end_marker = END.format(name=name)
         close = markdown.find(end_marker, match.end())
+        nested = BEGIN.search(markdown, match.end(), close) if close >= 0 else None
+        if (close < 0 or nested) and name not in FOREIGN:
+            found.append(Section(name, arg, match.start(), (match.end(),) * 2, match.end(), False))
+            pos = match.end()
+            continue
         if close < 0:
             line = markdown.count("\n", 0, match.start()) + 1
             raise DocsError(f"line {line}: {match.group(0)} has no end marker {end_marker}")
-        nested = BEGIN.search(markdown, match.end(), close)
         if nested:
             raise DocsError(f"{match.group(0)} holds another section: {nested.group(0)}")
         end = close + len(end_marker)
@@ -322,8 +339,8 @@ def _framed(text: str) -> str:
 def render(markdown: str) -> str:
     """``markdown`` with every generated section filled with the text the code gives now.
 
-    Transcript sections are left as they are; an unknown or unclosed section raises
-    ``DocsError``."""
+    Transcript sections are left as they are; a lone begin marker gets its text and its end
+    marker; an unknown section raises ``DocsError``."""
     out: list[str] = []
     pos = 0
     for section in sections(markdown):
@@ -331,6 +348,8 @@ def render(markdown: str) -> str:
             continue
         out.append(markdown[pos : section.body[0]])
         out.append(_framed(generate(section.name, section.arg)))
+        if not section.closed:
+            out.append(END.format(name=section.name))
         pos = section.body[1]
     out.append(markdown[pos:])
     return "".join(out)
@@ -342,7 +361,7 @@ def stale(markdown: str) -> list[str]:
         s.label
         for s in sections(markdown)
         if s.name not in FOREIGN
-        and markdown[s.body[0] : s.body[1]] != _framed(generate(s.name, s.arg))
+        and (not s.closed or markdown[s.body[0] : s.body[1]] != _framed(generate(s.name, s.arg)))
     ]
 
 
