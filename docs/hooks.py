@@ -1,7 +1,15 @@
-"""MkDocs hook: generated parts of the documentation.
+"""Generated parts of the documentation, and the MkDocs hook that checks them.
 
-Pages contain placeholders that this hook replaces at build time with text generated from
-the code itself, so the documentation cannot drift from it:
+Pages hold sections generated from the code itself, between a begin and an end marker, so the
+Markdown reads whole on GitHub and cannot drift from the code::
+
+    <!-- ddtree:options -->
+    ...generated text, committed...
+    <!-- /ddtree:options -->
+
+``python docs/generate.py`` writes them (and the terminal transcripts, ``docs/transcripts.py``);
+``tests/docs`` fails when the committed text differs from what the code generates now, and so
+does the MkDocs build. The sections:
 
 ``<!-- ddtree:options -->``
     the option reference, from ``pytest_ddtree.core.options.OPTIONS``;
@@ -22,7 +30,9 @@ the code itself, so the documentation cannot drift from it:
     ``pytest_ddtree.pytest_plugin.fixtures``.
 
 The invariants page must have one ``## `code` `` section per code and no other code
-sections; the build fails otherwise (and so does ``tests/docs``).
+sections; the build fails otherwise (and so does ``tests/docs``). ``<!-- ddtree:transcript
+NAME -->`` sections hold terminal transcripts: ``docs/transcripts.py`` writes and checks those,
+this module leaves them alone.
 The functions here are plain Python so the tests can call them without MkDocs.
 """
 
@@ -39,13 +49,19 @@ from pytest_ddtree.checks.invariants import CODE_LAYERS, CODES, LAYERS
 from pytest_ddtree.core.codes import UNJUDGED_CODES
 from pytest_ddtree.core.options import MARKER_KEYS, OPTIONS, OPTIONS_BY_ATTR, OptionDef
 
-PLACEHOLDER = re.compile(r"<!--\s*ddtree:([a-z-]+)(?:\s+([a-z0-9-]+))?\s*-->")
+#: A begin marker, ``<!-- ddtree:NAME -->`` or ``<!-- ddtree:NAME ARG -->``; the section runs
+#: to the next ``<!-- /ddtree:NAME -->``.
+BEGIN = re.compile(r"<!--\s*ddtree:([a-z-]+)(?:\s+([a-z0-9-]+))?\s*-->")
+END = "<!-- /ddtree:{name} -->"
+#: sections another module writes (terminal transcripts, ``docs/transcripts.py``)
+FOREIGN = frozenset({"transcript"})
+REGENERATE = "python docs/generate.py"
 CODE_HEADING = re.compile(r"^## `([a-z0-9-]+)`\s*$", re.MULTILINE)
 INVARIANTS_PAGE = "invariants.md"
 
 
 class DocsError(Exception):
-    """A placeholder or page that does not match the code."""
+    """A generated section or page that does not match the code."""
 
 
 def _text(text: str) -> str:
@@ -123,7 +139,7 @@ def codes_markdown() -> str:
 def code_meaning(code: str) -> str:
     """The meaning line of one code, as an admonition-free paragraph."""
     if code not in CODES:
-        raise DocsError(f"unknown violation code {code!r} in a ddtree:code placeholder")
+        raise DocsError(f"unknown violation code {code!r} in a ddtree:code section")
     return f"**Meaning:** {_text(CODES[code])}.\n"
 
 
@@ -251,20 +267,102 @@ GENERATORS = {
 }
 
 
-def render(markdown: str) -> str:
-    """Replace every placeholder; an unknown placeholder raises ``DocsError``."""
+def generate(name: str, arg: str | None) -> str:
+    """The text of one generated section; an unknown one raises ``DocsError``."""
+    if name == "code":
+        if not arg:
+            raise DocsError("a ddtree:code section needs a code name")
+        return code_meaning(arg)
+    if name not in GENERATORS or arg:
+        raise DocsError(f"unknown generated section {_begin(name, arg)!r}")
+    return GENERATORS[name]()
 
-    def replace(match: re.Match[str]) -> str:
+
+def _begin(name: str, arg: str | None = None) -> str:
+    return f"<!-- ddtree:{name} {arg} -->" if arg else f"<!-- ddtree:{name} -->"
+
+
+class Section:
+    """One begin/end pair of a page: its name, argument and the committed text between."""
+
+    def __init__(
+        self,
+        name: str,
+        arg: str | None,
+        start: int,
+        body: tuple[int, int],
+        end: int,
+        closed: bool = True,
+    ):
+        self.name, self.arg = name, arg
+        self.start, self.body, self.end = start, body, end
+        self.closed = closed  # False: a lone begin marker, not generated yet
+
+    @property
+    def label(self) -> str:
+        return f"ddtree:{self.name} {self.arg}" if self.arg else f"ddtree:{self.name}"
+
+
+def sections(markdown: str) -> list[Section]:
+    """Every begin/end section of ``markdown``, in order.
+
+    A generated section's lone begin marker (a page just written, or merged from a branch that
+    added one) is a section not generated yet: ``render`` fills and closes it. A transcript
+    without its end marker raises ``DocsError``."""
+    found: list[Section] = []
+    pos = 0
+    while match := BEGIN.search(markdown, pos):
         name, arg = match.group(1), match.group(2)
-        if name == "code":
-            if not arg:
-                raise DocsError("a ddtree:code placeholder needs a code name")
-            return code_meaning(arg)
-        if name not in GENERATORS or arg:
-            raise DocsError(f"unknown placeholder {match.group(0)!r}")
-        return GENERATORS[name]()
+        end_marker = END.format(name=name)
+        close = markdown.find(end_marker, match.end())
+        nested = BEGIN.search(markdown, match.end(), close) if close >= 0 else None
+        if (close < 0 or nested) and name not in FOREIGN:
+            found.append(Section(name, arg, match.start(), (match.end(),) * 2, match.end(), False))
+            pos = match.end()
+            continue
+        if close < 0:
+            line = markdown.count("\n", 0, match.start()) + 1
+            raise DocsError(f"line {line}: {match.group(0)} has no end marker {end_marker}")
+        if nested:
+            raise DocsError(f"{match.group(0)} holds another section: {nested.group(0)}")
+        end = close + len(end_marker)
+        found.append(Section(name, arg, match.start(), (match.end(), close), end))
+        pos = end
+    return found
 
-    return PLACEHOLDER.sub(replace, markdown)
+
+def _framed(text: str) -> str:
+    # a blank line each side: the generated text is its own Markdown block
+    return "\n\n" + text.strip("\n") + "\n\n"
+
+
+def render(markdown: str) -> str:
+    """``markdown`` with every generated section filled with the text the code gives now.
+
+    Transcript sections are left as they are; a lone begin marker gets its text and its end
+    marker; an unknown section raises ``DocsError``."""
+    out: list[str] = []
+    pos = 0
+    for section in sections(markdown):
+        if section.name in FOREIGN:
+            continue
+        out.append(markdown[pos : section.body[0]])
+        out.append(_framed(generate(section.name, section.arg)))
+        if not section.closed:
+            out.append(END.format(name=section.name))
+        pos = section.body[1]
+    out.append(markdown[pos:])
+    return "".join(out)
+
+
+def stale(markdown: str) -> list[str]:
+    """The generated sections of ``markdown`` whose committed text is not what the code gives."""
+    return [
+        s.label
+        for s in sections(markdown)
+        if s.name not in FOREIGN
+        and (not s.closed or markdown[s.body[0] : s.body[1]] != _framed(generate(s.name, s.arg)))
+    ]
 
 
 def check_invariants_page(markdown: str) -> None:
@@ -285,12 +383,18 @@ def check_invariants_page(markdown: str) -> None:
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    """MkDocs event: fill the placeholders of every page."""
+    """MkDocs event: the committed generated sections must be what the code gives now."""
     from mkdocs.exceptions import PluginError
 
     try:
         if page.file.src_uri == INVARIANTS_PAGE:
             check_invariants_page(markdown)
-        return render(markdown)
+        old = stale(markdown)
     except DocsError as exc:
-        raise PluginError(str(exc)) from None
+        raise PluginError(f"{page.file.src_uri}: {exc}") from None
+    if old:
+        raise PluginError(
+            f"{page.file.src_uri}: generated section(s) out of date: {', '.join(old)}; "
+            f"run {REGENERATE}"
+        )
+    return markdown

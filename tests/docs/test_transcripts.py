@@ -1,0 +1,203 @@
+"""The terminal transcripts in the README and the docs are what the commands print now.
+
+Each transcript block names its excerpt (``docs/transcripts.py``); ``python docs/generate.py``
+runs the scenarios and writes the blocks. Here a scenario runs again and every line its block
+shows must still be one it prints, in order, numbers masked (``transcripts.drift``). The
+error scenarios take seconds and run in the default tier; the bundled suite and the fault
+runs start the embedded server and run in the slow tier; the llama.cpp run is in
+``tests/engines/test_llamacpp_docs.py``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "ddtree_docs_transcripts", DOCS / "transcripts.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+transcripts = _load()
+
+FAST = [
+    "bad-budgets",
+    "bad-slo",
+    "bad-goodput",
+    "bad-prompts",
+    "dead-endpoint",
+    "endpoint-502",
+    "init",
+]
+SLOW = [name for name, s in transcripts.SCENARIOS.items() if name not in FAST and s.engine is None]
+
+
+def _assert_current(names: list[str]) -> None:
+    problems = transcripts.check(names, PAGES)
+    assert not problems, "\n".join(problems)
+
+
+def test_every_transcript_is_an_excerpt_of_a_scenario() -> None:
+    blocks = transcripts.blocks(PAGES)  # an unknown name or a block that is not ```text raises
+    shown = {b.name for b in blocks}
+    assert shown == set(transcripts.EXCERPTS), "an excerpt no page shows, or a page without one"
+    for block in blocks:
+        excerpt = transcripts.EXCERPTS[block.name]
+        scenario = transcripts.SCENARIOS[excerpt.scenario]
+        if excerpt.prompt:
+            assert block.lines[0] == f"$ {excerpt.command(scenario)}", (block.page.name, block.name)
+        assert [x for x in block.lines if x not in (transcripts.GAP,)], block.name
+
+
+@pytest.mark.parametrize("scenario", FAST)
+def test_the_error_transcripts_are_current(scenario: str) -> None:
+    _assert_current([scenario])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", SLOW)
+def test_the_embedded_server_transcripts_are_current(scenario: str) -> None:
+    _assert_current([scenario])
+
+
+# lines first-run.md showed in 2026-12 that the run no longer printed (a stale warning, another
+# sweep mode), among lines that only differ in their numbers
+FIRST_RUN_SHOWN = [
+    "ddtree: endpoint http://127.0.0.1:8080/v1; model first listed; dialect auto",
+    "test_smoke.py ....F.F.                                                   [ 20%]",
+    "server-default    9/9                124 [96-132] n=9          14 / 40        no drafts",
+    "WARNING: speculation never drafted at every budget server-default: 0 draft tokens in 9 "
+    "request(s) that reported their drafts",
+    "Recommended tree_budget=server-default: median decode 124 tok/s [95% CI 96-132] (n=9). "
+    "(exhaustive sweep, 2% margin, min n 6, 95% confidence.)",
+    "============== 6 failed, 33 passed, 1 skipped in 95.84s (0:01:35) ==============",
+]
+
+
+def test_drift_masks_numbers_and_keeps_words() -> None:
+    now = [
+        "ddtree: endpoint http://127.0.0.1:8080/v1; model first listed; dialect auto",
+        "test_smoke.py ......F.F..                                                [ 12%]",
+        "server-default  18/18             98 [97-101] n=18          9 / 31        no stats",
+        "WARNING: no speculative statistics came back: is speculation on?",
+        "Recommended tree_budget=server-default: median decode 98 tok/s [95% CI 97-101] (n=18). "
+        "(adaptive sweep, 12 requests, 2% margin, min n 6, 95% confidence.)",
+        "========== 7 failed, 30 passed, 2 skipped in 193.10s (0:03:13) ==========",
+    ]
+    missing = transcripts.drift(FIRST_RUN_SHOWN, now)
+    # the words changed: the stale warning and the sweep mode are caught ...
+    assert missing == [FIRST_RUN_SHOWN[3], FIRST_RUN_SHOWN[4]]
+    # ... the numbers, the progress dots, the rules' widths and a row's values are not
+    same = [FIRST_RUN_SHOWN[i] for i in (0, 1, 2, 5)]
+    assert transcripts.drift(same, now) == []
+    # the order is the output's
+    assert transcripts.drift([now[5], now[0]], now) == [now[0]]
+
+
+def test_drift_checks_the_verdicts_rule_not_which_verdict() -> None:
+    rule = "(adaptive sweep, 66 requests, 2% margin, min n 6, 95% confidence.)"
+    now = [f"Either tree_budget=32 or 64: ... slower by more than the margin. {rule}"]
+    recommended = f"Recommended tree_budget=64: median decode 2,906 tok/s (n=18). {rule}"
+    assert transcripts.drift([recommended], now) == []
+    exhaustive = (
+        "Recommended tree_budget=64: ... (exhaustive sweep, 2% margin, min n 6, 95% confidence.)"
+    )
+    assert transcripts.drift([exhaustive], now) == [exhaustive]
+
+
+def test_drift_ignores_the_environment_and_the_machines_load() -> None:
+    now = [
+        "platform linux -- Python 3.12.1, pytest-9.0.3, pluggy-1.6.0",
+        "  best at C=1: 64 (TPOT p50 0.35 ms [0.35, 0.35] n=16); runner-up 32 is +7.6% slower "
+        "[+0.9%, +10.2%] n=16 (UNRELIABLE: client saturated or stalled)",
+    ]
+    shown = [
+        "$ pytest --pyargs pytest_ddtree.suite",
+        "platform linux -- Python 3.11.7, pytest-9.2.0, pluggy-1.7.0",
+        "plugins: ddtree-0.1.0, benchmark-5.3.1",
+        "...",
+        "  best at C=1: 64 (TPOT p50 0.35 ms [0.35, 0.35] n=16); runner-up 32 is +7.6% slower "
+        "[+0.9%, +10.2%] n=16",
+    ]
+    assert transcripts.drift(shown, now) == []
+    assert transcripts.drift(["a line no run prints"], now) == ["a line no run prints"]
+
+
+def test_mask_hides_machine_paths_and_the_ports_the_system_picked(tmp_path: Path) -> None:
+    workdir = tmp_path / "your-project"
+    text = (
+        f"rootdir: {workdir}\n"
+        f"tokenizer tokenizer.json ({ROOT}/pytest_ddtree/reference/tokenizer.json)\n"
+        f"log {Path.home()}/.cache/x.log\n"
+        "serving http://127.0.0.1:42731/v1 and http://127.0.0.1:8080/v1  \n"
+    )
+    assert transcripts.mask(text, workdir).splitlines() == [
+        "rootdir: .../your-project",
+        "tokenizer tokenizer.json (.../pytest_ddtree/reference/tokenizer.json)",
+        "log ~/.cache/x.log",
+        "serving http://127.0.0.1:<port>/v1 and http://127.0.0.1:8080/v1",
+    ]
+
+
+def test_an_excerpt_marks_its_gaps() -> None:
+    lines = ["head", "a", "b", "--- the answer ---", "answer", "end"]
+    excerpt = transcripts.Excerpt(
+        "suite",
+        (transcripts.Piece(count=1), transcripts.Piece("^--- the answer", stop="^answer")),
+    )
+    scenario = transcripts.SCENARIOS["suite"]
+    assert excerpt.render(scenario, lines) == [
+        f"$ {scenario.shown}",
+        "head",
+        "...",
+        "--- the answer ---",
+        "answer",
+        "...",
+    ]
+    with pytest.raises(LookupError, match="no line matches"):
+        transcripts.Piece("^nowhere").select(lines)
+
+
+def _collected() -> int:
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "pytest_ddtree.suite", "--collect-only", "-q"],
+        cwd=DOCS,
+        env=transcripts._env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    found = re.search(r"^(\d+) tests? collected", result.stdout, re.MULTILINE)
+    assert found, result.stdout[-2000:] + result.stderr[-2000:]
+    return int(found.group(1))
+
+
+def test_the_suites_test_count_in_the_docs_is_what_pytest_collects() -> None:
+    count = _collected()
+    prose = (DOCS / "writing-tests.md").read_text(encoding="utf-8")
+    said = re.findall(r"the whole suite \((\d+) tests", prose)
+    assert said == [str(count)], f"writing-tests.md says {said}, the suite collects {count}"
+    runs = [b for b in transcripts.blocks(PAGES) if b.name == "suite-run"]
+    assert runs
+    for block in runs:
+        assert f"collected {count} items" in block.lines, (
+            f"{block.page.name}: the transcript's count is stale; run "
+            f"{transcripts.REGENERATE} --only suite"
+        )
