@@ -238,7 +238,7 @@ SCENARIOS = {
 
 # the sections of the bundled suite's end
 _SWEEP = r"^-+ pytest-ddtree budget sweep -+$"
-_LEGEND = r"^\(accept len"
+_LEGEND = r"sweep\.md#columns\)$"  # the legend's last line
 _RECOMMENDED = r"^(Recommended|Undecided|No budget)"
 _LOAD = r"^-+ pytest-ddtree load -+$"
 _ANSWER = r"^-+ pytest-ddtree: the answer -+$"
