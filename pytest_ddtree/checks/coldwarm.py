@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pytest_ddtree.checks.comparable import NOT_COMPARABLE, why_not_whole
+from pytest_ddtree.checks.comparable import NOT_COMPARABLE, not_whole_advice, why_not_whole
 from pytest_ddtree.checks.lossless import (
     Divergence,
     LosslessResult,
@@ -297,10 +297,12 @@ def _unjudged(cold: Completion, answer: Completion, label: str, batch: Batch) ->
     """Why ``answer`` (warm or batched) cannot be compared with the cold one, or None."""
     why = why_not_whole(cold)
     if why is not None:
-        return Unjudged(f"the cold answer did not arrive whole ({why})", NOT_WHOLE_ADVICE)
+        advice = not_whole_advice(cold, default=NOT_WHOLE_ADVICE)
+        return Unjudged(f"the cold answer did not arrive whole ({why})", advice)
     why = why_not_whole(answer)
     if why is not None:
-        return Unjudged(f"the {label} answer did not arrive whole ({why})", NOT_WHOLE_ADVICE)
+        advice = not_whole_advice(answer, default=NOT_WHOLE_ADVICE)
+        return Unjudged(f"the {label} answer did not arrive whole ({why})", advice)
     if label == LABELS[BATCHED] and not batch.batched:
         return Unjudged(
             f"no other request was decoded beside the batched one ({batch.describe()})",

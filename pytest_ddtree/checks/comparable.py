@@ -67,6 +67,80 @@ def why_not_whole(completion: Completion) -> str | None:
     return None
 
 
+#: Statuses of a request the server understood and refused as asked (a bad or unsupported
+#: field): no transient trouble, no credentials, no rate limit.
+REFUSED_STATUSES = frozenset({400, 422, 501})
+
+#: Request fields that ask for more than prose, in the order a refusal advice names them.
+FEATURE_FIELDS = (
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "response_format",
+    "logprobs",
+    "top_logprobs",
+    "stop",
+    "stop_token_ids",
+    "logit_bias",
+    "min_tokens",
+    "ignore_eos",
+    "n",
+    "seed",
+    "structured_outputs",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+    "reasoning_effort",
+)
+
+
+def requested_features(completion: Completion) -> list[str]:
+    """The fields of the request beyond plain chat, each as ``name=value`` (shortened)."""
+    body = completion.request.body
+    out = []
+    for name in FEATURE_FIELDS:
+        value = body.get(name)
+        if value is None or value is False:
+            continue
+        if name == "tools" and isinstance(value, list):
+            names = [
+                str(t.get("function", {}).get("name", "?")) for t in value if isinstance(t, dict)
+            ]
+            out.append(f"tools=[{', '.join(names)}]")
+            continue
+        out.append(f"{name}={summarize_text(repr(value), 60)}")
+    return out
+
+
+def refusal(completion: Completion) -> str | None:
+    """What to do about an answer the server refused as asked (HTTP 400, 422 or 501); None
+    for any other answer, whole or not."""
+    if completion.error_kind not in (None, ErrorKind.HTTP):
+        return None
+    if completion.status_code not in REFUSED_STATUSES:
+        return None
+    features = requested_features(completion)
+    asked = f"the request asks for {'; '.join(features)}: " if features else "the request as sent: "
+    return (
+        f"the server refused the request (HTTP {completion.status_code}), so there is no "
+        f"answer to compare; {asked}check that the server serves each of them (a tool-call "
+        "parser, structured outputs, log-probabilities: its options and version), or take the "
+        "field out of the prompt set, then run again"
+    )
+
+
+def not_whole_advice(*answers: Completion | None, default: str) -> str:
+    """``default`` (what to do about an answer cut short), or the refusal advice of the first
+    of ``answers`` the server refused as asked: a 4xx names the field it refused, not a cut
+    stream."""
+    for answer in answers:
+        advice = None if answer is None else refusal(answer)
+        if advice is not None:
+            return advice
+    return default
+
+
 def is_whole(completion: Completion) -> bool:
     """True when ``completion`` arrived whole (see ``why_not_whole``)."""
     return why_not_whole(completion) is None

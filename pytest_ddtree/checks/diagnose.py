@@ -28,7 +28,9 @@ from dataclasses import replace
 from pytest_ddtree.checks.comparable import (
     NOT_SENT_KIND,
     kind_name,
+    not_whole_advice,
     prompt_mismatch,
+    requested_features,
     why_not_whole,
 )
 from pytest_ddtree.checks.invariants import CODE_LAYERS
@@ -197,9 +199,22 @@ def _not_comparable(completion: Completion, replay: Completion) -> Diagnosis | N
                 "undetermined",
                 f"{NOT_COMPARABLE_TITLE}: {who} answer did not arrive whole ({why}); "
                 "nothing about the layers can be told from it",
-                NOT_WHOLE_ADVICE,
+                not_whole_advice(answer, default=NOT_WHOLE_ADVICE),
             )
     return None
+
+
+def _rejected_advice(completion: Completion) -> str:
+    """What to do about a request the server rejected: the options that shape it, and the
+    fields beyond plain chat it asked for (a tool choice, a schema) when it asked for any."""
+    features = requested_features(completion)
+    if not features:
+        return REJECTED_ADVICE
+    return (
+        f"{REJECTED_ADVICE}; it also asks for {'; '.join(features)}: check that the server "
+        "serves each of them (a tool-call parser, structured outputs, log-probabilities), or "
+        "take the field out of the prompt set"
+    )
 
 
 def _replay_key(spec: RequestSpec, codes: Sequence[str]) -> str:
@@ -311,7 +326,7 @@ class Diagnoser:
             return Diagnosis(
                 "undetermined",
                 f"the server rejected the request ({completion.error})",
-                REJECTED_ADVICE,
+                _rejected_advice(completion),
             )
         if self.baseline is None:
             return Diagnosis("undetermined", "no baseline server is configured", NO_BASELINE_ADVICE)

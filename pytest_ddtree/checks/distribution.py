@@ -39,7 +39,7 @@ from itertools import pairwise
 from math import comb
 from typing import TYPE_CHECKING, Any
 
-from pytest_ddtree.checks.comparable import why_not_whole
+from pytest_ddtree.checks.comparable import not_whole_advice, why_not_whole
 from pytest_ddtree.core.settings import DISTRIBUTION_PERMUTATIONS, Settings, least_alpha
 
 if TYPE_CHECKING:
@@ -450,7 +450,7 @@ def _not_comparable(run: DistributionRun) -> tuple[str, str] | None:
             return (
                 f"{len(cut)} of the {side}'s {len(answers)} answers did not arrive whole "
                 f"(first: {cut[0][1]})"
-            ), NOT_WHOLE_ADVICE
+            ), not_whole_advice(cut[0][0], default=NOT_WHOLE_ADVICE)
     return _prompts_differ(run)
 
 

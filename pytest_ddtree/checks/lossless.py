@@ -18,6 +18,7 @@ from typing import Any
 
 from pytest_ddtree.checks.comparable import (
     NOT_COMPARABLE,
+    not_whole_advice,
     prompt_tokens,
     why_not_whole,
 )
@@ -132,10 +133,12 @@ def comparability(
     why = why_not_whole(reference)
     if why is not None:
         reason = f"the answer of the {reference_label} did not arrive whole ({why})"
-        return Unjudged(reason, NOT_WHOLE_ADVICE, names_reference=True)
+        advice = not_whole_advice(reference, default=NOT_WHOLE_ADVICE)
+        return Unjudged(reason, advice, names_reference=True)
     why = why_not_whole(answer)
     if why is not None:
-        return Unjudged(f"its answer did not arrive whole ({why})", NOT_WHOLE_ADVICE)
+        advice = not_whole_advice(answer, default=NOT_WHOLE_ADVICE)
+        return Unjudged(f"its answer did not arrive whole ({why})", advice)
     theirs, ours = prompt_tokens(reference), prompt_tokens(answer)
     if theirs is not None and ours is not None and theirs != ours:
         return Unjudged(

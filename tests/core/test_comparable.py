@@ -14,6 +14,7 @@ import json
 import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from socketserver import BaseServer
 from typing import Any
@@ -402,3 +403,36 @@ def test_comparable_budgets_are_still_judged_beside_the_cut_ones() -> None:
     footer = lossless_footer(cut_only, has_baseline=True)
     assert footer.startswith("diagnosis: undetermined - not comparable: tree_budget 64: ")
     assert "speculative decoding" not in footer
+
+
+def test_a_refused_request_is_advised_on_the_field_it_asked_for_not_a_cut_stream() -> None:
+    from pytest_ddtree.checks.coldwarm import LABELS, WARM, Batch, _unjudged
+
+    body = {
+        "messages": [],
+        "tools": [{"type": "function", "function": {"name": "get_weather"}}],
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+    }
+    spec = RequestSpec("chat", "http://127.0.0.1:9/v1/chat/completions", body, None, True, 32, 0.0)
+    refused = replace(
+        _answer("", finish=None),
+        request=spec,
+        status_code=400,
+        error="HTTP 400: tool_choice not supported without --tool-call-parser",
+        error_kind="http",
+    )
+    reference = _answer()
+    result = judge_lossless(reference, {None: refused}, Lossless("exact"))
+    advice = result.not_comparable[None].advice
+    assert advice.startswith("the server refused the request (HTTP 400)"), advice
+    assert "tools=[get_weather]; tool_choice={'type': 'function'" in advice, advice
+    assert "stream" not in advice, advice
+    unjudged = _unjudged(reference, refused, LABELS[WARM], Batch(0, 0, 0))
+    assert unjudged is not None and unjudged.advice == advice
+    # a 5xx, a 429 and a cut stream keep the advice about an answer cut short
+    for status, kind in ((503, "http"), (429, "rate-limited")):
+        failed = replace(refused, status_code=status, error_kind=kind)
+        other = judge_lossless(reference, {None: failed}, Lossless("exact")).not_comparable
+        assert other[None].advice.startswith("an answer that did not arrive whole"), status
+    cut = judge_lossless(reference, {None: _answer(done=False)}, Lossless("exact"))
+    assert cut.not_comparable[None].advice.startswith("an answer that did not arrive whole")

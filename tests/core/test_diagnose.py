@@ -96,6 +96,26 @@ def test_a_rejected_request_is_not_blamed_on_speculation(pytester: pytest.Pytest
     assert "diagnosis: speculative decoding" not in result.stdout.str()
 
 
+def test_a_refused_field_is_named_in_the_advice(pytester: pytest.Pytester) -> None:
+    # the server refuses what the request asks beyond plain chat (a tool choice without
+    # tools): the advice names that field, not the budget or a cut stream
+    pytester.makepyfile(
+        """
+        def test_a(ddtree_client, ddtree_check):
+            ddtree_check(ddtree_client.chat("Weather?", max_tokens=16, tool_choice="required"))
+        """
+    )
+    result = pytester.runpytest("--ddtree-budgets=16", *FAST)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*the server rejected the request (HTTP 400*tool_choice*",
+            "*what to do: the server refused the request as sent*; it also asks for "
+            "tool_choice='required': check that the server serves each of them*",
+        ]
+    )
+
+
 def test_failure_message_carries_diagnosis(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(FAULT_TESTS.format(faults="'role-leak'"))
     result = pytester.runpytest(*FAST)
