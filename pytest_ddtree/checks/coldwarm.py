@@ -269,6 +269,17 @@ class ColdWarmBatched:
         """True when all three were compared and agree (within the mode)."""
         return self.comparison.ok
 
+    def not_batched(self) -> str | None:
+        """Why the batched answer was not compared, when that is all that was left out: no
+        other request was decoded beside it (a one-slot server, a short concurrency) and the
+        warm answer was compared. Nothing is wrong with any answer then; the batch was not
+        made. None otherwise."""
+        result = self.comparison
+        unjudged = result.not_comparable.get(BATCHED)
+        if result.divergences or set(result.not_comparable) != {BATCHED} or unjudged is None:
+            return None
+        return unjudged.reason if unjudged.advice == NOT_BATCHED_ADVICE else None
+
     def answer(self, key: int) -> Completion:
         """The warm or the batched answer."""
         return self.warm if key == WARM else self.batched

@@ -152,6 +152,12 @@ def test_a_batched_answer_nothing_was_decoded_beside_is_not_comparable(throughou
     assert "no other request was decoded beside the batched one (3 other request(s): 1" in (
         v.message
     )
+    # that alone is left out (the warm answer was compared): the batch was not made
+    reason = found.not_batched()
+    assert reason is not None and reason.startswith("no other request was decoded beside")
+    # beside a real difference, or another answer set aside, it is not all there is to say
+    assert _judge(TARGET, FLIPPED, FLIPPED, batch=lonely).not_batched() is None
+    assert _judge(TARGET, TARGET, TARGET).not_batched() is None
 
 
 def test_the_session_line_opens_the_prompt_without_changing_the_question() -> None:

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from socketserver import BaseServer
+from typing import Any
+
+import httpx
 import pytest
+
+from pytest_ddtree.reference import ReferenceServer
 
 TESTS = """
 PROMPT = "Write a detailed essay about harbours and ships."
@@ -40,3 +49,59 @@ def test_the_fixture_passes_a_healthy_server_and_names_a_cold_garble(
     )
     # an answer cut short is judged by the invariants first: no comparison is drawn from it
     result.stdout.fnmatch_lines(["*the cold answer breaks 1 output-quality invariant(s): stream*"])
+
+
+class _OneSlot(BaseHTTPRequestHandler):
+    """Forwards to the reference server one request at a time, as a server with one slot
+    decodes them: each answer is read whole before the next request is sent on."""
+
+    protocol_version = "HTTP/1.1"
+    slot = threading.Lock()
+    upstream = ""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._forward("GET", b"")
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        with self.slot:
+            self._forward("POST", raw)
+
+    def _forward(self, method: str, raw: bytes) -> None:
+        headers = {"Content-Type": "application/json"}
+        resp = httpx.request(method, self.upstream + self.path, content=raw, headers=headers)
+        self.send_response(resp.status_code)
+        self.send_header("Content-Type", resp.headers.get("content-type", "application/json"))
+        self.send_header("Content-Length", str(len(resp.content)))
+        self.end_headers()
+        self.wfile.write(resp.content)
+
+
+def test_a_server_with_one_slot_skips_the_batched_comparison(
+    pytester: pytest.Pytester,
+    reference_server: ReferenceServer,
+    loopback: Callable[[BaseServer], str],
+) -> None:
+    handler = type("OneSlot", (_OneSlot,), {"upstream": reference_server.base_url[: -len("/v1")]})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    url = loopback(server)
+    pytester.makepyfile(
+        """
+        def test_one_slot(ddtree_cold_warm_batched):
+            ddtree_cold_warm_batched("Write a detailed essay about harbours.", max_tokens=24)
+        """
+    )
+    result = pytester.runpytest(f"--ddtree-endpoint={url}/v1", "--ddtree-budgets=16", "-rs")
+    # nothing is wrong with an answer: the batch was not made, so the test says so and skips
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(
+        [
+            "SKIPPED * the batched answer not compared: no other request was decoded beside "
+            "the batched one (*); the warm answer agrees with the cold one. No other request "
+            "was decoded beside the batched one*--parallel at least C*"
+        ]
+    )
