@@ -23,10 +23,10 @@ from pytest_ddtree.checks.invariants import check
 from pytest_ddtree.core.settings import Lossless
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.tokens import ServerCounter, detect_tokenize_shape
+from tests.engines.greedy import GREEDY_PROMPTS, PROSE_PROMPT, assert_chooses_the_best_alternative
 
 LOOP_PROMPT = "What is the capital of France?"  # SmolLM2-135M loops on it
 SHORT_PROMPT = "How many legs does a spider have?"
-PROSE_PROMPT = "Describe how bread is baked in a small kitchen."
 
 pytestmark = pytest.mark.real_engine
 
@@ -343,42 +343,19 @@ def test_speculative_logprobs_are_the_targets(
         baseline.close()
 
 
-# prose, code and a list: greedy paths through confident and uncertain tokens alike
-GREEDY_PROMPTS = (
-    PROSE_PROMPT,
-    "Write a Python function that merges two sorted lists, and explain the code in detail.",
-    "List 12 steps for planting a vegetable garden.",
-)
-
-
 @pytest.mark.parametrize("server", ["ngram", "target"])
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_temperature_zero_chooses_the_best_alternative(
     server: str, stream: bool, request: pytest.FixtureRequest, http: httpx.Client
 ) -> None:
-    # greedy decoding: wherever alternatives are listed, the chosen token is the best of them
-    # (measured over the bundled suite's prompts, 96 tokens, plain and streamed: llama.cpp n-gram
-    # and target-only, 1,460 positions each, the best every time, gap 0), so the logprobs
-    # rule judges it and raises no false alarm
-    from pytest_ddtree.core.settings import DEFAULT_NEAR_TIE
-
+    # greedy decoding: the chosen token is the best listed (measured over the bundled suite's
+    # prompts, 96 tokens, plain and streamed: llama.cpp n-gram and target-only, 1,460 positions
+    # each, the best every time, gap 0), so the logprobs rule judges it with no false alarm
     client = client_for(request.getfixturevalue(server), http)
-    judged, worst = 0, 0.0
     try:
-        for prompt in GREEDY_PROMPTS:
-            kw = {"logprobs": True, "top_logprobs": 5, "temperature": 0}
-            c = client.chat(prompt, max_tokens=96, stream=stream, **kw)
-            assert c.ok and c.logprobs, c.error or c.raw
-            found = check(c, counter=client.counter)
-            assert [v.message for v in found if v.code == "logprobs"] == [], c.text
-            assert not [w for w in found.withheld if w.startswith("[logprobs]")], found.withheld
-            for e in c.logprobs:
-                if e.top:
-                    judged += 1
-                    worst = max(worst, max(alt[1] for alt in e.top) - e.logprob)
+        assert_chooses_the_best_alternative(client, stream=stream)
     finally:
         client.close()
-    assert judged >= 100 and worst <= DEFAULT_NEAR_TIE, (judged, worst)
 
 
 def test_a_penalty_moves_the_choice_and_the_best_alternative_is_withheld(

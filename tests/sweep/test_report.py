@@ -188,13 +188,17 @@ def _chromium() -> str | None:
     )
 
 
-def _console_lines(browser: str, page: Path) -> tuple[str, str]:
+def _console_lines(browser: str, page: Path, *, window: str | None = None) -> tuple[str, str]:
+    """The DOM headless Chromium leaves after the page's scripts ran (laid out in a
+    ``window`` such as ``"1200,900"`` when given), and the page's console lines."""
+    size = [f"--window-size={window}"] if window else []
     proc = subprocess.run(
         [
             browser,
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
+            *size,
             "--enable-logging=stderr",
             "--v=0",
             "--dump-dom",
@@ -540,23 +544,9 @@ def test_the_load_table_fits_a_1200_px_window(
             "</body>", _MEASURE + "</body>"
         )
     )
-    proc = subprocess.run(
-        [
-            browser,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--window-size=1200,900",
-            "--dump-dom",
-            page.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
-    found = re.search(r'<pre id="widths">WIDTHS ([^<]*)', proc.stdout)
-    assert found is not None, proc.stderr[-2000:]
+    dom, console = _console_lines(browser, page, window="1200,900")
+    found = re.search(r'<pre id="widths">WIDTHS ([^<]*)', dom)
+    assert found is not None, console[-2000:] or dom[-2000:]
     widths = dict(w.rsplit("=", 1) for w in found.group(1).split(";"))
     assert "stats load-points" in widths, widths
     for table, sizes in widths.items():
