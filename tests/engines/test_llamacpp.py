@@ -23,7 +23,8 @@ from pytest_ddtree.checks.invariants import check
 from pytest_ddtree.core.settings import Lossless
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.tokens import ServerCounter, detect_tokenize_shape
-from tests.engines.greedy import GREEDY_PROMPTS, PROSE_PROMPT, assert_chooses_the_best_alternative
+
+from .greedy import GREEDY_PROMPTS, PROSE_PROMPT, assert_chooses_the_best_alternative
 
 LOOP_PROMPT = "What is the capital of France?"  # SmolLM2-135M loops on it
 SHORT_PROMPT = "How many legs does a spider have?"

@@ -21,7 +21,8 @@ from pytest_ddtree.checks.invariants import check
 from pytest_ddtree.core.settings import Timeout
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.tokens import ServerCounter, detect_tokenize_shape
-from tests.engines.greedy import PROSE_PROMPT, assert_chooses_the_best_alternative
+
+from .greedy import PROSE_PROMPT, assert_chooses_the_best_alternative
 
 SHORT_PROMPT = "How many legs does a spider have?"
 
