@@ -4,8 +4,8 @@ Each transcript block names its excerpt (``docs/transcripts.py``); ``python docs
 runs the scenarios and writes the blocks. Here a scenario runs again and every line its block
 shows must still be one it prints, in order, numbers masked (``transcripts.drift``). The
 error scenarios take seconds and run in the default tier; the bundled suite and the fault
-runs start the embedded server and run in the slow tier; the llama.cpp run is in
-``tests/engines/test_llamacpp_docs.py``.
+runs start the embedded server and run in the slow tier; the runs against real engines are in
+``tests/engines/test_{llamacpp,vllm,sglang}_docs.py``, each run only when asked.
 """
 
 from __future__ import annotations
