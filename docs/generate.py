@@ -45,7 +45,7 @@ def write_sections() -> list[str]:
     return changed
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sections", action="store_true", help="only the generated sections")
     engines = sorted({s.engine for s in transcripts.SCENARIOS.values() if s.engine})
@@ -69,19 +69,28 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="render the excerpts from the last saved runs (.docs-runs/) instead of running",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def scenarios(args: argparse.Namespace) -> list[str]:
+    """The scenarios to run: ``--only``'s, else every one that needs no engine or one of
+    ``--engine``'s."""
+    return args.only or [
+        s.name for s in transcripts.SCENARIOS.values() if not s.engine or s.engine in args.engine
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = parser()
+    args = cli.parse_args(argv)
     started = time.monotonic()
     changed = write_sections()
     print(f"generated sections: {', '.join(changed) or 'all up to date'}")
     if not args.sections:
-        names = args.only or [
-            s.name
-            for s in transcripts.SCENARIOS.values()
-            if not s.engine or s.engine in args.engine
-        ]
+        names = scenarios(args)
         unknown = sorted(set(names) - set(transcripts.SCENARIOS))
         if unknown:
-            parser.error(
+            cli.error(
                 f"unknown scenario(s) {', '.join(unknown)}; known: "
                 + ", ".join(transcripts.SCENARIOS)
             )

@@ -201,3 +201,28 @@ def test_the_suites_test_count_in_the_docs_is_what_pytest_collects() -> None:
             f"{block.page.name}: the transcript's count is stale; run "
             f"{transcripts.REGENERATE} --only suite"
         )
+
+
+def test_generate_runs_an_engines_scenarios_only_when_asked() -> None:
+    spec = importlib.util.spec_from_file_location("ddtree_docs_generate", DOCS / "generate.py")
+    assert spec is not None and spec.loader is not None
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    engine_of = {name: s.engine for name, s in transcripts.SCENARIOS.items()}
+
+    def chosen(*argv: str) -> set[str]:
+        return set(generate.scenarios(generate.parser().parse_args(argv)))
+
+    plain = {name for name, engine in engine_of.items() if engine is None}
+    assert chosen() == plain
+    for engine in ("llamacpp", "vllm", "sglang"):
+        mine = {name for name, e in engine_of.items() if e == engine}
+        assert mine, f"no scenario starts {engine}"
+        assert chosen("--engine", engine) == plain | mine
+    # --llamacpp is --engine llamacpp, and adds to other engines
+    assert chosen("--llamacpp") == chosen("--engine", "llamacpp")
+    both = chosen("--engine", "vllm", "--llamacpp")
+    assert both == chosen("--engine", "vllm") | chosen("--engine", "llamacpp")
+    assert chosen("--only", "llamacpp-stop") == {"llamacpp-stop"}
+    with pytest.raises(SystemExit):
+        generate.parser().parse_args(["--engine", "tgi"])
