@@ -226,3 +226,15 @@ def test_generate_runs_an_engines_scenarios_only_when_asked() -> None:
     assert chosen("--only", "llamacpp-stop") == {"llamacpp-stop"}
     with pytest.raises(SystemExit):
         generate.parser().parse_args(["--engine", "tgi"])
+
+
+@pytest.mark.parametrize(
+    ("page", "scenario"), [("llamacpp.md", "llamacpp-stop"), ("sglang.md", "sglang-invariants")]
+)
+def test_an_engine_pages_prompt_file_is_the_one_its_run_uses(page: str, scenario: str) -> None:
+    # the page shows the prompt file its transcript's command names, line by line
+    text = (DOCS / page).read_text(encoding="utf-8")
+    shown = "\n".join(re.findall(r"```json\n(.*?)```", text, re.DOTALL))
+    (content,) = transcripts.SCENARIOS[scenario].files().values()
+    for line in content.splitlines():
+        assert line in shown.splitlines(), f"{page} does not show {line!r}"
