@@ -602,9 +602,11 @@ def check(names: Iterable[str], pages: Sequence[Path]) -> list[str]:
 
 # -- docs/llamacpp.md, docs/vllm.md, docs/sglang.md: real engines, one at a time --------------
 #
-# Each scenario starts one engine (``python -m pytest_ddtree.engines``) on a port the page
-# names, runs a few tests of the bundled suite against it, and stops it: no target-only
-# baseline beside it, since one engine at a time is what a small machine runs.
+# Each engine scenario starts one engine (``python -m pytest_ddtree.engines``) on a port the
+# page names, runs a few tests of the bundled suite against it, and stops it: no target-only
+# baseline beside it, since one engine at a time is what a small machine runs (the pages'
+# runs with a baseline are quoted as printed, and say so). ``shared-server`` needs no engine:
+# the reference server shared with a second client (the slow tier checks it).
 
 #: where the launcher finds the vLLM and SGLang virtualenvs and the converted model
 _ENGINE_ENV = ("DDTREE_VLLM_PYTHON", "DDTREE_SGLANG_PYTHON", "DDTREE_ENGINE_CACHE")
