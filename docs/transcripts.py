@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -52,7 +53,9 @@ class Scenario:
     runs in (``dirname``). ``server``, when set, is started first in the background, its output
     read until a line holds ``ready``, and stopped at the end; its lines are the ``server``
     stream, the command's the ``run`` stream. ``engine`` names what the scenario needs beyond
-    this package; such a scenario runs only when asked for (``--llamacpp``).
+    this package; such a scenario runs only when asked for (``--engine NAME``; ``--llamacpp``
+    is ``--engine llamacpp``). ``passenv`` names variables of the caller's environment that
+    reach the commands (where an engine's virtualenv is), which are otherwise left out.
     """
 
     name: str
@@ -63,6 +66,7 @@ class Scenario:
     ready: str = "serving http"
     engine: str | None = None
     timeout: float = 900
+    passenv: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -317,7 +321,7 @@ def mask(text: str, workdir: Path) -> str:
     ):
         text = text.replace(path + os.sep, "..." + os.sep).replace(path, "...")
     text = text.replace(str(Path.home()) + os.sep, "~" + os.sep)
-    text = re.sub(re.escape(tempfile.gettempdir()) + r"/[^\s'\"):,]+", ".../tmp", text)
+    text = re.sub(re.escape(tempfile.gettempdir()) + r"/[^\s'\"):,;]+", ".../tmp", text)
 
     def port(match: re.Match[str]) -> str:
         return f"{match.group(1)}:<port>" if int(match.group(2)) >= 32768 else match.group(0)
@@ -341,7 +345,7 @@ def _env() -> dict[str, str]:
 
 
 def _argv(command: str) -> list[str]:
-    words = command.split()
+    words = shlex.split(command)
     if words[0] == "pytest":
         return [sys.executable, "-m", "pytest", *words[1:]]
     if words[0] == "python":
@@ -392,6 +396,7 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 def run(scenario: Scenario) -> dict[str, list[str]]:
     """Run ``scenario`` in a fresh directory; its streams, masked, one string a line."""
     env = _env()
+    env.update({k: os.environ[k] for k in scenario.passenv if k in os.environ})
     with tempfile.TemporaryDirectory(prefix="ddtree-docs-") as tmp:
         workdir = Path(tmp) / scenario.dirname
         workdir.mkdir()
@@ -593,3 +598,194 @@ def check(names: Iterable[str], pages: Sequence[Path]) -> list[str]:
                 f"{missing[0]!r}; run {REGENERATE} --only {excerpt.scenario}"
             )
     return problems
+
+
+# -- docs/llamacpp.md, docs/vllm.md, docs/sglang.md: real engines, one at a time --------------
+#
+# Each engine scenario starts one engine (``python -m pytest_ddtree.engines``) on a port the
+# page names, runs a few tests of the bundled suite against it, and stops it: no target-only
+# baseline beside it, since one engine at a time is what a small machine runs (the pages'
+# runs with a baseline are quoted as printed, and say so). ``shared-server`` needs no engine:
+# the reference server shared with a second client (the slow tier checks it).
+
+#: where the launcher finds the vLLM and SGLang virtualenvs and the converted model
+_ENGINE_ENV = ("DDTREE_VLLM_PYTHON", "DDTREE_SGLANG_PYTHON", "DDTREE_ENGINE_CACHE")
+
+
+def _rivers_stop() -> dict[str, str]:
+    # the bundled suite's essay prompt, cut at its first full stop by a stop string
+    return {
+        "rivers.jsonl": (
+            '{"id": "essay-rivers", "prompt": "Write a long essay about rivers and the valleys'
+            ' they shape.", "stop": ["."], "expect": {"min_tokens": 32}}\n'
+        )
+    }
+
+
+def _sglang_prompts() -> dict[str, str]:
+    # the bundled suite's essay prompt, and the capital question held to 40 tokens
+    return {
+        "prompts.jsonl": (
+            '{"id": "essay-rivers", "prompt": "Write a long essay about rivers and the valleys'
+            ' they shape.", "expect": {"min_tokens": 64}}\n'
+            '{"id": "capital-long", "prompt": "What is the capital of France?",'
+            ' "expect": {"min_tokens": 40}}\n'
+        )
+    }
+
+
+#: a sweep whose budget 64 shares the reference server with a second client: while that budget
+#: is timed, each request of the sweep starts two requests of another client beside it
+_SHARED_SERVER = """\
+import threading
+
+import httpx
+
+
+def test_sweep(ddtree_sweep, ddtree_runtime, ddtree_endpoint, ddtree_model):
+    client = ddtree_runtime.client
+    real = client.request
+
+    def other_client():
+        body = {"model": ddtree_model, "max_tokens": 16,
+                "messages": [{"role": "user", "content": "Say hello."}]}
+        with httpx.Client(timeout=30) as http:
+            for _ in range(2):
+                http.post(ddtree_endpoint + "/chat/completions", json=body).raise_for_status()
+
+    def request(prompt, **kwargs):
+        if kwargs.get("tree_budget") != 64:
+            return real(prompt, **kwargs)
+        other = threading.Thread(target=other_client)
+        other.start()
+        try:
+            return real(prompt, **kwargs)
+        finally:
+            other.join(30)
+
+    client.request = request
+    prompts = {"a": "Write a short essay about rivers and the towns along them."}
+    ddtree_sweep(prompts, max_tokens=48, rounds=2, warmup_rounds=1, order="fixed")
+"""
+
+
+def _shared_server() -> dict[str, str]:
+    return {"test_shared.py": _SHARED_SERVER}
+
+
+SCENARIOS.update(
+    {
+        s.name: s
+        for s in [
+            Scenario(
+                "sglang-invariants",
+                "pytest --pyargs pytest_ddtree.suite --ddtree-endpoint http://127.0.0.1:30000/v1"
+                " --ddtree-budget-mode none --ddtree-prompts prompts.jsonl -k test_invariants",
+                files=_sglang_prompts,
+                server="python -m pytest_ddtree.engines --engine sglang --port 30000",
+                engine="sglang",
+                passenv=_ENGINE_ENV,
+            ),
+            Scenario(
+                "vllm-sweep",
+                "pytest --pyargs pytest_ddtree.suite --ddtree-endpoint http://127.0.0.1:8000/v1"
+                " --ddtree-budget-mode none --ddtree-timeout connect=10,read=300,total=600"
+                " -k test_sweep",
+                server="python -m pytest_ddtree.engines --engine vllm --speculation ngram"
+                " --port 8000",
+                engine="vllm",
+                passenv=_ENGINE_ENV,
+                timeout=1500,
+            ),
+            Scenario(
+                "shared-server",
+                "pytest test_shared.py --ddtree-budgets 16,64,256 --ddtree-sweep exhaustive"
+                " --ddtree-reference-latency off",
+                files=_shared_server,
+            ),
+            Scenario(
+                "llamacpp-stop",
+                "pytest --pyargs pytest_ddtree.suite --ddtree-endpoint http://127.0.0.1:8080/v1"
+                " --ddtree-budget-mode none --ddtree-prompts rivers.jsonl -k test_invariants",
+                files=_rivers_stop,
+                server="python -m pytest_ddtree.engines --speculation ngram --port 8080",
+                engine="llamacpp",
+            ),
+        ]
+    }
+)
+
+EXCERPTS.update(
+    {
+        # docs/llamacpp.md: llama.cpp names no stop; its /metrics line in the header
+        "llamacpp-stop": Excerpt(
+            "llamacpp-stop", (Piece(r"^E\s+\[early-stop\]", stop=r"^E\s+diagnosis:"),)
+        ),
+        "llamacpp-metrics": Excerpt(
+            "llamacpp-stop", (Piece(r"^ddtree: server metrics:", count=1),), prompt=False
+        ),
+    }
+)
+
+EXCERPTS.update(
+    {
+        # docs/sglang.md: what SGLang's server says, and the stop it names
+        "sglang-run": Excerpt(
+            "sglang-invariants",
+            (
+                Piece(r"^ddtree: serving", count=2),
+                Piece(r"^test_invariants\.py", count=1),
+                Piece(r"^ddtree: statistics dialect detected", count=1),
+                Piece(r"^FAILED"),
+            ),
+        ),
+        "sglang-early-stop": Excerpt(
+            "sglang-invariants",
+            (Piece(r"^E\s+\[early-stop\]", stop=r"^E\s+stop_kind:"),),
+            prompt=False,
+        ),
+        # docs/llamacpp.md, its SGLang section: the same evidence, with its request
+        "sglang-early-stop-request": Excerpt(
+            "sglang-invariants", (Piece(r"^E\s+\[early-stop\]", stop=r"^E\s+diagnosis:"),)
+        ),
+    }
+)
+
+EXCERPTS.update(
+    {
+        # docs/llamacpp.md, "Other traffic": the sweep's marks of a shared server
+        "shared-server": Excerpt(
+            "shared-server",
+            (
+                Piece(r"^tree_budget\s+valid", stop=_LEGEND),
+                Piece(
+                    r"^WARNING: tree_budget 64: shared server",
+                    stop=r"^server counters, tree_budget 256",
+                ),
+            ),
+            prompt=False,
+        ),
+    }
+)
+
+EXCERPTS.update(
+    {
+        # docs/vllm.md: the launcher's line, and what the sweep reads from vLLM
+        "vllm-server": Excerpt("vllm-sweep", (Piece(r"serving http", count=1),), stream="server"),
+    }
+)
+
+EXCERPTS.update(
+    {
+        "vllm-sweep": Excerpt(
+            "vllm-sweep",
+            (
+                Piece(r"^ddtree: serving", count=2),
+                Piece(_SWEEP, stop=_RECOMMENDED),
+                Piece(r"^server counters", count=1),
+                Piece(r"^ddtree: statistics dialect detected", count=2),
+                Piece(last=1),
+            ),
+        ),
+    }
+)

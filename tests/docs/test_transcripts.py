@@ -4,8 +4,8 @@ Each transcript block names its excerpt (``docs/transcripts.py``); ``python docs
 runs the scenarios and writes the blocks. Here a scenario runs again and every line its block
 shows must still be one it prints, in order, numbers masked (``transcripts.drift``). The
 error scenarios take seconds and run in the default tier; the bundled suite and the fault
-runs start the embedded server and run in the slow tier; the llama.cpp run is in
-``tests/engines/test_llamacpp_docs.py``.
+runs start the embedded server and run in the slow tier; the runs against real engines are in
+``tests/engines/test_{llamacpp,vllm,sglang}_docs.py``, each run only when asked.
 """
 
 from __future__ import annotations
@@ -201,3 +201,40 @@ def test_the_suites_test_count_in_the_docs_is_what_pytest_collects() -> None:
             f"{block.page.name}: the transcript's count is stale; run "
             f"{transcripts.REGENERATE} --only suite"
         )
+
+
+def test_generate_runs_an_engines_scenarios_only_when_asked() -> None:
+    spec = importlib.util.spec_from_file_location("ddtree_docs_generate", DOCS / "generate.py")
+    assert spec is not None and spec.loader is not None
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    engine_of = {name: s.engine for name, s in transcripts.SCENARIOS.items()}
+
+    def chosen(*argv: str) -> set[str]:
+        return set(generate.scenarios(generate.parser().parse_args(argv)))
+
+    plain = {name for name, engine in engine_of.items() if engine is None}
+    assert chosen() == plain
+    for engine in ("llamacpp", "vllm", "sglang"):
+        mine = {name for name, e in engine_of.items() if e == engine}
+        assert mine, f"no scenario starts {engine}"
+        assert chosen("--engine", engine) == plain | mine
+    # --llamacpp is --engine llamacpp, and adds to other engines
+    assert chosen("--llamacpp") == chosen("--engine", "llamacpp")
+    both = chosen("--engine", "vllm", "--llamacpp")
+    assert both == chosen("--engine", "vllm") | chosen("--engine", "llamacpp")
+    assert chosen("--only", "llamacpp-stop") == {"llamacpp-stop"}
+    with pytest.raises(SystemExit):
+        generate.parser().parse_args(["--engine", "tgi"])
+
+
+@pytest.mark.parametrize(
+    ("page", "scenario"), [("llamacpp.md", "llamacpp-stop"), ("sglang.md", "sglang-invariants")]
+)
+def test_an_engine_pages_prompt_file_is_the_one_its_run_uses(page: str, scenario: str) -> None:
+    # the page shows the prompt file its transcript's command names, line by line
+    text = (DOCS / page).read_text(encoding="utf-8")
+    shown = "\n".join(re.findall(r"```json\n(.*?)```", text, re.DOTALL))
+    (content,) = transcripts.SCENARIOS[scenario].files().values()
+    for line in content.splitlines():
+        assert line in shown.splitlines(), f"{page} does not show {line!r}"
