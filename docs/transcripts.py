@@ -758,9 +758,9 @@ _LOAD_ERROR = r"^E\s+pytest_ddtree\.LoadError: "
 EXCERPTS.update(
     {
         # docs/load.md
-        "load-slo": Excerpt(
-            "load", (Piece(_LOAD_ERROR + "SLO", stop=r"^E\s+C=4 tree_budget=64:"),)
-        ),
+        # the verdict and its first point: which points miss, or are withheld at a stalled
+        # client, depends on the machine's load
+        "load-slo": Excerpt("load", (Piece(_LOAD_ERROR + "SLO", count=2),)),
         "load-early-eos": Excerpt(
             "load-early-eos", (Piece(_LOAD_ERROR + r"\d+ of", stop=r"^E\s+\[early-stop\]"),)
         ),
