@@ -627,17 +627,11 @@ def _load_test() -> dict[str, str]:
 
 
 def _race_test() -> dict[str, str]:
-    # load.md's first load test with four budgets: what "A raced load grid" races
-    return {
-        "test_race.py": (
-            "PROMPTS = [\n"
-            '    "Write a long essay about rivers and the valleys they shape.",\n'
-            '    "Write a detailed article about bees and their hives.",\n'
-            "]\n\n\n"
-            "def test_load(ddtree_load):\n"
-            '    ddtree_load(PROMPTS, tree_budgets=[16, 32, 64, 256], expect={"min_tokens": 64})\n'
-        )
-    }
+    # load.md's first load test, with 32 among its budgets: what "A raced load grid" races
+    page = (DOCS / "load.md").read_text(encoding="utf-8")
+    code = re.search(r"```python\n(.*?)```", page, re.DOTALL)
+    assert code and "tree_budgets=[16, 64, 256]" in code.group(1), "load.md's first test moved"
+    return {"test_race.py": code.group(1).replace("[16, 64, 256]", "[16, 32, 64, 256]")}
 
 
 #: a page that is not Prometheus text (a dashboard's login page) at /html; 404 elsewhere
