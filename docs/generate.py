@@ -7,7 +7,8 @@
                                           # server at a time; minutes); --llamacpp is the same
     python docs/generate.py --engine vllm --engine sglang  # also vLLM's, SGLang's (their
                                           # virtualenvs: DDTREE_VLLM_PYTHON, DDTREE_SGLANG_PYTHON)
-    python docs/generate.py --only suite  # only the transcripts of the named scenario(s)
+    python docs/generate.py --only suite  # only the transcripts of the named scenario(s); a
+                                          # measurement (load-race) runs only when named
     python docs/generate.py --reuse       # re-render the excerpts from the last runs, at once
 
 The sections between ``<!-- ddtree:NAME -->`` and ``<!-- /ddtree:NAME -->`` come from
@@ -74,9 +75,11 @@ def parser() -> argparse.ArgumentParser:
 
 def scenarios(args: argparse.Namespace) -> list[str]:
     """The scenarios to run: ``--only``'s, else every one that needs no engine or one of
-    ``--engine``'s."""
+    ``--engine``'s, but the measurements (they run only when named)."""
     return args.only or [
-        s.name for s in transcripts.SCENARIOS.values() if not s.engine or s.engine in args.engine
+        s.name
+        for s in transcripts.SCENARIOS.values()
+        if (not s.engine or s.engine in args.engine) and not s.measurement
     ]
 
 

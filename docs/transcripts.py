@@ -56,6 +56,10 @@ class Scenario:
     this package; such a scenario runs only when asked for (``--engine NAME``; ``--llamacpp``
     is ``--engine llamacpp``). ``passenv`` names variables of the caller's environment that
     reach the commands (where an engine's virtualenv is), which are otherwise left out.
+    ``shell`` runs ``shown`` with bash (pipes, quotes), the server's URL (the first in its
+    ``ready`` line) in ``$URL``. ``measurement`` says why a scenario's output is a measurement
+    (minutes long, or an outcome the machine's noise decides): it runs only when named
+    (``--only``) and no test checks it for drift.
     """
 
     name: str
@@ -67,6 +71,8 @@ class Scenario:
     engine: str | None = None
     timeout: float = 900
     passenv: tuple[str, ...] = ()
+    shell: bool = False
+    measurement: str | None = None
 
 
 @dataclass(frozen=True)
@@ -345,7 +351,7 @@ def _env() -> dict[str, str]:
 
 
 def _argv(command: str) -> list[str]:
-    words = shlex.split(command)
+    words = shlex.split(command)  # quotes as a shell reads them
     if words[0] == "pytest":
         return [sys.executable, "-m", "pytest", *words[1:]]
     if words[0] == "python":
@@ -406,9 +412,15 @@ def run(scenario: Scenario) -> dict[str, list[str]]:
         server_lines: list[str] = []
         if scenario.server:
             server, server_lines = _start_server(scenario, workdir, env)
+        command = _argv(scenario.shown)
+        if scenario.shell:
+            command = ["bash", "-c", scenario.shown]
+            url = re.search(r"https?://[^\s,;]+", server_lines[-1]) if server_lines else None
+            env = {**env, "URL": url.group(0) if url else ""}
+            env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         try:
             result = subprocess.run(
-                _argv(scenario.shown),
+                command,
                 cwd=workdir,
                 env=env,
                 stdout=subprocess.PIPE,
@@ -521,6 +533,10 @@ VOLATILE = [
     r"\s*\(UNRELIABLE[^)]*\)",
     r"\s*\(a tie at this noise\)",
     r"\s*\(\d+:\d\d:\d\d\)",  # pytest's h:mm:ss after a run of a minute or more
+    # an SLO missed at a point where the client was stalled is withheld, not missed: which of
+    # the two a run says depends on the machine's load; the points' lines must be the run's
+    r"SLO (?:missed at \d+ load point\(s\)|verdict withheld: [^:]*):",
+    r";\s*client saturated: .*$",
 ]
 #: lines shown that a run prints or not depending on the machine's load
 VOLATILE_LINES = re.compile(r"^\s*(UNRELIABLE points:|schedule:|best at C=|under load \()")
@@ -787,5 +803,196 @@ EXCERPTS.update(
                 Piece(last=1),
             ),
         ),
+    }
+)
+
+
+# -- docs/load.md, docs/options.md, docs/reference-server.md ------------------------------
+
+
+def _load_test() -> dict[str, str]:
+    # the load test of load.md ("What a call costs"), run as the page shows it
+    page = (DOCS / "load.md").read_text(encoding="utf-8")
+    code = next(
+        block
+        for block in re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+        if "def test_under_load" in block
+    )
+    return {"test_under_load.py": code}
+
+
+def _race_test() -> dict[str, str]:
+    # load.md's first load test, with 32 among its budgets: what "A raced load grid" races
+    page = (DOCS / "load.md").read_text(encoding="utf-8")
+    code = re.search(r"```python\n(.*?)```", page, re.DOTALL)
+    assert code and "tree_budgets=[16, 64, 256]" in code.group(1), "load.md's first test moved"
+    return {"test_race.py": code.group(1).replace("[16, 64, 256]", "[16, 32, 64, 256]")}
+
+
+#: a page that is not Prometheus text (a dashboard's login page) at /html; 404 elsewhere
+_SERVER_HTML = """\
+import http.server, sys
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        found = self.path == "/html"
+        body = "<html><body>Grafana login</body></html>" if found else "not found"
+        self.send_response(200 if found else 404)
+        self.send_header("content-type", "text/html")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args):
+        pass
+
+server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+print(f"serving http://127.0.0.1:{server.server_port}", flush=True)
+server.serve_forever()
+"""
+
+
+def _server_html() -> dict[str, str]:
+    return {"server_html.py": _SERVER_HTML}
+
+
+_UNDER_LOAD = "pytest test_under_load.py -q"
+_ONE_TEST = f"{SUITE} -q -k 'test_smoke and capital'"  # one short request
+_REFERENCE = "python -m pytest_ddtree.reference --port 0"
+_CAPITAL = (
+    '{"model": "ddtree-reference", "messages": [{"role": "user", "content":'
+    ' "What is the capital of France?"}], "max_tokens": 64, "tree_budget": 128}'
+)
+_WEATHER = (
+    '{"model": "ddtree-reference", "stream": true, "messages": [{"role": "user", "content":'
+    ' "What is the weather in Paris?"}], "tools": [{"type": "function", "function": {"name":'
+    ' "get_weather", "parameters": {"type": "object", "properties": {"city": {"type":'
+    ' "string"}}, "required": ["city"], "additionalProperties": false}}}]}'
+)
+_CURL = "curl -s $URL/chat/completions -H 'content-type: application/json' -d"
+
+SCENARIOS.update(
+    {
+        s.name: s
+        for s in [
+            # load.md: the page's load test, with an SLO its busiest point misses
+            Scenario("load", f"{_UNDER_LOAD} --ddtree-slo e2e=125ms", files=_load_test),
+            Scenario(
+                "load-early-eos",
+                f"{_UNDER_LOAD} --ddtree-reference-latency off --ddtree-reference-fault early-eos",
+                files=_load_test,
+            ),
+            Scenario(
+                "load-hang",
+                f"{_UNDER_LOAD} --ddtree-reference-fault hang --ddtree-timeout read=1,total=30",
+                files=_load_test,
+            ),
+            Scenario(
+                "load-xdist",
+                "pytest test_under_load.py -n 2 --dist each --ddtree-endpoint http://127.0.0.1:8311/v1",
+                files=_load_test,
+                server="python -m pytest_ddtree.reference --port 8311 --no-simulated-latency",
+                ready="listening on",
+            ),
+            Scenario(
+                "load-race",
+                "pytest test_race.py -q --ddtree-sweep adaptive --ddtree-reference-jitter 0.05"
+                " --ddtree-load-concurrency 1,4 --ddtree-load-requests 16",
+                files=_race_test,
+                measurement="which budgets a race tells apart depends on the machine's noise",
+            ),
+            # options.md: the /metrics probe's header line and warning
+            Scenario(
+                "metrics-404",
+                f"{_ONE_TEST} --ddtree-metrics-url http://127.0.0.1:8312/nothing",
+                files=_server_html,
+                server="python server_html.py 8312",
+            ),
+            Scenario(
+                "metrics-html",
+                f"{_ONE_TEST} --ddtree-metrics-url http://127.0.0.1:8312/html",
+                files=_server_html,
+                server="python server_html.py 8312",
+            ),
+            Scenario("metrics-off", f"{_ONE_TEST} --ddtree-metrics-url off"),
+            # reference-server.md: the standalone server and curl
+            Scenario(
+                "reference-chat",
+                f"{_CURL} '{_CAPITAL}' | python -m json.tool",
+                server=_REFERENCE,
+                ready="listening on",
+                shell=True,
+            ),
+            Scenario(
+                "reference-tool-stream",
+                f"{_CURL.replace('curl -s', 'curl -sN')} '{_WEATHER}'",
+                server=_REFERENCE,
+                ready="listening on",
+                shell=True,
+            ),
+            Scenario(
+                "reference-metrics",
+                f"{_CURL} '{_CAPITAL}' -o /dev/null && curl -s ${{URL%/v1}}/metrics"
+                " | grep -v -e '^#' -e _created",
+                server=_REFERENCE,
+                ready="listening on",
+                shell=True,
+            ),
+        ]
+    }
+)
+
+_LOAD_ERROR = r"^E\s+pytest_ddtree\.LoadError: "
+
+EXCERPTS.update(
+    {
+        # docs/load.md
+        # the verdict and its first point: which points miss, or are withheld at a stalled
+        # client, depends on the machine's load
+        "load-slo": Excerpt("load", (Piece(_LOAD_ERROR + "SLO", count=2),)),
+        "load-early-eos": Excerpt(
+            "load-early-eos", (Piece(_LOAD_ERROR + r"\d+ of", stop=r"^E\s+\[early-stop\]"),)
+        ),
+        "load-hang": Excerpt("load-hang", (Piece(_LOAD_ERROR + r"\d+ of", count=2),)),
+        "load-best": Excerpt(
+            "load", (Piece(r"^\s+best at C=", stop=r"^\s+schedule:"),), prompt=False
+        ),
+        "load-columns": Excerpt("load", (Piece(r": merged from ", stop=r"^\s+schedule:"),)),
+        "load-xdist": Excerpt(
+            "load-xdist", (Piece(r"^ddtree load:", count=1), Piece(r": merged from ", count=1))
+        ),
+        "load-race": Excerpt("load-race", (Piece(r"^\s+best at C=", stop=r"^\s+raced points:"),)),
+        # docs/options.md
+        "metrics-default": Excerpt(
+            "load", (Piece(r"^ddtree: server metrics:", count=1),), prompt=False
+        ),
+        "metrics-404": Excerpt(
+            "metrics-404", (Piece(r"^ddtree: server metrics:", count=1),), prompt=False
+        ),
+        "metrics-off": Excerpt(
+            "metrics-off", (Piece(r"^ddtree: server metrics:", count=1),), prompt=False
+        ),
+        "metrics-html": Excerpt(
+            "metrics-html",
+            (
+                Piece(r"^ddtree: server metrics:", count=1),
+                Piece(r"^ddtree: WARNING: server metrics", count=1),
+            ),
+        ),
+        # docs/reference-server.md
+        "reference-start": Excerpt("reference-chat", stream="server"),
+        "reference-chat": Excerpt(
+            "reference-chat",
+            (Piece(stop=r'"acceptance_histogram"'), Piece(r'"draft_ms"')),
+        ),
+        "reference-tool-stream": Excerpt(
+            "reference-tool-stream",
+            (
+                Piece(r'"name":"get_weather"', count=1),
+                Piece(r'"arguments":"\{', count=1),
+                Piece(r'"finish_reason":"tool_calls"', count=1),
+            ),
+        ),
+        "reference-metrics": Excerpt("reference-metrics"),
     }
 )
