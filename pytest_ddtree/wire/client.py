@@ -445,10 +445,14 @@ class DDTreeClient:
                 "that needs it was skipped (-rs lists them)"
             )
         elif self.guard.reason is not None:
-            notes.append(
-                f"the stall guard stopped sending: {self.guard.reason}; {self.not_sent} "
-                "request(s) of this client were not sent"
+            # a load test's stopped requests are its own (its failure counts them): this
+            # client's count is only said when it has some, never as "0 not sent"
+            unsent = (
+                f"; {self.not_sent} request(s) of this client were not sent"
+                if self.not_sent
+                else ""
             )
+            notes.append(f"the stall guard stopped sending: {self.guard.reason}{unsent}")
         if self.withheld:
             notes.append(
                 f"the speed claim of {self.withheld} request(s) was not judged (withheld, "

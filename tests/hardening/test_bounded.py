@@ -219,3 +219,20 @@ def test_timeouts_under_load_are_the_clients_limit_not_broken_outputs(
     codes = {code for s in _samples_of(tester, "one-slot") for code in s.codes}
     assert "client-timeout" in codes and codes <= {"client-timeout", "not-sent"}, codes
     assert not guard.tripped  # some answers came: later requests of the session still go
+
+
+def test_the_stall_note_counts_this_clients_unsent_requests_only_when_there_are_some() -> None:
+    from pytest_ddtree.wire.client import DDTreeClient
+
+    # a load point tripped the shared guard; the load test's failure counts its own requests
+    guard = StallGuard()
+    guard.trip("the endpoint stalled twice in a row at C=4")
+    client = DDTreeClient("http://127.0.0.1:9/v1", guard=guard)
+    try:
+        (note,) = client.transport_notes()
+        assert note == "the stall guard stopped sending: the endpoint stalled twice in a row at C=4"
+        client.not_sent = 3
+        (note,) = client.transport_notes()
+        assert note.endswith("; 3 request(s) of this client were not sent"), note
+    finally:
+        client.close()

@@ -218,6 +218,30 @@ def test_schedule_follows_the_fastest_valid_budget() -> None:
     assert len(stats) == 7
 
 
+def test_the_schedules_words_count_the_points_a_race_left_undecided() -> None:
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from pytest_ddtree.measure.load.recommend import Schedule
+
+    c1, c4 = (LoadPoint("concurrency", c) for c in (1, 4))
+    samples = _tpot_samples(c1, 16, 0.010) + _tpot_samples(c4, 16, 0.010)
+    samples += _tpot_samples(c1, 64, 0.006) + _tpot_samples(c4, 64, 0.012)
+    _, schedule = analyse(samples)
+    assert schedule.how() == "changes with load"
+    same = Schedule(tuple(replace(c, tree_budget=16) for c in schedule.choices))
+    assert same.how() == "same at every load point"
+    # a race that spent its requests without a winner at C=1 (the run load.md shows): the
+    # schedule reads "C<=1: undecided, C>1: 16", which is not "the same at every point"
+    undecided = SimpleNamespace(decided=False)
+    first = replace(same.choices[0], chosen=False, race=undecided)
+    partly = Schedule((first, same.choices[1]))
+    assert partly.text() == "C<=1: undecided, C>1: 16"
+    assert partly.how() == "same at every decided load point; undecided at 1 of 2"
+    second = replace(same.choices[1], chosen=False, race=undecided)
+    assert Schedule((first, second)).how() == "undecided at every load point"
+
+
 def test_merge_of_split_samples_equals_one_run() -> None:
     point = LoadPoint("concurrency", 4)
     rng = random.Random(5)

@@ -217,3 +217,25 @@ def test_a_stale_keep_alive_connection_is_retried_once_on_a_fresh_one() -> None:
     assert [r.error for r in raws] == [None, None, None]
     assert [r.retried for r in raws] == [False, True, True]
     assert health.retries == 2 and health.to_json()["retries"] == 2
+
+
+def test_workers_that_share_a_point_send_what_one_process_sends(fast_server: Any) -> None:
+    # --dist each over 2 workers: at C=1 only the first holds a stream, so it sends all 8
+    # requests (not half of them); at C=4 each sends 4 of the 8. Together they send every
+    # prompt the one-process run sends, each once
+    def sent(**kw: Any) -> dict[str, list[str]]:
+        result = _tester(fast_server, concurrencies=[1, 4], requests=8, max_tokens=8, **kw)(
+            PROMPTS
+        )
+        out: dict[str, list[str]] = {}
+        for s in result.samples:
+            out.setdefault(s.point.label, []).append(s.prompt_id)
+        return out
+
+    whole = sent()
+    parts = [sent(share=i, shares=2) for i in range(2)]
+    assert [len(p.get("C=1", [])) for p in parts] == [8, 0]
+    assert [len(p["C=4"]) for p in parts] == [4, 4]
+    for label in ("C=1", "C=4"):
+        merged = sorted(x for p in parts for x in p.get(label, []))
+        assert merged == sorted(whole[label]), label

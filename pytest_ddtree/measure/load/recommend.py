@@ -120,6 +120,19 @@ class Schedule:
         """True when the best budget is not the same at every load point."""
         return len({c.label for c in self.choices if c.chosen}) > 1
 
+    def how(self) -> str:
+        """How the choice varies with load, in words: ``changes with load``, ``same at every
+        load point``, or how many points the race left undecided."""
+        undecided = sum(1 for c in self.choices if c.undecided and not c.chosen)
+        points = sum(1 for c in self.choices if c.chosen or c.undecided)
+        if self.changes_with_load:
+            what = "changes with load"
+        elif undecided == points:
+            return "undecided at every load point"
+        else:
+            what = "same at every decided load point" if undecided else "same at every load point"
+        return f"{what}; undecided at {undecided} of {points}" if undecided else what
+
     def text(self) -> str:
         """``C<=4: 128, C<=16: 64, C>16: 16`` (``rate<=2/s: ...`` for rates); one per mode."""
         parts: list[str] = []

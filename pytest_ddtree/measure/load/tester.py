@@ -252,8 +252,7 @@ def render_table(stats: Sequence[PointStats], schedule: Schedule) -> str:
         lines.append("  ".join(cells).rstrip())
     lines.append(f"({LEGEND})")
     lines.extend(_choice_line(c) for c in schedule.choices)
-    changes = "changes with load" if schedule.changes_with_load else "same at every load point"
-    lines.append(f"schedule: {schedule.text()} ({changes})")
+    lines.append(f"schedule: {schedule.text()} ({schedule.how()})")
     races = [c.race for c in schedule.choices if c.race is not None]
     if races:
         spent, full = sum(r.requests for r in races), sum(r.max_requests for r in races)
@@ -357,8 +356,19 @@ class LoadTester:
             n = max(16, 8 * int(point.value)) if point.mode == "concurrency" else 32
         if n < 1:
             raise ValueError(f"ddtree_load: requests must be >= 1, got {n}")
-        k = self.shares
+        k = self._parts(point)
+        if self.share >= k:
+            return 0
         return n // k + (1 if self.share < n % k else 0)
+
+    def _parts(self, point: LoadPoint) -> int:
+        """How many processes send at ``point``: every one for a rate; for a concurrency C
+        below the number of processes, the C that hold one stream each (the others have no
+        part of it, so the requests are dealt out among those C, and the merged run sends as
+        many as one process would)."""
+        if point.mode == "concurrency":
+            return max(1, min(self.shares, int(point.value)))
+        return self.shares
 
     def __call__(
         self,
@@ -466,17 +476,18 @@ class LoadTester:
                     f"give at least {first} requests, or --ddtree-sweep exhaustive"
                 )
 
-    def _prompts(self, call: _Call, requests: range) -> list[int]:
+    def _prompts(self, call: _Call, requests: range, parts: int) -> list[int]:
         """Which prompt each of a budget's ``requests`` at a point sends.
 
-        In turn, this process's share of them; in a race each prompt twice in a row, so
-        a budget has a spread within prompts from its first batch on (the race compares
-        budgets prompt by prompt, over the prompts both have).
+        In turn, this process's share of them (``parts`` processes send at the point); in a
+        race each prompt twice in a row, so a budget has a spread within prompts from its
+        first batch on (the race compares budgets prompt by prompt, over the prompts both
+        have).
         """
         k = len(call.prompts)
         if self.racing(call.budgets):
             return [(i // 2) % k for i in requests]
-        return [(self.share + i * self.shares) % k for i in requests]
+        return [(self.share + i * parts) % k for i in requests]
 
     def _racer(self, whole: LoadPoint, call: _Call, n: int) -> PointRacer:
         return PointRacer(whole, call.budgets, n, equivalence=self.equivalence, seed=self.seed)
@@ -541,7 +552,8 @@ class LoadTester:
         prompts = call.prompts
         first = call.sent.get((whole, budget), 0)
         call.sent[(whole, budget)] = first + count
-        which = self._prompts(call, range(first, first + count))
+        parts = self._parts(whole)
+        which = self._prompts(call, range(first, first + count), parts)
         # above 0 the i-th request of a point samples alike at every budget
         specs = [
             self.endpoint.spec(
@@ -551,7 +563,7 @@ class LoadTester:
                 temperature=call.temperature,
                 prompt_id=f"p{k}",
                 extra=_seeded(
-                    call.extra, call.temperature, self.seed, f"p{k}", self.share + i * self.shares
+                    call.extra, call.temperature, self.seed, f"p{k}", self.share + i * parts
                 ),
                 dialect=self.dialect,
             )
