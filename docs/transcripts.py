@@ -839,11 +839,22 @@ _E_COLUMN = r"^E   (?:pytest_ddtree\.InvariantError: )?"
 
 
 def _evidence(
-    scenario: str, *codes: str, diagnosis: bool = True, first: str | None = None
+    scenario: str,
+    *codes: str,
+    diagnosis: bool = True,
+    first: str | None = None,
+    every: bool = False,
 ) -> Excerpt:
     """A failure's evidence for ``codes`` (each code's first violation, or the violation
-    matching ``first``), then its diagnosis; without pytest's column."""
-    pieces = [Piece(rf"^\[{re.escape(code)}\] " + (first or ""), until=r"^\S") for code in codes]
+    matching ``first``; with ``every``, the violations of that code that follow it too), then
+    its diagnosis; without pytest's column."""
+    pieces = [
+        Piece(
+            rf"^\[{re.escape(code)}\] " + (first or ""),
+            until=rf"^(?!\[{re.escape(code)}\]|\s)" if every else r"^\S",
+        )
+        for code in codes
+    ]
     if diagnosis:
         pieces.append(Piece(r"^diagnosis: ", until=r"^\S"))
     return Excerpt(scenario, tuple(pieces), strip=_E_COLUMN)
@@ -880,7 +891,11 @@ EXCERPTS.update(
         "ev-reasoning-leak": _evidence("fault-think-leak", "reasoning-leak"),
         "ev-reasoning-only": _evidence("fault-reasoning-only", "reasoning-only"),
         "ev-usage-mismatch": _evidence(
-            "fault-usage-mismatch", "usage-mismatch", diagnosis=False, first="total_tokens"
+            "fault-usage-mismatch",
+            "usage-mismatch",
+            diagnosis=False,
+            first="total_tokens",
+            every=True,
         ),
         "ev-usage-past-stop": _evidence("fault-usage-past-stop", "usage-mismatch"),
         "ev-non-printable": _evidence("answers", "non-printable", diagnosis=False),
@@ -926,4 +941,29 @@ EXCERPTS.update(
         "ev-logprobs-draft": _evidence("fault-logprobs-draft", "logprobs"),
         "ev-stop-sequence": _evidence("fault-stop-missed-in-block", "stop-sequence"),
     }
+)
+
+
+# docs/troubleshooting.md: a near-tie flip, then the model's own path fails. A test of a
+# reader's own that expects a long answer, on the bundled suite's json-person question sent as
+# plain text: with the near-tie fault the answer parts from the baseline's where the target's
+# top two are within 0.15 nats, and the model's own path from there ends sooner.
+def _test_ada() -> dict[str, str]:
+    # the test as troubleshooting.md shows it
+    page = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
+    test = next(
+        block
+        for block in re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+        if "def test_describe_ada" in block
+    )
+    return {"test_ada.py": test}
+
+
+SCENARIOS["near-tie-flip"] = Scenario(
+    "near-tie-flip",
+    "pytest test_ada.py -q --ddtree-reference-fault near-tie --ddtree-reference-latency off",
+    files=_test_ada,
+)
+EXCERPTS["near-tie-flip"] = Excerpt(
+    "near-tie-flip", (Piece(r"^E   \[early-stop\]", count=1), Piece(r"^E   diagnosis: ", count=1))
 )
