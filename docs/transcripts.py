@@ -967,3 +967,47 @@ SCENARIOS["near-tie-flip"] = Scenario(
 EXCERPTS["near-tie-flip"] = Excerpt(
     "near-tie-flip", (Piece(r"^E   \[early-stop\]", count=1), Piece(r"^E   diagnosis: ", count=1))
 )
+
+# docs/invariants.md: the verdicts that draw none, and the log-probability comparison
+SCENARIOS.update(
+    {
+        "json-cut": Scenario(
+            "json-cut",
+            f"{SUITE} -q -k 'test_smoke and json-person' {FAULT_OPTIONS} --ddtree-max-tokens 6",
+        ),
+        "lossless-stream-no-done": Scenario(
+            "lossless-stream-no-done",
+            fault_command("stream-no-done", "test_lossless and essay-rivers"),
+        ),
+    }
+)
+
+
+def _lossless_logprobs() -> dict[str, str]:
+    # the test as invariants.md shows it
+    page = (DOCS / "invariants.md").read_text(encoding="utf-8")
+    test = next(
+        block
+        for block in re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+        if "def test_lossless_logprobs" in block
+    )
+    return {"test_lossless_logprobs.py": test}
+
+
+SCENARIOS["lossless-logprobs"] = Scenario(
+    "lossless-logprobs",
+    "pytest test_lossless_logprobs.py -q --ddtree-budgets 64 --ddtree-reference-latency off"
+    " --ddtree-reference-fault logprobs-zero",
+    files=_lossless_logprobs,
+)
+EXCERPTS.update(
+    {
+        "ev-json-cut": _evidence("json-cut", "json-cut"),
+        "ev-not-comparable": _header(
+            "lossless-stream-no-done", r"^not comparable: ", "not-comparable"
+        ),
+        "ev-logprobs-lossless": _header(
+            "lossless-logprobs", r"^log-probabilities apart: ", "logprobs"
+        ),
+    }
+)
