@@ -732,6 +732,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if case == "schema":
             return self._send({"id": 3, "choices": "nope"})
         text = ANSWERS.get(case, "The river runs to the sea.")
+        # /baseline/v1 is the target-only baseline: the same answers, another chat template
+        prompt = 37 if self.path.startswith("/baseline/") and case == "template" else 9
         answer = {
             "id": "chatcmpl-1",
             "object": "chat.completion",
@@ -745,9 +747,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 }
             ],
             "usage": {
-                "prompt_tokens": 9,
+                "prompt_tokens": prompt,
                 "completion_tokens": 96 if case == "hidden" else len(tokens(text)),
-                "total_tokens": 9 + (96 if case == "hidden" else len(tokens(text))),
+                "total_tokens": prompt + (96 if case == "hidden" else len(tokens(text))),
             },
         }
         if case == "budget":  # the budget it ran with, not the one asked for
@@ -819,6 +821,10 @@ def test_text_past_max_tokens(ddtree_client, ddtree_check):
 
 def test_too_large(ddtree_client, ddtree_check):
     ddtree_check(ddtree_client.chat("large", max_tokens=96, stream=False))
+
+
+def test_lossless_beside_another_template(ddtree_lossless):
+    ddtree_lossless("template", max_tokens=16, stream=False)
 """
 
 
@@ -829,6 +835,7 @@ def _answers() -> dict[str, str]:
 SCENARIOS["answers"] = Scenario(
     "answers",
     "pytest test_answers.py -q --ddtree-endpoint http://127.0.0.1:8503/v1"
+    " --ddtree-baseline-endpoint http://127.0.0.1:8503/baseline/v1"
     " --ddtree-max-response-bytes 65536",
     files=_answers,
     server="python server_answers.py 8503",
@@ -937,6 +944,7 @@ EXCERPTS.update(
         ),
         "ev-json-schema": _evidence("fault-grammar-skip", "json-schema"),
         "ev-json-object": _evidence("answers", "json-object", diagnosis=False),
+        "ev-not-comparable-template": _evidence("answers", "not-comparable", diagnosis=False),
         "ev-logprobs-zero": _evidence("fault-logprobs-zero", "logprobs"),
         "ev-logprobs-draft": _evidence("fault-logprobs-draft", "logprobs"),
         "ev-stop-sequence": _evidence("fault-stop-missed-in-block", "stop-sequence"),
