@@ -651,6 +651,7 @@ MATRIX = {
     "grammar-skip": "test_invariants and json-person and 256",
     "stop-missed-in-block": "test_smoke and list-stop",
     "usage-past-stop": "test_smoke and list-stop",
+    "tool-call-no-id": "test_smoke and tool-weather",
 }
 #: faults no test of the matrix runs: their own run, in the slow tier
 OWN_RUN = {
@@ -944,6 +945,7 @@ EXCERPTS.update(
         ),
         "ev-json-schema": _evidence("fault-grammar-skip", "json-schema"),
         "ev-json-object": _evidence("answers", "json-object", diagnosis=False),
+        "ev-tool-call": _evidence("fault-tool-call-no-id", "tool-call"),
         "ev-not-comparable-template": _evidence("answers", "not-comparable", diagnosis=False),
         "ev-logprobs-zero": _evidence("fault-logprobs-zero", "logprobs"),
         "ev-logprobs-draft": _evidence("fault-logprobs-draft", "logprobs"),
