@@ -946,6 +946,9 @@ EXCERPTS.update(
         "ev-json-schema": _evidence("fault-grammar-skip", "json-schema"),
         "ev-json-object": _evidence("answers", "json-object", diagnosis=False),
         "ev-tool-call": _evidence("fault-tool-call-no-id", "tool-call"),
+        "ev-degenerate": _evidence(
+            "answers", "degenerate", diagnosis=False, first="output loops until max_tokens"
+        ),
         "ev-not-comparable-template": _evidence("answers", "not-comparable", diagnosis=False),
         "ev-logprobs-zero": _evidence("fault-logprobs-zero", "logprobs"),
         "ev-logprobs-draft": _evidence("fault-logprobs-draft", "logprobs"),
