@@ -5,7 +5,9 @@ runs the scenarios and writes the blocks. Here a scenario runs again and every l
 shows must still be one it prints, in order, numbers masked (``transcripts.drift``). The
 error scenarios take seconds and run in the default tier; the bundled suite and the fault
 runs start the embedded server and run in the slow tier; the llama.cpp run is in
-``tests/engines/test_llamacpp_docs.py``.
+``tests/engines/test_llamacpp_docs.py``. A scenario whose command another test runs anyway
+(``Scenario.checked_by``: the fault matrix of ``tests/example_suite``) is checked there, on
+that run, and has no run here.
 """
 
 from __future__ import annotations
