@@ -629,7 +629,6 @@ def check(
 # test of a reader's own against a small loopback server that answers what the check is about.
 # The blocks show the evidence without pytest's ``E   `` column (``strip``).
 
-_E = r"E   "
 #: the options that keep one fault's run short: the bundled-suite fault matrix's
 #: (tests/example_suite/test_example_suite.py), two budgets either side of 64
 FAULT_OPTIONS = "--ddtree-budgets 16,256 --ddtree-reference-latency off"

@@ -196,6 +196,22 @@ def _docs_transcripts() -> ModuleType:
     return sys.modules[name]
 
 
+def test_every_docs_scenario_left_to_the_matrix_is_run_by_it() -> None:
+    # a scenario the docs' own tests leave to this matrix (checked_by) must be one it runs,
+    # with the same selection: else its transcripts would be checked nowhere
+    docs = _docs_transcripts()
+    left = {
+        name.removeprefix("fault-")
+        for name, scenario in docs.SCENARIOS.items()
+        if (scenario.checked_by or "").endswith("::test_fault_fails_with_its_code")
+    }
+    assert left, "no docs scenario is checked by the fault matrix"
+    assert left <= set(CAUGHT_BY), sorted(left - set(CAUGHT_BY))
+    assert {fault: docs.MATRIX[fault] for fault in left} == {
+        fault: CAUGHT_BY[fault][0] for fault in left
+    }
+
+
 def _assert_evidence_in_the_docs_is_current(fault: str, select: str, output: str) -> None:
     """The evidence docs/invariants.md shows for this fault is what this run printed: the
     docs' scenario is this very command (as a reader types it), so no run of its own."""
