@@ -651,14 +651,14 @@ MATRIX = {
     "stop-missed-in-block": "test_smoke and list-stop",
     "usage-past-stop": "test_smoke and list-stop",
     "tool-call-no-id": "test_smoke and tool-weather",
+    "empty-200": "test_smoke and essay-rivers",
+    "usage-mismatch": "test_smoke and essay-rivers",
+    "stream-error-event": "test_smoke and essay-rivers",
 }
 #: faults no test of the matrix runs: their own run, in the slow tier
 OWN_RUN = {
     "near-tie": "test_lossless and essay-rivers",
-    "empty-200": "test_smoke and essay-rivers",
     "reasoning-only": "test_smoke and essay-rivers",
-    "usage-mismatch": "test_smoke and essay-rivers",
-    "stream-error-event": "test_smoke and essay-rivers",
     "intermittent-5xx": "test_invariants and essay-rivers",
     "nondeterministic": "test_stream_matches_plain and essay-rivers",
 }

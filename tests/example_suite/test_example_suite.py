@@ -47,6 +47,9 @@ CAUGHT_BY: dict[str, tuple[str, str, str]] = {
     "overrun": (*SMOKE, "overrun"),
     "stats-inflated": (*SMOKE, "stats-inflated"),
     "stream-no-done": (*SMOKE, "stream-integrity"),
+    "empty-200": (*SMOKE, "empty"),
+    "usage-mismatch": (*SMOKE, "usage-mismatch"),
+    "stream-error-event": (*SMOKE, "stream-error"),
     "logprobs-zero": (
         "test_logprobs",
         "test_lossless.py::test_logprobs",
