@@ -718,6 +718,8 @@ def tokens(text):
 
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
+        if not self.path.endswith("/models"):
+            return self._send({"error": "not found"}, 404)
         self._send({"object": "list", "data": [{"id": "m", "object": "model"}]})
 
     def do_POST(self):
