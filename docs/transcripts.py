@@ -73,18 +73,23 @@ class Scenario:
     passenv: tuple[str, ...] = ()
     shell: bool = False
     measurement: str | None = None
+    #: the test that checks this scenario's transcripts against a run of the same command it
+    #: makes anyway (no run of its own in tests/docs)
+    checked_by: str | None = None
 
 
 @dataclass(frozen=True)
 class Piece:
     """Lines of a stream: from the first line matching ``start`` (or the first line) on,
     ``count`` lines or up to and including the first later line matching ``stop`` (or the
-    last line); ``last`` takes the last ``last`` lines instead."""
+    last line); ``last`` takes the last ``last`` lines instead. ``until`` ends it before the
+    first later line matching it (or at the last line), where ``stop`` ends it on that line."""
 
     start: str | None = None
     stop: str | None = None
     count: int | None = None
     last: int | None = None
+    until: str | None = None
 
     def select(self, lines: Sequence[str]) -> range:
         if self.last is not None:
@@ -104,23 +109,39 @@ class Piece:
             )
             if end < 0:
                 raise LookupError(f"no line matches {self.stop!r} after {self.start!r}")
+        elif self.until is not None:
+            until = re.compile(self.until)
+            end = next((i for i in range(begin + 1, len(lines)) if until.search(lines[i])), end)
         return range(begin, end)
 
 
 @dataclass(frozen=True)
 class Excerpt:
-    """What one transcript block shows: pieces of a scenario's stream, after ``$ command``."""
+    """What one transcript block shows: pieces of a scenario's stream, after ``$ command``.
+
+    ``strip``, when set, is a prefix (a regular expression) taken off every line that starts
+    with it before the pieces are chosen: ``"E   "`` shows a failure's evidence as the
+    violation prints it, without the column pytest puts before each line of a failure."""
 
     scenario: str
     pieces: tuple[Piece, ...] = (Piece(),)
     stream: str = "run"
     prompt: bool = True
+    strip: str | None = None
 
     def command(self, scenario: Scenario) -> str:
         """The command whose output the excerpt shows."""
         return (scenario.server or "") if self.stream == "server" else scenario.shown
 
+    def source(self, lines: Sequence[str]) -> list[str]:
+        """The stream's lines as the excerpt reads them (``strip`` taken off)."""
+        if self.strip is None:
+            return list(lines)
+        prefix = re.compile(self.strip)
+        return [prefix.sub("", line, count=1) if prefix.match(line) else line for line in lines]
+
     def render(self, scenario: Scenario, lines: Sequence[str]) -> list[str]:
+        lines = self.source(lines)
         chosen = sorted({i for piece in self.pieces for i in piece.select(lines)})
         out = [f"$ {self.command(scenario)}"] if self.prompt else []
         if chosen and chosen[0] > 0 and self.prompt:
@@ -588,10 +609,15 @@ def drift(shown: Sequence[str], current: Sequence[str]) -> list[str]:
     return missing
 
 
-def check(names: Iterable[str], pages: Sequence[Path]) -> list[str]:
-    """Run the scenarios ``names``; one problem line per transcript that drifted."""
+def check(
+    names: Iterable[str],
+    pages: Sequence[Path],
+    outputs: dict[str, dict[str, list[str]]] | None = None,
+) -> list[str]:
+    """Run the scenarios ``names`` (those not in ``outputs``, a run already made of the same
+    command, masked); one problem line per transcript that drifted."""
     wanted = set(names)
-    outputs: dict[str, dict[str, list[str]]] = {}
+    outputs = dict(outputs or {})
     problems = []
     for block in blocks(pages):
         excerpt = EXCERPTS[block.name]
@@ -600,7 +626,7 @@ def check(names: Iterable[str], pages: Sequence[Path]) -> list[str]:
         scenario = SCENARIOS[excerpt.scenario]
         if excerpt.scenario not in outputs:
             outputs[excerpt.scenario] = run(scenario)
-        current = outputs[excerpt.scenario][excerpt.stream]
+        current = excerpt.source(outputs[excerpt.scenario][excerpt.stream])
         command = excerpt.command(scenario)
         if excerpt.prompt and block.lines[:1] != [f"$ {command}"]:
             problems.append(
@@ -994,5 +1020,410 @@ EXCERPTS.update(
             ),
         ),
         "reference-metrics": Excerpt("reference-metrics"),
+    }
+)
+
+
+# -- docs/invariants.md and docs/troubleshooting.md: the evidence of each code ---------------
+#
+# A violation's evidence as a failure prints it, from a real run: the bundled suite against the
+# embedded server with one fault (one test selected, two budgets, no simulated latency), or a
+# test of a reader's own against a small loopback server that answers what the check is about.
+# The blocks show the evidence without pytest's ``E   `` column (``strip``).
+
+#: the options that keep one fault's run short: the bundled-suite fault matrix's
+#: (tests/example_suite/test_example_suite.py), two budgets either side of 64
+FAULT_OPTIONS = "--ddtree-budgets 16,256 --ddtree-reference-latency off"
+#: the faults the fault matrix runs with these options, and the test it selects: its
+#: test_fault_fails_with_its_code checks their transcripts against the run it makes anyway
+MATRIX = {
+    "early-eos": "test_smoke and essay-rivers",
+    "role-leak": "test_smoke and essay-rivers",
+    "think-leak": "test_smoke and essay-rivers",
+    "finish-always-stop": "test_smoke and essay-rivers",
+    "overrun": "test_smoke and essay-rivers",
+    "stats-inflated": "test_smoke and essay-rivers",
+    "stream-no-done": "test_smoke and essay-rivers",
+    "logprobs-zero": "test_logprobs",
+    "logprobs-draft": "test_logprobs",
+    "lossy": "test_lossless and essay-rivers",
+    "draft-confidence": "test_lossless_in_distribution",
+    "state-leak": "test_deterministic_and_stateless and 16",
+    "grammar-skip": "test_invariants and json-person and 256",
+    "stop-missed-in-block": "test_smoke and list-stop",
+    "usage-past-stop": "test_smoke and list-stop",
+    "tool-call-no-id": "test_smoke and tool-weather",
+    "empty-200": "test_smoke and essay-rivers",
+    "usage-mismatch": "test_smoke and essay-rivers",
+    "stream-error-event": "test_smoke and essay-rivers",
+}
+#: faults no test of the matrix runs: their own run, in the slow tier
+OWN_RUN = {
+    "near-tie": "test_lossless and essay-rivers",
+    "reasoning-only": "test_smoke and essay-rivers",
+    "intermittent-5xx": "test_invariants and essay-rivers",
+    "nondeterministic": "test_stream_matches_plain and essay-rivers",
+}
+
+
+def fault_command(fault: str, select: str, extra: str = "") -> str:
+    """The bundled suite's run that shows ``fault``: one test, two budgets, no latency."""
+    return (
+        f"{SUITE} -q -k {shlex.quote(select)} {FAULT_OPTIONS}{extra}"
+        f" --ddtree-reference-fault {fault}"
+    )
+
+
+SCENARIOS.update(
+    {
+        f"fault-{fault}": Scenario(
+            f"fault-{fault}",
+            fault_command(fault, select),
+            checked_by="tests/example_suite/test_example_suite.py::test_fault_fails_with_its_code"
+            if fault in MATRIX
+            else None,
+        )
+        for fault, select in {**MATRIX, **OWN_RUN}.items()
+    }
+)
+SCENARIOS.update(
+    {
+        f"fault-{fault}": Scenario(
+            f"fault-{fault}",
+            fault_command(fault, "test_sweep and essay-rivers", " --ddtree-temperatures 0.7"),
+        )
+        for fault in ("temperature-ignored", "seed-ignored")
+    }
+)
+
+#: a loopback server that answers each test of ``test_answers.py`` with the answer its check is
+#: about: the user message names the case. Its tokens are words, counted by a ``/tokenize`` of
+#: llama.cpp's shape, and its usage counts them (but where the case is a usage that hides some).
+_SERVER_ANSWERS = r"""import http.server, json, re, sys
+
+ANSWERS = {
+    "special": "A tree budget bounds the nodes the drafter may propose per round."
+    "<|im_end|>\n<|endoftext|>",
+    "control": "\u0000\u0001\u0002\ufffd\ufffd" * 80 + "abc",
+    "budget": "A tree budget bounds the nodes the drafter may propose per round.",
+    "json-object": "[1, 2]",
+    "long": "The river runs to the sea. " * 80,
+    "large": "The river runs to the sea. " * 4000,
+    "hidden": " ".join(f"river{i}" for i in range(103)),
+}
+CUT = {"long", "large", "hidden", "short-length"}  # finish_reason 'length'
+
+
+def tokens(text):
+    return re.findall(r"\s*\S+", text)
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if not self.path.endswith("/models"):
+            return self._send({"error": "not found"}, 404)
+        self._send({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    def do_POST(self):
+        request = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+        if self.path == "/tokenize" and "content" in request:  # llama.cpp's shape
+            vocabulary = {}
+            ids = [vocabulary.setdefault(t, len(vocabulary)) for t in tokens(request["content"])]
+            return self._send({"tokens": ids})
+        if "messages" not in request:
+            return self._send({"error": "not found"}, 404)
+        case = request["messages"][-1]["content"]
+        if case == "schema":
+            return self._send({"id": 3, "choices": "nope"})
+        text = ANSWERS.get(case, "The river runs to the sea.")
+        # /baseline/v1 is the target-only baseline: the same answers, another chat template
+        prompt = 37 if self.path.startswith("/baseline/") and case == "template" else 9
+        answer = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "length" if case in CUT else "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt,
+                "completion_tokens": 96 if case == "hidden" else len(tokens(text)),
+                "total_tokens": prompt + (96 if case == "hidden" else len(tokens(text))),
+            },
+        }
+        if case == "budget":  # the budget it ran with, not the one asked for
+            stats = {"tree_budget": 64, "cycles": 4, "avg_acceptance": 3.0, "tok_per_sec": 50.0}
+            answer["ddtree_stats"] = stats
+        body = json.dumps(answer).encode()
+        if case == "encoding":  # one byte that is not UTF-8, inside the content
+            body = body.replace(b"to the sea", b"to the \xff sea")
+        self._send(body)
+
+    def _send(self, body, status=200):
+        if not isinstance(body, bytes):
+            body = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+print(f"serving http://127.0.0.1:{server.server_port}/v1", flush=True)
+server.serve_forever()
+"""
+
+#: one test a case; each sends the case as its prompt and checks the answer
+_TEST_ANSWERS = """\
+def test_schema(ddtree_client, ddtree_check):
+    ddtree_check(ddtree_client.chat("schema", max_tokens=16, stream=False))
+
+
+def test_special_tokens(ddtree_client, ddtree_check):
+    ddtree_check(ddtree_client.chat("special", max_tokens=32, stream=False))
+
+
+def test_control_characters(ddtree_client, ddtree_check):
+    ddtree_check(ddtree_client.chat("control", max_tokens=96, stream=False))
+
+
+def test_echoed_budget(ddtree_client, ddtree_check):
+    ddtree_check(ddtree_client.chat("budget", max_tokens=32, tree_budget=256, stream=False))
+
+
+def test_encoding(ddtree_client, ddtree_check):
+    ddtree_check(ddtree_client.chat("encoding", max_tokens=16, stream=False))
+
+
+def test_json_object(ddtree_client, ddtree_check):
+    answer = ddtree_client.chat(
+        "json-object", max_tokens=16, response_format={"type": "json_object"}, stream=False
+    )
+    ddtree_check(answer)
+
+
+def test_length_too_early(ddtree_client, ddtree_check):
+    ddtree_check(ddtree_client.chat("short-length", max_tokens=96, stream=False), min_tokens=1)
+
+
+def test_usage_hides_tokens(ddtree_client, ddtree_check):
+    ddtree_check(ddtree_client.chat("hidden", max_tokens=96, stream=False))
+
+
+def test_text_past_max_tokens(ddtree_client, ddtree_check):
+    ddtree_check(ddtree_client.chat("long", max_tokens=4, stream=False))
+
+
+def test_too_large(ddtree_client, ddtree_check):
+    ddtree_check(ddtree_client.chat("large", max_tokens=96, stream=False))
+
+
+def test_lossless_beside_another_template(ddtree_lossless):
+    ddtree_lossless("template", max_tokens=16, stream=False)
+"""
+
+
+def _answers() -> dict[str, str]:
+    return {"server_answers.py": _SERVER_ANSWERS, "test_answers.py": _TEST_ANSWERS}
+
+
+SCENARIOS["answers"] = Scenario(
+    "answers",
+    "pytest test_answers.py -q --ddtree-endpoint http://127.0.0.1:8503/v1"
+    " --ddtree-baseline-endpoint http://127.0.0.1:8503/baseline/v1"
+    " --ddtree-max-response-bytes 65536",
+    files=_answers,
+    server="python server_answers.py 8503",
+)
+
+#: the column pytest puts before a failure's lines, and the exception's name on its first
+_E_COLUMN = r"^E   (?:pytest_ddtree\.InvariantError: )?"
+
+
+def _evidence(
+    scenario: str,
+    *codes: str,
+    diagnosis: bool = True,
+    first: str | None = None,
+    every: bool = False,
+) -> Excerpt:
+    """A failure's evidence for ``codes`` (each code's first violation, or the violation
+    matching ``first``; with ``every``, the violations of that code that follow it too), then
+    its diagnosis; without pytest's column."""
+    pieces = [
+        Piece(
+            rf"^\[{re.escape(code)}\] " + (first or ""),
+            until=rf"^(?!\[{re.escape(code)}\]|\s)" if every else r"^\S",
+        )
+        for code in codes
+    ]
+    if diagnosis:
+        pieces.append(Piece(r"^diagnosis: ", until=r"^\S"))
+    return Excerpt(scenario, tuple(pieces), strip=_E_COLUMN)
+
+
+def _header(scenario: str, header: str, code: str, diagnosis: bool = True) -> Excerpt:
+    """A comparison's failure: its header line, its violations of ``code``, the diagnosis."""
+    pieces = [Piece(header, until=rf"^(?!\[{re.escape(code)}\]|\s)")]
+    if diagnosis:
+        pieces.append(Piece(r"^diagnosis: ", until=r"^\S"))
+    return Excerpt(scenario, tuple(pieces), strip=_E_COLUMN)
+
+
+EXCERPTS.update(
+    {
+        "ev-http-error": _evidence("fault-intermittent-5xx", "http-error"),
+        "ev-empty": _evidence("fault-empty-200", "empty"),
+        "ev-schema": _evidence("answers", "schema", diagnosis=False),
+        "ev-early-stop": _evidence("fault-early-eos", "early-stop"),
+        "ev-finish-reason": _evidence("answers", "finish-reason", diagnosis=False, first="fin"),
+        "ev-finish-lie": _evidence("fault-finish-always-stop", "finish-lie"),
+        "ev-overrun": _evidence("fault-overrun", "overrun", diagnosis=False),
+        "ev-overrun-counted": _evidence(
+            "answers", "overrun", diagnosis=False, first=r"\d+ completion tokens counted"
+        ),
+        "ev-overrun-after-eos": _evidence(
+            "answers", "overrun", diagnosis=False, first=r".*after the end-of-sequence"
+        ),
+        "ev-overrun-characters": _evidence(
+            "answers", "overrun", diagnosis=False, first=r"[\d,]+ characters of text: more than"
+        ),
+        "ev-role-leak": _evidence("fault-role-leak", "role-leak"),
+        "ev-special-token-leak": _evidence("answers", "special-token-leak", diagnosis=False),
+        "ev-reasoning-leak": _evidence("fault-think-leak", "reasoning-leak"),
+        "ev-reasoning-only": _evidence("fault-reasoning-only", "reasoning-only"),
+        "ev-usage-mismatch": _evidence(
+            "fault-usage-mismatch",
+            "usage-mismatch",
+            diagnosis=False,
+            first="total_tokens",
+            every=True,
+        ),
+        "ev-usage-past-stop": _evidence("fault-usage-past-stop", "usage-mismatch"),
+        "ev-non-printable": _evidence("answers", "non-printable", diagnosis=False),
+        "ev-budget-mismatch": _evidence("answers", "budget-mismatch", diagnosis=False),
+        "ev-stats-inconsistent": _evidence(
+            "fault-usage-mismatch", "stats-inconsistent", diagnosis=False, first="acceptance"
+        ),
+        "ev-stats-histogram": _evidence("fault-overrun", "stats-inconsistent"),
+        "ev-stats-inflated": _evidence("fault-stats-inflated", "stats-inflated", first="accept"),
+        "ev-stream-integrity": _evidence(
+            "fault-stream-no-done", "stream-integrity", first="the stream ended"
+        ),
+        "ev-stream-error": _evidence("fault-stream-error-event", "stream-error"),
+        "ev-encoding": _evidence("answers", "encoding", diagnosis=False),
+        "ev-too-large": _evidence("answers", "too-large", diagnosis=False),
+        "ev-nondeterministic": _header(
+            "fault-nondeterministic",
+            r"^streamed and non-streamed answers differ",
+            "nondeterministic",
+            diagnosis=False,
+        ),
+        "ev-state-leak": _evidence("fault-state-leak", "state-leak", diagnosis=False),
+        "ev-not-lossless": _header("fault-lossy", r"^not lossless: ", "not-lossless"),
+        "ev-near-tie": Excerpt(
+            "fault-near-tie",
+            (Piece(r"^pytest-ddtree: tree_budget \d+ diverges", count=1),),
+            strip=r"^  \S+:\d+: UserWarning: ",
+        ),
+        "ev-not-lossless-in-distribution": _header(
+            "fault-draft-confidence",
+            r"^not lossless in distribution",
+            "not-lossless-in-distribution",
+        ),
+        "ev-temperature-ignored": _header(
+            "fault-temperature-ignored", r"^sampling check before timing", "temperature-ignored"
+        ),
+        "ev-seed-ignored": _header(
+            "fault-seed-ignored", r"^sampling check before timing", "seed-ignored"
+        ),
+        "ev-json-schema": _evidence("fault-grammar-skip", "json-schema"),
+        "ev-json-object": _evidence("answers", "json-object", diagnosis=False),
+        "ev-tool-call": _evidence("fault-tool-call-no-id", "tool-call"),
+        "ev-degenerate": _evidence(
+            "answers", "degenerate", diagnosis=False, first="output loops until max_tokens"
+        ),
+        "ev-not-comparable-template": _evidence("answers", "not-comparable", diagnosis=False),
+        "ev-logprobs-zero": _evidence("fault-logprobs-zero", "logprobs"),
+        "ev-logprobs-draft": _evidence("fault-logprobs-draft", "logprobs"),
+        "ev-stop-sequence": _evidence("fault-stop-missed-in-block", "stop-sequence"),
+    }
+)
+
+
+# docs/troubleshooting.md: a near-tie flip, then the model's own path fails. A test of a
+# reader's own that expects a long answer, on the bundled suite's json-person question sent as
+# plain text: with the near-tie fault the answer parts from the baseline's where the target's
+# top two are within 0.15 nats, and the model's own path from there ends sooner.
+def _test_ada() -> dict[str, str]:
+    # the test as troubleshooting.md shows it
+    page = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
+    test = next(
+        block
+        for block in re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+        if "def test_describe_ada" in block
+    )
+    return {"test_ada.py": test}
+
+
+SCENARIOS["near-tie-flip"] = Scenario(
+    "near-tie-flip",
+    "pytest test_ada.py -q --ddtree-reference-fault near-tie --ddtree-reference-latency off",
+    files=_test_ada,
+)
+EXCERPTS["near-tie-flip"] = Excerpt(
+    "near-tie-flip", (Piece(r"^E   \[early-stop\]", count=1), Piece(r"^E   diagnosis: ", count=1))
+)
+
+# docs/invariants.md: the verdicts that draw none, and the log-probability comparison
+SCENARIOS.update(
+    {
+        "json-cut": Scenario(
+            "json-cut",
+            f"{SUITE} -q -k 'test_smoke and json-person' {FAULT_OPTIONS} --ddtree-max-tokens 6",
+        ),
+        "lossless-stream-no-done": Scenario(
+            "lossless-stream-no-done",
+            fault_command("stream-no-done", "test_lossless and essay-rivers"),
+        ),
+    }
+)
+
+
+def _lossless_logprobs() -> dict[str, str]:
+    # the test as invariants.md shows it
+    page = (DOCS / "invariants.md").read_text(encoding="utf-8")
+    test = next(
+        block
+        for block in re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+        if "def test_lossless_logprobs" in block
+    )
+    return {"test_lossless_logprobs.py": test}
+
+
+SCENARIOS["lossless-logprobs"] = Scenario(
+    "lossless-logprobs",
+    "pytest test_lossless_logprobs.py -q --ddtree-budgets 64 --ddtree-reference-latency off"
+    " --ddtree-reference-fault logprobs-zero",
+    files=_lossless_logprobs,
+)
+EXCERPTS.update(
+    {
+        "ev-json-cut": _evidence("json-cut", "json-cut"),
+        "ev-not-comparable": _header(
+            "lossless-stream-no-done", r"^not comparable: ", "not-comparable"
+        ),
+        "ev-logprobs-lossless": _header(
+            "lossless-logprobs", r"^log-probabilities apart: ", "logprobs"
+        ),
     }
 )

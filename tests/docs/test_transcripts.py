@@ -5,7 +5,9 @@ runs the scenarios and writes the blocks. Here a scenario runs again and every l
 shows must still be one it prints, in order, numbers masked (``transcripts.drift``). The
 error scenarios take seconds and run in the default tier; the bundled suite and the fault
 runs start the embedded server and run in the slow tier; the runs against real engines are in
-``tests/engines/test_{llamacpp,vllm,sglang}_docs.py``, each run only when asked.
+``tests/engines/test_{llamacpp,vllm,sglang}_docs.py``, each run only when asked. A scenario whose
+command another test runs anyway (``Scenario.checked_by``: the fault matrix of
+``tests/example_suite``) is checked there, on that run, and has no run here.
 """
 
 from __future__ import annotations
@@ -46,10 +48,11 @@ FAST = [
     "endpoint-502",
     "init",
 ]
+# a scenario another test checks against the run it makes anyway (``checked_by``) has no run here
 SLOW = [
     name
     for name, s in transcripts.SCENARIOS.items()
-    if name not in FAST and s.engine is None and s.measurement is None
+    if name not in FAST and s.engine is None and s.measurement is None and s.checked_by is None
 ]
 
 
@@ -262,3 +265,64 @@ def test_drift_takes_an_slo_withheld_at_a_stalled_point_for_the_same_miss() -> N
     # the point's own words are still checked
     stale = point.replace("required by", "wanted by")
     assert transcripts.drift([shown[0], stale], now) == [stale]
+
+
+def test_an_excerpt_shows_a_failures_evidence_without_pytests_column() -> None:
+    lines = [
+        "E   pytest_ddtree.InvariantError: 2 output-quality invariant(s) broken: a, b",
+        "E   [a] the first",
+        "E       x: 1",
+        "E   [b] the second",
+        "E   diagnosis: serving stack - the baseline fails the same way (a, b)",
+        "E       what to do: fix it",
+        "----------------------------- Captured stdout call -----------------------------",
+    ]
+    excerpt = transcripts.Excerpt(
+        "suite",
+        (
+            transcripts.Piece(r"^\[a\] ", until=r"^\S"),
+            transcripts.Piece(r"^diagnosis: ", until=r"^\S"),
+        ),
+        prompt=False,
+        strip=r"^E   ",
+    )
+    assert excerpt.render(transcripts.SCENARIOS["suite"], lines) == [
+        "[a] the first",
+        "    x: 1",
+        "...",
+        "diagnosis: serving stack - the baseline fails the same way (a, b)",
+        "    what to do: fix it",
+        "...",
+    ]
+    # without a later line to end before, a piece runs to the last line
+    assert transcripts.Piece(r"^E   \[b\]", until=r"^nowhere").select(lines) == range(3, 7)
+
+
+def test_a_transcript_is_checked_against_a_run_already_made(tmp_path: Path) -> None:
+    # the fault matrix's run of a command is the docs' run of it: its lines, pytest's column
+    # and all, are compared with the block, which shows them without it
+    scenario = transcripts.SCENARIOS["fault-early-eos"]
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- ddtree:transcript ev-early-stop -->\n\n```text\n"
+        f"$ {scenario.shown}\n...\n[early-stop] finished with 'stop' after 6 token(s)\n"
+        "    tokens: 6\n...\n```\n\n<!-- /ddtree:transcript -->\n",
+        encoding="utf-8",
+    )
+    run = ["E   [early-stop] finished with 'stop' after 5 token(s)", "E       tokens: 5"]
+    outputs = {"fault-early-eos": {"run": run, "server": []}}
+    assert transcripts.check(["fault-early-eos"], [page], outputs=outputs) == []
+    outputs["fault-early-eos"]["run"] = ["E   [early-stop] finished after 5 token(s)"]
+    (problem,) = transcripts.check(["fault-early-eos"], [page], outputs=outputs)
+    assert "ev-early-stop shows 2 line(s)" in problem and "--only fault-early-eos" in problem
+
+
+def test_a_quoted_selection_is_one_word_as_in_a_shell() -> None:
+    assert transcripts._argv("pytest -q -k 'test_smoke and essay-rivers'") == [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-k",
+        "test_smoke and essay-rivers",
+    ]

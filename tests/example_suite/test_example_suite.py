@@ -11,10 +11,14 @@ runs the sweep only). The whole suite passing against the healthy server is
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
+import shlex
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -43,6 +47,9 @@ CAUGHT_BY: dict[str, tuple[str, str, str]] = {
     "overrun": (*SMOKE, "overrun"),
     "stats-inflated": (*SMOKE, "stats-inflated"),
     "stream-no-done": (*SMOKE, "stream-integrity"),
+    "empty-200": (*SMOKE, "empty"),
+    "usage-mismatch": (*SMOKE, "usage-mismatch"),
+    "stream-error-event": (*SMOKE, "stream-error"),
     "logprobs-zero": (
         "test_logprobs",
         "test_lossless.py::test_logprobs",
@@ -178,6 +185,61 @@ def test_fault_fails_with_its_code(fault: str, run_suite: Callable[..., pytest.R
     if fault not in NO_LAYER:
         title = re.escape(LAYERS[FAULT_LAYERS[fault]])
         assert re.search(rf"diagnosis: {title}( \([^)]*\))? - ", output), output[-3000:]
+    _assert_evidence_in_the_docs_is_current(fault, select, result.stdout.str())
+
+
+def _docs_transcripts() -> ModuleType:
+    name = "ddtree_docs_transcripts"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "docs" / "transcripts.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def test_every_docs_scenario_left_to_the_matrix_is_run_by_it() -> None:
+    # a scenario the docs' own tests leave to this matrix (checked_by) must be one it runs,
+    # with the same selection: else its transcripts would be checked nowhere
+    docs = _docs_transcripts()
+    left = {
+        name.removeprefix("fault-")
+        for name, scenario in docs.SCENARIOS.items()
+        if (scenario.checked_by or "").endswith("::test_fault_fails_with_its_code")
+    }
+    assert left, "no docs scenario is checked by the fault matrix"
+    assert left <= set(CAUGHT_BY), sorted(left - set(CAUGHT_BY))
+    assert {fault: docs.MATRIX[fault] for fault in left} == {
+        fault: CAUGHT_BY[fault][0] for fault in left
+    }
+
+
+def _assert_evidence_in_the_docs_is_current(fault: str, select: str, output: str) -> None:
+    """The evidence docs/invariants.md shows for this fault is what this run printed: the
+    docs' scenario is this very command (as a reader types it), so no run of its own."""
+    docs = _docs_transcripts()
+    name = f"fault-{fault}"
+    scenario = docs.SCENARIOS.get(name)
+    if scenario is None:
+        return
+    shown = shlex.split(scenario.shown)
+    assert shown[:3] == ["pytest", "--pyargs", "pytest_ddtree.suite"], scenario.shown
+    assert shown[3:] == [
+        "-q",
+        "-k",
+        select,
+        *docs.FAULT_OPTIONS.split(),
+        "--ddtree-reference-fault",
+        fault,
+    ], f"{name} is not the command this test runs: {scenario.shown}"
+    assert scenario.checked_by and scenario.checked_by.endswith(
+        "::test_fault_fails_with_its_code"
+    ), name
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    lines = docs.mask(output, ROOT).splitlines()
+    problems = docs.check([name], pages, outputs={name: {"run": lines, "server": []}})
+    assert not problems, "\n".join(problems)
 
 
 def test_ignored_budget_fails_the_sweep(run_suite: Callable[..., pytest.RunResult]) -> None:

@@ -224,9 +224,7 @@ def test_workers_that_share_a_point_send_what_one_process_sends(fast_server: Any
     # requests (not half of them); at C=4 each sends 4 of the 8. Together they send every
     # prompt the one-process run sends, each once
     def sent(**kw: Any) -> dict[str, list[str]]:
-        result = _tester(fast_server, concurrencies=[1, 4], requests=8, max_tokens=8, **kw)(
-            PROMPTS
-        )
+        result = _tester(fast_server, concurrencies=[1, 4], requests=8, max_tokens=8, **kw)(PROMPTS)
         out: dict[str, list[str]] = {}
         for s in result.samples:
             out.setdefault(s.point.label, []).append(s.prompt_id)
