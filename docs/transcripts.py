@@ -52,7 +52,10 @@ class Scenario:
     runs in (``dirname``). ``server``, when set, is started first in the background, its output
     read until a line holds ``ready``, and stopped at the end; its lines are the ``server``
     stream, the command's the ``run`` stream. ``engine`` names what the scenario needs beyond
-    this package; such a scenario runs only when asked for (``--llamacpp``).
+    this package; such a scenario runs only when asked for (``--llamacpp``). ``setup`` are
+    commands run first, in order, in the same directory and after the server started (two
+    runs whose results the shown command compares); their output is not shown, and one that
+    fails stops the scenario.
     """
 
     name: str
@@ -63,6 +66,7 @@ class Scenario:
     ready: str = "serving http"
     engine: str | None = None
     timeout: float = 900
+    setup: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -348,6 +352,8 @@ def _argv(command: str) -> list[str]:
         return [sys.executable, *words[1:]]
     if words[0] == "ddtree-suite":  # the console script, from this checkout
         return [sys.executable, "-m", "pytest_ddtree.pytest_plugin.bundle", *words[1:]]
+    if words[0] == "ddtree-compare":
+        return [sys.executable, "-m", "pytest_ddtree.report.compare", *words[1:]]
     return words
 
 
@@ -402,6 +408,21 @@ def run(scenario: Scenario) -> dict[str, list[str]]:
         if scenario.server:
             server, server_lines = _start_server(scenario, workdir, env)
         try:
+            for command in scenario.setup:
+                done = subprocess.run(
+                    _argv(command),
+                    cwd=workdir,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    timeout=scenario.timeout,
+                )
+                if done.returncode != 0:
+                    raise RuntimeError(
+                        f"setup {command!r} of {scenario.name} exited {done.returncode}:\n"
+                        + "\n".join(done.stdout.splitlines()[-20:])
+                    )
             result = subprocess.run(
                 _argv(scenario.shown),
                 cwd=workdir,
@@ -593,3 +614,132 @@ def check(names: Iterable[str], pages: Sequence[Path]) -> list[str]:
                 f"{missing[0]!r}; run {REGENERATE} --only {excerpt.scenario}"
             )
     return problems
+
+
+# -- docs/sweep.md and docs/ci.md ---------------------------------------------------------
+
+
+def _budgets_test() -> dict[str, str]:
+    # the ddtree_sweep test of sweep.md's "The table", as the page shows it
+    page = (DOCS / "sweep.md").read_text(encoding="utf-8")
+    test = next(
+        block
+        for block in re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+        if block.startswith("# test_budgets.py")
+    )
+    return {"test_budgets.py": test}
+
+
+def _passing_test() -> dict[str, str]:
+    return {"test_ok.py": "def test_ok():\n    pass\n"}
+
+
+#: the embedded server as sweep.md's tables run it: the bundled suite's speed, 5% noise
+_JITTERED = "--ddtree-reference-slowdown 0.4 --ddtree-reference-jitter 5%"
+_BUDGETS = "pytest test_budgets.py -q"
+#: the timed sweep of the bundled suite, one budget and one pass: the shortest timed run
+_ONE_TEST_A_PROMPT = f"{SUITE} -k test_sweep --ddtree-budgets 64 --ddtree-sweep-passes 1"
+
+SCENARIOS.update(
+    {
+        s.name: s
+        for s in [
+            Scenario(
+                "sweep-exhaustive",
+                f"{_BUDGETS} --ddtree-sweep exhaustive {_JITTERED}",
+                files=_budgets_test,
+            ),
+            Scenario("sweep-adaptive", f"{_BUDGETS} {_JITTERED}", files=_budgets_test),
+            Scenario(
+                "sweep-drift",
+                f"{_BUDGETS} --ddtree-sweep exhaustive --ddtree-budgets 16,64,256"
+                " --ddtree-rounds 2 --ddtree-reference-slowdown-after 30:2",
+                files=_budgets_test,
+            ),
+            Scenario("sweep-one-budget", f"{SUITE} -k test_sweep --ddtree-budget-mode none"),
+            Scenario(
+                "sweep-probe", "pytest test_ok.py -q --ddtree-probe gpu-stats", files=_passing_test
+            ),
+            Scenario(
+                "sweep-compare",
+                "ddtree-compare main/sweep.json candidate/sweep.json",
+                files=_budgets_test,
+                setup=tuple(
+                    f"{_BUDGETS} --ddtree-sweep exhaustive --ddtree-budgets 16,64,256"
+                    f" --ddtree-rounds 2 --ddtree-report {run}"
+                    for run in ("main", "candidate")
+                ),
+            ),
+            Scenario(
+                "sweep-budget-ignored",
+                f"{SUITE} -k test_sweep --ddtree-reference-fault budget-ignored",
+            ),
+            Scenario(
+                "distribution-lossy",
+                f"{SUITE} -k test_lossless_in_distribution --ddtree-reference-latency off"
+                " --ddtree-reference-fault draft-confidence",
+            ),
+            Scenario(
+                "distribution-seed",
+                f"{SUITE} -k test_lossless_in_distribution --ddtree-reference-latency off"
+                " --ddtree-reference-fault seed-dropped --ddtree-distribution-samples 6",
+            ),
+            Scenario(
+                "ci-regression",
+                f"{_ONE_TEST_A_PROMPT} --ddtree-reference-slowdown 0.6"
+                " --benchmark-compare --benchmark-compare-fail=median:10%",
+                setup=(f"{_ONE_TEST_A_PROMPT} --benchmark-autosave",),
+            ),
+            Scenario(
+                "ci-folded",
+                f"{SUITE} -k json-person --ddtree-budgets 16 --ddtree-reference-latency off"
+                " --ddtree-reference-fault schema-ignored",
+            ),
+        ]
+    }
+)
+
+_TABLE = r"^\s*tree_budget\s+valid\s"
+_VERDICT_LINE = r"^(Recommended|Undecided|Either|No budget)"
+
+EXCERPTS.update(
+    {
+        # docs/sweep.md
+        "sweep-exhaustive": Excerpt(
+            "sweep-exhaustive",
+            (Piece(_TABLE, stop=_VERDICT_LINE), Piece(r"^acceptance by depth", count=1)),
+        ),
+        "sweep-steady": Excerpt(
+            "sweep-exhaustive", (Piece(r"^no drift:", count=1), Piece(_VERDICT_LINE, count=1))
+        ),
+        "sweep-adaptive": Excerpt("sweep-adaptive", (Piece(_TABLE, stop=_VERDICT_LINE),)),
+        "sweep-drift": Excerpt("sweep-drift", (Piece(_TABLE, stop=_VERDICT_LINE),)),
+        "sweep-suite-race": Excerpt("suite", (Piece(r"^race: ", stop=_VERDICT_LINE),)),
+        "sweep-one-budget": Excerpt("sweep-one-budget", (Piece(_TABLE, stop=_VERDICT_LINE),)),
+        "sweep-probe": Excerpt("sweep-probe", (Piece(r"--ddtree-probe", count=2), Piece(last=1))),
+        "sweep-compare": Excerpt("sweep-compare"),
+        "sweep-budget-ignored": Excerpt(
+            "sweep-budget-ignored",
+            (Piece(r"^FAILED sweep: ", count=1), Piece(r"^FAILED ddtree::sweep", count=1)),
+        ),
+        "distribution-lossy": Excerpt(
+            "distribution-lossy",
+            (Piece(r"^E\s+pytest_ddtree\.InvariantError", stop=r"diagnosis:"),),
+        ),
+        "distribution-seed": Excerpt(
+            "distribution-seed",
+            (Piece(r"^E\s+pytest_ddtree\.InvariantError", stop=r"what to do:"),),
+        ),
+        # docs/ci.md
+        "ci-regression": Excerpt(
+            "ci-regression",
+            (
+                Piece(r"^Comparing against benchmarks from", count=1),
+                Piece(_SWEEP, count=1),
+                Piece(r"--benchmark-compare-fail: \d+ regression", stop=r"^=+ short test summary"),
+                Piece(r"^FAILED ddtree::benchmark-compare"),
+            ),
+        ),
+        "ci-folded": Excerpt("ci-folded", (Piece(r"^_+ test_invariants\[json-person", count=4),)),
+    }
+)
