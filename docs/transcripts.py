@@ -666,7 +666,7 @@ SCENARIOS.update(
                 files=_budgets_test,
                 setup=tuple(
                     f"{_BUDGETS} --ddtree-sweep exhaustive --ddtree-budgets 16,64,256"
-                    f" --ddtree-rounds 2 --ddtree-report {run}"
+                    f" --ddtree-rounds 2 {_JITTERED} --ddtree-report {run}"
                     for run in ("main", "candidate")
                 ),
             ),

@@ -45,6 +45,7 @@ FAST = [
     "dead-endpoint",
     "endpoint-502",
     "init",
+    "sweep-probe",
 ]
 SLOW = [name for name, s in transcripts.SCENARIOS.items() if name not in FAST and s.engine is None]
 
