@@ -653,7 +653,8 @@ SCENARIOS.update(
             Scenario(
                 "sweep-drift",
                 f"{_BUDGETS} --ddtree-sweep exhaustive --ddtree-budgets 16,64,256"
-                " --ddtree-rounds 2 --ddtree-reference-slowdown-after 30:2",
+                " --ddtree-rounds 2 --ddtree-reference-slowdown 0.4"
+                " --ddtree-reference-slowdown-after 30:2",
                 files=_budgets_test,
             ),
             Scenario("sweep-one-budget", f"{SUITE} -k test_sweep --ddtree-budget-mode none"),
@@ -666,13 +667,14 @@ SCENARIOS.update(
                 files=_budgets_test,
                 setup=tuple(
                     f"{_BUDGETS} --ddtree-sweep exhaustive --ddtree-budgets 16,64,256"
-                    f" --ddtree-rounds 2 {_JITTERED} --ddtree-report {run}"
+                    f" --ddtree-rounds 2 --ddtree-reference-slowdown 0.4 --ddtree-report {run}"
                     for run in ("main", "candidate")
                 ),
             ),
             Scenario(
                 "sweep-budget-ignored",
-                f"{SUITE} -k test_sweep --ddtree-reference-fault budget-ignored",
+                f"{SUITE} -k test_sweep --ddtree-budgets 16,64,1024"
+                " --ddtree-reference-fault budget-ignored",
             ),
             Scenario(
                 "distribution-lossy",
