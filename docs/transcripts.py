@@ -559,8 +559,11 @@ def key(line: str) -> str:
     if ROW.match(line):
         return "<row>"
     if VERDICT.match(line):
-        rule = re.findall(r"\(([^()]*)\)\s*$", line)
-        line = "<verdict> " + (rule[0] if rule else "")
+        # the rule's parentheses close the line ("... (n=18). (adaptive sweep, ...)") or its
+        # sentence ("No budget is recommended (adaptive sweep, ...)."), and a drifting sweep
+        # says so after them
+        rule = re.findall(r"\(((?:adaptive sweep|exhaustive sweep|one budget)[^()]*)\)", line)
+        line = "<verdict> " + (rule[-1].rstrip(".") if rule else "")
     line = re.sub(r"\d+", "0", line)
     line = re.sub(r"([=_\-])\1{2,}", r"\1\1\1", line)
     return " ".join(line.split())
@@ -666,7 +669,7 @@ SCENARIOS.update(
                 "ddtree-compare main/sweep.json candidate/sweep.json",
                 files=_budgets_test,
                 setup=tuple(
-                    f"{_BUDGETS} --ddtree-sweep exhaustive --ddtree-budgets 16,64,256"
+                    f"{_BUDGETS} --ddtree-sweep exhaustive --ddtree-budgets 64,256,1024"
                     f" --ddtree-rounds 2 --ddtree-reference-slowdown 0.4 --ddtree-report {run}"
                     for run in ("main", "candidate")
                 ),

@@ -123,6 +123,28 @@ def test_drift_checks_the_verdicts_rule_not_which_verdict() -> None:
     assert transcripts.drift([exhaustive], now) == [exhaustive]
 
 
+def test_the_verdicts_rule_is_read_however_the_verdict_ends() -> None:
+    # a run that recommends closes the line with the rule, one that does not closes its
+    # sentence after it; the shown verdict's rule is found in either
+    shown = (
+        "Recommended tree_budget=64: median decode 2,886 tok/s (n=144). Every other valid "
+        "budget is slower. (adaptive sweep, 324 of 630 requests, 2% margin, min n 6, "
+        "95% confidence.)"
+    )
+    undecided = (
+        "Undecided: tree_budget=64 leads ... would decide. No budget is recommended (adaptive "
+        "sweep, 630 of 630 requests, 2% margin, min n 6, 95% confidence)."
+    )
+    either = (
+        "Either tree_budget=32 or 64: ... to name one: more rounds (--ddtree-rounds) would "
+        "decide (adaptive sweep, 630 of 630 requests, 2% margin, min n 6, 95% confidence)."
+    )
+    assert transcripts.drift([shown], [undecided]) == []
+    assert transcripts.drift([shown], [either]) == []
+    exhaustive = undecided.replace("adaptive sweep, 630 of 630 requests", "exhaustive sweep")
+    assert transcripts.drift([shown], [exhaustive]) == [shown]
+
+
 def test_drift_ignores_the_environment_and_the_machines_load() -> None:
     now = [
         "platform linux -- Python 3.12.1, pytest-9.0.3, pluggy-1.6.0",
