@@ -694,7 +694,7 @@ SCENARIOS.update(
             ),
             Scenario(
                 "ci-regression",
-                f"{_ONE_TEST_A_PROMPT} --ddtree-reference-slowdown 0.6"
+                f"{_ONE_TEST_A_PROMPT} --ddtree-reference-slowdown 0.8"
                 " --benchmark-compare --benchmark-compare-fail=median:10%",
                 setup=(f"{_ONE_TEST_A_PROMPT} --benchmark-autosave",),
             ),
