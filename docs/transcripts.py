@@ -60,6 +60,9 @@ class Scenario:
     ``ready`` line) in ``$URL``. ``measurement`` says why a scenario's output is a measurement
     (minutes long, or an outcome the machine's noise decides): it runs only when named
     (``--only``) and no test checks it for drift.
+    ``setup`` are commands run first, in order, in the same directory and after the server
+    started (two runs whose results the shown command compares); their output is not shown,
+    and one that fails stops the scenario.
     """
 
     name: str
@@ -76,6 +79,7 @@ class Scenario:
     #: the test that checks this scenario's transcripts against a run of the same command it
     #: makes anyway (no run of its own in tests/docs)
     checked_by: str | None = None
+    setup: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -379,6 +383,8 @@ def _argv(command: str) -> list[str]:
         return [sys.executable, *words[1:]]
     if words[0] == "ddtree-suite":  # the console script, from this checkout
         return [sys.executable, "-m", "pytest_ddtree.pytest_plugin.bundle", *words[1:]]
+    if words[0] == "ddtree-compare":
+        return [sys.executable, "-m", "pytest_ddtree.report.compare", *words[1:]]
     return words
 
 
@@ -440,6 +446,21 @@ def run(scenario: Scenario) -> dict[str, list[str]]:
             env = {**env, "URL": url.group(0) if url else ""}
             env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         try:
+            for step in scenario.setup:
+                done = subprocess.run(
+                    _argv(step),
+                    cwd=workdir,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    timeout=scenario.timeout,
+                )
+                if done.returncode != 0:
+                    raise RuntimeError(
+                        f"setup {step!r} of {scenario.name} exited {done.returncode}:\n"
+                        + "\n".join(done.stdout.splitlines()[-20:])
+                    )
             result = subprocess.run(
                 command,
                 cwd=workdir,
@@ -559,8 +580,11 @@ VOLATILE = [
     r"SLO (?:missed at \d+ load point\(s\)|verdict withheld: [^:]*):",
     r";\s*client saturated: .*$",
 ]
-#: lines shown that a run prints or not depending on the machine's load
-VOLATILE_LINES = re.compile(r"^\s*(UNRELIABLE points:|schedule:|best at C=|under load \()")
+#: lines shown that a run prints or not depending on the machine's load (a steady server's
+#: ``no drift`` reads ``DRIFT`` when the machine got busier during the sweep)
+VOLATILE_LINES = re.compile(
+    r"^\s*(UNRELIABLE points:|schedule:|best at C=|under load \(|no drift: )"
+)
 #: the environment a run was made in: the reader's differs
 ENVIRONMENT = re.compile(r"^(platform |plugins: |benchmark: |rootdir: |cachedir: )")
 #: a data row of a table: its values are the run's, its columns are the header's
@@ -580,8 +604,11 @@ def key(line: str) -> str:
     if ROW.match(line):
         return "<row>"
     if VERDICT.match(line):
-        rule = re.findall(r"\(([^()]*)\)\s*$", line)
-        line = "<verdict> " + (rule[0] if rule else "")
+        # the rule's parentheses close the line ("... (n=18). (adaptive sweep, ...)") or its
+        # sentence ("No budget is recommended (adaptive sweep, ...)."), and a drifting sweep
+        # says so after them
+        rule = re.findall(r"\(((?:adaptive sweep|exhaustive sweep|one budget)[^()]*)\)", line)
+        line = "<verdict> " + (rule[-1].rstrip(".") if rule else "")
     line = re.sub(r"\d+", "0", line)
     line = re.sub(r"([=_\-])\1{2,}", r"\1\1\1", line)
     return " ".join(line.split())
@@ -1425,5 +1452,140 @@ EXCERPTS.update(
         "ev-logprobs-lossless": _header(
             "lossless-logprobs", r"^log-probabilities apart: ", "logprobs"
         ),
+    }
+)
+
+
+# -- docs/sweep.md and docs/ci.md ---------------------------------------------------------
+
+
+def _budgets_test() -> dict[str, str]:
+    # the ddtree_sweep test of sweep.md's "The table", as the page shows it
+    page = (DOCS / "sweep.md").read_text(encoding="utf-8")
+    test = next(
+        block
+        for block in re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+        if block.startswith("# test_budgets.py")
+    )
+    return {"test_budgets.py": test}
+
+
+def _passing_test() -> dict[str, str]:
+    return {"test_ok.py": "def test_ok():\n    pass\n"}
+
+
+#: the embedded server as sweep.md's tables run it: the bundled suite's speed, 5% noise
+_JITTERED = "--ddtree-reference-slowdown 0.4 --ddtree-reference-jitter 5%"
+_BUDGETS = "pytest test_budgets.py -q"
+#: the timed sweep of the bundled suite, one budget and one pass: the shortest timed run
+_ONE_TEST_A_PROMPT = f"{SUITE} -k test_sweep --ddtree-budgets 64 --ddtree-sweep-passes 1"
+
+SCENARIOS.update(
+    {
+        s.name: s
+        for s in [
+            Scenario(
+                "sweep-exhaustive",
+                f"{_BUDGETS} --ddtree-sweep exhaustive {_JITTERED}",
+                files=_budgets_test,
+            ),
+            Scenario("sweep-adaptive", f"{_BUDGETS} {_JITTERED}", files=_budgets_test),
+            Scenario(
+                "sweep-drift",
+                f"{_BUDGETS} --ddtree-sweep exhaustive --ddtree-budgets 16,64,256"
+                " --ddtree-rounds 2 --ddtree-reference-slowdown 0.4"
+                " --ddtree-reference-slowdown-after 30:2",
+                files=_budgets_test,
+            ),
+            Scenario("sweep-one-budget", f"{SUITE} -k test_sweep --ddtree-budget-mode none"),
+            Scenario(
+                "sweep-probe", "pytest test_ok.py -q --ddtree-probe gpu-stats", files=_passing_test
+            ),
+            Scenario(
+                "sweep-compare",
+                "ddtree-compare main/sweep.json candidate/sweep.json",
+                files=_budgets_test,
+                setup=tuple(
+                    f"{_BUDGETS} --ddtree-sweep exhaustive --ddtree-budgets 64,256,1024"
+                    f" --ddtree-rounds 2 --ddtree-reference-slowdown 0.4 --ddtree-report {run}"
+                    for run in ("main", "candidate")
+                ),
+            ),
+            Scenario(
+                "sweep-budget-ignored",
+                f"{SUITE} -k test_sweep --ddtree-budgets 16,64,1024"
+                " --ddtree-reference-fault budget-ignored",
+            ),
+            Scenario(
+                "distribution-lossy",
+                f"{SUITE} -k test_lossless_in_distribution --ddtree-reference-latency off"
+                " --ddtree-reference-fault draft-confidence",
+            ),
+            Scenario(
+                "distribution-seed",
+                f"{SUITE} -k test_lossless_in_distribution --ddtree-reference-latency off"
+                " --ddtree-reference-fault seed-dropped --ddtree-distribution-samples 6",
+            ),
+            Scenario(
+                "ci-regression",
+                f"{_ONE_TEST_A_PROMPT} --ddtree-reference-slowdown 0.8"
+                " --benchmark-compare --benchmark-compare-fail=median:10%",
+                setup=(f"{_ONE_TEST_A_PROMPT} --benchmark-autosave",),
+            ),
+            Scenario(
+                "ci-folded",
+                f"{SUITE} -k json-person --ddtree-budgets 16 --ddtree-reference-latency off"
+                " --ddtree-reference-fault schema-ignored",
+            ),
+        ]
+    }
+)
+
+_TABLE = r"^\s*tree_budget\s+valid\s"
+_VERDICT_LINE = r"^(Recommended|Undecided|Either|No budget)"
+
+EXCERPTS.update(
+    {
+        # docs/sweep.md
+        "sweep-exhaustive": Excerpt(
+            "sweep-exhaustive",
+            (Piece(_TABLE, stop=_VERDICT_LINE), Piece(r"^acceptance by depth", count=1)),
+        ),
+        "sweep-steady": Excerpt(
+            "sweep-exhaustive", (Piece(r"^no drift:", count=1), Piece(_VERDICT_LINE, count=1))
+        ),
+        "sweep-adaptive": Excerpt("sweep-adaptive", (Piece(_TABLE, stop=_VERDICT_LINE),)),
+        "sweep-drift": Excerpt("sweep-drift", (Piece(_TABLE, stop=_VERDICT_LINE),)),
+        "sweep-suite-race": Excerpt("suite", (Piece(r"^race: ", stop=_VERDICT_LINE),)),
+        "sweep-one-budget": Excerpt("sweep-one-budget", (Piece(_TABLE, stop=_VERDICT_LINE),)),
+        "sweep-probe": Excerpt("sweep-probe", (Piece(r"--ddtree-probe", count=2), Piece(last=1))),
+        # without its "recommended tree_budget: 64 -> 64": two rounds on a busy machine may
+        # leave a run undecided ("64 -> none")
+        "sweep-compare": Excerpt(
+            "sweep-compare", (Piece(stop=r"^1024 "), Piece(r"^(OK|FAIL)\b", count=1))
+        ),
+        "sweep-budget-ignored": Excerpt(
+            "sweep-budget-ignored",
+            (Piece(r"^FAILED sweep: ", count=1), Piece(r"^FAILED ddtree::sweep", count=1)),
+        ),
+        "distribution-lossy": Excerpt(
+            "distribution-lossy",
+            (Piece(r"^E\s+pytest_ddtree\.InvariantError", stop=r"diagnosis:"),),
+        ),
+        "distribution-seed": Excerpt(
+            "distribution-seed",
+            (Piece(r"^E\s+pytest_ddtree\.InvariantError", stop=r"what to do:"),),
+        ),
+        # docs/ci.md
+        "ci-regression": Excerpt(
+            "ci-regression",
+            (
+                Piece(r"^Comparing against benchmarks from", count=1),
+                Piece(_SWEEP, count=1),
+                Piece(r"--benchmark-compare-fail: \d+ regression", stop=r"^=+ short test summary"),
+                Piece(r"^FAILED ddtree::benchmark-compare"),
+            ),
+        ),
+        "ci-folded": Excerpt("ci-folded", (Piece(r"^_+ test_invariants\[json-person", count=4),)),
     }
 )

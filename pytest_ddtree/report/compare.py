@@ -42,12 +42,13 @@ _METRIC_TITLE = {"decode": "decode tok/s", "ttft": "TTFT ms"}
 
 
 def _values(samples: Sequence[SweepSample], metric: Metric) -> tuple[list[float], list[str]]:
-    """The metric of every valid sample that has it, and each one's prompt."""
+    """The metric of every valid sample that has it, and each one's prompt; the drift check's
+    blocks are left out, as from the sweep's own statistics."""
     values: list[float] = []
     prompts: list[str] = []
     for s in samples:
         raw = s.decode_tokens_per_second if metric == "decode" else s.ttft
-        if s.valid and raw is not None:
+        if s.valid and raw is not None and s.drift_mark is None:
             values.append(raw if metric == "decode" else raw * 1000.0)
             prompts.append(s.prompt_id)
     return values, prompts

@@ -47,6 +47,7 @@ FAST = [
     "dead-endpoint",
     "endpoint-502",
     "init",
+    "sweep-probe",
 ]
 # a scenario another test checks against the run it makes anyway (``checked_by``) has no run here
 SLOW = [
@@ -127,6 +128,44 @@ def test_drift_checks_the_verdicts_rule_not_which_verdict() -> None:
         "Recommended tree_budget=64: ... (exhaustive sweep, 2% margin, min n 6, 95% confidence.)"
     )
     assert transcripts.drift([exhaustive], now) == [exhaustive]
+
+
+def test_the_verdicts_rule_is_read_however_the_verdict_ends() -> None:
+    # a run that recommends closes the line with the rule, one that does not closes its
+    # sentence after it; the shown verdict's rule is found in either
+    shown = (
+        "Recommended tree_budget=64: median decode 2,886 tok/s (n=144). Every other valid "
+        "budget is slower. (adaptive sweep, 324 of 630 requests, 2% margin, min n 6, "
+        "95% confidence.)"
+    )
+    undecided = (
+        "Undecided: tree_budget=64 leads ... would decide. No budget is recommended (adaptive "
+        "sweep, 630 of 630 requests, 2% margin, min n 6, 95% confidence)."
+    )
+    either = (
+        "Either tree_budget=32 or 64: ... to name one: more rounds (--ddtree-rounds) would "
+        "decide (adaptive sweep, 630 of 630 requests, 2% margin, min n 6, 95% confidence)."
+    )
+    assert transcripts.drift([shown], [undecided]) == []
+    assert transcripts.drift([shown], [either]) == []
+    exhaustive = undecided.replace("adaptive sweep, 630 of 630 requests", "exhaustive sweep")
+    assert transcripts.drift([shown], [exhaustive]) == [shown]
+
+
+def test_a_steady_servers_no_drift_line_is_the_machines_load_a_drift_is_not() -> None:
+    steady = (
+        "no drift: tree_budget=128 measured again at the end: median decode +5% (ratio 1.05, "
+        "99% CI 0.94-1.13, 9 pairs); within the rule (interval includes 1 or change <= 5%)"
+    )
+    drifted = (
+        "DRIFT: tree_budget=128 measured again at the end: median decode -9% (ratio 0.91, "
+        "99% CI 0.88-0.95, 9 pairs); the server changed during the sweep (throttling, another "
+        "tenant, a restart?), so the budgets measured at different times are not comparable"
+    )
+    # a busy machine slows the end of a sweep on a steady server: the shown line may go ...
+    assert transcripts.drift([steady], [drifted]) == []
+    # ... but a drift the docs show must still be printed
+    assert transcripts.drift([drifted], [steady]) == [drifted]
 
 
 def test_drift_ignores_the_environment_and_the_machines_load() -> None:

@@ -121,3 +121,17 @@ def test_python_dash_m_entry_point(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1, proc.stderr
     assert "tree_budget" in proc.stdout and "REGRESSION" in proc.stdout
+
+
+def test_the_drift_checks_requests_are_not_compared() -> None:
+    # the sweep's statistics leave out its drift-check blocks (a server measured twice more at
+    # its first budget, and half as fast at the end); so does the comparison of two runs
+    base = _run(seed=1)
+    drift = [
+        SweepSample(64, "essay", -1, True, decode_tokens_per_second=rate, drift_mark=mark)
+        for mark, rate in [("start", 900.0), ("end", 450.0)] * 9
+    ]
+    drifted = SweepRun([*_run(seed=2).samples, *drift], {"model": "m"})
+    row = next(r for r in compare_runs(base, drifted).rows if r.tree_budget == 64)
+    assert (row.baseline_n, row.candidate_n) == (9, 9)
+    assert row.verdict == "no significant change"
