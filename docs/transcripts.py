@@ -1566,7 +1566,11 @@ EXCERPTS.update(
         ),
         "sweep-budget-ignored": Excerpt(
             "sweep-budget-ignored",
-            (Piece(r"^FAILED sweep: ", count=1), Piece(r"^FAILED ddtree::sweep", count=1)),
+            (
+                Piece(r"^FAILED sweep: ", count=1),
+                Piece(r"^No budget is recommended: the server does not use", count=1),
+                Piece(r"^FAILED ddtree::sweep", count=1),
+            ),
         ),
         "distribution-lossy": Excerpt(
             "distribution-lossy",

@@ -163,18 +163,44 @@ def conclude(
         return Conclusion(samples, [])
     groups = by_temperature(samples)
     # a budget that makes no difference shows at each temperature alone: never pooled
+    found = {t: budget_ignored(group, skip_checks) for t, group in groups.items()}
     ignored = [
         v if list(groups) == [0.0] else replace(v, message=f"at temperature {t:g}: {v.message}")
-        for t, group in groups.items()
-        for v in budget_ignored(group, skip_checks)
+        for t, violations in found.items()
+        for v in violations
     ]
     summaries = {
         t: _summary(group, seed=seed, rule=rule, races=(races or {}).get(t, ()))
         for t, group in groups.items()
     }
+    summaries = {t: _ignored(s) if found.get(t) else s for t, s in summaries.items()}
     if interrupted:
         summaries = {t: _partial(s) for t, s in summaries.items()}
     return Conclusion(samples, ignored, summaries)
+
+
+IGNORED_VERDICT = (
+    "No budget is recommended: the server does not use the tree budget it is sent "
+    "([budget-ignored], the failure of ddtree::sweep), so the sweep timed one configuration "
+    "under several labels; whichever looked fastest, its lead is noise."
+)
+
+
+def _ignored(summary: SweepSummary) -> SweepSummary:
+    """A sweep whose server ignores the budget recommends none (its table stays as measured)."""
+    rec = summary.recommendation
+    verdict = replace(
+        rec,
+        tree_budget=None,
+        decode_median=None,
+        decode_ci=None,
+        n=None,
+        tied=(),
+        either=(),
+        decided=False,
+        message=IGNORED_VERDICT,
+    )
+    return replace(summary, recommendation=verdict)
 
 
 def _summary(

@@ -260,3 +260,6 @@ def test_ignored_budget_fails_the_sweep(run_suite: Callable[..., pytest.RunResul
     output = result.stdout.str() + result.stderr.str()
     assert result.ret == 1, output[-3000:]
     assert "[budget-ignored]" in output, output[-3000:]
+    # and the run's answer recommends no budget: the sweep timed one configuration
+    assert "No budget is recommended: the server does not use the tree budget" in output
+    assert "Recommended tree_budget" not in output, output[-3000:]
