@@ -4,6 +4,7 @@ through the plugin's client, streamed and not."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import httpx
@@ -92,6 +93,20 @@ def test_vllm_dialect_histogram(vllm_server: ReferenceServer, stream: bool) -> N
     hist = s.acceptance_histogram
     assert sum(k * n for k, n in enumerate(hist)) == s.num_accepted_draft_tokens
     assert [v for v in check(c) if v.code.startswith("stats")] == []
+
+
+def test_vllm_dialect_target_only_reports_no_speculation_as_vllm_does() -> None:
+    # vLLM without a speculative config answers "metrics": null, and its counters stay at 0:
+    # the target-only twin claimed k drafts a step that its own /metrics never counted
+    with (
+        start_reference_server(
+            simulated_latency=False, stats_dialect="vllm", target_only=True
+        ) as server,
+        DDTreeClient(server.base_url) as client,
+    ):
+        c = client.chat(LONG, max_tokens=32, stream=False)
+    assert c.ok and c.stats is None, c.raw
+    assert '"metrics": null' in json.dumps(c.raw)
 
 
 # ---------------------------------------------------------------- stop_reason

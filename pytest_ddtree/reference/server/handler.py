@@ -373,6 +373,10 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(dialect, DDTree):
             return {"ddtree_stats": stats}
         if isinstance(dialect, VLLM):
+            if self.server.engine.options.target_only:
+                # vLLM without a speculative config answers "metrics": null (no drafter, so
+                # no step drafted anything, and its /metrics counters stay at 0)
+                return {"metrics": None}
             return {"metrics": {"speculative_decoding": self._vllm_spec(res, faults)}}
         if isinstance(dialect, OMLX):
             if "tree_budget" in stats:
