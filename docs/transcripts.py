@@ -578,7 +578,7 @@ VOLATILE = [
     # an SLO missed at a point where the client was stalled is withheld, not missed: which of
     # the two a run says depends on the machine's load; the points' lines must be the run's
     r"SLO (?:missed at \d+ load point\(s\)|verdict withheld: [^:]*):",
-    r";\s*client saturated: .*$",
+    r";\s*client (?:saturated|stalled): .*$",
 ]
 #: lines shown that a run prints or not depending on the machine's load (a steady server's
 #: ``no drift`` reads ``DRIFT`` when the machine got busier during the sweep)

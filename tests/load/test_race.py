@@ -244,7 +244,7 @@ def test_runs_with_a_saturated_client_count_but_do_not_race() -> None:
     assert race.requests == len(server.samples)  # every request counts against the budget
     (gone,) = race.left
     assert gone.n == 8 and server.sent(16) == 12  # its raced values: the first batch, again
-    assert "(2 run(s) not raced: the client was saturated, no verdict on a budget)" in (
+    assert "(2 run(s) not raced: the client was saturated or stalled, no verdict on a budget)" in (
         race.verdict()
     )
     assert PointRace.from_json(race.to_json()) == race

@@ -130,7 +130,7 @@ class PointRace:
         spent = f"{self.requests} of {self.max_requests} requests"
         if self.discarded:
             spent += (
-                f" ({self.discarded} run(s) not raced: the client was saturated, "
+                f" ({self.discarded} run(s) not raced: the client was saturated or stalled, "
                 "no verdict on a budget)"
             )
         if self.decided:

@@ -705,15 +705,15 @@ def failure_message(
             )
             if s.unreliable:
                 assert s.client is not None
-                withheld.append(f"{line}; client saturated: {s.client.reason()}")
+                withheld.append(f"{line}; client {s.client.verdict().lower()}: {s.client.reason()}")
             else:
                 misses.append(line)
     if misses:
         return f"SLO missed at {len(misses)} load point(s):\n" + "\n".join(misses)
     if withheld:
         return (
-            "SLO verdict withheld: the client was saturated, so its own queueing is in the "
-            "latencies (lower the concurrency or spread the load over processes with -n):\n"
+            "SLO verdict withheld: the client was saturated or stalled, so its own delay is in "
+            "the latencies (lower the concurrency or spread the load over processes with -n):\n"
             + "\n".join(withheld)
         )
     return ""
