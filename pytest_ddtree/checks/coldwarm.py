@@ -278,6 +278,10 @@ class ColdWarmBatched:
         unjudged = result.not_comparable.get(BATCHED)
         if result.divergences or set(result.not_comparable) != {BATCHED} or unjudged is None:
             return None
+        if self.batch.errors:
+            # the others failed beside it: a server that breaks under concurrency is what
+            # the test is for, so that stays a failure
+            return None
         return unjudged.reason if unjudged.advice == NOT_BATCHED_ADVICE else None
 
     def answer(self, key: int) -> Completion:

@@ -12,6 +12,7 @@ No pytest here.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from enum import Enum
 
 from pytest_ddtree.wire.completion import Completion, ErrorKind, summarize_text
@@ -95,50 +96,76 @@ FEATURE_FIELDS = (
 )
 
 
-def requested_features(completion: Completion) -> list[str]:
-    """The fields of the request beyond plain chat, each as ``name=value`` (shortened)."""
-    body = completion.request.body
+#: What a refused request should be checked for first, whatever it asked for.
+SHAPING_OPTIONS = (
+    "check the options that shape it (for example a tree budget outside the server's range, "
+    "the model id or max_tokens)"
+)
+
+
+def _tool_name(tool: object) -> str:
+    fn = tool.get("function") if isinstance(tool, Mapping) else None
+    name = fn.get("name") if isinstance(fn, Mapping) else None
+    return str(name) if name is not None else "?"
+
+
+def requested_features(completion: Completion, *, injected: Iterable[str] = ()) -> list[str]:
+    """The fields of the request beyond plain chat, each as ``name=value`` (shortened), but
+    the ``injected`` ones (a check's own, such as the distribution test's ``seed``)."""
+    body = completion.request.body  # a Mapping: the JSON object that was sent
+    left_out = set(injected)
     out = []
     for name in FEATURE_FIELDS:
         value = body.get(name)
-        if value is None or value is False:
+        if name in left_out or value is None or value is False:
             continue
         if name == "tools" and isinstance(value, list):
-            names = [
-                str(t.get("function", {}).get("name", "?")) for t in value if isinstance(t, dict)
-            ]
-            out.append(f"tools=[{', '.join(names)}]")
+            out.append(f"tools=[{', '.join(_tool_name(t) for t in value)}]")
             continue
         out.append(f"{name}={summarize_text(repr(value), 60)}")
     return out
 
 
-def refusal(completion: Completion) -> str | None:
-    """What to do about an answer the server refused as asked (HTTP 400, 422 or 501); None
-    for any other answer, whole or not."""
-    if completion.error_kind not in (None, ErrorKind.HTTP):
-        return None
-    if completion.status_code not in REFUSED_STATUSES:
-        return None
-    features = requested_features(completion)
-    asked = f"the request asks for {'; '.join(features)}: " if features else "the request as sent: "
+def feature_advice(features: Sequence[str]) -> str:
+    """The sentence a refusal adds about the fields beyond plain chat ("" without any)."""
+    if not features:
+        return ""
     return (
-        f"the server refused the request (HTTP {completion.status_code}), so there is no "
-        f"answer to compare; {asked}check that the server serves each of them (a tool-call "
-        "parser, structured outputs, log-probabilities: its options and version), or take the "
-        "field out of the prompt set, then run again"
+        f"; it also asks for {'; '.join(features)}: check that the server serves each of them "
+        "(a tool-call parser, structured outputs, log-probabilities: its options and version), "
+        "or take the field out of the prompt set"
     )
 
 
-def not_whole_advice(*answers: Completion | None, default: str) -> str:
-    """``default`` (what to do about an answer cut short), or the refusal advice of the first
-    of ``answers`` the server refused as asked: a 4xx names the field it refused, not a cut
-    stream."""
-    for answer in answers:
-        advice = None if answer is None else refusal(answer)
-        if advice is not None:
-            return advice
-    return default
+def refused(completion: Completion) -> bool:
+    """True for an answer the server refused as asked (HTTP 400, 422 or 501)."""
+    return (
+        completion.error_kind in (None, ErrorKind.HTTP)
+        and completion.status_code in REFUSED_STATUSES
+    )
+
+
+def refusal(
+    completion: Completion, *, who: str = "server", injected: Iterable[str] = ()
+) -> str | None:
+    """What to do about an answer ``who`` refused as asked (HTTP 400, 422 or 501): the
+    options that shape a request, then the fields it asked for beyond plain chat; None for
+    any other answer, whole or not."""
+    if not refused(completion):
+        return None
+    features = requested_features(completion, injected=injected)
+    return (
+        f"the {who} refused the request (HTTP {completion.status_code}), so there is no "
+        f"answer to compare: {SHAPING_OPTIONS}{feature_advice(features)}"
+    )
+
+
+def not_whole_advice(
+    answer: Completion, *, default: str, who: str = "server", injected: Iterable[str] = ()
+) -> str:
+    """``default`` (what to do about an answer cut short), or, for an answer ``who`` refused
+    as asked, the refusal advice: a 4xx names what to check, not a cut stream."""
+    return refusal(answer, who=who, injected=injected) or default
 
 
 def is_whole(completion: Completion) -> bool:

@@ -27,9 +27,11 @@ from dataclasses import replace
 
 from pytest_ddtree.checks.comparable import (
     NOT_SENT_KIND,
+    feature_advice,
     kind_name,
     not_whole_advice,
     prompt_mismatch,
+    refused,
     requested_features,
     why_not_whole,
 )
@@ -192,14 +194,14 @@ NO_BASELINE_ADVICE = (
 def _not_comparable(completion: Completion, replay: Completion) -> Diagnosis | None:
     """No verdict when either answer did not arrive whole (their failures are not shared:
     that case is judged before); None when both did."""
-    for who, answer in (("the server's", completion), ("the target-only baseline's", replay)):
+    for who, answer in (("server", completion), ("target-only baseline", replay)):
         why = why_not_whole(answer)
         if why is not None:
             return Diagnosis(
                 "undetermined",
-                f"{NOT_COMPARABLE_TITLE}: {who} answer did not arrive whole ({why}); "
+                f"{NOT_COMPARABLE_TITLE}: the {who}'s answer did not arrive whole ({why}); "
                 "nothing about the layers can be told from it",
-                not_whole_advice(answer, default=NOT_WHOLE_ADVICE),
+                not_whole_advice(answer, default=NOT_WHOLE_ADVICE, who=who),
             )
     return None
 
@@ -207,14 +209,9 @@ def _not_comparable(completion: Completion, replay: Completion) -> Diagnosis | N
 def _rejected_advice(completion: Completion) -> str:
     """What to do about a request the server rejected: the options that shape it, and the
     fields beyond plain chat it asked for (a tool choice, a schema) when it asked for any."""
-    features = requested_features(completion)
-    if not features:
+    if not refused(completion):  # 401, 403, 404, 413...: no field of the request is at stake
         return REJECTED_ADVICE
-    return (
-        f"{REJECTED_ADVICE}; it also asks for {'; '.join(features)}: check that the server "
-        "serves each of them (a tool-call parser, structured outputs, log-probabilities), or "
-        "take the field out of the prompt set"
-    )
+    return REJECTED_ADVICE + feature_advice(requested_features(completion))
 
 
 def _replay_key(spec: RequestSpec, codes: Sequence[str]) -> str:

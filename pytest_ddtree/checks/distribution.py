@@ -450,7 +450,12 @@ def _not_comparable(run: DistributionRun) -> tuple[str, str] | None:
             return (
                 f"{len(cut)} of the {side}'s {len(answers)} answers did not arrive whole "
                 f"(first: {cut[0][1]})"
-            ), not_whole_advice(cut[0][0], default=NOT_WHOLE_ADVICE)
+            ), not_whole_advice(
+                cut[0][0],
+                default=NOT_WHOLE_ADVICE,
+                who="target-only baseline" if side == "baseline" else "server",
+                injected=("seed",),  # the test's own: every request of it is seeded
+            )
     return _prompts_differ(run)
 
 

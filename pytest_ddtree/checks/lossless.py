@@ -133,7 +133,8 @@ def comparability(
     why = why_not_whole(reference)
     if why is not None:
         reason = f"the answer of the {reference_label} did not arrive whole ({why})"
-        advice = not_whole_advice(reference, default=NOT_WHOLE_ADVICE)
+        who = reference_label if reference_label == "target-only baseline" else "server"
+        advice = not_whole_advice(reference, default=NOT_WHOLE_ADVICE, who=who)
         return Unjudged(reason, advice, names_reference=True)
     why = why_not_whole(answer)
     if why is not None:

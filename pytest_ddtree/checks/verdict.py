@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pytest_ddtree.checks.comparable import SHAPING_OPTIONS
 from pytest_ddtree.checks.invariants import LAYERS
 from pytest_ddtree.core import jsonmodel
 
@@ -67,10 +68,7 @@ SERVER_ADVICE = (
     "usage or finish accounting): check the serving stack, its resources and the network; "
     "speculation is not the cause"
 )
-REJECTED_ADVICE = (
-    "the server refused the request as sent: check the options that shape it (for example a "
-    "tree budget outside the server's range, the model id or max_tokens)"
-)
+REJECTED_ADVICE = f"the server refused the request as sent: {SHAPING_OPTIONS}"
 NO_BASELINE_LOSSY_ADVICE = (
     "the output changes with the tree budget, which lossless speculation never does: look at "
     "the speculative-decoding layer; no baseline is configured, so target-only decoding was "

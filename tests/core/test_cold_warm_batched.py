@@ -158,6 +158,9 @@ def test_a_batched_answer_nothing_was_decoded_beside_is_not_comparable(throughou
     # beside a real difference, or another answer set aside, it is not all there is to say
     assert _judge(TARGET, FLIPPED, FLIPPED, batch=lonely).not_batched() is None
     assert _judge(TARGET, TARGET, TARGET).not_batched() is None
+    # the others failed beside it (HTTP 500, a dropped connection): no skip, a failure
+    failing = Batch(others=3, streaming_before=0, throughout=0, errors=("other 1: HTTP 500",))
+    assert _judge(TARGET, TARGET, TARGET, batch=failing).not_batched() is None
 
 
 def test_the_session_line_opens_the_prompt_without_changing_the_question() -> None:

@@ -22,7 +22,13 @@ from typing import Any
 import httpx
 import pytest
 
-from pytest_ddtree.checks.comparable import prompt_mismatch, why_not_whole
+from pytest_ddtree.checks.comparable import (
+    SHAPING_OPTIONS,
+    not_whole_advice,
+    prompt_mismatch,
+    requested_features,
+    why_not_whole,
+)
 from pytest_ddtree.checks.diagnose import (
     Diagnoser,
     check_state,
@@ -436,3 +442,22 @@ def test_a_refused_request_is_advised_on_the_field_it_asked_for_not_a_cut_stream
         assert other[None].advice.startswith("an answer that did not arrive whole"), status
     cut = judge_lossless(reference, {None: _answer(done=False)}, Lossless("exact"))
     assert cut.not_comparable[None].advice.startswith("an answer that did not arrive whole")
+    # the options that shape any request come first (a budget out of range is the common 400)
+    assert "a tree budget outside the server's range" in advice
+    # a refused baseline is named as the baseline, not the server
+    theirs = judge_lossless(refused, {None: reference}, Lossless("exact")).not_comparable[None]
+    assert theirs.advice.startswith("the target-only baseline refused the request (HTTP 400)")
+    # a malformed tool (what a server refuses) is named as it can be, never a crash
+    odd = {"tools": [{"type": "function", "function": None}, "get_weather"], "seed": 7}
+    odd_spec = replace(spec, body=odd)
+    assert requested_features(replace(refused, request=odd_spec)) == ["tools=[?, ?]", "seed=7"]
+    # a field the check itself sent (the distribution test's seed) is not the prompt set's
+    assert requested_features(replace(refused, request=odd_spec), injected=("seed",)) == [
+        "tools=[?, ?]"
+    ]
+    # nothing asked beyond plain chat: no sentence about fields
+    plain = replace(refused, request=replace(spec, body={"messages": []}))
+    assert not_whole_advice(plain, default="") == (
+        "the server refused the request (HTTP 400), so there is no answer to compare: "
+        + SHAPING_OPTIONS
+    )

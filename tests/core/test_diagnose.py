@@ -116,6 +116,38 @@ def test_a_refused_field_is_named_in_the_advice(pytester: pytest.Pytester) -> No
     )
 
 
+def test_a_4xx_that_is_no_refusal_names_no_field() -> None:
+    from pytest_ddtree.checks.diagnose import Diagnoser
+    from pytest_ddtree.checks.verdict import REJECTED_ADVICE
+    from pytest_ddtree.core.violation import Violation
+    from pytest_ddtree.wire.completion import Completion, RequestSpec, Timings
+
+    body = {"messages": [], "stop": ["\n\n"]}
+    spec = RequestSpec("chat", "http://127.0.0.1:9/v1/chat/completions", body, 16, True, 8, 0.0)
+
+    def answer(status: int) -> Completion:
+        error = f"HTTP {status}: no"
+        return Completion(
+            spec,
+            status,
+            "",
+            "",
+            None,
+            None,
+            None,
+            Timings(0, 0, 0, 1),
+            [],
+            error=error,
+            error_kind="http",
+        )
+
+    found = [Violation("http-error", "HTTP")]
+    for status, named in ((400, True), (422, True), (401, False), (404, False), (413, False)):
+        advice = Diagnoser(None).diagnose(answer(status), found, lambda c: []).advice
+        assert advice.startswith(REJECTED_ADVICE), advice
+        assert ("stop=" in advice) is named, (status, advice)
+
+
 def test_failure_message_carries_diagnosis(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(FAULT_TESTS.format(faults="'role-leak'"))
     result = pytester.runpytest(*FAST)
