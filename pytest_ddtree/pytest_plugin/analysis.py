@@ -187,8 +187,13 @@ IGNORED_VERDICT = (
 
 
 def _ignored(summary: SweepSummary) -> SweepSummary:
-    """A sweep whose server ignores the budget recommends none (its table stays as measured)."""
+    """A sweep whose server ignores the budget recommends none: its table keeps what was
+    measured, and no budget's cell calls it best (the budgets are one configuration)."""
     rec = summary.recommendation
+    drift = " The server also drifted during the sweep." if rec.drifting else ""
+    budgets = tuple(
+        replace(st, verdict="budget ignored") if st.all_valid else st for st in summary.budgets
+    )
     verdict = replace(
         rec,
         tree_budget=None,
@@ -198,9 +203,10 @@ def _ignored(summary: SweepSummary) -> SweepSummary:
         tied=(),
         either=(),
         decided=False,
-        message=IGNORED_VERDICT,
+        budget_ignored=True,
+        message=IGNORED_VERDICT + drift,
     )
-    return replace(summary, recommendation=verdict)
+    return replace(summary, budgets=budgets, recommendation=verdict)
 
 
 def _summary(

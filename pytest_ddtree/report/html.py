@@ -627,6 +627,8 @@ def card_state(summary: SweepSummary) -> tuple[str, str]:
     """The recommendation card's class and badge: decided, equivalent within the margin,
     one budget, undecided, partial run, server drifted, or no recommendation."""
     rec = summary.recommendation
+    if rec.budget_ignored:
+        return "none", "budget ignored"
     if rec.decode_median is None:
         return "none", "no recommendation"
     if rec.drifting:
@@ -645,7 +647,9 @@ def card_state(summary: SweepSummary) -> tuple[str, str]:
 def _cards(run: SweepRun, summary: SweepSummary) -> str:
     rec = summary.recommendation
     rec_cls, badge = card_state(summary)
-    if rec.decode_median is None:
+    if rec.budget_ignored:
+        big, sub = "—", "the server does not use the tree budget (budget-ignored)"
+    elif rec.decode_median is None:
         big, sub = "—", "no valid timings"
     elif rec.either:
         # no single winner, but the answer is known: the budgets that cannot be told apart

@@ -12,6 +12,7 @@ runs the sweep only). The whole suite passing against the healthy server is
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -242,9 +243,13 @@ def _assert_evidence_in_the_docs_is_current(fault: str, select: str, output: str
     assert not problems, "\n".join(problems)
 
 
-def test_ignored_budget_fails_the_sweep(run_suite: Callable[..., pytest.RunResult]) -> None:
+def test_ignored_budget_fails_the_sweep(
+    run_suite: Callable[..., pytest.RunResult], tmp_path: Path
+) -> None:
     # a statistical check over real (simulated) timings: latency stays on, one prompt suffices
     result = run_suite(
+        "--ddtree-report",
+        str(tmp_path / "report"),
         "-q",
         "-k",
         "test_sweep and essay",
@@ -263,3 +268,11 @@ def test_ignored_budget_fails_the_sweep(run_suite: Callable[..., pytest.RunResul
     # and the run's answer recommends no budget: the sweep timed one configuration
     assert "No budget is recommended: the server does not use the tree budget" in output
     assert "Recommended tree_budget" not in output, output[-3000:]
+    # nowhere is a budget called best: not in the table, sweep.json or the HTML card
+    doc = json.loads((tmp_path / "report" / "sweep.json").read_text())
+    assert doc["recommendation"]["budget_ignored"] is True
+    assert doc["recommendation"]["tree_budget"] is None
+    assert {b["verdict"] for b in doc["budgets"]} == {"budget ignored"}, doc["budgets"]
+    html = (tmp_path / "report" / "sweep.html").read_text()
+    assert "the server does not use the tree budget (budget-ignored)" in html
+    assert "no valid timings" not in html

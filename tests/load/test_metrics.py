@@ -240,6 +240,9 @@ def test_the_schedules_words_count_the_points_a_race_left_undecided() -> None:
     assert partly.how() == "same at every decided load point; undecided at 1 of 2"
     second = replace(same.choices[1], chosen=False, race=undecided)
     assert Schedule((first, second)).how() == "undecided at every load point"
+    # no race ran and nothing was valid: said as such, never "undecided"
+    invalid = replace(same.choices[0], chosen=False)
+    assert Schedule((invalid,)).how() == "no point has a valid budget"
 
 
 def test_merge_of_split_samples_equals_one_run() -> None:
@@ -508,3 +511,21 @@ def test_a_stalled_clients_note_sits_under_the_load_table_at_full_width() -> Non
     # the table's cell holds the verdict and a reference; the reason is a note, not a column
     assert "<td>STALLED [1]</td>" in page
     assert f"<li>[1] C=4, budget 16: STALLED: {escape(late.reason())}</li>" in page
+
+
+def test_a_withheld_slo_verdict_advises_by_what_held_the_client() -> None:
+    from pytest_ddtree.measure.load.tester import failure_message
+
+    c1 = LoadPoint("concurrency", 1)
+    # every request takes ~1 s end to end: an e2e SLO of 10 ms misses at the point
+    stats, _ = analyse(_tpot_samples(c1, 16, 0.010), slo=SLO(e2e=0.01))
+    assert stats[0].slo_met is False
+    stalled = ClientHealth(0.2, 1.0, 10, 1000, LAG_LIMIT * 2, 0.05, 100, lag_total=0.2)
+    busy = ClientHealth(CPU_LIMIT + 0.05, 1.0, 10, 1000, 0.001, 0.002, 100)
+    held = failure_message([replace(stats[0], client=stalled)])
+    assert held.startswith("SLO verdict withheld: the client was saturated or stalled")
+    assert "(run on a quieter machine):" in held and "-n" not in held.splitlines()[0], held
+    assert "; client stalled: " in held
+    queued = failure_message([replace(stats[0], client=busy)])
+    assert "(lower the concurrency or spread the load over processes with -n):" in queued
+    assert "; client saturated: " in queued

@@ -125,6 +125,8 @@ class Schedule:
         load point``, or how many points the race left undecided."""
         undecided = sum(1 for c in self.choices if c.undecided and not c.chosen)
         points = sum(1 for c in self.choices if c.chosen or c.undecided)
+        if points == 0:
+            return "no point has a valid budget"
         if self.changes_with_load:
             what = "changes with load"
         elif undecided == points:

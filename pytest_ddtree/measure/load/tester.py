@@ -694,7 +694,7 @@ def failure_message(
         parts.append(_client_limit_message(limited, total, endpoint))
     if parts:
         return "\n".join(parts)
-    misses, withheld = [], []
+    misses, withheld, held = [], [], set()
     for s in stats:
         if s.slo_met is False:
             line = (
@@ -705,15 +705,22 @@ def failure_message(
             )
             if s.unreliable:
                 assert s.client is not None
+                held.add(s.client.verdict())
                 withheld.append(f"{line}; client {s.client.verdict().lower()}: {s.client.reason()}")
             else:
                 misses.append(line)
     if misses:
         return f"SLO missed at {len(misses)} load point(s):\n" + "\n".join(misses)
     if withheld:
+        # a saturated client queues its own work (less load per process helps); a stalled one
+        # was not run by a busy machine (more processes would make that worse)
+        ways = []
+        if "SATURATED" in held:
+            ways.append("lower the concurrency or spread the load over processes with -n")
+        if "STALLED" in held:
+            ways.append("run on a quieter machine")
         return (
             "SLO verdict withheld: the client was saturated or stalled, so its own delay is in "
-            "the latencies (lower the concurrency or spread the load over processes with -n):\n"
-            + "\n".join(withheld)
+            f"the latencies ({'; '.join(ways)}):\n" + "\n".join(withheld)
         )
     return ""

@@ -244,6 +244,9 @@ class Recommendation:
     #: apart (the leader first), every other valid budget being clearly slower; deploy
     #: either one (empty when the sweep knows less, or decided)
     either: tuple[int | None, ...] = ()
+    #: the server does not use the tree budget (``budget-ignored``): no budget is recommended,
+    #: whatever the table measured
+    budget_ignored: bool = False
 
     @property
     def decisive(self) -> bool:
@@ -262,10 +265,12 @@ jsonmodel.register(
     decode_ci=jsonmodel.override(rename="decode_ci95"),
     # written only when the sweep names a set (older readers never see the key otherwise)
     either=jsonmodel.override(omit_if_default=True),
+    budget_ignored=jsonmodel.override(omit_if_default=True),
     derived={"decisive": lambda r: r.decisive},
     order=(
         *("tree_budget", "decode_median", "decode_ci95", "n", "leader", "decided"),
         *("equivalence", "tied", "either", "excluded", "decisive", "partial", "drifting"),
+        "budget_ignored",
         "message",
     ),
 )
