@@ -125,26 +125,6 @@ def _with_lossy(samples: list[SweepSample], lossy: Mapping[int | None, str]) -> 
     ]
 
 
-def budget_ignored(samples: Sequence[SweepSample], skip_checks: Sequence[str]) -> list[Violation]:
-    """The sweep-level check: does the server's speed depend on the budget at all?"""
-    if "budget-ignored" in skip_checks:
-        return []
-    from pytest_ddtree.checks.invariants import BudgetSample, check_budget_ignored
-
-    usable = [
-        BudgetSample(
-            tree_budget=s.tree_budget,
-            decode_tokens_per_second=s.decode_tokens_per_second,
-            mean_acceptance_length=s.mean_acceptance_length,
-            prompt_id=s.prompt_id,
-            echoed_tree_budget=s.echoed_tree_budget,
-        )
-        for s in samples
-        if s.valid and s.tree_budget is not None and s.round >= 0
-    ]
-    return list(check_budget_ignored(usable))
-
-
 def conclude(
     samples: list[SweepSample],
     lossy: Mapping[int | None, str],
@@ -156,6 +136,7 @@ def conclude(
     races: Mapping[float, Sequence[RaceRecord[int | None]]] | None = None,
 ) -> Conclusion:
     """Samples that count, the budget-ignored verdict and the (maybe partial) summary."""
+    from pytest_ddtree.measure.sweep.ignored import budget_ignored, ignoring_budget
     from pytest_ddtree.measure.sweep.temperature import by_temperature
 
     samples = _with_lossy(samples, lossy)
@@ -173,40 +154,10 @@ def conclude(
         t: _summary(group, seed=seed, rule=rule, races=(races or {}).get(t, ()))
         for t, group in groups.items()
     }
-    summaries = {t: _ignored(s) if found.get(t) else s for t, s in summaries.items()}
+    summaries = {t: ignoring_budget(s) if found.get(t) else s for t, s in summaries.items()}
     if interrupted:
         summaries = {t: _partial(s) for t, s in summaries.items()}
     return Conclusion(samples, ignored, summaries)
-
-
-IGNORED_VERDICT = (
-    "No budget is recommended: the server does not use the tree budget it is sent "
-    "([budget-ignored], the failure of ddtree::sweep), so the sweep timed one configuration "
-    "under several labels; whichever looked fastest, its lead is noise."
-)
-
-
-def _ignored(summary: SweepSummary) -> SweepSummary:
-    """A sweep whose server ignores the budget recommends none: its table keeps what was
-    measured, and no budget's cell calls it best (the budgets are one configuration)."""
-    rec = summary.recommendation
-    drift = " The server also drifted during the sweep." if rec.drifting else ""
-    budgets = tuple(
-        replace(st, verdict="budget ignored") if st.all_valid else st for st in summary.budgets
-    )
-    verdict = replace(
-        rec,
-        tree_budget=None,
-        decode_median=None,
-        decode_ci=None,
-        n=None,
-        tied=(),
-        either=(),
-        decided=False,
-        budget_ignored=True,
-        message=IGNORED_VERDICT + drift,
-    )
-    return replace(summary, budgets=budgets, recommendation=verdict)
 
 
 def _summary(

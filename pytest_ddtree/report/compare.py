@@ -29,6 +29,7 @@ from pytest_ddtree.measure.sweep import (
     RunMetadata,
     SweepRun,
     SweepSample,
+    SweepSummary,
     bootstrap_median_difference,
     budget_label,
 )
@@ -264,8 +265,8 @@ def compare_runs(
                 budget, ma, mb, len(va), len(vb), bad_a, bad_b, change, ci, verdict, temperature
             )
         )
-    recs_a = summarize_temperatures(baseline.samples, seed=seed)
-    recs_b = summarize_temperatures(candidate.samples, seed=seed)
+    recs_a = _summaries(baseline, seed)
+    recs_b = _summaries(candidate, seed)
     recs = tuple(
         (
             t,
@@ -284,6 +285,19 @@ def compare_runs(
         tuple(_setup_differences(baseline, candidate)),
         () if all(t == 0 for t, _, _ in recs) else recs,
     )
+
+
+def _summaries(run: SweepRun, seed: int) -> dict[float, SweepSummary]:
+    """The run's summary at each temperature, with the sweep's own verdict on a server that
+    ignores the budget (no budget recommended, as the run itself said)."""
+    from pytest_ddtree.measure.sweep.ignored import budget_ignored, ignoring_budget
+    from pytest_ddtree.measure.sweep.temperature import by_temperature
+
+    summaries = summarize_temperatures(run.samples, seed=seed)
+    for t, group in by_temperature(run.samples).items():
+        if t in summaries and budget_ignored(group, ()):
+            summaries[t] = ignoring_budget(summaries[t])
+    return summaries
 
 
 def _median(values: Sequence[float]) -> float | None:

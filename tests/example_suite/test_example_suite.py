@@ -276,3 +276,10 @@ def test_ignored_budget_fails_the_sweep(
     html = (tmp_path / "report" / "sweep.html").read_text()
     assert "the server does not use the tree budget (budget-ignored)" in html
     assert "no valid timings" not in html
+    # ddtree-compare reads the run as the run said it: no budget recommended
+    from pytest_ddtree.report.compare import compare_runs
+    from pytest_ddtree.report.jsonfile import read_sweep_json
+
+    run = read_sweep_json(tmp_path / "report" / "sweep.json")
+    both = compare_runs(run, run)
+    assert (both.baseline_recommendation, both.candidate_recommendation) == (None, None)
