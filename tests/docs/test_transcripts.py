@@ -238,3 +238,22 @@ def test_an_engine_pages_prompt_file_is_the_one_its_run_uses(page: str, scenario
     (content,) = transcripts.SCENARIOS[scenario].files().values()
     for line in content.splitlines():
         assert line in shown.splitlines(), f"{page} does not show {line!r}"
+
+
+def test_a_scenario_runs_a_baseline_server_beside_its_server() -> None:
+    # two background servers on ports the system picks, both ready before the command runs,
+    # each its own stream, both stopped at the end
+    server = "python server_502.py 0"
+    scenario = transcripts.Scenario(
+        "two-servers",
+        "python -c \"print('ran')\"",
+        files=transcripts._server_502,
+        server=server,
+        baseline_server=server,
+    )
+    streams = transcripts.run(scenario)
+    assert streams["run"] == ["ran"]
+    for stream in ("server", "baseline"):
+        assert streams[stream] == ["serving http://127.0.0.1:<port>/v1"], stream
+    excerpt = transcripts.Excerpt("two-servers", stream="baseline")
+    assert excerpt.command(scenario) == server
