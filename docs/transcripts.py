@@ -52,7 +52,9 @@ class Scenario:
     with this checkout first on the path). ``files`` are written into the empty directory it
     runs in (``dirname``). ``server``, when set, is started first in the background, its output
     read until a line holds ``ready``, and stopped at the end; its lines are the ``server``
-    stream, the command's the ``run`` stream. ``engine`` names what the scenario needs beyond
+    stream, the command's the ``run`` stream. ``baseline_server``, when set, is a second one
+    (a target-only twin beside a speculative ``server``), started after it the same way; its
+    lines are the ``baseline`` stream. ``engine`` names what the scenario needs beyond
     this package; such a scenario runs only when asked for (``--engine NAME``; ``--llamacpp``
     is ``--engine llamacpp``). ``passenv`` names variables of the caller's environment that
     reach the commands (where an engine's virtualenv is), which are otherwise left out.
@@ -71,6 +73,7 @@ class Scenario:
     files: Callable[[], dict[str, str]] = dict
     server: str | None = None
     ready: str = "serving http"
+    baseline_server: str | None = None
     engine: str | None = None
     timeout: float = 900
     passenv: tuple[str, ...] = ()
@@ -135,7 +138,11 @@ class Excerpt:
 
     def command(self, scenario: Scenario) -> str:
         """The command whose output the excerpt shows."""
-        return (scenario.server or "") if self.stream == "server" else scenario.shown
+        if self.stream == "server":
+            return scenario.server or ""
+        if self.stream == "baseline":
+            return scenario.baseline_server or ""
+        return scenario.shown
 
     def source(self, lines: Sequence[str]) -> list[str]:
         """The stream's lines as the excerpt reads them (``strip`` taken off)."""
@@ -389,11 +396,12 @@ def _argv(command: str) -> list[str]:
 
 
 def _start_server(
-    scenario: Scenario, cwd: Path, env: dict[str, str]
+    scenario: Scenario, cwd: Path, env: dict[str, str], command: str | None = None
 ) -> tuple[subprocess.Popen[str], list[str]]:
-    assert scenario.server
+    command = command or scenario.server
+    assert command
     proc = subprocess.Popen(
-        _argv(scenario.server),
+        _argv(command),
         cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
@@ -413,7 +421,7 @@ def _start_server(
         if time.monotonic() > deadline:
             break
     _stop(proc)
-    raise RuntimeError(f"{scenario.server!r} did not get ready:\n" + "\n".join(lines[-20:]))
+    raise RuntimeError(f"{command!r} did not get ready:\n" + "\n".join(lines[-20:]))
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
@@ -435,17 +443,25 @@ def run(scenario: Scenario) -> dict[str, list[str]]:
         workdir.mkdir()
         for name, content in scenario.files().items():
             (workdir / name).write_text(content, encoding="utf-8")
-        server: subprocess.Popen[str] | None = None
+        servers: list[subprocess.Popen[str]] = []
         server_lines: list[str] = []
-        if scenario.server:
-            server, server_lines = _start_server(scenario, workdir, env)
-        command = _argv(scenario.shown)
-        if scenario.shell:
-            command = ["bash", "-c", scenario.shown]
-            url = re.search(r"https?://[^\s,;]+", server_lines[-1]) if server_lines else None
-            env = {**env, "URL": url.group(0) if url else ""}
-            env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        baseline_lines: list[str] = []
         try:
+            if scenario.server:
+                server, server_lines = _start_server(scenario, workdir, env)
+                servers.append(server)
+            if scenario.baseline_server:
+                baseline, baseline_lines = _start_server(
+                    scenario, workdir, env, scenario.baseline_server
+                )
+                servers.append(baseline)
+            command = _argv(scenario.shown)
+            if scenario.shell:
+                command = ["bash", "-c", scenario.shown]
+                url = re.search(r"https?://[^\s,;]+", server_lines[-1]) if server_lines else None
+                env = {**env, "URL": url.group(0) if url else ""}
+                path = [str(Path(sys.executable).parent), env.get("PATH", "")]
+                env["PATH"] = os.pathsep.join(path)
             for step in scenario.setup:
                 done = subprocess.run(
                     _argv(step),
@@ -471,9 +487,13 @@ def run(scenario: Scenario) -> dict[str, list[str]]:
                 timeout=scenario.timeout,
             )
         finally:
-            if server is not None:
-                _stop(server)
-        streams = {"run": result.stdout, "server": "\n".join(server_lines)}
+            for proc in reversed(servers):
+                _stop(proc)
+        streams = {
+            "run": result.stdout,
+            "server": "\n".join(server_lines),
+            "baseline": "\n".join(baseline_lines),
+        }
         return {k: mask(v, workdir).splitlines() for k, v in streams.items()}
 
 
@@ -672,9 +692,9 @@ def check(
 # -- docs/llamacpp.md, docs/vllm.md, docs/sglang.md: real engines, one at a time --------------
 #
 # Each engine scenario starts one engine (``python -m pytest_ddtree.engines``) on a port the
-# page names, runs a few tests of the bundled suite against it, and stops it: no target-only
-# baseline beside it, since one engine at a time is what a small machine runs (the pages'
-# runs with a baseline are quoted as printed, and say so). ``shared-server`` needs no engine:
+# page names, runs a few tests of the bundled suite against it, and stops it (the llama.cpp
+# runs with a target-only baseline start a second engine beside it: the section at the end of
+# this file). ``shared-server`` needs no engine:
 # the reference server shared with a second client (the slow tier checks it).
 
 #: where the launcher finds the vLLM and SGLang virtualenvs and the converted model
@@ -1591,5 +1611,95 @@ EXCERPTS.update(
             ),
         ),
         "ci-folded": Excerpt("ci-folded", (Piece(r"^_+ test_invariants\[json-person", count=4),)),
+    }
+)
+
+
+# -- docs/llamacpp.md: runs with a target-only baseline, two llama.cpp servers at once -------
+#
+# Each starts a speculative llama.cpp server on 8080 and its target-only twin on 8081 (one
+# thread each), as the page's commands name them, and runs the bundled suite against the pair:
+# the diagnoses then have a baseline to replay on, and the test of losslessness in
+# distribution a second server to sample from.
+
+_LLAMACPP_BASELINE = (
+    "pytest --pyargs pytest_ddtree.suite --ddtree-endpoint http://127.0.0.1:8080/v1"
+    " --ddtree-baseline-endpoint http://127.0.0.1:8081/v1 --ddtree-budget-mode none"
+    " --ddtree-timeout connect=5,read=60,total=120"
+)
+_LLAMACPP_ENGINE = "python -m pytest_ddtree.engines --speculation {} --port {} --threads 1"
+
+SCENARIOS.update(
+    {
+        s.name: s
+        for s in [
+            # the whole suite, its load test at C=1 and 4 only (C=8 on a one-slot server is
+            # minutes of queueing that show nothing more)
+            Scenario(
+                "llamacpp-baseline",
+                f"{_LLAMACPP_BASELINE} --ddtree-load-concurrency 1,4",
+                server=_LLAMACPP_ENGINE.format("ngram", 8080),
+                baseline_server=_LLAMACPP_ENGINE.format("none", 8081),
+                engine="llamacpp",
+                timeout=1800,
+            ),
+            # another seed of the test of losslessness in distribution
+            Scenario(
+                "llamacpp-seed-1",
+                f"{_LLAMACPP_BASELINE} -k test_lossless_in_distribution --ddtree-sweep-seed 1",
+                server=_LLAMACPP_ENGINE.format("ngram", 8080),
+                baseline_server=_LLAMACPP_ENGINE.format("none", 8081),
+                engine="llamacpp",
+            ),
+            # above temperature 0, with a drafter that drafts: the sweep at both temperatures
+            # and the test of losslessness in distribution at 0.7
+            Scenario(
+                "llamacpp-temperatures",
+                f"{_LLAMACPP_BASELINE} --ddtree-temperatures 0,0.7"
+                ' -k "test_sweep or test_lossless_in_distribution"',
+                server=_LLAMACPP_ENGINE.format("draft", 8080),
+                baseline_server=_LLAMACPP_ENGINE.format("none", 8081),
+                engine="llamacpp",
+                timeout=1500,
+            ),
+        ]
+    }
+)
+
+EXCERPTS.update(
+    {
+        # docs/llamacpp.md: the whole suite with a baseline, from the progress to the summary
+        "llamacpp-baseline": Excerpt(
+            "llamacpp-baseline",
+            (
+                Piece(r"^test_smoke\.py", stop=r"^test_load\.py"),
+                # two of the smoke test's diagnoses: list-garden's and tool-weather's
+                Piece(r"^E\s+diagnosis:", count=2),
+                Piece(r"^E\s+diagnosis: serving stack", count=2),
+                Piece(_SWEEP, stop=_RECOMMENDED),
+                Piece(_LOAD, stop=r"^\s+WARNING: no speculative"),
+                Piece(r"^ddtree: statistics dialect detected", count=2),
+                Piece(_ANSWER),
+            ),
+        ),
+        # its seed 1: a sampled answer the baseline writes too, named in a warning
+        "llamacpp-seed-1": Excerpt(
+            "llamacpp-seed-1",
+            (
+                Piece(r"^test_lossless\.py", count=1),
+                Piece(r"^=+ warnings summary", count=4),
+                Piece(last=1),
+            ),
+        ),
+        # the sweep at temperatures 0 and 0.7 with a drafter that drafts
+        "llamacpp-temperatures": Excerpt(
+            "llamacpp-temperatures",
+            (
+                Piece(r"^test_lossless\.py", stop=r"^test_sweep\.py"),
+                Piece(_SWEEP, stop=r"^server counters"),
+                Piece(r"^ddtree: sampling check", count=1),
+                Piece(_ANSWER),
+            ),
+        ),
     }
 )

@@ -365,3 +365,22 @@ def test_a_quoted_selection_is_one_word_as_in_a_shell() -> None:
         "-k",
         "test_smoke and essay-rivers",
     ]
+
+
+def test_a_scenario_runs_a_baseline_server_beside_its_server() -> None:
+    # two background servers on ports the system picks, both ready before the command runs,
+    # each its own stream, both stopped at the end
+    server = "python server_502.py 0"
+    scenario = transcripts.Scenario(
+        "two-servers",
+        "python -c \"print('ran')\"",
+        files=transcripts._server_502,
+        server=server,
+        baseline_server=server,
+    )
+    streams = transcripts.run(scenario)
+    assert streams["run"] == ["ran"]
+    for stream in ("server", "baseline"):
+        assert streams[stream] == ["serving http://127.0.0.1:<port>/v1"], stream
+    excerpt = transcripts.Excerpt("two-servers", stream="baseline")
+    assert excerpt.command(scenario) == server
