@@ -220,11 +220,16 @@ def test_a_stale_keep_alive_connection_is_retried_once_on_a_fresh_one() -> None:
 
 
 def test_workers_that_share_a_point_send_what_one_process_sends(fast_server: Any) -> None:
-    # --dist each over 2 workers: at C=1 only the first holds a stream, so it sends all 8
-    # requests (not half of them); at C=4 each sends 4 of the 8. Together they send every
-    # prompt the one-process run sends, each once
+    # --dist each over 2 workers deals each point's streams (stream j to worker j mod 2) and
+    # every stream's requests with it: at C=1 only the first worker holds a stream, so it
+    # sends all 12 requests; at C=3 the worker with two streams sends 8 and the other 4 (4 a
+    # stream, as one process sends: dealt evenly per worker, the one-stream worker ran twice
+    # as many rounds); at C=4, 6 each. Together they send every prompt the one-process run
+    # sends, each once
     def sent(**kw: Any) -> dict[str, list[str]]:
-        result = _tester(fast_server, concurrencies=[1, 4], requests=8, max_tokens=8, **kw)(PROMPTS)
+        result = _tester(fast_server, concurrencies=[1, 3, 4], requests=12, max_tokens=8, **kw)(
+            PROMPTS
+        )
         out: dict[str, list[str]] = {}
         for s in result.samples:
             out.setdefault(s.point.label, []).append(s.prompt_id)
@@ -232,8 +237,9 @@ def test_workers_that_share_a_point_send_what_one_process_sends(fast_server: Any
 
     whole = sent()
     parts = [sent(share=i, shares=2) for i in range(2)]
-    assert [len(p.get("C=1", [])) for p in parts] == [8, 0]
-    assert [len(p["C=4"]) for p in parts] == [4, 4]
-    for label in ("C=1", "C=4"):
+    assert [len(p.get("C=1", [])) for p in parts] == [12, 0]
+    assert [len(p["C=3"]) for p in parts] == [8, 4]
+    assert [len(p["C=4"]) for p in parts] == [6, 6]
+    for label in ("C=1", "C=3", "C=4"):
         merged = sorted(x for p in parts for x in p.get(label, []))
         assert merged == sorted(whole[label]), label

@@ -350,25 +350,36 @@ class LoadTester:
             raise ValueError("ddtree_load: no load point (give concurrencies or rates)")
         return pts
 
-    def _count(self, point: LoadPoint, requests: int | None) -> int:
+    def _total(self, point: LoadPoint, requests: int | None) -> int:
+        """The requests a budget gets at ``point`` in all processes together."""
         n = requests if requests is not None else self.requests
         if n is None:  # enough that the closing tail barely lowers the achieved concurrency
             n = max(16, 8 * int(point.value)) if point.mode == "concurrency" else 32
         if n < 1:
             raise ValueError(f"ddtree_load: requests must be >= 1, got {n}")
-        k = self._parts(point)
-        if self.share >= k:
-            return 0
-        return n // k + (1 if self.share < n % k else 0)
+        return n
 
-    def _parts(self, point: LoadPoint) -> int:
-        """How many processes send at ``point``: every one for a rate; for a concurrency C
-        below the number of processes, the C that hold one stream each (the others have no
-        part of it, so the requests are dealt out among those C, and the merged run sends as
-        many as one process would)."""
+    def _count(self, point: LoadPoint, requests: int | None) -> int:
+        """This process's share of a budget's requests at ``point``."""
+        return len(self._indices(point, self._total(point, requests)))
+
+    def _indices(self, point: LoadPoint, n: int) -> list[int]:
+        """Which of the ``n`` requests a one-process run sends at ``point`` this process sends.
+
+        A rate is dealt out request by request. A concurrency C is dealt out by stream, as
+        ``LoadPoint.split`` deals the streams (stream j to process j mod W): request i goes on
+        stream i mod C, so each process sends as many requests per stream as one process
+        would, and its streams end together with the others' (dealing the requests evenly per
+        process made a process with fewer streams run twice as many rounds). The processes'
+        indices together are the one-process run's, each once.
+        """
+        w = self.shares
+        if w == 1:
+            return list(range(n))
         if point.mode == "concurrency":
-            return max(1, min(self.shares, int(point.value)))
-        return self.shares
+            c = int(point.value)
+            return [i for i in range(n) if (i % c) % w == self.share]
+        return [i for i in range(n) if i % w == self.share]
 
     def __call__(
         self,
@@ -476,10 +487,10 @@ class LoadTester:
                     f"give at least {first} requests, or --ddtree-sweep exhaustive"
                 )
 
-    def _prompts(self, call: _Call, requests: range, parts: int) -> list[int]:
+    def _prompts(self, call: _Call, requests: Sequence[int]) -> list[int]:
         """Which prompt each of a budget's ``requests`` at a point sends.
 
-        In turn, this process's share of them (``parts`` processes send at the point); in a
+        ``requests`` are indices of the one-process run (see ``_indices``): in turn; in a
         race each prompt twice in a row, so a budget has a spread within prompts from its
         first batch on (the race compares budgets prompt by prompt, over the prompts both
         have).
@@ -487,7 +498,7 @@ class LoadTester:
         k = len(call.prompts)
         if self.racing(call.budgets):
             return [(i // 2) % k for i in requests]
-        return [(self.share + i * parts) % k for i in requests]
+        return [i % k for i in requests]
 
     def _racer(self, whole: LoadPoint, call: _Call, n: int) -> PointRacer:
         return PointRacer(whole, call.budgets, n, equivalence=self.equivalence, seed=self.seed)
@@ -552,8 +563,13 @@ class LoadTester:
         prompts = call.prompts
         first = call.sent.get((whole, budget), 0)
         call.sent[(whole, budget)] = first + count
-        parts = self._parts(whole)
-        which = self._prompts(call, range(first, first + count), parts)
+        total = self._total(whole, call.requests)
+        mine = self._indices(whole, total)
+        # the one-process run's index of each request (past the share: the next rounds)
+        index = [
+            mine[i % len(mine)] + (i // len(mine)) * total for i in range(first, first + count)
+        ]
+        which = self._prompts(call, index)
         # above 0 the i-th request of a point samples alike at every budget
         specs = [
             self.endpoint.spec(
@@ -562,12 +578,10 @@ class LoadTester:
                 max_tokens=call.max_tokens,
                 temperature=call.temperature,
                 prompt_id=f"p{k}",
-                extra=_seeded(
-                    call.extra, call.temperature, self.seed, f"p{k}", self.share + i * parts
-                ),
+                extra=_seeded(call.extra, call.temperature, self.seed, f"p{k}", i),
                 dialect=self.dialect,
             )
-            for i, k in zip(range(first, first + count), which, strict=True)
+            for i, k in zip(index, which, strict=True)
         ]
         if self.watch is not None:
             self.watch.start(0, budget)
