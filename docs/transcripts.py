@@ -176,9 +176,38 @@ def _rivers_test() -> dict[str, str]:
     return {"test_rivers.py": code.group(1)}
 
 
+def _loopback(handler: str, path: str = "/v1") -> str:
+    """A loopback server script a scenario writes: ``handler`` (its imports, then a class
+    ``Handler`` whose methods answer with ``self._send(status, content_type, body)``), and
+    what every such script shares: that method, no request log, and serving on the port given
+    as its argument, its ready line naming the URL with ``path``."""
+    return (
+        handler
+        + """
+    def _send(self, status, kind, body):
+        body = body if isinstance(body, bytes) else body.encode()
+        self.send_response(status)
+        self.send_header("content-type", kind)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+print(f"serving http://127.0.0.1:{server.server_port}"""
+        + path
+        + """", flush=True)
+server.serve_forever()
+"""
+    )
+
+
 #: a server whose /models answers and whose every completion is an HTML 502, as a dead
 #: deployment behind a proxy
-_SERVER_502 = """\
+_SERVER_502 = _loopback("""\
 import http.server, json, sys
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -189,21 +218,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         self.rfile.read(int(self.headers.get("content-length", 0)))
         self._send(502, "text/html", "<html><body><h1>502 Bad Gateway</h1></body></html>")
-
-    def _send(self, status, kind, body):
-        self.send_response(status)
-        self.send_header("content-type", kind)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body.encode())
-
-    def log_message(self, *args):
-        pass
-
-server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
-print(f"serving http://127.0.0.1:{server.server_port}/v1", flush=True)
-server.serve_forever()
-"""
+""")
 
 
 def _server_502() -> dict[str, str]:
@@ -903,26 +918,18 @@ def _race_test() -> dict[str, str]:
 
 
 #: a page that is not Prometheus text (a dashboard's login page) at /html; 404 elsewhere
-_SERVER_HTML = """\
+_SERVER_HTML = _loopback(
+    """\
 import http.server, sys
 
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         found = self.path == "/html"
         body = "<html><body>Grafana login</body></html>" if found else "not found"
-        self.send_response(200 if found else 404)
-        self.send_header("content-type", "text/html")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body.encode())
-
-    def log_message(self, *args):
-        pass
-
-server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
-print(f"serving http://127.0.0.1:{server.server_port}", flush=True)
-server.serve_forever()
-"""
+        self._send(200 if found else 404, "text/html", body)
+""",
+    path="",
+)
 
 
 def _server_html() -> dict[str, str]:
@@ -1146,7 +1153,7 @@ SCENARIOS.update(
 #: a loopback server that answers each test of ``test_answers.py`` with the answer its check is
 #: about: the user message names the case. Its tokens are words, counted by a ``/tokenize`` of
 #: llama.cpp's shape, and its usage counts them (but where the case is a usage that hides some).
-_SERVER_ANSWERS = r"""import http.server, json, re, sys
+_SERVER_ANSWERS = _loopback(r"""import http.server, json, re, sys
 
 ANSWERS = {
     "special": "A tree budget bounds the nodes the drafter may propose per round."
@@ -1168,20 +1175,20 @@ def tokens(text):
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         if not self.path.endswith("/models"):
-            return self._send({"error": "not found"}, 404)
-        self._send({"object": "list", "data": [{"id": "m", "object": "model"}]})
+            return self._json({"error": "not found"}, 404)
+        self._json({"object": "list", "data": [{"id": "m", "object": "model"}]})
 
     def do_POST(self):
         request = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
         if self.path == "/tokenize" and "content" in request:  # llama.cpp's shape
             vocabulary = {}
             ids = [vocabulary.setdefault(t, len(vocabulary)) for t in tokens(request["content"])]
-            return self._send({"tokens": ids})
+            return self._json({"tokens": ids})
         if "messages" not in request:
-            return self._send({"error": "not found"}, 404)
+            return self._json({"error": "not found"}, 404)
         case = request["messages"][-1]["content"]
         if case == "schema":
-            return self._send({"id": 3, "choices": "nope"})
+            return self._json({"id": 3, "choices": "nope"})
         text = ANSWERS.get(case, "The river runs to the sea.")
         # /baseline/v1 is the target-only baseline: the same answers, another chat template
         prompt = 37 if self.path.startswith("/baseline/") and case == "template" else 9
@@ -1209,25 +1216,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         body = json.dumps(answer).encode()
         if case == "encoding":  # one byte that is not UTF-8, inside the content
             body = body.replace(b"to the sea", b"to the \xff sea")
-        self._send(body)
+        self._json(body)
 
-    def _send(self, body, status=200):
-        if not isinstance(body, bytes):
-            body = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
-server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
-print(f"serving http://127.0.0.1:{server.server_port}/v1", flush=True)
-server.serve_forever()
-"""
+    def _json(self, body, status=200):
+        body = body if isinstance(body, bytes) else json.dumps(body)
+        self._send(status, "application/json", body)
+""")
 
 #: one test a case; each sends the case as its prompt and checks the answer
 _TEST_ANSWERS = """\
