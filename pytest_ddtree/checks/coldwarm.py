@@ -30,7 +30,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pytest_ddtree.checks.comparable import NOT_COMPARABLE, not_whole_advice, why_not_whole
+from pytest_ddtree.checks.comparable import (
+    NOT_COMPARABLE,
+    kind_name,
+    not_whole_advice,
+    why_not_whole,
+)
 from pytest_ddtree.checks.lossless import (
     Divergence,
     LosslessResult,
@@ -45,7 +50,7 @@ from pytest_ddtree.checks.verdict import NOT_WHOLE_ADVICE, Diagnosis
 from pytest_ddtree.core.settings import Lossless
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.wire.client import DDTreeClient
-from pytest_ddtree.wire.completion import Completion, summarize_text
+from pytest_ddtree.wire.completion import Completion, ErrorKind, summarize_text
 from pytest_ddtree.wire.protocol import Messages
 from pytest_ddtree.wire.tokens import TokenCounter
 
@@ -136,6 +141,7 @@ class _Other:
     started: threading.Event = field(default_factory=threading.Event)
     stop: threading.Event = field(default_factory=threading.Event)
     streaming_at: float | None = None
+    last_event_at: float | None = None
     ended_at: float | None = None
     error: str | None = None
 
@@ -152,6 +158,7 @@ class _Other:
                     if line[5:].strip() == "[DONE]":
                         return
                     events += 1
+                    self.last_event_at = time.perf_counter()
                     # the first event may carry the role alone: the second is decoded text
                     if events == 2:
                         self.streaming_at = time.perf_counter()
@@ -170,13 +177,16 @@ class Batch:
     """What the other requests did around the batched one.
 
     ``streaming_before``: they had begun streaming before it was sent; ``throughout``: of
-    those, still streaming when its answer was complete (decoded beside it all along).
+    those, still streaming when its answer was complete (decoded beside it all along);
+    ``served_late``: of those, still receiving events in the second half of its wait (the
+    server went on decoding them while it waited).
     """
 
     others: int
     streaming_before: int
     throughout: int
     errors: tuple[str, ...] = ()
+    served_late: int = 0
 
     @property
     def batched(self) -> bool:
@@ -243,8 +253,10 @@ def send_batched(
     sent, done = measured.timings.sent, measured.timings.done
     before = [o for o, _ in threads if o.streaming_at is not None and o.streaming_at <= sent]
     throughout = [o for o in before if o.ended_at is None or o.ended_at >= done]
+    halfway = sent + (done - sent) / 2
+    late = [o for o in before if o.last_event_at is not None and o.last_event_at >= halfway]
     errors = tuple(f"{o.label}: {o.error}" for o, _ in threads if o.error)
-    return measured, Batch(len(threads), len(before), len(throughout), errors)
+    return measured, Batch(len(threads), len(before), len(throughout), errors, len(late))
 
 
 @dataclass(frozen=True)
@@ -268,6 +280,12 @@ class ColdWarmBatched:
     def ok(self) -> bool:
         """True when all three were compared and agree (within the mode)."""
         return self.comparison.ok
+
+    @property
+    def queued(self) -> bool:
+        """True when the batched request waited in the server's queue until the client gave
+        up (see ``_queued``): it has no answer to check, only a reason it was not compared."""
+        return _queued(self.batched, self.batch)
 
     def not_batched(self) -> str | None:
         """Why the batched answer was not compared, when that is all that was left out: no
@@ -308,12 +326,28 @@ def _cut_short(reference: Completion, answer: Completion, label: str) -> Unjudge
     return None
 
 
+def _queued(answer: Completion, batch: Batch) -> bool:
+    """True when the batched request waited in the server's queue until the client gave up:
+    it timed out with no text while the others were still being decoded (a server with fewer
+    slots than C serves them first). Its answer was never decoded beside them; a server that
+    stopped answering altogether leaves the others silent too, and is no such case."""
+    waited = answer.error_kind in (ErrorKind.READ_TIMEOUT, ErrorKind.DEADLINE)
+    return waited and answer.timings.first_content is None and batch.served_late > 0
+
+
 def _unjudged(cold: Completion, answer: Completion, label: str, batch: Batch) -> Unjudged | None:
     """Why ``answer`` (warm or batched) cannot be compared with the cold one, or None."""
     why = why_not_whole(cold)
     if why is not None:
         advice = not_whole_advice(cold, default=NOT_WHOLE_ADVICE)
         return Unjudged(f"the cold answer did not arrive whole ({why})", advice)
+    if label == LABELS[BATCHED] and _queued(answer, batch):
+        return Unjudged(
+            f"the server queued the batched request: no text of it came before the client's "
+            f"{kind_name(answer.error_kind)} while {batch.served_late} other request(s) went on "
+            f"streaming ({batch.describe()})",
+            NOT_BATCHED_ADVICE,
+        )
     why = why_not_whole(answer)
     if why is not None:
         advice = not_whole_advice(answer, default=NOT_WHOLE_ADVICE)

@@ -19,7 +19,7 @@ from pytest_ddtree.checks.coldwarm import (
     with_nonce,
 )
 from pytest_ddtree.core.settings import Lossless
-from pytest_ddtree.wire.completion import Completion, TokenLogprob
+from pytest_ddtree.wire.completion import Completion, ErrorKind, TokenLogprob
 from tests.invariants.factories import completion
 
 NEAR_TIE = Lossless()
@@ -187,3 +187,33 @@ def test_a_probe_that_parts_from_both_answers_gives_way_to_the_next() -> None:
     )
     (div,) = found.comparison.divergences.values()
     assert div.margin is not None and div.margin.kind == "confident"
+
+
+def _timed_out() -> Completion:
+    """A batched request the client gave up on before any text came (its read timeout)."""
+    empty = completion("", status=0, error="read timeout: no data for 15s", finish=None)
+    timings = replace(empty.timings, first_content=None, chunk_times=())
+    return replace(empty, error_kind=ErrorKind.READ_TIMEOUT, timings=timings)
+
+
+def test_a_batched_request_queued_past_the_timeout_is_not_batched_not_broken() -> None:
+    """A one-slot server serves the others while the batched request waits past the read
+    timeout: its answer was never decoded, beside them or at all; a server whose others went
+    silent too is not queueing, and that stays a failure."""
+    cold, warm = completion(TARGET), completion(TARGET)
+    queued = Batch(others=1, streaming_before=1, throughout=1, served_late=1)
+    found = judge_cold_warm_batched("n", cold, warm, _timed_out(), queued, NEAR_TIE)
+    assert found.queued
+    reason = found.not_batched()
+    assert reason is not None and reason.startswith(
+        "the server queued the batched request: no text of it came before the client's "
+        "read-timeout while 1 other request(s) went on streaming (1 other request(s)"
+    )
+    silent = replace(queued, served_late=0)
+    found = judge_cold_warm_batched("n", cold, warm, _timed_out(), silent, NEAR_TIE)
+    assert not found.queued and found.not_batched() is None
+    (v,) = cold_warm_batched_violations(found)
+    assert "the batched answer did not arrive whole (read-timeout" in v.message
+    # an answer whose text had begun is no queue either: it was cut mid-answer
+    begun = replace(_timed_out(), timings=completion(TARGET).timings)
+    assert not judge_cold_warm_batched("n", cold, warm, begun, queued, NEAR_TIE).queued

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from socketserver import BaseServer
@@ -103,5 +104,73 @@ def test_a_server_with_one_slot_skips_the_batched_comparison(
             "SKIPPED * the batched answer not compared: no other request was decoded beside "
             "the batched one (*); the warm answer agrees with the cold one. No other request "
             "was decoded beside the batched one*--parallel at least C*"
+        ]
+    )
+
+
+class _OneSlotStreaming(_OneSlot):
+    """A one-slot server that streams: each event goes on ``pace`` seconds after the last
+    while the slot is held, so a request behind a long answer waits in its queue."""
+
+    pace = 0.04
+
+    def _forward(self, method: str, raw: bytes) -> None:
+        if method != "POST":
+            super()._forward(method, raw)
+            return
+        headers = {"Content-Type": "application/json"}
+        url = self.upstream + self.path
+        with httpx.stream(method, url, content=raw, headers=headers) as resp:
+            self.send_response(resp.status_code)
+            self.send_header("Content-Type", resp.headers.get("content-type", "text/plain"))
+            self.end_headers()
+            self.close_connection = True  # the body ends when the connection closes
+            try:
+                for line in resp.iter_lines():
+                    if line:
+                        time.sleep(self.pace)
+                    self.wfile.write(line.encode() + b"\n")
+                    self.wfile.flush()
+            except OSError:
+                pass  # the client cut the stream: the slot is free again
+
+
+def test_a_request_queued_past_the_read_timeout_skips_the_batched_comparison(
+    pytester: pytest.Pytester,
+    reference_server: ReferenceServer,
+    loopback: Callable[[BaseServer], str],
+) -> None:
+    """A one-slot server streams the other request (4 x 24 tokens, about 1.3 s) while the
+    batched one waits in its queue past the client's 0.5 s read timeout: no text of the
+    batched answer was decoded, beside anything or at all, so the comparison is set aside
+    and the test skips, naming the queue, instead of failing on the client's timeout."""
+    upstream = reference_server.base_url[: -len("/v1")]
+    handler = type("OneSlotStreaming", (_OneSlotStreaming,), {"upstream": upstream})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    url = loopback(server)
+    pytester.makepyfile(
+        """
+        def test_one_slot(ddtree_cold_warm_batched):
+            ddtree_cold_warm_batched(
+                "Write a detailed essay about harbours.", max_tokens=24, concurrency=2
+            )
+        """
+    )
+    result = pytester.runpytest(
+        f"--ddtree-endpoint={url}/v1",
+        "--ddtree-budgets=16",
+        "--ddtree-timeout=connect=2,read=0.5,total=30",
+        # the relay's pace is not the server's: its own speed figures are not checked
+        "--ddtree-dialect=none",
+        "-rs",
+    )
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(
+        [
+            "SKIPPED * the batched answer not compared: the server queued the batched request: "
+            "no text of it came before the client's read-timeout while 1 other request(s) went "
+            "on streaming (1 other request(s): 1 streaming before it was sent, *); the warm "
+            "answer agrees with the cold one.*--parallel at least C*"
         ]
     )
