@@ -78,6 +78,7 @@ from pytest_ddtree.checks.verdict import (
     Diagnosis,
     Verdict,
     lossless_advice,
+    server_advice,
 )
 from pytest_ddtree.core.codes import UNJUDGED_CODES
 from pytest_ddtree.core.settings import DEFAULT_NEAR_TIE
@@ -382,7 +383,7 @@ class Diagnoser:
             return Diagnosis(
                 "server",
                 f"the target-only baseline fails the same way ({', '.join(shared)})",
-                SERVER_ADVICE,
+                server_advice(shared),
                 base_codes,
             )
         unjudged = _not_comparable(completion, replay)

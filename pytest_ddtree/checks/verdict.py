@@ -8,7 +8,7 @@ No pytest here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -68,6 +68,38 @@ SERVER_ADVICE = (
     "usage or finish accounting): check the serving stack, its resources and the network; "
     "speculation is not the cause"
 )
+#: what a shared failure of a requested structure or stop points at, by code: the serving
+#: stack's own machinery for it, not its resources or the network
+SERVER_FEATURE_ADVICE: dict[str, str] = {
+    "tool-call": (
+        "the target-only server breaks the tool call the same way: its tool support is at fault "
+        "(tool_choice honoured or ignored, the tool-call parser, the chat template's tools; "
+        "llama.cpp: --jinja); speculation is not the cause"
+    ),
+    "json-schema": (
+        "the target-only server breaks the schema the same way: its structured-output backend "
+        "does not enforce response_format (or ignores it); speculation is not the cause"
+    ),
+    "json-object": (
+        "the target-only server breaks response_format json_object the same way: its "
+        "structured-output backend does not enforce it; speculation is not the cause"
+    ),
+    "stop-sequence": (
+        "the target-only server misses the stop sequence the same way: the serving stack's stop "
+        "matching is at fault; speculation is not the cause"
+    ),
+}
+
+
+def server_advice(shared: Iterable[str]) -> str:
+    """The advice for failures the target-only baseline shares: the feature's own when a
+    requested structure or stop is among them, else the stack's resources and network."""
+    for code in shared:
+        if code in SERVER_FEATURE_ADVICE:
+            return SERVER_FEATURE_ADVICE[code]
+    return SERVER_ADVICE
+
+
 REJECTED_ADVICE = f"the server refused the request as sent: {SHAPING_OPTIONS}"
 NO_BASELINE_LOSSY_ADVICE = (
     "the output changes with the tree budget, which lossless speculation never does: look at "

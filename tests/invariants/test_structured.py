@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_ddtree.checks.diagnose import Diagnoser
+from pytest_ddtree.checks.diagnose import Diagnoser, Diagnosis
 from pytest_ddtree.checks.invariants import check
 from pytest_ddtree.wire.completion import Completion, ToolCall
 from tests.invariants.factories import FakeCounter, completion, fake_count, request
@@ -298,21 +298,30 @@ class _Baseline:
         return dataclasses.replace(self.reply, request=spec)
 
 
-def _diagnose(ours: Completion, theirs: Completion) -> str:
+def _diagnosis(ours: Completion, theirs: Completion) -> Diagnosis:
     validate = lambda c: list(check(c, min_tokens=1))  # noqa: E731
-    return Diagnoser(_Baseline(theirs)).diagnose(ours, validate(ours), validate).verdict  # type: ignore[arg-type]
+    return Diagnoser(_Baseline(theirs)).diagnose(ours, validate(ours), validate)  # type: ignore[arg-type]
+
+
+def _diagnose(ours: Completion, theirs: Completion) -> str:
+    return _diagnosis(ours, theirs).verdict
 
 
 def test_a_broken_call_the_baseline_shares_is_the_serving_stack() -> None:
     broken = answer("", calls=(call('"Paris"'),), tools=[WEATHER], tool_choice=NAMED)
-    assert _diagnose(broken, broken) == "server"
+    found = _diagnosis(broken, broken)
+    assert found.verdict == "server"
+    # the advice names the stack's tool support, not its resources or the network
+    assert found.advice.startswith("the target-only server breaks the tool call the same way")
+    assert "the network" not in found.advice
 
 
 def test_a_broken_schema_the_baseline_keeps_is_speculation() -> None:
     ours = answer('{"name": "Ada", "age": "36"}', response_format=RF_SCHEMA)
     theirs = answer('{"name": "Ada", "age": 36}', response_format=RF_SCHEMA)
     assert _diagnose(ours, theirs) == "speculation"
-    assert _diagnose(ours, ours) == "server"
+    shared = _diagnosis(ours, ours)
+    assert shared.verdict == "server" and "structured-output backend" in shared.advice
 
 
 def test_arguments_of_the_same_call_compare_as_json(tmp_path: Any) -> None:

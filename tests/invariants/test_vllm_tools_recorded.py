@@ -141,6 +141,9 @@ def test_vllm_tool_arguments_a_json_string_fail_and_name_the_serving_stack(
             "diagnosis: serving stack - the target-only baseline fails the same way (tool-call)"
             in text
         )
+        # the advice names the stack's tool support, not its resources or the network
+        advice = "what to do: the target-only server breaks the tool call the same way: its tool"
+        assert advice in text and "the network" not in text, text
     whole = out.count('rule: type: "object"')
     assert whole >= 1 and whole + out.count("E   the same failure (codes, prompt") == 4, out
     assert "speculative decoding -" not in out
