@@ -126,12 +126,13 @@ def requested_features(completion: Completion, *, injected: Iterable[str] = ()) 
     return out
 
 
-def feature_advice(features: Sequence[str]) -> str:
-    """The sentence a refusal adds about the fields beyond plain chat ("" without any)."""
+def feature_advice(features: Sequence[str], *, who: str = "server") -> str:
+    """The sentence a refusal by ``who`` adds about the fields beyond plain chat ("" without
+    any)."""
     if not features:
         return ""
     return (
-        f"; it also asks for {'; '.join(features)}: check that the server serves each of them "
+        f"; it also asks for {'; '.join(features)}: check that the {who} serves each of them "
         "(a tool-call parser, structured outputs, log-probabilities: its options and version), "
         "or take the field out of the prompt set"
     )
@@ -156,7 +157,7 @@ def refusal(
     features = requested_features(completion, injected=injected)
     return (
         f"the {who} refused the request (HTTP {completion.status_code}), so there is no "
-        f"answer to compare: {SHAPING_OPTIONS}{feature_advice(features)}"
+        f"answer to compare: {SHAPING_OPTIONS}{feature_advice(features, who=who)}"
     )
 
 

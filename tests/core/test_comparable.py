@@ -447,6 +447,8 @@ def test_a_refused_request_is_advised_on_the_field_it_asked_for_not_a_cut_stream
     # a refused baseline is named as the baseline, not the server
     theirs = judge_lossless(refused, {None: reference}, Lossless("exact")).not_comparable[None]
     assert theirs.advice.startswith("the target-only baseline refused the request (HTTP 400)")
+    assert "check that the target-only baseline serves each of them" in theirs.advice
+    assert "check that the server serves" not in theirs.advice
     # a malformed tool (what a server refuses) is named as it can be, never a crash
     odd = {"tools": [{"type": "function", "function": None}, "get_weather"], "seed": 7}
     odd_spec = replace(spec, body=odd)
