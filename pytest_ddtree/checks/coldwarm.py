@@ -47,11 +47,11 @@ from pytest_ddtree.checks.lossless import (
 )
 from pytest_ddtree.checks.margin import probe_fields
 from pytest_ddtree.checks.verdict import NOT_WHOLE_ADVICE, Diagnosis
-from pytest_ddtree.core.settings import Lossless
+from pytest_ddtree.core.settings import Lossless, Timeout
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion, ErrorKind, summarize_text
-from pytest_ddtree.wire.protocol import Messages
+from pytest_ddtree.wire.protocol import Messages, classify_transport
 from pytest_ddtree.wire.tokens import TokenCounter
 
 #: The stable violation code of a real difference between the three answers.
@@ -144,8 +144,18 @@ class _Other:
     last_event_at: float | None = None
     ended_at: float | None = None
     error: str | None = None
+    #: it timed out on the client's limit before its first token: it waited in the server's
+    #: queue (a one-slot server decodes the others first), which is no failure of the server
+    waited: bool = False
 
-    def run(self, http: Any, url: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> None:
+    def run(
+        self,
+        http: Any,
+        url: str,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str],
+        timeout: Timeout,
+    ) -> None:
         try:
             with http.stream("POST", url, json=dict(body), headers=dict(headers)) as resp:
                 if not 200 <= resp.status_code < 300:
@@ -166,7 +176,10 @@ class _Other:
                     if self.stop.is_set():
                         return  # leaving the block closes the stream: the server aborts it
         except Exception as exc:  # the others are load, not judged: their trouble is noted
-            self.error = f"{type(exc).__name__}: {summarize_text(str(exc), 100)}"
+            message, kind = classify_transport(exc, timeout)
+            waiting = kind in (ErrorKind.READ_TIMEOUT, ErrorKind.DEADLINE)
+            self.waited = waiting and self.streaming_at is None
+            self.error = summarize_text(message, 100)
         finally:
             self.ended_at = time.perf_counter()
             self.started.set()
@@ -187,6 +200,7 @@ class Batch:
     throughout: int
     errors: tuple[str, ...] = ()
     served_late: int = 0
+    waited: int = 0
 
     @property
     def batched(self) -> bool:
@@ -196,9 +210,14 @@ class Batch:
     def describe(self) -> str:
         """One line for the evidence."""
         errors = f"; {len(self.errors)} failed ({self.errors[0]})" if self.errors else ""
+        waited = (
+            f"; {self.waited} queued past the client's timeout before their first token"
+            if self.waited
+            else ""
+        )
         return (
             f"{self.others} other request(s): {self.streaming_before} streaming before it was "
-            f"sent, {self.throughout} still streaming when its answer was complete{errors}"
+            f"sent, {self.throughout} still streaming when its answer was complete{waited}{errors}"
         )
 
 
@@ -234,7 +253,7 @@ def send_batched(
         item = _Other(f"other {i + 1}")
         thread = threading.Thread(
             target=item.run,
-            args=(client.http, spec.url, spec.body, spec.headers),
+            args=(client.http, spec.url, spec.body, spec.headers, client.config.timeout),
             name=f"ddtree-batch-{i + 1}",
             daemon=True,
         )
@@ -255,8 +274,11 @@ def send_batched(
     throughout = [o for o in before if o.ended_at is None or o.ended_at >= done]
     halfway = sent + (done - sent) / 2
     late = [o for o in before if o.last_event_at is not None and o.last_event_at >= halfway]
-    errors = tuple(f"{o.label}: {o.error}" for o, _ in threads if o.error)
-    return measured, Batch(len(threads), len(before), len(throughout), errors, len(late))
+    # an other that timed out in the server's queue before its first token is no failure
+    errors = tuple(f"{o.label}: {o.error}" for o, _ in threads if o.error and not o.waited)
+    waited = sum(1 for o, _ in threads if o.waited)
+    batch = Batch(len(threads), len(before), len(throughout), errors, len(late), waited)
+    return measured, batch
 
 
 @dataclass(frozen=True)
