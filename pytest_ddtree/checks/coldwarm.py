@@ -23,6 +23,7 @@ No pytest here.
 
 from __future__ import annotations
 
+import math
 import secrets
 import threading
 import time
@@ -78,6 +79,10 @@ NOT_BATCHED_ADVICE = (
     "no other request was decoded beside the batched one, so it says nothing about batching: "
     "give the server room for the concurrency (llama.cpp: --parallel at least C; vLLM: "
     "--max-num-seqs) or lower it (concurrency=...), then run again"
+)
+BATCH_FAILED_ADVICE = (
+    "other requests of the batch failed ({first}): the server fails requests under "
+    "concurrency; its log says why, and a batch can be compared once they succeed"
 )
 CUT_ADVICE = (
     "an answer cut by max_tokens says nothing about the text past its end: raise max_tokens "
@@ -141,11 +146,14 @@ class _Other:
     started: threading.Event = field(default_factory=threading.Event)
     stop: threading.Event = field(default_factory=threading.Event)
     streaming_at: float | None = None
-    last_event_at: float | None = None
+    #: when each event arrived (stamped before the stop is read: the events after the
+    #: measured answer are left out by their time, not by the stop's)
+    event_times: list[float] = field(default_factory=list)
     ended_at: float | None = None
     error: str | None = None
-    #: it timed out on the client's limit before its first token: it waited in the server's
-    #: queue (a one-slot server decodes the others first), which is no failure of the server
+    #: it timed out on the client's limit before any event: it waited in the server's queue
+    #: (a one-slot server decodes the others first), which is no failure of the server; one
+    #: that the server had started (an event came) and then left silent is a failure
     waited: bool = False
 
     def run(
@@ -168,7 +176,7 @@ class _Other:
                     if line[5:].strip() == "[DONE]":
                         return
                     events += 1
-                    self.last_event_at = time.perf_counter()
+                    self.event_times.append(time.perf_counter())
                     # the first event may carry the role alone: the second is decoded text
                     if events == 2:
                         self.streaming_at = time.perf_counter()
@@ -176,9 +184,9 @@ class _Other:
                     if self.stop.is_set():
                         return  # leaving the block closes the stream: the server aborts it
         except Exception as exc:  # the others are load, not judged: their trouble is noted
-            message, kind = classify_transport(exc, timeout)
-            waiting = kind in (ErrorKind.READ_TIMEOUT, ErrorKind.DEADLINE)
-            self.waited = waiting and self.streaming_at is None
+            # no total deadline bounds these streams: only the read timeout can have ended one
+            message, kind = classify_transport(exc, replace(timeout, total=math.inf))
+            self.waited = kind == ErrorKind.READ_TIMEOUT and not self.event_times
             self.error = summarize_text(message, 100)
         finally:
             self.ended_at = time.perf_counter()
@@ -191,8 +199,10 @@ class Batch:
 
     ``streaming_before``: they had begun streaming before it was sent; ``throughout``: of
     those, still streaming when its answer was complete (decoded beside it all along);
-    ``served_late``: of those, still receiving events in the second half of its wait (the
-    server went on decoding them while it waited).
+    ``served_late``: of those, still streaming when its answer ended and with an event in
+    the last quarter of its wait (at least the last half second) before then: the server went on
+    decoding them up to the moment the client gave up on it. ``waited``: others that timed
+    out in the server's queue before any event (not among ``errors``).
     """
 
     others: int
@@ -211,7 +221,7 @@ class Batch:
         """One line for the evidence."""
         errors = f"; {len(self.errors)} failed ({self.errors[0]})" if self.errors else ""
         waited = (
-            f"; {self.waited} queued past the client's timeout before their first token"
+            f"; {self.waited} queued past the client's read timeout before any event"
             if self.waited
             else ""
         )
@@ -272,8 +282,10 @@ def send_batched(
     sent, done = measured.timings.sent, measured.timings.done
     before = [o for o, _ in threads if o.streaming_at is not None and o.streaming_at <= sent]
     throughout = [o for o in before if o.ended_at is None or o.ended_at >= done]
-    halfway = sent + (done - sent) / 2
-    late = [o for o in before if o.last_event_at is not None and o.last_event_at >= halfway]
+    # served up to the end: an event in the last quarter of the wait (at least its last half
+    # second), none counted past its end (the others are cut only after it)
+    recent = done - max(0.5, (done - sent) / 4)
+    late = [o for o in throughout if any(recent <= t <= done for t in o.event_times)]
     # an other that timed out in the server's queue before its first token is no failure
     errors = tuple(f"{o.label}: {o.error}" for o, _ in threads if o.error and not o.waited)
     waited = sum(1 for o, _ in threads if o.waited)
@@ -348,13 +360,23 @@ def _cut_short(reference: Completion, answer: Completion, label: str) -> Unjudge
     return None
 
 
+def _batch_advice(batch: Batch) -> str:
+    """What to do when the batch was not made: room for it, or, when other requests of it
+    failed, the server's failures under concurrency first."""
+    if batch.errors:
+        return BATCH_FAILED_ADVICE.format(first=batch.errors[0])
+    return NOT_BATCHED_ADVICE
+
+
 def _queued(answer: Completion, batch: Batch) -> bool:
     """True when the batched request waited in the server's queue until the client gave up:
-    it timed out with no text while the others were still being decoded (a server with fewer
-    slots than C serves them first). Its answer was never decoded beside them; a server that
-    stopped answering altogether leaves the others silent too, and is no such case."""
+    it timed out before any event of its own while another request was still being decoded
+    up to then (a server with fewer slots than C serves the others first). Its answer was
+    never decoded beside them. A server that froze when it came, or left it waiting once the
+    others had ended, served nothing near the end of the wait, and is no such case."""
     waited = answer.error_kind in (ErrorKind.READ_TIMEOUT, ErrorKind.DEADLINE)
-    return waited and answer.timings.first_content is None and batch.served_late > 0
+    silent = answer.stream is None or answer.stream.events == 0  # no role, text or tool call
+    return waited and silent and batch.served_late > 0
 
 
 def _unjudged(cold: Completion, answer: Completion, label: str, batch: Batch) -> Unjudged | None:
@@ -365,10 +387,10 @@ def _unjudged(cold: Completion, answer: Completion, label: str, batch: Batch) ->
         return Unjudged(f"the cold answer did not arrive whole ({why})", advice)
     if label == LABELS[BATCHED] and _queued(answer, batch):
         return Unjudged(
-            f"the server queued the batched request: no text of it came before the client's "
+            f"the server queued the batched request: no event of it came before the client's "
             f"{kind_name(answer.error_kind)} while {batch.served_late} other request(s) went on "
             f"streaming ({batch.describe()})",
-            NOT_BATCHED_ADVICE,
+            _batch_advice(batch),
         )
     why = why_not_whole(answer)
     if why is not None:
@@ -377,7 +399,7 @@ def _unjudged(cold: Completion, answer: Completion, label: str, batch: Batch) ->
     if label == LABELS[BATCHED] and not batch.batched:
         return Unjudged(
             f"no other request was decoded beside the batched one ({batch.describe()})",
-            NOT_BATCHED_ADVICE,
+            _batch_advice(batch),
         )
     return _cut_short(cold, answer, label)
 

@@ -383,7 +383,7 @@ class Diagnoser:
             return Diagnosis(
                 "server",
                 f"the target-only baseline fails the same way ({', '.join(shared)})",
-                server_advice(shared),
+                server_advice(shared, _FOLLOWERS),
                 base_codes,
             )
         unjudged = _not_comparable(completion, replay)

@@ -74,30 +74,34 @@ SERVER_FEATURE_ADVICE: dict[str, str] = {
     "tool-call": (
         "the target-only server breaks the tool call the same way: its tool support is at fault "
         "(tool_choice honoured or ignored, the tool-call parser, the chat template's tools; "
-        "llama.cpp: --jinja); speculation is not the cause"
+        "llama.cpp: --jinja)"
     ),
     "json-schema": (
         "the target-only server breaks the schema the same way: its structured-output backend "
-        "does not enforce response_format (or ignores it); speculation is not the cause"
+        "does not enforce response_format"
     ),
     "json-object": (
         "the target-only server breaks response_format json_object the same way: its "
-        "structured-output backend does not enforce it; speculation is not the cause"
+        "structured-output backend does not enforce it"
     ),
     "stop-sequence": (
         "the target-only server misses the stop sequence the same way: the serving stack's stop "
-        "matching is at fault; speculation is not the cause"
+        "matching is at fault"
     ),
 }
 
 
-def server_advice(shared: Iterable[str]) -> str:
-    """The advice for failures the target-only baseline shares: the feature's own when a
-    requested structure or stop is among them, else the stack's resources and network."""
-    for code in shared:
-        if code in SERVER_FEATURE_ADVICE:
-            return SERVER_FEATURE_ADVICE[code]
-    return SERVER_ADVICE
+def server_advice(shared: Iterable[str], followers: Iterable[str] = ()) -> str:
+    """The advice for failures the target-only baseline shares: each requested feature's own
+    (in the order of ``SERVER_FEATURE_ADVICE``) when every shared code is such a feature or
+    follows from one (``followers``); else the stack's resources and network, which a cut
+    stream or an error beside a broken structure points at first."""
+    codes, after = set(shared), set(followers)
+    features = [code for code in SERVER_FEATURE_ADVICE if code in codes]
+    if not features or not codes <= set(features) | after:
+        return SERVER_ADVICE
+    advice = "; ".join(SERVER_FEATURE_ADVICE[code] for code in features)
+    return f"{advice}; speculation is not the cause"
 
 
 REJECTED_ADVICE = f"the server refused the request as sent: {SHAPING_OPTIONS}"

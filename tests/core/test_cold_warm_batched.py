@@ -19,7 +19,7 @@ from pytest_ddtree.checks.coldwarm import (
     with_nonce,
 )
 from pytest_ddtree.core.settings import Lossless
-from pytest_ddtree.wire.completion import Completion, ErrorKind, TokenLogprob
+from pytest_ddtree.wire.completion import Completion, ErrorKind, StreamInfo, TokenLogprob
 from tests.invariants.factories import completion
 
 NEAR_TIE = Lossless()
@@ -190,10 +190,11 @@ def test_a_probe_that_parts_from_both_answers_gives_way_to_the_next() -> None:
 
 
 def _timed_out() -> Completion:
-    """A batched request the client gave up on before any text came (its read timeout)."""
+    """A batched request the client gave up on before any event came (its read timeout)."""
     empty = completion("", status=0, error="read timeout: no data for 15s", finish=None)
     timings = replace(empty.timings, first_content=None, chunk_times=())
-    return replace(empty, error_kind=ErrorKind.READ_TIMEOUT, timings=timings)
+    stream = StreamInfo(events=0, done_seen=False, finish_chunks=0)
+    return replace(empty, error_kind=ErrorKind.READ_TIMEOUT, timings=timings, stream=stream)
 
 
 def test_a_batched_request_queued_past_the_timeout_is_not_batched_not_broken() -> None:
@@ -206,7 +207,7 @@ def test_a_batched_request_queued_past_the_timeout_is_not_batched_not_broken() -
     assert found.queued
     reason = found.not_batched()
     assert reason is not None and reason.startswith(
-        "the server queued the batched request: no text of it came before the client's "
+        "the server queued the batched request: no event of it came before the client's "
         "read-timeout while 1 other request(s) went on streaming (1 other request(s)"
     )
     silent = replace(queued, served_late=0)
@@ -214,6 +215,6 @@ def test_a_batched_request_queued_past_the_timeout_is_not_batched_not_broken() -
     assert not found.queued and found.not_batched() is None
     (v,) = cold_warm_batched_violations(found)
     assert "the batched answer did not arrive whole (read-timeout" in v.message
-    # an answer whose text had begun is no queue either: it was cut mid-answer
-    begun = replace(_timed_out(), timings=completion(TARGET).timings)
+    # an answer whose stream had begun (a role, text or a tool call) is no queue: it was cut
+    begun = replace(_timed_out(), stream=StreamInfo(events=1, done_seen=False, finish_chunks=0))
     assert not judge_cold_warm_batched("n", cold, warm, begun, queued, NEAR_TIE).queued

@@ -135,6 +135,7 @@ class _OneSlotStreaming(_OneSlot):
                 pass  # the client cut the stream: the slot is free again
 
 
+@pytest.mark.serial  # a 0.5 s read timeout against a relay pacing its events
 def test_a_request_queued_past_the_read_timeout_skips_the_batched_comparison(
     pytester: pytest.Pytester,
     reference_server: ReferenceServer,
@@ -170,9 +171,9 @@ def test_a_request_queued_past_the_read_timeout_skips_the_batched_comparison(
     result.stdout.fnmatch_lines(
         [
             "SKIPPED * the batched answer not compared: the server queued the batched request: "
-            "no text of it came before the client's read-timeout while 1 other request(s) went "
+            "no event of it came before the client's read-timeout while 1 other request(s) went "
             "on streaming (2 other request(s): 1 streaming before it was sent, *; 1 queued past "
-            "the client's timeout before their first token); the warm answer agrees with the "
+            "the client's read timeout before any event); the warm answer agrees with the "
             "cold one.*--parallel at least C*"
         ]
     )

@@ -316,6 +316,22 @@ def test_a_broken_call_the_baseline_shares_is_the_serving_stack() -> None:
     assert "the network" not in found.advice
 
 
+def test_the_shared_failures_advice_names_the_feature_only_when_it_is_all_that_broke() -> None:
+    from pytest_ddtree.checks.verdict import SERVER_ADVICE, server_advice
+
+    follows = ("overrun", "finish-reason", "empty")
+    assert server_advice(["tool-call", "finish-reason"], follows).startswith(
+        "the target-only server breaks the tool call the same way"
+    )
+    # two features: both named, in a fixed order, the closing clause once
+    both = server_advice(["tool-call", "stop-sequence"], follows)
+    assert both.index("tool call") < both.index("stop sequence")
+    assert both.count("speculation is not the cause") == 1
+    # a cut stream beside a broken schema points at the stream first
+    assert server_advice(["json-schema", "stream-integrity"], follows) == SERVER_ADVICE
+    assert server_advice(["http-error"], follows) == SERVER_ADVICE
+
+
 def test_a_broken_schema_the_baseline_keeps_is_speculation() -> None:
     ours = answer('{"name": "Ada", "age": "36"}', response_format=RF_SCHEMA)
     theirs = answer('{"name": "Ada", "age": 36}', response_format=RF_SCHEMA)
