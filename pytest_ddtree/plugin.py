@@ -72,6 +72,8 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 _BUNDLED_SUITE = pytest.StashKey[bool]()
+# the run's ini file is the bundled suite's own (`pytest example_suite` in a clone)
+_SUITE_INI_FILE = pytest.StashKey[bool]()
 
 
 def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) -> None:
@@ -86,6 +88,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) 
         ns.file_or_dir, ns.pyargs, early_config.invocation_params.dir
     )
     early_config.stash[_BUNDLED_SUITE] = suite
+    early_config.stash[_SUITE_INI_FILE] = own_ini
     if suite:
         addopts = bundle.suite_addopts()
         early_config.pluginmanager.consider_preparse(addopts, exclude_only=True)
@@ -99,10 +102,13 @@ def pytest_configure(config: pytest.Config) -> None:
         # run that uses it, never the help of every project that installs the plugin
         return
     try:
-        if config.stash.get(_BUNDLED_SUITE, False):
+        own_ini = config.stash.get(_SUITE_INI_FILE, False)
+        if config.stash.get(_BUNDLED_SUITE, False) or own_ini:
+            # the suite's settings are its defaults, under the environment, whether its
+            # pytest.ini is read as the ini file (a clone) or beside the user's (--pyargs)
             from pytest_ddtree.pytest_plugin.bundle import suite_ini
 
-            settings = configured_settings(config, suite_ini())
+            settings = configured_settings(config, suite_ini(), suite_is_ini=own_ini)
         else:
             settings = configured_settings(config)
     except SettingsError as exc:

@@ -3,7 +3,8 @@
 Every option is defined once in ``OPTIONS``; the plugin registers the command
 line flags and ini keys from that table and the docs generate the option
 reference from it, so the three cannot drift. Resolution order is
-command line > ini (``[tool.pytest.ini_options]``) > environment > default,
+command line > ini (``[tool.pytest.ini_options]``) > environment > the bundled suite's own
+``pytest.ini`` (its defaults, when the run is that suite) > default,
 and a bad value raises ``SettingsError`` with one line naming the value and
 where it came from. The values themselves, their parsers and ``Settings`` are
 ``pytest_ddtree.core.settings``.
@@ -424,14 +425,15 @@ def resolve(
     env: Mapping[str, str],
     suite: Mapping[str, str] | None = None,
 ) -> Settings:
-    """Resolve every option: CLI > ini > the bundled suite's ini > environment > default.
+    """Resolve every option: CLI > ini > environment > the bundled suite's ini > default.
 
     ``cli`` maps an option's ``dest`` to the parsed command-line value (None
     or [] when not given), ``ini`` maps its ini key to the configured value
     (absent, "" or [] when not set), ``env`` is the process environment.
     ``suite`` holds the ``ddtree_*`` keys of the bundled suite's ``pytest.ini`` when the
     run is the bundled suite under another ini file (``pytest --pyargs
-    pytest_ddtree.suite``): they apply as that ini file would, under the user's own.
+    pytest_ddtree.suite``, or ``pytest example_suite`` in a clone): they are the suite's
+    defaults, under the user's own ini file and the environment.
     """
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -463,12 +465,12 @@ def _pick(
     value = ini.get(opt.ini)
     if value not in (None, "", [], ()):
         return value, f"ini key {opt.ini}"
-    value = suite.get(opt.ini)
-    if value not in (None, ""):
-        return value, f"ini key {opt.ini} of the bundled suite's pytest.ini"
     for var in opt.env:
         if env.get(var, "").strip():
             return env[var], f"environment variable {var}"
+    value = suite.get(opt.ini)
+    if value not in (None, ""):
+        return value, f"ini key {opt.ini} of the bundled suite's pytest.ini"
     if opt.default is not None:
         return opt.default, "default"
     return None, "default"

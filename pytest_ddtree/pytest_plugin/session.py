@@ -70,13 +70,17 @@ def settings_of(config: pytest.Config) -> Settings:
     return config.stash[SETTINGS_KEY]
 
 
-def configured_settings(config: pytest.Config, suite: Mapping[str, str] | None = None) -> Settings:
+def configured_settings(
+    config: pytest.Config, suite: Mapping[str, str] | None = None, *, suite_is_ini: bool = False
+) -> Settings:
     """Resolve and validate every option (``SettingsError`` names the bad value).
 
-    ``suite``: the bundled suite's ini keys, when the run is that suite (see ``bundle``).
+    ``suite``: the bundled suite's ini keys, when the run is that suite (see ``bundle``);
+    ``suite_is_ini``: the run's ini file is the suite's own, whose keys are then the suite's
+    layer only (under the environment), not an ini file's.
     """
     cli = {opt.dest: config.getoption(opt.dest) for opt in OPTIONS}
-    ini = {opt.ini: config.getini(opt.ini) for opt in OPTIONS}
+    ini = {} if suite_is_ini else {opt.ini: config.getini(opt.ini) for opt in OPTIONS}
     settings = resolve(cli, ini, os.environ, suite)
     check_codes(settings.skip_checks, settings.source_of("skip_checks"))
     if settings.reference_faults:

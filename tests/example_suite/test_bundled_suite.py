@@ -32,11 +32,13 @@ def _env() -> dict[str, str]:
     }
 
 
-def _run(cwd: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+def _run(
+    cwd: Path, *args: str, timeout: float = 180, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, *args],
         cwd=cwd,
-        env=_env(),
+        env={**_env(), **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -111,6 +113,31 @@ def test_the_suite_settings_apply_under_pyargs_below_the_users_ini(tmp_path: Pat
     assert _smoke_tokens(tmp_path) == "40 tokens"
     # and the command line wins over both
     assert _smoke_tokens(tmp_path, "--ddtree-max-tokens=24") == "24 tokens"
+
+
+@pytest.mark.parametrize("how", ["pyargs", "clone"])
+def test_the_environment_wins_over_the_suites_own_settings(tmp_path: Path, how: str) -> None:
+    """The suite's pytest.ini holds its defaults: a DDTREE_* variable set for a deployment
+    (a longer timeout, other load points) applies over them, and a bad one is refused,
+    whether the suite runs by --pyargs or as `pytest example_suite` in a clone."""
+    where, target = (
+        (tmp_path, ["--pyargs", "pytest_ddtree.suite"])
+        if how == "pyargs"
+        else (ROOT, ["example_suite"])
+    )
+    collect = [*target, "--collect-only", "-p", "no:randomly"]
+
+    def run(**env: str) -> subprocess.CompletedProcess[str]:
+        return _run(where, "-m", "pytest", *collect, env=env, timeout=120)
+
+    assert "ddtree load: total concurrency 1,4,8 (one process)" in run().stdout
+    given = run(DDTREE_LOAD_CONCURRENCY="2")
+    assert "ddtree load: total concurrency 2 (one process)" in given.stdout, given.stdout[-2000:]
+    bad = run(DDTREE_TIMEOUT="read=-1")
+    assert bad.returncode == 4, bad.stdout[-2000:]
+    assert (
+        "ERROR: invalid timeout 'read=-1' (from environment variable DDTREE_TIMEOUT)" in bad.stderr
+    ), bad.stderr[-2000:]
 
 
 def test_targets_suite_only_for_the_suite() -> None:
@@ -198,22 +225,25 @@ def test_init_needs_a_directory_argument(tmp_path: Path) -> None:
     assert "init" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_the_suite_ini_layer_sits_between_the_users_ini_and_the_environment() -> None:
+def test_the_suite_ini_layer_sits_under_the_users_ini_and_the_environment() -> None:
     from pytest_ddtree.core.options import resolve
 
     suite = bundle.suite_ini()
     assert suite["ddtree_max_tokens"] == "96"
-    env = {"DDTREE_TIMEOUT": "99"}
-    alone = resolve({}, {}, env, suite)
+    alone = resolve({}, {}, {}, suite)
     assert alone.max_tokens == 96 and alone.timeout.read == 15
     assert alone.source_of("max_tokens") == (
         "ini key ddtree_max_tokens of the bundled suite's pytest.ini"
     )
+    # the environment wins over the suite's defaults (a deployment's longer timeout)
+    env = {"DDTREE_TIMEOUT": "99"}
+    given = resolve({}, {}, env, suite)
+    assert given.timeout.total == 99 and given.max_tokens == 96
+    assert given.source_of("timeout") == "environment variable DDTREE_TIMEOUT"
     mine = resolve({}, {"ddtree_max_tokens": "40"}, env, suite)
     assert mine.max_tokens == 40 and mine.source_of("max_tokens") == "ini key ddtree_max_tokens"
     cli = resolve({"ddtree_max_tokens": "24"}, {"ddtree_max_tokens": "40"}, env, suite)
     assert cli.max_tokens == 24
-    assert resolve({}, {}, env).timeout.total == 99  # without the suite, the environment
 
 
 @pytest.mark.parametrize("raw", ["0", "fast", "11", "nan"])
