@@ -221,18 +221,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
 """)
 
 
+def _shown_code(page: str, needle: str) -> str:
+    """The first ```python block of docs/``page`` holding ``needle``: a test or hook as the
+    page shows it, run as a reader would copy it."""
+    text = (DOCS / page).read_text(encoding="utf-8")
+    return next(
+        block for block in re.findall(r"```python\n(.*?)```", text, re.DOTALL) if needle in block
+    )
+
+
 def _server_502() -> dict[str, str]:
     return {"server_502.py": _SERVER_502}
 
 
 def _user_check() -> dict[str, str]:
     # writing-tests.md's hook, as the page shows it, and a timed test of the README
-    page = (DOCS / "writing-tests.md").read_text(encoding="utf-8")
-    hook = next(
-        block
-        for block in re.findall(r"```python\n(.*?)```", page, re.DOTALL)
-        if "def pytest_ddtree_check" in block
-    )
+    hook = _shown_code("writing-tests.md", "def pytest_ddtree_check")
     test = (
         "def test_timed(ddtree_benchmark, tree_budget):\n"
         '    ddtree_benchmark("Write a detailed essay about rivers.", max_tokens=128)\n'
@@ -900,12 +904,7 @@ EXCERPTS.update(
 
 def _load_test() -> dict[str, str]:
     # the load test of load.md ("What a call costs"), run as the page shows it
-    page = (DOCS / "load.md").read_text(encoding="utf-8")
-    code = next(
-        block
-        for block in re.findall(r"```python\n(.*?)```", page, re.DOTALL)
-        if "def test_under_load" in block
-    )
+    code = _shown_code("load.md", "def test_under_load")
     return {"test_under_load.py": code}
 
 
@@ -1407,12 +1406,7 @@ EXCERPTS.update(
 # top two are within 0.15 nats, and the model's own path from there ends sooner.
 def _test_ada() -> dict[str, str]:
     # the test as troubleshooting.md shows it
-    page = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
-    test = next(
-        block
-        for block in re.findall(r"```python\n(.*?)```", page, re.DOTALL)
-        if "def test_describe_ada" in block
-    )
+    test = _shown_code("troubleshooting.md", "def test_describe_ada")
     return {"test_ada.py": test}
 
 
@@ -1442,12 +1436,7 @@ SCENARIOS.update(
 
 def _lossless_logprobs() -> dict[str, str]:
     # the test as invariants.md shows it
-    page = (DOCS / "invariants.md").read_text(encoding="utf-8")
-    test = next(
-        block
-        for block in re.findall(r"```python\n(.*?)```", page, re.DOTALL)
-        if "def test_lossless_logprobs" in block
-    )
+    test = _shown_code("invariants.md", "def test_lossless_logprobs")
     return {"test_lossless_logprobs.py": test}
 
 
@@ -1475,12 +1464,7 @@ EXCERPTS.update(
 
 def _budgets_test() -> dict[str, str]:
     # the ddtree_sweep test of sweep.md's "The table", as the page shows it
-    page = (DOCS / "sweep.md").read_text(encoding="utf-8")
-    test = next(
-        block
-        for block in re.findall(r"```python\n(.*?)```", page, re.DOTALL)
-        if block.startswith("# test_budgets.py")
-    )
+    test = _shown_code("sweep.md", "# test_budgets.py")
     return {"test_budgets.py": test}
 
 

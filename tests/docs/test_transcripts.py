@@ -17,27 +17,17 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tests.docs import load_transcripts
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "ddtree_docs_transcripts", DOCS / "transcripts.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-transcripts = _load()
+transcripts = load_transcripts.transcripts()
 
 FAST = [
     "bad-budgets",

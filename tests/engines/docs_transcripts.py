@@ -11,30 +11,18 @@ verdict tests.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tests.docs import load_transcripts
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "ddtree_docs_transcripts", ROOT / "docs" / "transcripts.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-transcripts = load()
+transcripts = load_transcripts.transcripts()
 
 
 def asked(engine: str) -> pytest.MarkDecorator:

@@ -11,12 +11,10 @@ runs the sweep only). The whole suite passing against the healthy server is
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 import shlex
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -25,6 +23,7 @@ import pytest
 
 from pytest_ddtree.core.codes import LAYERS
 from pytest_ddtree.reference.faults import FAULT_LAYERS
+from tests.docs import load_transcripts
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "example_suite"
@@ -190,14 +189,7 @@ def test_fault_fails_with_its_code(fault: str, run_suite: Callable[..., pytest.R
 
 
 def _docs_transcripts() -> ModuleType:
-    name = "ddtree_docs_transcripts"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "docs" / "transcripts.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return load_transcripts.transcripts()
 
 
 def test_every_docs_scenario_left_to_the_matrix_is_run_by_it() -> None:
