@@ -1487,7 +1487,15 @@ SCENARIOS.update(
                 f"{_BUDGETS} --ddtree-sweep exhaustive {_JITTERED}",
                 files=_budgets_test,
             ),
-            Scenario("sweep-adaptive", f"{_BUDGETS} {_JITTERED}", files=_budgets_test),
+            Scenario(
+                "sweep-adaptive",
+                f"{_BUDGETS} {_JITTERED}",
+                files=_budgets_test,
+                # 32 and 64 are 5% apart under 5% jitter: on a loaded machine the race can end
+                # later, or with the two as one answer ("Either ..."); seen in a gate run
+                measurement="how long a race between budgets 5% apart runs, and whether it "
+                "tells them apart, depends on the machine's noise",
+            ),
             Scenario(
                 "sweep-drift",
                 f"{_BUDGETS} --ddtree-sweep exhaustive --ddtree-budgets 16,64,256"
