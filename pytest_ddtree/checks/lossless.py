@@ -30,7 +30,7 @@ from pytest_ddtree.checks.verdict import (
     Diagnosis,
     lossless_advice,
 )
-from pytest_ddtree.core.settings import Lossless
+from pytest_ddtree.core.settings import Lossless, nats, nats_text
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion, summarize_text
@@ -191,7 +191,7 @@ def logprob_agreement(reference: Completion, actual: Completion) -> LogprobAgree
         if math.isinf(a.logprob) or math.isinf(b.logprob):
             d = 0.0 if a.logprob == b.logprob else math.inf
         else:
-            d = abs(a.logprob - b.logprob)
+            d = nats(abs(a.logprob - b.logprob))
         if d > worst or at is None:
             worst, at, token = d, i, a.token
     return LogprobAgreement(n, worst, at, token)
@@ -348,7 +348,8 @@ def logprob_violations(result: LosslessResult) -> list[Violation]:
             code="logprobs",
             message=(
                 f"tree_budget {_budget_label(budget)}'s log-probabilities differ from the "
-                f"{result.reference_label}'s by {gap.delta:.3g} nats at token {gap.position} "
+                f"{result.reference_label}'s by {nats_text(gap.delta, LOGPROB_TOLERANCE)} nats "
+                f"at token {gap.position} "
                 f"({gap.token!r}), where both chose that token (tolerance "
                 f"{LOGPROB_TOLERANCE:g} nats)"
             ),

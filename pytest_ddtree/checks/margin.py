@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pytest_ddtree.core import jsonmodel
+from pytest_ddtree.core.settings import nats, nats_text
 from pytest_ddtree.wire.completion import Completion, TokenLogprob
 
 Kind = Literal["near-tie", "confident", "unknown"]
@@ -67,13 +68,15 @@ class Margin:
             runner_up = self.top_two is not None and math.isclose(self.gap, self.top_two)
             what = "top two were" if runner_up else "choice and the speculative token were"
             return (
-                f"{at}the target-only server's {what} {abs(self.gap):.3g} nats apart "
+                f"{at}the target-only server's {what} "
+                f"{nats_text(abs(self.gap), self.threshold)} nats apart "
                 f"({tokens}; {NEAR_TIE_NOTE})"
             )
         if math.isinf(self.gap):
             sure = "it gives the speculative token no probability"
         else:
-            sure = f"margin {'at least ' if self.bound else ''}{self.gap:.3g} nats"
+            gap = nats_text(self.gap, self.threshold)
+            sure = f"margin {'at least ' if self.bound else ''}{gap} nats"
         return f"{at}the target was sure ({sure}, {tokens}): {CONFIDENT_NOTE}"
 
     def figures(self) -> str:
@@ -83,7 +86,8 @@ class Margin:
         if math.isinf(self.gap):
             value = "infinite (the target gives the speculative token no probability)"
         else:
-            value = f"{'at least ' if self.bound else ''}{self.gap:.4g} nats"
+            gap = nats_text(self.gap, self.threshold, 4)
+            value = f"{'at least ' if self.bound else ''}{gap} nats"
         at = f" at target token {self.position}" if self.position is not None else ""
         two = f"; its top two {self.top_two:.4g} nats apart" if self.top_two is not None else ""
         tokens = f"({self.target_token!r} over {self.speculative_token!r})"
@@ -215,7 +219,7 @@ def classify(
     )
     if found is not None:
         token, lp = found
-        gap = entry.logprob - lp
+        gap = nats(entry.logprob - lp)
         kind: Kind = "near-tie" if abs(gap) <= threshold else "confident"
         return replace(base, kind=kind, speculative_token=token, gap=gap)
     # a token the server did not list has at most the smallest listed probability, and at
@@ -223,7 +227,7 @@ def classify(
     if top:
         left = 1.0 - sum(math.exp(alt[1]) for alt in top)
         ceiling = min(math.exp(top[-1][1]), left)
-        floor = entry.logprob - math.log(ceiling) if ceiling > 1e-12 else math.inf
+        floor = nats(entry.logprob - math.log(ceiling)) if ceiling > 1e-12 else math.inf
         if floor > threshold:
             return replace(base, kind="confident", gap=floor, bound=True)
     why = (

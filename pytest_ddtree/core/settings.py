@@ -90,6 +90,28 @@ DEFAULT_NEAR_TIE = 0.5
 #: the largest margin the option takes: beyond it a "near-tie" would excuse real bugs
 MAX_NEAR_TIE = 3.0
 
+#: decimals a difference of log-probabilities keeps before it is compared with a margin:
+#: values written a margin apart land a hair off it in binary floating point (-0.7 - -1.2
+#: is 0.5000000000000001), and a hair is no evidence
+NATS_DECIMALS = 6
+
+
+def nats(gap: float) -> float:
+    """A difference of log-probabilities (nats) as it is compared with a margin: rounded to
+    ``NATS_DECIMALS``, so a gap written at the margin is at it, not beyond."""
+    return round(gap, NATS_DECIMALS) if math.isfinite(gap) else gap
+
+
+def nats_text(gap: float, margin: float, digits: int = 3) -> str:
+    """``gap`` with ``digits`` significant digits, or as many more as it takes to read on the
+    same side of ``margin`` as it is ("0.500001 nats, margin 0.5", never "0.5 nats")."""
+    side = (gap > margin) - (gap < margin)
+    text = f"{gap:.{digits}g}"
+    while digits < 17 and (float(text) > margin) - (float(text) < margin) != side:
+        digits += 1
+        text = f"{gap:.{digits}g}"
+    return text
+
 
 @dataclass(frozen=True)
 class Lossless:

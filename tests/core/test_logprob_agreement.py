@@ -48,6 +48,14 @@ def test_a_gap_past_the_tolerance_is_a_logprobs_violation() -> None:
     )
 
 
+def test_values_written_exactly_the_tolerance_apart_agree() -> None:
+    # -0.6 - -1.1 is 0.5000000000000001 in binary floating point: at the tolerance, not past
+    assert abs(-0.6 - -1.1) > LOGPROB_TOLERANCE
+    target = _answer([-0.1, -1.1, -0.3, -0.4])
+    spec = _answer([-0.1, -0.6, -0.3, -0.4])
+    assert judge_lossless(target, {16: spec}, Lossless()).ok
+
+
 FIXTURE = """
 def test_logprobs_agree(ddtree_lossless):
     ddtree_lossless("Write a detailed essay about harbours and ships.", max_tokens=48,

@@ -165,6 +165,20 @@ def test_a_confident_divergence_is_a_token_the_target_would_not_produce() -> Non
     assert classify(_answer(REFERENCE, TARGET), REFERENCE, actual, 6, 2.5).kind == "near-tie"
 
 
+def test_a_margin_written_exactly_at_the_threshold_is_a_near_tie() -> None:
+    # -0.6 - -1.1 is 0.5000000000000001 in binary floating point: at the threshold, a tie
+    assert DEFAULT_NEAR_TIE < -0.6 - -1.1
+    at = [
+        _tok("woven", -0.1, [("woven", -0.1)]),
+        _tok(" from", -0.6, [(" from", -0.6), (" with", -1.1), (" of", -3.0)]),
+    ]
+    m = classify(_answer(REFERENCE, at), REFERENCE, ACTUAL, 6, DEFAULT_NEAR_TIE)
+    assert m.kind == "near-tie" and m.gap == 0.5
+    past = [at[0], _tok(" from", -0.6, [(" from", -0.6), (" with", -1.100001)])]
+    m = classify(_answer(REFERENCE, past), REFERENCE, ACTUAL, 6, DEFAULT_NEAR_TIE)
+    assert m.kind == "confident" and "margin 0.500001 nats" in m.sentence()
+
+
 def test_an_unlisted_token_is_bounded_by_what_the_list_leaves() -> None:
     # the listed alternatives hold nearly all the mass: an unlisted token has almost none
     sure = [

@@ -4,6 +4,8 @@ keyword overrides to break exactly one thing at a time."""
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections.abc import Sequence
 from typing import Any
 
 from pytest_ddtree.wire.completion import (
@@ -14,6 +16,7 @@ from pytest_ddtree.wire.completion import (
     Timings,
     Usage,
 )
+from pytest_ddtree.wire.protocol import Exchange, StreamDecoder, assemble
 
 HEALTHY_TEXT = (
     "Speculative decoding lets a small drafter propose several tokens at once, and the "
@@ -99,6 +102,76 @@ def chunks_for(
         last["ddtree_stats"] = stats
     out.append(last)
     return out
+
+
+CHUNK_HEAD = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion.chunk",
+    "created": 1700000000,
+    "model": "m",
+}
+
+
+def chunk(delta: dict[str, Any], *, finish: str | None = None, **choice: Any) -> dict[str, Any]:
+    """One chat.completion.chunk carrying ``delta`` (``choice``: more fields of its choice,
+    such as ``logprobs``)."""
+    return {
+        **CHUNK_HEAD,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish, **choice}],
+    }
+
+
+def usage_chunk(completion_tokens: int, prompt_tokens: int = 20) -> dict[str, Any]:
+    """The closing chunk of a stream asked for ``stream_options.include_usage``."""
+    usage = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    return {**CHUNK_HEAD, "choices": [], "usage": usage}
+
+
+def sse(objects: Sequence[dict[str, Any]]) -> bytes:
+    """The body of an event stream sending ``objects``, then ``[DONE]``."""
+    events = [f"data: {json.dumps(obj)}\n\n" for obj in objects] + ["data: [DONE]\n\n"]
+    return "".join(events).encode()
+
+
+def assembled(
+    sent: dict[str, Any] | Sequence[dict[str, Any]],
+    body: dict[str, Any],
+    *,
+    api: str = "chat",
+    reads: int = 1,
+) -> Completion:
+    """The completion the client's own protocol core (``wire.protocol``) makes of what a
+    server sent: a list of chunk objects is a stream (sent as server-sent events, read in
+    ``reads`` slices of the bytes), one object a plain answer. ``body`` is the request's."""
+    stream = not isinstance(sent, dict)
+    max_tokens = body.get("max_tokens")
+    spec = RequestSpec(
+        api=api,  # type: ignore[arg-type]
+        url="http://127.0.0.1:9/v1/chat/completions",
+        body=body,
+        tree_budget=None,
+        stream=stream,
+        max_tokens=max_tokens if isinstance(max_tokens, int) else 256,
+        temperature=float(body.get("temperature", 0.0)),
+        prompt_id="p1",
+    )
+    ex = Exchange(spec)
+    ex.status = 200
+    if not stream:
+        ex.content_type, ex.body = "application/json", json.dumps(sent).encode()
+        return assemble(ex)[0]
+    ex.content_type = "text/event-stream"
+    data = sse(list(sent))  # type: ignore[arg-type]
+    dec = StreamDecoder(spec.api)
+    size = max(1, -(-len(data) // max(1, reads)))
+    for at in range(0, len(data), size):
+        dec.feed(data[at : at + size], stamp=1.0 + at / len(data))
+    dec.close()
+    return assemble(ex, dec)[0]
 
 
 def completion(

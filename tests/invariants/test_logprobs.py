@@ -184,6 +184,21 @@ def test_a_near_tie_at_temperature_zero_is_numerics() -> None:
     ]
 
 
+def test_a_gap_written_exactly_at_the_near_tie_margin_is_within_it() -> None:
+    # -0.6 - -1.1 is 0.5000000000000001 in binary floating point: written 0.5 apart, the
+    # chosen token is at the margin, not beyond it
+    assert -0.6 - -1.1 > 0.5 and -1.7 - -2.2 > 0.5
+    assert codes(answer([-1.1] * 24, body=GREEDY, top=[(" x", -0.6), ("~", -3.0)])) == []
+    assert codes(answer([-2.2] * 24, body=GREEDY, top=[(" x", -1.7), ("~", -3.0)])) == []
+
+
+def test_a_gap_past_the_near_tie_margin_is_shown_past_it() -> None:
+    # a hair beyond the margin is flagged, and the message shows the hair
+    off = answer([-1.2] * 24, body=GREEDY, top=[(" x", -0.699999), ("~", -3.0)])
+    (msg,) = messages(off)
+    assert "0.500001 nats likelier (near-tie margin 0.5)" in msg
+
+
 def test_the_best_alternative_is_judged_at_temperature_zero_only() -> None:
     values = [-1.7] * 24
     top = [(" x", -0.2), ("~", -3.0)]

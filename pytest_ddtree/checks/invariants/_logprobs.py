@@ -37,7 +37,7 @@ from pytest_ddtree.checks.invariants._context import (
     as_int,
     clip,
 )
-from pytest_ddtree.core.settings import DEFAULT_NEAR_TIE
+from pytest_ddtree.core.settings import DEFAULT_NEAR_TIE, nats, nats_text
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.wire.completion import TokenLogprob
 
@@ -272,9 +272,10 @@ def _greedy(
         )
         return
     off = []
+    margin = f"near-tie margin {GREEDY_MARGIN:g}"
     for i, e in listed:
         best = max(e.top, key=lambda alt: alt[1])
-        gap = best[1] - e.logprob
+        gap = nats(best[1] - e.logprob)
         if gap > GREEDY_MARGIN:
             off.append((i, e, best, gap))
     if not off:
@@ -285,7 +286,7 @@ def _greedy(
         CODE,
         f"at temperature 0 the chosen token is not the best alternative{many}: at token {i} "
         f"the server chose {e.token!r} at {e.logprob:.4g} and lists {best[0]!r} at "
-        f"{best[1]:.4g}, {gap:.3g} nats likelier (near-tie margin {GREEDY_MARGIN:g}); greedy "
+        f"{best[1]:.4g}, {nats_text(gap, GREEDY_MARGIN)} nats likelier ({margin}); greedy "
         "decoding takes the argmax, so the log-probabilities are not those of the "
         "distribution the token was chosen from",
         position=i,
