@@ -264,6 +264,26 @@ def test_arguments_cut_by_max_tokens_are_named_not_judged() -> None:
     assert v.code == "json-cut" and "after 8 tokens" in v.message
 
 
+@pytest.mark.parametrize("arguments", ["", " ", None], ids=["empty", "blank", "none-yet"])
+def test_a_call_cut_right_after_its_name_is_json_cut(arguments: str | None) -> None:
+    # max_tokens ran out after the name: the arguments never started, as content that is cut
+    # before its JSON closed
+    c = answer(
+        "",
+        finish="length",
+        calls=(call(arguments),),
+        tokens=8,
+        max_tokens=8,
+        tools=[WEATHER],
+        tool_choice="required",
+    )
+    (v,) = check(c)
+    assert v.code == "json-cut" and "after 8 tokens" in v.message
+    # not cut: empty arguments are still no JSON
+    whole = dataclasses.replace(c, finish_reason="tool_calls")
+    assert codes(whole) == ["tool-call"]
+
+
 def test_prose_cut_by_max_tokens_under_required_is_judged() -> None:
     # llama.cpp without --jinja ignores the tools: prose until max_tokens, no call
     prose = answer(

@@ -285,14 +285,14 @@ def check_tool_calls(ctx: Context) -> Iterator[Violation]:
                 f"{where}: {wanted} named another tool",
                 call=_shown(call),
             )
+        if ctx.finish == "length" and _arguments_cut(call.arguments):
+            cut = True
+            continue
         if call.arguments is None:
             yield ctx.violation("tool-call", f"{where} has no arguments", call=_shown(call))
             continue
         value, why = parse_json(call.arguments)
         if why is not None:
-            if ctx.finish == "length" and _json_started(call.arguments):
-                cut = True
-                continue
             yield ctx.violation(
                 "tool-call",
                 f"{where}: arguments are not JSON ({why})",
@@ -332,6 +332,14 @@ def _json_started(text: str) -> bool:
     """Whether text cut by ``length`` is the start of a JSON object or array (then it is cut,
     not judged); prose cut there never was JSON, and is judged."""
     return text.lstrip()[:1] in ("{", "[")
+
+
+def _arguments_cut(arguments: str | None) -> bool:
+    """Whether a call's arguments cut by ``length`` are JSON that did not close: started and
+    unparseable, or not started at all (the cut came right after the name)."""
+    if arguments is None or not arguments.strip():
+        return True
+    return _json_started(arguments) and parse_json(arguments)[1] is not None
 
 
 def _call_may_follow(text: str) -> bool:
