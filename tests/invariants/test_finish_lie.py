@@ -23,7 +23,7 @@ import pytest
 from pytest_ddtree.checks.invariants import check
 from pytest_ddtree.reference import ReferenceServer
 
-from .factories import completion, replace
+from .factories import completion, replace, request
 
 RECORDED = Path(__file__).parents[1] / "recorded" / "vllm" / "summary"
 VLLM_NULL = "choices[0].stop_reason"
@@ -92,6 +92,53 @@ def test_past_the_limit_a_named_stop_is_still_a_lie() -> None:
     c = replace(completion(tokens=100, max_tokens=96), stop_reason="river", stop_field=VLLM_NULL)
     found = [v.code for v in check(c)]
     assert "finish-lie" in found and "overrun" in found
+
+
+# the SmolLM2 tokenizer (the reference server's): " river" is one token, and the text the
+# stop string was trimmed from ends in a space that is a token of its own, so the trimmed
+# text counts as many tokens as the answer with its stop: 17
+BEND = "Rivers carve their valleys over time, shaping every bend of a "
+
+
+def _stopped_found(text: str, stops: list[str], counter: Any, limit: int = 17) -> list[Any]:
+    """The violations of a llama.cpp- or OpenAI-style answer (no stop field) of ``limit``
+    tokens to a request with ``stops``, finish 'stop'."""
+    c = completion(text, tokens=limit, max_tokens=limit, local=None)
+    body = {"model": "m", "max_tokens": limit, "stop": stops}
+    c = replace(c, request=request(max_tokens=limit, body=body))
+    return list(check(c, counter=counter, min_tokens=1))
+
+
+def _stopped(text: str, stops: list[str], counter: Any, limit: int = 17) -> list[str]:
+    return [v.code for v in _stopped_found(text, stops, counter, limit)]
+
+
+def test_a_trimmed_stop_string_completing_on_the_last_token_is_no_lie(
+    reference_counter: Any,
+) -> None:
+    assert reference_counter.count(BEND) == reference_counter.count(BEND + "river") == 17
+    assert _stopped(BEND, ["river"], reference_counter) == []
+    # the stop that fits need not be the first of the list
+    assert _stopped(BEND, ["ocean", "river"], reference_counter) == []
+
+
+def test_a_stop_string_that_cannot_have_fitted_leaves_the_lie(reference_counter: Any) -> None:
+    # "ocean" added back to the text is past max_tokens: no stop fired within it
+    assert reference_counter.count(BEND + "ocean") > 17
+    (lie,) = _stopped_found(BEND, ["ocean"], reference_counter)
+    assert lie.code == "finish-lie"
+    assert lie.message.endswith(
+        "the text alone counts 17 tokens, so no end-of-sequence fits within it, nor a stop "
+        "string of the request ('ocean')"
+    )
+
+
+def test_an_untrimmed_stop_at_the_limit_is_one_stop_sequence_not_a_lie(
+    reference_counter: Any,
+) -> None:
+    # the stop fired on the last token, so 'stop' is true; what is wrong is the text it left
+    kept = BEND + "river"
+    assert _stopped(kept, ["river"], reference_counter) == ["stop-sequence"]
 
 
 # ------------------------------------------------- false alarm 1: the embedded server, 'river'

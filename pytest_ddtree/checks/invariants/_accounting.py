@@ -15,7 +15,7 @@ from pytest_ddtree.checks.invariants._context import (
     clip,
     excerpt,
 )
-from pytest_ddtree.checks.invariants._stops import stop_allowance
+from pytest_ddtree.checks.invariants._stops import request_stops, stop_allowance, stop_within
 from pytest_ddtree.checks.invariants._structured import JSON_TRIM_TOKENS, json_asked, json_done
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.wire.completion import MAX_CHARS_PER_TOKEN
@@ -158,11 +158,15 @@ def _finish_lie(
       end-of-sequence (its length stop is finish ``length``);
     - or an exact local count shows the text at least one token short of the limit: the
       engine counted its end-of-sequence (vLLM does, in ``completion_tokens``) or a stop
-      string it trimmed from the text.
+      string it trimmed from the text;
+    - or a stop string of the request fits within the limit (``stop_within``): the text
+      ends with it (left in the text it is ``stop-sequence``, once), or it still counts
+      within the limit added back to the text it was trimmed from. That is the evidence
+      of an engine that names no stop (llama.cpp, OpenAI).
 
-    It is a lie when the evidence rules both out: no stop named (vLLM's null names none,
-    it only implies the end-of-sequence) and an exact count of the text alone reaching
-    the limit, so no end-of-sequence fits within it. A sampled answer's text may
+    It is a lie when the evidence rules all out: no stop named (vLLM's null names none,
+    it only implies the end-of-sequence), an exact count of the text alone reaching
+    the limit, so no end-of-sequence fits within it, and no stop string that fits. A sampled answer's text may
     re-tokenize a few tokens off the tokens generated (:meth:`Context.drift`), so its
     count must reach the limit by that slack. Without a named stop and without an exact
     count nothing rules out a counted end-of-sequence: the check is withheld (vLLM's null
@@ -173,10 +177,13 @@ def _finish_lie(
     told = ctx.stop_evidence(trust_null=False)
     shown = told.get("stop", "none named")
     local = ctx.local_total() if ctx.count_exact else None
+    reach = limit + (ctx.local_slack() if ctx.sampled else 0)
     if n <= limit + slack:
         kind = named.get("stop_kind")
         if kind in _NAMED_STOPS and stop is not None:
             return  # the engine names the stop that fired on the last token
+        if stop_within(ctx, reach) is not None:
+            return  # a stop string of the request fits: it may have fired on the last token
         if local is None:
             if kind == STOP_EOS:
                 return  # vLLM's null: the model's own end, which nothing here rules out
@@ -187,14 +194,15 @@ def _finish_lie(
                 "counted within the limit cannot be ruled out",
             )
             return
-        reach = limit + (ctx.local_slack() if ctx.sampled else 0)
         if local < reach:
             return  # the text is short of the limit: a counted end-of-sequence or stop
     text_tokens = None if local is None else f"{local} (exact count)"
+    stops = request_stops(ctx)
+    nor = f", nor a stop string of the request ({', '.join(map(repr, stops))})" if stops else ""
     why = (
         ""
         if local is None
-        else f": the text alone counts {local} tokens, so no end-of-sequence fits within it"
+        else f": the text alone counts {local} tokens, so no end-of-sequence fits within it{nor}"
     )
     yield ctx.violation(
         "finish-lie",

@@ -64,6 +64,28 @@ def stop_allowance(ctx: Context) -> tuple[int, str | None]:
     return best, which
 
 
+def stop_within(ctx: Context, reach: int) -> str | None:
+    """The request's stop string that can have ended the answer within ``reach`` tokens, or
+    None: one the text ends with (it fired on the last token, and was not trimmed), or one
+    that, added back to the text it was trimmed from, still counts at most ``reach`` tokens
+    by an exact count (a stop string's tokens may merge with the text's last ones: SmolLM2's
+    "of a " + "river" counts as many tokens as "of a ")."""
+    stops = request_stops(ctx)
+    text = ctx.text
+    for s in stops:
+        if text.endswith(s):
+            return s
+    local = ctx.local_total()
+    alone = ctx.exact_count(text)
+    if local is None or alone is None:
+        return None
+    for s in stops:
+        whole = ctx.exact_count(text + s)
+        if whole is not None and local - alone + whole <= reach:
+            return s
+    return None
+
+
 #: request fields below which an engine does not look for stops (vLLM ``min_tokens``,
 #: SGLang ``min_new_tokens``: no stop string or token ends the answer before them)
 MIN_TOKENS_FIELDS = ("min_tokens", "min_new_tokens")
