@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from pytest_ddtree.checks.comparable import (
     NOT_COMPARABLE,
@@ -22,6 +22,7 @@ from pytest_ddtree.checks.comparable import (
     prompt_tokens,
     why_not_whole,
 )
+from pytest_ddtree.checks.invariants._logprobs import count_fault
 from pytest_ddtree.checks.margin import Margin, classify, probe_fields
 from pytest_ddtree.checks.verdict import (
     NOT_COMPARABLE_TITLE,
@@ -198,6 +199,39 @@ def logprob_agreement(reference: Completion, actual: Completion) -> LogprobAgree
 
 
 @dataclass(frozen=True)
+class LogprobFault:
+    """Why a budget's log-probabilities were not compared with the reference's: one side's
+    are not one per token. ``side`` says whose (``answer``: the budget's, a defect of the
+    server under test; ``reference``: the reference's, so nothing can be compared)."""
+
+    side: Literal["answer", "reference"]
+    reason: str
+
+
+def logprob_fault(reference: Completion, actual: Completion) -> LogprobFault | None:
+    """Whether the two answers' log-probabilities (when asked for) can be compared position by
+    position: each one per token by its own count (``count_fault``, the ``logprobs`` check's
+    rule), and, where the count cannot be judged (no usage, a stop string), as many on
+    either side for the same text (give or take an end-of-sequence entry)."""
+    mine = count_fault(actual)
+    if mine is not None:
+        return LogprobFault("answer", mine)
+    theirs = count_fault(reference)
+    if theirs is not None:
+        return LogprobFault("reference", theirs)
+    a, b = reference.logprobs, actual.logprobs
+    if not a or not b or abs(len(a) - len(b)) <= 1:
+        return None
+    if compared_text(reference) != compared_text(actual):
+        return None
+    fewer, more = sorted((len(a), len(b)))
+    entries = f"{fewer} log-probability entr{'y' if fewer == 1 else 'ies'}"
+    side: Literal["answer", "reference"] = "answer" if len(b) < len(a) else "reference"
+    other = "the reference's" if side == "answer" else "the other answer's"
+    return LogprobFault(side, f"{entries} where {other} has {more}, for the same text")
+
+
+@dataclass(frozen=True)
 class LosslessResult:
     """Outcome of one losslessness comparison across budgets.
 
@@ -218,11 +252,16 @@ class LosslessResult:
     #: budgets whose log-probabilities (when asked for) lie further from the reference's
     #: than ``LOGPROB_TOLERANCE`` where both chose the same token
     logprob_gaps: Mapping[int | None, LogprobAgreement] = field(default_factory=dict)
+    #: budgets whose log-probabilities (when asked for) were not compared, because its
+    #: answer's or the reference's are not one per token (``logprob_fault``)
+    logprob_faults: Mapping[int | None, LogprobFault] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         """True when every budget was compared and none diverges beyond the tolerance."""
-        return not self.divergences and not self.not_comparable and not self.logprob_gaps
+        return not (
+            self.divergences or self.not_comparable or self.logprob_gaps or self.logprob_faults
+        )
 
 
 def compared_text(completion: Completion) -> str:
@@ -291,10 +330,16 @@ def judge_lossless(
     result = compare_lossless(
         reference, compared, mode, counter=counter, reference_label=reference_label
     )
+    faults = {
+        budget: fault
+        for budget, comp in compared.items()
+        if (fault := logprob_fault(reference, comp)) is not None
+    }
     gaps = {
         budget: agree
         for budget, comp in compared.items()
-        if (agree := logprob_agreement(reference, comp)) is not None
+        if budget not in faults
+        and (agree := logprob_agreement(reference, comp)) is not None
         and agree.delta > LOGPROB_TOLERANCE
     }
     return LosslessResult(
@@ -306,6 +351,7 @@ def judge_lossless(
         tolerated=result.tolerated,
         not_comparable=unjudged,
         logprob_gaps=gaps,
+        logprob_faults=faults,
     )
 
 
@@ -342,8 +388,10 @@ def lossless_violations(result: LosslessResult) -> list[Violation]:
 
 def logprob_violations(result: LosslessResult) -> list[Violation]:
     """``logprobs`` violations: one per budget whose log-probabilities lie further from the
-    reference's than ``LOGPROB_TOLERANCE`` at positions where both chose the same token."""
-    return [
+    reference's than ``LOGPROB_TOLERANCE`` at positions where both chose the same token, and
+    one per budget whose own are not one per token; ``not-comparable`` where the
+    reference's are not (``logprob_fault``)."""
+    return logprob_fault_violations(result) + [
         Violation(
             code="logprobs",
             message=(
@@ -362,6 +410,38 @@ def logprob_violations(result: LosslessResult) -> list[Violation]:
         )
         for budget, gap in result.logprob_gaps.items()
     ]
+
+
+def logprob_fault_violations(result: LosslessResult) -> list[Violation]:
+    """One violation per budget whose log-probabilities were not compared: ``logprobs``
+    when its own are not one per token (the server's defect), ``not-comparable`` when the
+    reference's are not (no verdict on the values)."""
+    out: list[Violation] = []
+    reference = result.reference_label
+    for budget, fault in result.logprob_faults.items():
+        whose = "its answer has" if fault.side == "answer" else f"the {reference}'s has"
+        out.append(
+            Violation(
+                code="logprobs" if fault.side == "answer" else NOT_COMPARABLE,
+                message=(
+                    f"tree_budget {_budget_label(budget)}'s log-probabilities not compared with "
+                    f"the {reference}'s: {whose} {fault.reason}"
+                ),
+                evidence={
+                    "this budget": _entries(result.outputs[budget]),
+                    "reference": _entries(result.reference),
+                },
+                request=result.outputs[budget].request.describe(),
+            )
+        )
+    return out
+
+
+def _entries(answer: Completion) -> str:
+    entries = len(answer.logprobs or ())
+    tokens = answer.usage.completion_tokens if answer.usage is not None else None
+    told = f" for {tokens} tokens (usage.completion_tokens)" if tokens is not None else ""
+    return f"{entries} log-probability entr{'y' if entries == 1 else 'ies'}{told}"
 
 
 def _logprob_at(answer: Completion, position: int | None) -> str | None:
@@ -431,6 +511,11 @@ def lossless_header(result: LosslessResult) -> str:
             f"log-probabilities apart: {len(result.logprob_gaps)} of {budgets} budget(s) give "
             f"the same tokens other log-probabilities than the {reference}"
         )
+    if not result.divergences and result.logprob_faults:
+        return (
+            f"log-probabilities not one per token: {len(result.logprob_faults)} of {budgets} "
+            f"budget(s) not compared with the {reference}'s"
+        )
     if not result.divergences:
         return (
             f"not comparable: {unjudged} of {budgets} budget(s) could not be compared with the "
@@ -458,6 +543,16 @@ LOGPROB_GAP_ADVICE = (
 )
 
 
+LOGPROB_COUNT_REASON = (
+    "the server's answer does not list one log-probability per token: a defect of its "
+    "log-probability reporting, not of losslessness (the tokens were compared)"
+)
+LOGPROB_COUNT_ADVICE = (
+    "list one entry per generated token, streamed and not (llama.cpp with a draft model "
+    "streams one entry for a whole answer); then the values can be compared"
+)
+
+
 def lossless_footer(result: LosslessResult, *, has_baseline: bool) -> str:
     """The diagnosis lines of a failed losslessness test."""
     if result.divergences:
@@ -473,6 +568,19 @@ def lossless_footer(result: LosslessResult, *, has_baseline: bool) -> str:
         return lead + lossless_advice(has_baseline)
     if result.logprob_gaps:
         return "diagnosis: speculative decoding - " + LOGPROB_GAP_ADVICE
+    faults = result.logprob_faults
+    if any(f.side == "answer" for f in faults.values()):
+        return Diagnosis("server", LOGPROB_COUNT_REASON, LOGPROB_COUNT_ADVICE).render()
+    if faults:
+        named = [
+            Unjudged(
+                f"tree_budget {_budget_label(b)}: the {result.reference_label}'s "
+                f"log-probabilities are not one per token ({f.reason})",
+                LOGPROB_COUNT_ADVICE,
+            )
+            for b, f in faults.items()
+        ]
+        return not_comparable_diagnosis(named).render()
     named = [
         Unjudged(f"tree_budget {_budget_label(b)}: {why.reason}", why.advice)
         for b, why in result.not_comparable.items()

@@ -195,7 +195,7 @@ def classify(
     assert target.logprobs is not None
     entry = target.logprobs[index]
     top = entry.top
-    top_two = top[0][1] - top[1][1] if len(top) >= 2 else None
+    top_two = nats(top[0][1] - top[1][1]) if len(top) >= 2 else None
     spec_entry: TokenLogprob | None = None
     view: str | None = None
     if speculative is not None:

@@ -13,6 +13,8 @@ from pytest_ddtree.checks.lossless import (
     judge_lossless,
     logprob_agreement,
     logprob_violations,
+    lossless_footer,
+    lossless_header,
 )
 from pytest_ddtree.core.settings import Lossless
 from pytest_ddtree.wire.completion import Completion, TokenLogprob
@@ -20,9 +22,18 @@ from pytest_ddtree.wire.completion import Completion, TokenLogprob
 WORDS = [" a", " b", " c", " d"]
 
 
-def _answer(values: list[float], words: list[str] = WORDS) -> Completion:
-    entries = tuple(TokenLogprob(w, v, w.encode()) for w, v in zip(words, values, strict=True))
-    return dataclasses.replace(completion("".join(words), tokens=len(words)), logprobs=entries)
+ASKED = {"model": "m", "max_tokens": 256, "logprobs": True, "top_logprobs": 2}
+
+
+def _answer(
+    values: list[float], words: list[str] = WORDS, *, entries: int | None = None
+) -> Completion:
+    """An answer of ``words`` that asked for log-probabilities and lists the first
+    ``entries`` of them (default: every one), with ``len(words)`` tokens in its usage."""
+    listed = tuple(TokenLogprob(w, v, w.encode()) for w, v in zip(words, values, strict=True))
+    base = completion("".join(words), tokens=len(words))
+    asked = dataclasses.replace(base.request, body=ASKED)
+    return dataclasses.replace(base, request=asked, logprobs=listed[:entries])
 
 
 def test_agreement_stops_at_the_first_token_that_differs() -> None:
@@ -54,6 +65,71 @@ def test_values_written_exactly_the_tolerance_apart_agree() -> None:
     target = _answer([-0.1, -1.1, -0.3, -0.4])
     spec = _answer([-0.1, -0.6, -0.3, -0.4])
     assert judge_lossless(target, {16: spec}, Lossless()).ok
+
+
+TWELVE = [f" w{i}" for i in range(12)]
+VALUES = [-0.1 * (i + 1) for i in range(12)]
+
+
+def test_a_budget_listing_fewer_entries_than_tokens_is_not_compared_but_a_logprobs_fault() -> None:
+    # llama.cpp with a draft model streams one entry for a whole answer
+    target = _answer(VALUES, TWELVE)
+    short = _answer(VALUES, TWELVE, entries=1)
+    result = judge_lossless(target, {16: target, 64: short}, Lossless())
+    assert result.ok is False and list(result.logprob_faults) == [64]
+    assert result.logprob_gaps == {} and result.divergences == {}
+    (v,) = logprob_violations(result)
+    assert v.code == "logprobs"
+    assert v.message == (
+        "tree_budget 64's log-probabilities not compared with the target-only baseline's: its "
+        "answer has 1 log-probability entry for 12 generated tokens (or one less, an "
+        "end-of-sequence token counted)"
+    )
+    assert v.evidence == {
+        "this budget": "1 log-probability entry for 12 tokens (usage.completion_tokens)",
+        "reference": "12 log-probability entries for 12 tokens (usage.completion_tokens)",
+    }
+    assert lossless_header(result) == (
+        "log-probabilities not one per token: 1 of 2 budget(s) not compared with the "
+        "target-only baseline's"
+    )
+    footer = lossless_footer(result, has_baseline=True)
+    assert footer.startswith("diagnosis: serving stack - the server's answer does not list one")
+
+
+def test_a_budget_listing_none_when_asked_is_a_logprobs_fault() -> None:
+    target = _answer(VALUES, TWELVE)
+    none = dataclasses.replace(target, logprobs=None)
+    result = judge_lossless(target, {64: none}, Lossless())
+    assert result.logprob_faults[64].side == "answer"
+    assert "but the answer carries none" in result.logprob_faults[64].reason
+
+
+def test_a_reference_listing_fewer_entries_compares_nothing_and_blames_no_one() -> None:
+    short = _answer(VALUES, TWELVE, entries=3)
+    result = judge_lossless(short, {64: _answer(VALUES, TWELVE)}, Lossless())
+    (v,) = logprob_violations(result)
+    assert v.code == "not-comparable"
+    assert v.message.startswith(
+        "tree_budget 64's log-probabilities not compared with the target-only baseline's: the "
+        "target-only baseline's has 3 log-probability entries for 12 generated tokens"
+    )
+    assert lossless_footer(result, has_baseline=True).startswith("diagnosis: undetermined")
+
+
+def test_without_a_count_the_two_answers_of_one_text_must_list_as_many() -> None:
+    # no usage (a stream without include_usage): the other answer of the same text counts
+    target = dataclasses.replace(_answer(VALUES, TWELVE), usage=None)
+    short = dataclasses.replace(_answer(VALUES, TWELVE, entries=1), usage=None)
+    result = judge_lossless(target, {64: short}, Lossless())
+    assert result.logprob_faults[64].reason == (
+        "1 log-probability entry where the reference's has 12, for the same text"
+    )
+    # an end-of-sequence entry more or less is no fault, and another text is not compared
+    eos = dataclasses.replace(_answer(VALUES, TWELVE, entries=11), usage=None)
+    assert judge_lossless(target, {64: eos}, Lossless()).ok
+    other = dataclasses.replace(_answer(VALUES, [*TWELVE[:-1], " x"], entries=1), usage=None)
+    assert judge_lossless(target, {64: other}, Lossless()).logprob_faults == {}
 
 
 FIXTURE = """

@@ -166,11 +166,12 @@ def _finish_lie(
 
     It is a lie when the evidence rules all out: no stop named (vLLM's null names none,
     it only implies the end-of-sequence), an exact count of the text alone reaching
-    the limit, so no end-of-sequence fits within it, and no stop string that fits. A sampled answer's text may
-    re-tokenize a few tokens off the tokens generated (:meth:`Context.drift`), so its
-    count must reach the limit by that slack. Without a named stop and without an exact
-    count nothing rules out a counted end-of-sequence: the check is withheld (vLLM's null
-    is taken as its end-of-sequence), never a lie; false alarms are as bad as misses.
+    the limit, so no end-of-sequence fits within it, and no stop string that fits. A
+    sampled answer's text may re-tokenize a few tokens off the tokens generated
+    (:meth:`Context.drift`), so its count must reach the limit by that slack. Without a
+    named stop and without an exact count nothing rules out a counted end-of-sequence: the
+    check is withheld (vLLM's null is taken as its end-of-sequence), never a lie; false
+    alarms are as bad as misses.
     """
     named = ctx.stop_evidence()
     stop = getattr(ctx.completion, "stop_reason", None)

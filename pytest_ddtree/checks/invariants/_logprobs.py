@@ -37,9 +37,10 @@ from pytest_ddtree.checks.invariants._context import (
     as_int,
     clip,
 )
+from pytest_ddtree.core.expectation import DEFAULT_EXPECTATION
 from pytest_ddtree.core.settings import DEFAULT_NEAR_TIE, nats, nats_text
 from pytest_ddtree.core.violation import Violation
-from pytest_ddtree.wire.completion import TokenLogprob
+from pytest_ddtree.wire.completion import Completion, TokenLogprob
 
 CODE = "logprobs"
 
@@ -145,31 +146,54 @@ def _bad_value(value: Any) -> str | None:
     return None
 
 
-def check_logprobs(ctx: Context) -> Iterator[Violation]:
-    """logprobs: present when asked, one per token, finite and at most 0, not all zero."""
+def _wanted(ctx: Context) -> tuple[Mapping[str, Any], str] | None:
+    """(the request body, what it asked for) when it asked for log-probabilities of an answer
+    with content; None when there is nothing to judge."""
     req = ctx.completion.request
     body = getattr(req, "body", None)
     if not isinstance(body, Mapping):
-        return
+        return None
     api = str(getattr(req, "api", "chat"))
     wanted, _top = asked(body, api)
     if not wanted or not ctx.text:
+        return None
+    return body, _asked_text(body, api)
+
+
+def check_logprobs(ctx: Context) -> Iterator[Violation]:
+    """logprobs: present when asked, one per token, finite and at most 0, not all zero."""
+    wanted = _wanted(ctx)
+    if wanted is None:
         return
-    what = _asked_text(body, api)
+    body, what = wanted
     entries = ctx.completion.logprobs
     if not entries:
-        yield ctx.violation(
-            CODE,
-            f"log-probabilities asked for ({what}) but the answer carries none "
-            "(choices[0].logprobs)",
-            content=clip(ctx.text),
-        )
+        yield ctx.violation(CODE, _none(what), content=clip(ctx.text))
         return
     yield from _count(ctx, entries, what)
     bad = list(_values(ctx, entries))
     yield from bad
     if not bad:
         yield from _greedy(ctx, entries, body)
+
+
+def _none(what: str) -> str:
+    return f"log-probabilities asked for ({what}) but the answer carries none (choices[0].logprobs)"
+
+
+def count_fault(completion: Completion) -> str | None:
+    """Why ``completion``'s log-probabilities, asked for, are not one per token (none at all,
+    or a count the server's own ``usage.completion_tokens`` contradicts), by the rule of
+    ``check_logprobs``; None when they are, or when the count cannot be judged."""
+    ctx = Context(completion, DEFAULT_EXPECTATION, None)
+    wanted = _wanted(ctx)
+    if wanted is None:
+        return None
+    entries = completion.logprobs
+    if not entries:
+        return _none(wanted[1])
+    found = next(_count(ctx, entries, wanted[1]), None)
+    return None if found is None else found.message
 
 
 def _count(ctx: Context, entries: Sequence[TokenLogprob], what: str) -> Iterator[Violation]:
@@ -190,9 +214,10 @@ def _count(ctx: Context, entries: Sequence[TokenLogprob], what: str) -> Iterator
     if n in allowed:
         return
     eos = " (or one less, an end-of-sequence token counted)" if ctx.finish == "stop" else ""
+    entry = "entry" if n == 1 else "entries"
     yield ctx.violation(
         CODE,
-        f"{n} log-probability entries for {reported} generated tokens{eos}",
+        f"{n} log-probability {entry} for {reported} generated tokens{eos}",
         asked=what,
         entries=n,
         completion_tokens=reported,
