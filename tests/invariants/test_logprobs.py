@@ -12,7 +12,7 @@ from pytest_ddtree.checks.invariants import check
 from pytest_ddtree.wire.completion import Completion, Usage
 from pytest_ddtree.wire.dialects import logprobs_of
 
-from .factories import chat_body, completion, request
+from .factories import assembled, chat_body, chunk, completion, request, usage_chunk
 
 ASKED = {"model": "m", "max_tokens": 256, "logprobs": True, "top_logprobs": 2}
 
@@ -59,6 +59,27 @@ def answer(
     )
 
 
+def streamed(
+    values: list[Any],
+    *,
+    tokens: int | None = None,
+    body: dict[str, Any] | None = None,
+    top: list[tuple[str, float]] | None = None,
+    listed: int | None = None,
+) -> Completion:
+    """``answer``'s tokens streamed one a chunk, each chunk with its token's entry (only the
+    first ``listed`` chunks carry one: default every chunk), assembled by the client's own
+    stream decoder; ``tokens`` in the closing usage chunk."""
+    words = [f" w{i}" for i in range(len(values))]
+    chunks = [chunk({"role": "assistant"})]
+    for i, (w, v) in enumerate(zip(words, values, strict=True)):
+        carries = listed is None or i < listed
+        extra = {"logprobs": {"content": [_entry(w, v, top)]}} if carries else {}
+        chunks.append(chunk({"content": w}, **extra))
+    chunks += [chunk({}, finish="stop"), usage_chunk(len(values) if tokens is None else tokens)]
+    return assembled(chunks, dict(ASKED if body is None else body))
+
+
 def codes(c: Completion) -> list[str]:
     return [v.code for v in check(c, min_tokens=0)]
 
@@ -72,6 +93,38 @@ HEALTHY = [-0.2, -1.5, -0.01, -2.7] * 8
 
 def test_healthy_answer_passes() -> None:
     assert codes(answer(HEALTHY)) == []
+
+
+def test_a_healthy_streamed_answer_passes() -> None:
+    c = streamed(HEALTHY)
+    assert c.stream is not None and c.logprobs is not None and len(c.logprobs) == len(HEALTHY)
+    assert codes(c) == []
+
+
+def test_a_streamed_answer_listing_one_entry_for_its_tokens_fails() -> None:
+    # llama.cpp with a draft model streams one entry for a whole answer
+    assert messages(streamed(HEALTHY, listed=1)) == [
+        "1 log-probability entry for 32 generated tokens (or one less, an end-of-sequence "
+        "token counted)"
+    ]
+
+
+def test_a_streamed_answer_without_entries_fails() -> None:
+    (msg,) = messages(streamed(HEALTHY, listed=0))
+    assert msg.startswith("log-probabilities asked for (logprobs=true, top_logprobs=2) but")
+
+
+def test_a_streamed_value_above_zero_is_judged_as_sent() -> None:
+    values = list(HEALTHY)
+    values[9] = 0.5
+    (msg,) = messages(streamed(values))
+    assert msg.startswith("1 log-probability not a finite number at most 0; the first, at token 9")
+
+
+def test_a_streamed_choice_below_the_best_alternative_fails_at_temperature_zero() -> None:
+    off = streamed([-1.7] * 24, body=GREEDY, top=[(" x", -0.2), ("~", -3.0)])
+    (msg,) = messages(off)
+    assert msg.startswith("at temperature 0 the chosen token is not the best alternative")
 
 
 def test_not_asked_is_not_judged() -> None:
@@ -142,6 +195,11 @@ def test_all_zero_over_a_long_answer_fails() -> None:
     assert msg.startswith("all 32 log-probabilities are 0.0 (every token certain)")
     # no alternatives listed: nothing shows the model was that sure
     assert codes(answer([0.0] * 32, top=[])) == ["logprobs"]
+
+
+def test_all_zero_is_judged_from_sixteen_tokens_on() -> None:
+    assert codes(answer([0.0] * 16, top=[])) == ["logprobs"]
+    assert codes(answer([0.0] * 15, top=[])) == []
 
 
 def test_certain_tokens_are_no_false_alarm() -> None:

@@ -11,10 +11,20 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_ddtree.checks.invariants import check
+from pytest_ddtree.core.expectation import Expectation
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.wire.completion import Completion, Usage
 
-from .factories import FakeCounter, chunks_for, completion, fake_count, replace, request
+from .factories import (
+    FakeCounter,
+    assembled,
+    chunk,
+    completion,
+    fake_count,
+    replace,
+    request,
+    usage_chunk,
+)
 
 LIST = (
     "1. Choose a sunny spot.\n2. Test the soil.\n3. Add compost.\n4. Plan the rows.\n"
@@ -55,23 +65,35 @@ def test_a_stop_left_at_the_end_is_caught_unless_asked_for() -> None:
     assert [v.code for v in _found(kept)] == ["stop-sequence"]
 
 
+def _stream(pieces: list[str], stop: list[str]) -> Completion:
+    """``pieces`` streamed one a chunk to a request with ``stop``, assembled by the client's
+    own stream decoder (the bytes read in slices that cut the events too)."""
+    n = fake_count("".join(pieces))
+    chunks = [chunk({"role": "assistant"}), *(chunk({"content": p}) for p in pieces)]
+    chunks += [chunk({}, finish="stop"), usage_chunk(n)]
+    return assembled(chunks, {"model": "m", "max_tokens": 256, "stop": stop}, reads=7)
+
+
 def test_a_stop_split_across_stream_chunks_is_judged_on_the_assembled_text() -> None:
     # "6" ends one chunk and "." starts the next: no chunk holds the stop, the text does
     pieces = [LIST, "6", AFTER[1:]]
-    text = "".join(pieces)
-    n = fake_count(text)
-    usage = {"prompt_tokens": 20, "completion_tokens": n, "total_tokens": 20 + n}
-    c = completion(text, stream=True, raw=chunks_for(pieces, usage=usage))
-    assert not any("6." in p for p in pieces)
-    (v,) = _found(_asked(c, ["6."]))
+    c = _stream(pieces, ["6."])
+    assert c.chunk_texts == tuple(pieces) and not any("6." in p for p in c.chunk_texts)
+    assert c.text == LIST + AFTER
+    (v,) = _found(c)
     assert v.evidence["at"] == len(LIST)
 
 
 def test_a_chunk_ending_in_the_start_of_a_stop_is_no_alarm() -> None:
-    # the held-back prefix "6" of the stop "6." came out once the next piece ruled it out
+    # a chunk ends in "6", the start of the stop "6.", and the next one rules the stop out:
+    # the text holds no stop (only a whole match is one)
     text = "Plant 6 rows of beans and 6 rows of peas.\n"
-    c = _asked(completion(text, stream=True, chunk_count=6), ["6."])
-    assert _found(c) == []
+    held = _stream(["Plant 6", " rows of beans and 6", " rows of peas.\n"], ["6."])
+    assert held.text == text and held.chunk_texts[0].endswith("6")
+    assert _found(held) == []
+    # the same chunks with the stop completed by the next one are caught
+    done = _stream(["Plant 6", ". rows of beans"], ["6."])
+    assert [v.evidence["at"] for v in _found(done)] == [6]
 
 
 def test_a_stop_that_never_matched_promises_nothing() -> None:
@@ -153,6 +175,30 @@ def test_a_stop_before_the_requests_min_tokens_is_no_alarm() -> None:
     c = completion(LIST, local=None, token_count_source=approx)
     loose = [x for x in check(_asked(c, ["5."], min_tokens=4)) if x.code == "stop-sequence"]
     assert loose == []
+
+
+def test_every_stop_of_a_list_is_honoured() -> None:
+    # the stop that matched is the second of the list
+    (v,) = _found(_asked(completion(LIST + AFTER), ["9.", "6."]))
+    assert v.evidence["stop"] == "6." and v.evidence["at"] == len(LIST)
+
+
+def test_usage_may_count_a_stops_tokens_only_when_it_ended_the_answer() -> None:
+    # cut by max_tokens, no stop fired: tokens beyond the text are no stop's
+    n = fake_count(LIST)
+    c = replace(_usage(LIST, n + STOP_TOKENS, [STOP]), finish_reason="length")
+    c = replace(c, request=replace(c.request, max_tokens=n + STOP_TOKENS))
+    assert [v.code for v in _found(c, "usage-mismatch")] == ["usage-mismatch"]
+
+
+def test_min_tokens_is_passed_at_the_count_plus_its_slack() -> None:
+    # "2." ends at token n: past min_tokens once n reaches min_tokens + the count's slack
+    n = fake_count(LIST[: LIST.index("2.") + 2])
+    slack = Expectation().usage_tolerance_abs
+    at = _asked(completion(LIST), ["2."], min_tokens=n - slack)
+    assert [v.evidence["stop"] for v in _found(at)] == ["2."]
+    short = _asked(completion(LIST), ["2."], min_tokens=n - slack + 1)
+    assert _found(short) == []
 
 
 def test_an_echoed_prompt_is_not_judged() -> None:

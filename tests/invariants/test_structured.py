@@ -13,7 +13,16 @@ import pytest
 from pytest_ddtree.checks.diagnose import Diagnoser, Diagnosis
 from pytest_ddtree.checks.invariants import check
 from pytest_ddtree.wire.completion import Completion, ToolCall
-from tests.invariants.factories import FakeCounter, completion, fake_count, request
+from tests.invariants.factories import (
+    FakeCounter,
+    assembled,
+    chunk,
+    completion,
+    fake_count,
+    request,
+    split,
+    usage_chunk,
+)
 
 PERSON = {
     "type": "object",
@@ -104,6 +113,26 @@ def test_a_fence_the_server_trimmed_is_no_usage_mismatch() -> None:
     assert found(local + 6, response_format=RF_SCHEMA) == []
     assert found(local + 6) == ["usage-mismatch"]  # no JSON asked: no trimming to allow
     assert found(local + 20, response_format=RF_SCHEMA) == ["usage-mismatch"]
+
+
+def test_the_json_trim_allowance_is_exactly_its_tokens_and_only_for_usage_above() -> None:
+    # with no relative slack the allowance is the absolute slack plus JSON_TRIM_TOKENS
+    from pytest_ddtree.checks.invariants._structured import JSON_TRIM_TOKENS
+    from pytest_ddtree.core.expectation import Expectation
+
+    text = '{\n  "name": "Ada",\n  "age": 36\n}'
+    local = fake_count(text)
+    edge = Expectation().usage_tolerance_abs + JSON_TRIM_TOKENS
+
+    def found(tokens: int) -> list[str]:
+        c = answer(text, tokens=tokens, response_format=RF_SCHEMA)
+        return [v.code for v in check(c, counter=FakeCounter(), min_tokens=1, usage_tolerance=0)]
+
+    assert found(local + edge) == []
+    assert found(local + edge + 1) == ["usage-mismatch"]
+    # the server trims what it generated: usage below the text's count is allowed no more
+    assert found(local - Expectation().usage_tolerance_abs) == []
+    assert found(local - Expectation().usage_tolerance_abs - 1) == ["usage-mismatch"]
 
 
 def test_json_breaking_the_schema_names_the_path_and_rule() -> None:
@@ -300,7 +329,75 @@ def test_prose_cut_by_max_tokens_under_required_is_judged() -> None:
 
 
 def test_no_tool_call_at_all_is_empty() -> None:
-    assert "empty" in codes(answer("", tools=[WEATHER]))
+    # tools offered, tool_choice auto, nothing came back: empty, and no tool-call on top
+    nothing = dataclasses.replace(answer("", tools=[WEATHER]), stats=None)
+    found = check(nothing, min_tokens=1)
+    assert [(v.code, v.message) for v in found] == [("empty", "HTTP 200 with empty content")]
+
+
+# ------------------------------------------------- streamed: assembled from the events
+
+
+def streamed_content(text: str, *, finish: str = "stop", **fields: Any) -> Completion:
+    """``text`` streamed in pieces of a few characters to a request carrying ``fields``."""
+    pieces = [chunk({"content": p}) for p in split(text, max(1, len(text) // 3))]
+    tail = [chunk({}, finish=finish), usage_chunk(fake_count(text))]
+    body = {"model": "m", "max_tokens": 256, **fields}
+    return assembled([chunk({"role": "assistant"}), *pieces, *tail], body, reads=5)
+
+
+def streamed_call(
+    fragments: list[str], *, finish: str = "tool_calls", id: str | None = "c1", **fields: Any
+) -> Completion:
+    """One call to get_weather streamed as OpenAI does: its id and name first (arguments
+    ""), then the arguments in ``fragments``."""
+    head: dict[str, Any] = {"index": 0, "type": "function"}
+    head["function"] = {"name": "get_weather", "arguments": ""}
+    if id is not None:
+        head["id"] = id
+    deltas = [chunk({"role": "assistant", "tool_calls": [head]})]
+    deltas += [
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": f}}]}) for f in fragments
+    ]
+    deltas += [chunk({}, finish=finish), usage_chunk(12)]
+    body = {"model": "m", "max_tokens": 256, "tools": [WEATHER], **fields}
+    return assembled(deltas, body, reads=3)
+
+
+def test_streamed_json_is_judged_on_the_assembled_content() -> None:
+    good = streamed_content('{"name": "Ada", "age": 36}', response_format=RF_SCHEMA)
+    assert good.stream is not None and codes(good) == []
+    (v,) = check(streamed_content('{"name": "Ada", "age": -3}', response_format=RF_SCHEMA))
+    assert v.code == "json-schema" and v.evidence["path"] == "$.age"
+    (v,) = check(streamed_content("Ada is 36.", response_format=RF_OBJECT), min_tokens=1)
+    assert v.code == "json-object" and "not JSON" in v.message
+
+
+def test_streamed_json_cut_by_max_tokens_is_json_cut() -> None:
+    text = '{"name": "Ad'
+    cut = streamed_content(
+        text, finish="length", max_tokens=fake_count(text), response_format=RF_SCHEMA
+    )
+    assert codes(cut) == ["json-cut"]
+
+
+def test_a_streamed_call_is_judged_on_its_assembled_arguments() -> None:
+    good = streamed_call(['{"city": ', '"Paris", "unit": ', '"celsius"}'], tool_choice="required")
+    assert good.tool_calls and good.tool_calls[0].arguments == GOOD_ARGS
+    assert codes(good) == []
+    (v,) = check(streamed_call(['{"city": "Paris", ', '"unit": "kelvin"}']), min_tokens=1)
+    assert v.code == "tool-call" and v.evidence["path"] == "$.unit"
+    (v,) = check(streamed_call(['{"city": "Paris"', "]"]), min_tokens=1)
+    assert v.code == "tool-call" and "arguments are not JSON" in v.message
+    (v,) = check(streamed_call([GOOD_ARGS], id=None), min_tokens=1)
+    assert v.code == "tool-call" and "has no id" in v.message
+
+
+def test_a_streamed_call_cut_after_its_name_is_json_cut() -> None:
+    after_name = streamed_call([], finish="length", max_tokens=12, tool_choice="required")
+    assert after_name.tool_calls[0].arguments == ""
+    assert codes(after_name) == ["json-cut"]
+    assert codes(streamed_call(['{"city": "Pa'], finish="length", max_tokens=12)) == ["json-cut"]
 
 
 # ---------------------------------------------------- diagnosis: the baseline decides
