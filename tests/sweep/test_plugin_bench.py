@@ -347,3 +347,69 @@ def test_a_users_own_check_gates_the_timing(pytester: pytest.Pytester, healthy_s
         ["*smoke request before timing*", "E   [[]no-source[]] the answer cites no source"]
     )
     assert _benchmarks(out) == []
+
+
+# a team's own check that only one prompt of the session fails: that prompt's own problem
+PROMPT_CHECK = """
+from pytest_ddtree import Violation
+
+def pytest_ddtree_check(completion):
+    if "cite" in str(completion.request.body.get("messages")) and "Source:" not in completion.text:
+        return [Violation("no-source", "the answer cites no source")]
+    return []
+"""
+
+TWO_PROMPTS = """
+import pytest
+
+PROMPTS = {{"rivers": "Write about rivers.", "cite": "Write about rivers and cite a source."}}
+
+@pytest.mark.parametrize("prompt", list(PROMPTS))
+def test_timed(ddtree_benchmark{budget}, prompt):
+    ddtree_benchmark(PROMPTS[prompt], prompt_id=prompt, max_tokens=32, rounds=3)
+"""
+
+
+@pytest.mark.parametrize(
+    ("budget", "options", "row"),
+    [
+        (", tree_budget", ("--ddtree-budgets=16,64",), "16    3/3"),
+        ("", ("--ddtree-budget-mode=none",), "server-default    3/3"),
+        # timed at the server's default, its smoke request at the smallest budget, 16
+        ("", ("--ddtree-budgets=16,64",), "server-default    3/3"),
+    ],
+    ids=["budgets", "no-budget", "smoke-elsewhere"],
+)
+def test_a_smoke_failure_that_is_the_prompts_leaves_the_budget_its_timings(
+    pytester: pytest.Pytester,
+    healthy_server: Any,
+    baseline_server: Any,
+    budget: str,
+    options: tuple[str, ...],
+    row: str,
+) -> None:
+    # the first prompt is timed, the second one's smoke request (at the smallest budget)
+    # fails the team's check, and the baseline fails it too: the prompt's, not the budget's
+    pytester.makeconftest(PROMPT_CHECK)
+    pytester.makepyfile(test_bench=TWO_PROMPTS.format(budget=budget))
+    report = pytester.path / "report"
+    result = pytester.runpytest(
+        *_args(healthy_server, f"--ddtree-report={report}", "--ddtree-sweep-order=fixed"),
+        f"--ddtree-baseline-endpoint={baseline_server.base_url}",
+        *options,
+    )
+    out = result.stdout.str()
+    assert (
+        "diagnosis: prompt / chat template / model - the target-only baseline fails the "
+        "same way (no-source)" in out
+    ), out
+    assert "INVALID" not in out and "Excluded for invalid responses" not in out, out
+    assert "No recommendation" not in out, out
+    assert re.search(rf"^\s*{row}\s", out, re.M), out
+    assert "ddtree: sweep report written" in out, out
+    # the smoke request's failure stays in the report, with the layer it was blamed on
+    run = read_sweep_json(report / "sweep.json")
+    smoke = [s for s in run.samples if s.smoke]
+    assert [(s.prompt_id, s.codes, s.blame) for s in smoke] == [
+        ("cite", ("no-source",), "template")
+    ]
