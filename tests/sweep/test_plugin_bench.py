@@ -413,3 +413,58 @@ def test_a_smoke_failure_that_is_the_prompts_leaves_the_budget_its_timings(
     assert [(s.prompt_id, s.codes, s.blame) for s in smoke] == [
         ("cite", ("no-source",), "template")
     ]
+
+
+# a team's own check that records every answer it judges and fails from its second call on
+COUNTING_CHECK = """
+from pathlib import Path
+from pytest_ddtree import Violation
+
+CALLS = Path(__file__).parent / "calls.txt"
+
+def pytest_ddtree_check(completion):
+    with CALLS.open("a") as f:
+        f.write(f"{{completion.request.tree_budget}}\\n")
+    if len(CALLS.read_text().splitlines()) >= {fail_from}:
+        return [Violation("no-source", "the answer cites no source")]
+    return []
+"""
+
+ONE_TIMING = f"""
+PROMPT = {PROMPT!r}
+
+def test_gen(ddtree_benchmark):
+    ddtree_benchmark(PROMPT, max_tokens=32, rounds=3, warmup_rounds=1)
+"""
+
+
+def test_a_users_own_check_judges_the_smoke_the_warm_up_and_every_timed_round(
+    pytester: pytest.Pytester, healthy_server: Any
+) -> None:
+    pytester.makeconftest(COUNTING_CHECK.format(fail_from=10**6))
+    pytester.makepyfile(test_bench=ONE_TIMING)
+    result = pytester.runpytest(*_args(healthy_server, "--ddtree-budget-mode=none"))
+    result.assert_outcomes(passed=1)
+    # the hookspec promises every completion: 1 smoke + 1 warm-up + 3 timed rounds
+    assert len((pytester.path / "calls.txt").read_text().splitlines()) == 5
+
+
+def test_a_users_own_check_failing_after_the_smoke_fails_the_timed_round(
+    pytester: pytest.Pytester, healthy_server: Any
+) -> None:
+    # the smoke request passes; the team's check fails the next answer, the warm-up round
+    pytester.makeconftest(COUNTING_CHECK.format(fail_from=2))
+    pytester.makepyfile(test_bench=ONE_TIMING)
+    out = pytester.path / "bench.json"
+    result = pytester.runpytest(
+        *_args(healthy_server, "--ddtree-budget-mode=none", f"--benchmark-json={out}")
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*warm-up round 1: 1 output-quality invariant(s) broken; no timing was recorded*",
+            "E   [[]no-source[]] the answer cites no source",
+        ]
+    )
+    assert "smoke request before timing" not in result.stdout.str()
+    assert _benchmarks(out) == []
