@@ -405,6 +405,9 @@ def test_a_smoke_failure_that_is_the_prompts_leaves_the_budget_its_timings(
     ), out
     assert "INVALID" not in out and "Excluded for invalid responses" not in out, out
     assert "No recommendation" not in out, out
+    # the later benchmarks are skipped, naming what to fix: the prompt, not the endpoint
+    assert "fix the prompt, its expectations or the chat template first" in out, out
+    assert "fix the endpoint first" not in out, out
     assert re.search(rf"^\s*{row}\s", out, re.M), out
     assert "ddtree: sweep report written" in out, out
     # the smoke request's failure stays in the report, with the layer it was blamed on
