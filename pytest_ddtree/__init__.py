@@ -12,7 +12,7 @@ fixture objects ``DDTreeCheck``, ``DDTreeBenchmark``, ``DDTreeSweep``,
 (for annotations), and what a load run hands back or raises: ``LoadResult``,
 ``PointStats``, ``LoadPoint``, ``SLO`` and ``LoadError``; what a test of the bundled suite
 annotates or reads: ``Settings``, ``Prompt``, ``PromptSet``, ``PromptFileError``,
-``load_prompts`` and ``check_determinism``. They
+``load_prompts``, ``check_determinism``, ``check_counts`` and ``counts_not_comparable``. They
 are imported on first use, so ``python -m pytest_ddtree.reference`` starts
 without loading the plugin's dependencies.
 """
@@ -27,6 +27,7 @@ if "pytest" in sys.modules:  # under pytest: rich assertion messages in the help
     sys.modules["pytest"].register_assert_rewrite("pytest_ddtree.checks.invariants")
 
 if TYPE_CHECKING:
+    from pytest_ddtree.checks.counts import check_counts, counts_not_comparable
     from pytest_ddtree.checks.invariants import (
         CODES,
         Expectation,
@@ -84,6 +85,8 @@ _EXPORTS = {
     "assert_valid": "pytest_ddtree.checks.invariants",
     "check": "pytest_ddtree.checks.invariants",
     "check_determinism": "pytest_ddtree.checks.invariants",
+    "check_counts": "pytest_ddtree.checks.counts",
+    "counts_not_comparable": "pytest_ddtree.checks.counts",
     "Prompt": "pytest_ddtree.core.prompts",
     "PromptFileError": "pytest_ddtree.core.prompts",
     "PromptSet": "pytest_ddtree.core.prompts",
@@ -125,7 +128,9 @@ __all__ = [
     "__version__",
     "assert_valid",
     "check",
+    "check_counts",
     "check_determinism",
+    "counts_not_comparable",
     "load_prompts",
     "settings_of",
 ]

@@ -235,6 +235,15 @@ class Batch:
 BATCH_ATTEMPTS = 3
 
 
+def served_late(event_times: Sequence[float], sent: float, done: float) -> bool:
+    """Whether an other request was served up to the end of the measured one's wait (sent at
+    ``sent``, complete or given up at ``done``): an event in the last quarter of the wait, or
+    its last half second when that is longer, both ends included; none is counted past its
+    end (the others are cut only after it)."""
+    recent = done - max(0.5, (done - sent) / 4)
+    return any(recent <= t <= done for t in event_times)
+
+
 def send_batched(
     client: DDTreeClient,
     prompt: Messages,
@@ -282,10 +291,7 @@ def send_batched(
     sent, done = measured.timings.sent, measured.timings.done
     before = [o for o, _ in threads if o.streaming_at is not None and o.streaming_at <= sent]
     throughout = [o for o in before if o.ended_at is None or o.ended_at >= done]
-    # served up to the end: an event in the last quarter of the wait (at least its last half
-    # second), none counted past its end (the others are cut only after it)
-    recent = done - max(0.5, (done - sent) / 4)
-    late = [o for o in throughout if any(recent <= t <= done for t in o.event_times)]
+    late = [o for o in throughout if served_late(o.event_times, sent, done)]
     # an other that timed out in the server's queue before its first token is no failure
     errors = tuple(f"{o.label}: {o.error}" for o, _ in threads if o.error and not o.waited)
     waited = sum(1 for o, _ in threads if o.waited)

@@ -66,6 +66,8 @@ from pytest_ddtree.checks.verdict import (
     CLIENT_SIDE_ADVICE,
     NEAR_TIE_FLIP_ADVICE,
     NO_BASELINE_LOSSY_ADVICE,
+    NO_DRAFTS_ADVICE,
+    NO_DRAFTS_TITLE,
     NOT_COMPARABLE_TITLE,
     NOT_WHOLE_ADVICE,
     PROMPT_MISMATCH_ADVICE,
@@ -95,6 +97,8 @@ __all__ = [
     "NOT_WHOLE_ADVICE",
     "NO_BASELINE_ADVICE",
     "NO_BASELINE_LOSSY_ADVICE",
+    "NO_DRAFTS_ADVICE",
+    "NO_DRAFTS_TITLE",
     "PATH_CODES",
     "PROMPT_MISMATCH_ADVICE",
     "REJECTED_ADVICE",
@@ -117,6 +121,7 @@ __all__ = [
     "check_state",
     "comparability",
     "compare_lossless",
+    "drafts_absent",
     "first_divergence",
     "judge_lossless",
     "lossless_advice",
@@ -192,6 +197,40 @@ NO_BASELINE_ADVICE = (
 )
 
 
+def drafts_absent(completion: Completion, codes: Sequence[str] = ()) -> str | None:
+    """The answer's own statistics showing that no drafted token reached it (nothing drafted,
+    or nothing accepted), as ``name=count`` evidence; None when they show drafts, say nothing
+    about them (absent, or no counts) or are themselves broken (a statistics code in
+    ``codes``): no evidence either way."""
+    stats = completion.stats
+    if stats is None or set(codes) & STATS_CODES:
+        return None
+    counts = {
+        "num_draft_tokens": stats.num_draft_tokens,
+        "num_accepted_draft_tokens": stats.num_accepted_draft_tokens,
+    }
+    if 0 not in counts.values():
+        return None
+    return ", ".join(f"{name}={n}" for name, n in counts.items() if n is not None)
+
+
+def _not_the_drafts(completion: Completion, codes: Sequence[str], found: Diagnosis) -> Diagnosis:
+    """A failure blamed on speculation in an answer no drafted token reached: the speculative
+    endpoint's stack is at fault, not its drafts (the rest of the verdict's reason kept)."""
+    if found.verdict != "speculation":
+        return found
+    evidence = drafts_absent(completion, codes)
+    if evidence is None:
+        return found
+    return replace(
+        found,
+        verdict="server",
+        reason=f"{NO_DRAFTS_TITLE}: its statistics show no drafted token reached this answer "
+        f"({evidence}); {found.reason}",
+        advice=NO_DRAFTS_ADVICE,
+    )
+
+
 def _not_comparable(completion: Completion, replay: Completion) -> Diagnosis | None:
     """No verdict when either answer did not arrive whole (their failures are not shared:
     that case is judged before); None when both did."""
@@ -265,7 +304,8 @@ class Diagnoser:
     ) -> Diagnosis:
         """The verdict for ``completion``, which broke ``violations``; the stop the
         server says ended the answer, when telling, is added to the reason."""
-        found = self._diagnose(completion, violations, check)
+        codes = [v.code for v in violations]
+        found = _not_the_drafts(completion, codes, self._diagnose(completion, violations, check))
         clue = stop_clue(violations)
         if clue is None or found.verdict == "speculation":
             return found

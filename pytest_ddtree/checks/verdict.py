@@ -63,6 +63,12 @@ SPECULATION_ADVICE = (
     "the target model alone is fine: the speculative-decoding layer (wrapper, drafter or "
     "tree verification) is at fault"
 )
+NO_DRAFTS_TITLE = "the speculative endpoint's stack, not its drafts"
+NO_DRAFTS_ADVICE = (
+    "no drafted token reached this answer, so neither the drafter nor tree verification wrote "
+    "it: what remains is the rest of the speculative endpoint's stack - a wrapper, a proxy, the "
+    "chat template or the sampling settings; compare them with the target-only baseline's"
+)
 SERVER_ADVICE = (
     "the target-only server fails the same way (errors, timeouts, broken streams, wrong "
     "usage or finish accounting): check the serving stack, its resources and the network; "

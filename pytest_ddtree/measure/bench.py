@@ -18,13 +18,16 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_ddtree.core.budget import Budget
 from pytest_ddtree.core.settings import Settings
 from pytest_ddtree.core.violation import InvariantError, Violation
 from pytest_ddtree.measure.sweep import SweepSample, redact_endpoint
 from pytest_ddtree.wire.completion import Completion
+
+if TYPE_CHECKING:
+    from pytest_ddtree.checks.verdict import Diagnosis
 
 #: ``/models`` fields that change from one server start to the next; kept out
 #: of ``machine_info`` so ``--benchmark-compare`` warns only on real changes.
@@ -107,7 +110,7 @@ def run_gated(
     on_sample: Callable[[SweepSample], None] | None = None,
     worker: str | None = None,
     concurrent: bool = False,
-    diagnose: Callable[[Completion, list[Violation]], str] | None = None,
+    diagnose: Callable[[Completion, list[Violation]], Diagnosis] | None = None,
 ) -> GatedResult:
     """Time ``call`` with ``benchmark.pedantic``, validating every round inside the target.
 
@@ -123,8 +126,9 @@ def run_gated(
     under which pytest-benchmark turns itself off) the rounds run here
     without pytest-benchmark and are still validated and recorded as samples;
     pass ``concurrent=True`` under xdist so reports label those timings.
-    ``diagnose(completion, violations)`` may return a text (e.g. which layer
-    is at fault) appended to the failure message.
+    ``diagnose(completion, violations)`` names the layer at fault in an invalid round: its
+    ``render()`` is appended to the failure message and its verdict is the sample's
+    ``blame`` (a failure blamed on the prompt does not count against the budget).
     """
     __tracebackhide__ = True
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
@@ -144,9 +148,15 @@ def run_gated(
         # a later pass's timed rounds follow the earlier passes' (warm-up rounds stay < 0)
         sample_round = round_no if warmup else first_round + round_no
         violations = list(validate(completion))
+        found = diagnose(completion, violations) if violations and diagnose is not None else None
         if violations or not warmup:
             sample = SweepSample.from_completion(
-                completion, violations, round=sample_round, worker=worker, concurrent=concurrent
+                completion,
+                violations,
+                round=sample_round,
+                worker=worker,
+                concurrent=concurrent,
+                blame=None if found is None else found.verdict,
             )
             result.samples.append(sample)
             if on_sample is not None:
@@ -162,7 +172,7 @@ def run_gated(
                     f"{kind} {number}: {len(violations)} output-quality invariant(s) broken; "
                     "no timing was recorded for this benchmark"
                 ),
-                footer=diagnose(completion, violations) if diagnose is not None else "",
+                footer="" if found is None else found.render(),
             )
         if not warmup:
             result.completions.append(completion)

@@ -132,17 +132,30 @@ def lossy_error(budget: int | None, shown_by: str) -> InvariantError:
     )
 
 
+#: what to fix first after a failed smoke request, by the layer its diagnosis blamed
+FIX_FIRST = {
+    "template": "fix the prompt, its expectations or the chat template first (the target-only "
+    "baseline fails the same way)",
+}
+
+
 def smoke_error(
-    failure: Failure, budget: int | None, footer: Callable[[Completion, list[Violation]], str]
+    failure: Failure,
+    budget: int | None,
+    footer: Callable[[Completion, list[Violation]], str],
+    blame: str | None = None,
 ) -> tuple[str, InvariantError]:
     """The benchmark's failed smoke request: why the session's later benchmarks are skipped
-    (to be completed with the test's id), and the error of this test."""
+    (to be completed with the test's id), and the error of this test. ``blame``: the layer
+    the diagnosis blamed, which says what to fix first (the endpoint unless it is the
+    prompt's)."""
     completion, violations = failure
     codes = codes_of(violations)
     sent = "the smallest budget" if budget is not None else "the server's default budget"
+    fix = FIX_FIRST.get(blame or "", "fix the endpoint first")
     why = (
         f"({codes}; the smoke request is sent once per prompt, at {sent}, "
-        f"tree_budget={budget_label(budget)}); fix the endpoint first"
+        f"tree_budget={budget_label(budget)}); {fix}"
     )
     header = (
         f"smoke request before timing (tree_budget={budget_label(budget)}, "

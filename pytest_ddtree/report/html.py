@@ -276,7 +276,8 @@ def _tip(s: SweepSample) -> str:
 
 def _invalid_marks(samples: Sequence[SweepSample]) -> list[_Invalid]:
     marks: list[_Invalid] = []
-    for budget, group in _by_budget([s for s in samples if not s.valid]).items():
+    # the budget's own invalid requests (a failure blamed elsewhere leaves its budget alone)
+    for budget, group in _by_budget([s for s in samples if s.against_budget]).items():
         codes: list[str] = []
         lines: list[str] = []
         for s in group:

@@ -1,7 +1,9 @@
 """Streaming: the streamed answer is the real answer, and it really streams.
 
 At temperature 0 a streamed and a non-streamed request must return the same text, finish
-reason and token count (a server that assembles the two paths differently fails here).
+reason and token count (a server that assembles the two paths differently fails here); the
+counts are compared only when both come from one source (a stream without usage is counted
+locally: not comparable with the server's count of the plain answer).
 A streamed long answer must reach the client in several events spread over time, with the
 first token well before the end: a server that buffers everything and flushes it at once
 makes TTFT meaningless.
@@ -14,7 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_ddtree import Completion, DDTreeClient, InvariantError, Settings, check_determinism
+from pytest_ddtree import (
+    Completion,
+    DDTreeClient,
+    InvariantError,
+    Settings,
+    check_counts,
+    check_determinism,
+    counts_not_comparable,
+)
 
 if TYPE_CHECKING:
     from pytest_ddtree import Prompt
@@ -51,11 +61,16 @@ def test_stream_matches_plain(
     expect = prompt.expectations(ddtree_settings.max_tokens)
     ddtree_check(streamed, **expect)
     ddtree_check(plain, **expect)
-    # the same request over two transports: at temperature 0 the answers must be identical
-    violations = check_determinism(streamed, plain)
+    # the same request over two transports: at temperature 0 the answers must be identical,
+    # and so must their token counts where both come from one source (the server's usage, or
+    # the same local counter): usage counts what a local count does not (tool-call arguments,
+    # a matched stop), so a stream sent without usage is not compared with a plain answer's
+    violations = [*check_determinism(streamed, plain), *check_counts(streamed, plain)]
     if violations:
         raise InvariantError(violations, header="streamed and non-streamed answers differ")
-    assert streamed.completion_tokens == plain.completion_tokens
+    why = counts_not_comparable(streamed, plain)
+    if why is not None:
+        pytest.skip(f"the answers are identical; token counts not compared: {why}")
 
 
 @pytest.fixture

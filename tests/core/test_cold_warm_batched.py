@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Callable
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from socketserver import BaseServer
+from typing import Any
 
 import pytest
 
@@ -19,7 +25,9 @@ from pytest_ddtree.checks.coldwarm import (
     with_nonce,
 )
 from pytest_ddtree.core.settings import Lossless
+from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion, ErrorKind, StreamInfo, TokenLogprob
+from pytest_ddtree.wire.protocol import EndpointConfig
 from tests.invariants.factories import completion
 
 NEAR_TIE = Lossless()
@@ -218,3 +226,123 @@ def test_a_batched_request_queued_past_the_timeout_is_not_batched_not_broken() -
     # an answer whose stream had begun (a role, text or a tool call) is no queue: it was cut
     begun = replace(_timed_out(), stream=StreamInfo(events=1, done_seen=False, finish_chunks=0))
     assert not judge_cold_warm_batched("n", cold, warm, begun, queued, NEAR_TIE).queued
+
+
+# ------------------------------------ an other served up to the end of the measured wait
+
+
+@pytest.mark.parametrize(
+    ("event", "late"),
+    [
+        (6.0, True),  # the last quarter of an 8 s wait starts at 6 s: included
+        (5.99, False),  # just before it
+        (8.0, True),  # the moment the wait ended: included
+        (8.01, False),  # past its end: the others are cut only after it
+        (7.0, True),
+    ],
+)
+def test_an_event_in_the_last_quarter_of_the_wait_is_served_late(event: float, late: bool) -> None:
+    from pytest_ddtree.checks.coldwarm import served_late
+
+    assert served_late([1.0, event], sent=0.0, done=8.0) is late
+
+
+@pytest.mark.parametrize(("event", "late"), [(0.5, True), (0.6, True), (0.49, False)])
+def test_a_short_wait_looks_back_half_a_second(event: float, late: bool) -> None:
+    from pytest_ddtree.checks.coldwarm import served_late
+
+    # a quarter of a 1 s wait is 0.25 s: the last half second counts instead
+    assert served_late([event], sent=0.0, done=1.0) is late
+
+
+def test_no_event_is_not_served_late() -> None:
+    from pytest_ddtree.checks.coldwarm import served_late
+
+    assert served_late([], sent=0.0, done=8.0) is False
+
+
+# ----------------------------- a batched attempt the others ended before is sent again
+
+
+class _EndsEarlyTwice(BaseHTTPRequestHandler):
+    """The measured prompt (MEASURED) answered at once; the others of the first two batched
+    attempts end right after their first word (before the measured answer, held 0.3 s), the
+    third attempt's other streams until the client cuts it."""
+
+    protocol_version = "HTTP/1.0"  # each body ends when its connection closes
+    measured: list[int]
+    others: list[int]
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _events(self, *objs: dict[str, Any]) -> bytes:
+        return b"".join(b"data: " + json.dumps(o).encode() + b"\n\n" for o in objs)
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        try:
+            if "MEASURED" in json.dumps(body["messages"]):
+                self._measured()
+            else:
+                self._other()
+        except OSError:
+            pass  # the client cut the stream
+
+    def _measured(self) -> None:
+        self.measured.append(1)
+        if len(self.measured) in (3, 4):  # the batched attempts whose others ended early
+            time.sleep(0.3)
+        start = self._chunk({"role": "assistant", "content": "Rivers flow to the sea."})
+        end = self._chunk({}, "stop")
+        self.wfile.write(self._events(start, end) + b"data: [DONE]\n\n")
+
+    def _other(self) -> None:
+        self.others.append(1)
+        role, word = self._chunk({"role": "assistant"}), self._chunk({"content": " lakes"})
+        if len(self.others) <= 2:
+            self.wfile.write(
+                self._events(role, word, self._chunk({}, "stop")) + b"data: [DONE]\n\n"
+            )
+            return
+        self.wfile.write(self._events(role))
+        for _ in range(250):  # 5 s at most
+            self.wfile.write(self._events(word))
+            self.wfile.flush()
+            time.sleep(0.02)
+
+
+def test_a_batched_attempt_the_others_ended_before_is_sent_again(
+    loopback: Callable[[BaseServer], str],
+) -> None:
+    from pytest_ddtree.checks.coldwarm import BATCH_ATTEMPTS, run_cold_warm_batched
+
+    attrs: dict[str, Any] = {"measured": [], "others": []}
+    handler = type("H", (_EndsEarlyTwice,), attrs)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    config = EndpointConfig(f"{loopback(server)}/v1", model="m", budget_mode="none", dialect="none")
+    with DDTreeClient(config, stall_limit=0) as client:
+        found = run_cold_warm_batched(
+            client,
+            "MEASURED: tell me about rivers.",
+            Lossless("exact"),
+            concurrency=2,
+            max_tokens=16,
+            others=["Other: tell me about lakes."],
+        )
+    # two attempts no other request overlapped, then the third, decoded beside one
+    assert BATCH_ATTEMPTS == 3
+    assert len(attrs["others"]) == 3, attrs
+    assert found.batch.batched, found.batch
+    assert found.not_batched() is None
+    assert cold_warm_batched_violations(found) == []

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
 import xml.etree.ElementTree as ET
-from typing import Any
+from collections.abc import Callable
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
 
 import pytest
 
@@ -17,7 +23,7 @@ from pytest_ddtree.checks.diagnose import (
 from pytest_ddtree.core.settings import Lossless
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.measure.sweep import DiagnosisRecord
-from pytest_ddtree.reference import ReferenceServer
+from pytest_ddtree.reference import ReferenceServer, start_reference_server
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion
 from pytest_ddtree.wire.tokens import TokenCounter
@@ -422,3 +428,155 @@ def test_a_failure_that_is_not_of_the_text_keeps_the_replays_verdict(
             )
             assert found.verdict == "speculation", (temperature, found.render())
             assert "near-tie flip" not in found.reason and "sampled" not in found.reason
+
+
+# ------------------------------- a gateway's leak in front of an endpoint that drafted nothing
+
+
+class _LeakingGateway(BaseHTTPRequestHandler):
+    """A gateway in front of a speculative server (``upstream``): it appends ``\\nuser:`` to
+    every answer (a role leak of its own) and passes on the statistics of an engine that
+    drafted nothing (vLLM's per-request counts, 0 drafted and 0 accepted)."""
+
+    upstream = ""
+    LEAK = "\nuser:"
+    LEAK_TOKENS = 4  # the reference tokenizer's count of LEAK
+    NOTHING_DRAFTED: ClassVar[dict[str, int]] = {
+        "num_draft_tokens": 0,
+        "num_accepted_draft_tokens": 0,
+    }
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def _relay(self, method: str, body: bytes | None = None) -> tuple[int, str, bytes]:
+        url = self.upstream + self.path[len("/v1") :]
+        req = urllib.request.Request(url, data=body, method=method)
+        req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, resp.headers.get("Content-Type", ""), resp.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.headers.get("Content-Type", ""), exc.read()
+
+    def _send(self, status: int, content_type: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self._send(*self._relay("GET"))
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        status, content_type, answer = self._relay("POST", body)
+        if status == 200 and self.path.endswith("/chat/completions"):
+            if content_type.startswith("text/event-stream"):
+                answer = self._stream(answer)
+            else:
+                answer = json.dumps(self._rewrite(json.loads(answer))).encode()
+        self._send(status, content_type, answer)
+
+    def _rewrite(self, obj: dict[str, Any]) -> dict[str, Any]:
+        for choice in obj.get("choices", ()):
+            message = choice.get("message")
+            if message is not None:
+                message["content"] = (message.get("content") or "") + self.LEAK
+        if "metrics" in obj:
+            obj["metrics"] = {"speculative_decoding": dict(self.NOTHING_DRAFTED)}
+        usage = obj.get("usage")
+        if usage:  # the leak's tokens counted, so the role leak is the answer's one failure
+            usage["completion_tokens"] += self.LEAK_TOKENS
+            usage["total_tokens"] += self.LEAK_TOKENS
+        return obj
+
+    def _stream(self, answer: bytes) -> bytes:
+        out: list[bytes] = []
+        for event in answer.split(b"\n\n"):
+            data = event.removeprefix(b"data: ")
+            if not event.startswith(b"data: ") or data == b"[DONE]":
+                out.append(event)
+                continue
+            obj = json.loads(data)
+            choices = obj.get("choices") or []
+            if choices and choices[0].get("finish_reason") is not None:
+                leak = json.loads(data)
+                leak["choices"][0] = {"index": 0, "delta": {"content": self.LEAK}}
+                leak["choices"][0]["finish_reason"] = None
+                out.append(b"data: " + json.dumps(leak).encode())
+            out.append(b"data: " + json.dumps(self._rewrite(obj)).encode())
+        return b"\n\n".join(out)
+
+
+GATEWAY_TEST = """
+import pytest
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "plain"])
+def test_answer(ddtree_client, ddtree_check, stream):
+    ddtree_check(ddtree_client.chat("What is 2+2?", max_tokens=48, stream=stream))
+"""
+
+
+def test_a_gateways_role_leak_before_an_endpoint_that_drafted_nothing_is_not_blamed_on_drafts(
+    pytester: pytest.Pytester,
+    loopback: Callable[[ThreadingHTTPServer], str],
+    baseline_server: ReferenceServer,
+) -> None:
+    with start_reference_server(simulated_latency=False, stats_dialect="vllm") as upstream:
+        gateway = type("Gateway", (_LeakingGateway,), {"upstream": upstream.base_url})
+        url = loopback(ThreadingHTTPServer(("127.0.0.1", 0), gateway)) + "/v1"
+        pytester.makepyfile(GATEWAY_TEST)
+        result = pytester.runpytest(
+            f"--ddtree-endpoint={url}",
+            f"--ddtree-baseline-endpoint={baseline_server.base_url}",
+            "--ddtree-budgets=16",
+        )
+    out = result.stdout.str()
+    result.assert_outcomes(failed=2)
+    assert out.count("invariant(s) broken: role-leak\n") == 2, out
+    result.stdout.fnmatch_lines(
+        [
+            "*diagnosis: serving stack - the speculative endpoint's stack, not its drafts: "
+            "its statistics show no drafted token reached this answer "
+            "(num_draft_tokens=0, num_accepted_draft_tokens=0)*",
+            "*what to do: *a wrapper, a proxy, the chat template or the sampling settings*",
+        ]
+    )
+    assert "speculative-decoding layer" not in out, out
+
+
+def _with_stats(drafted: int | None, accepted: int | None) -> Completion:
+    from pytest_ddtree.wire.completion import SpecStats
+
+    stats = SpecStats("vllm", num_draft_tokens=drafted, num_accepted_draft_tokens=accepted)
+    return replace(_answer(20), stats=stats, stats_asked=True)
+
+
+def test_only_statistics_that_show_no_draft_reached_the_answer_are_evidence() -> None:
+    from pytest_ddtree.checks.diagnose import drafts_absent
+
+    assert drafts_absent(_with_stats(0, 0)) == "num_draft_tokens=0, num_accepted_draft_tokens=0"
+    # drafted but none accepted: still only the target's tokens
+    assert drafts_absent(_with_stats(30, 0)) == "num_draft_tokens=30, num_accepted_draft_tokens=0"
+    assert drafts_absent(_with_stats(30, 5)) is None  # drafts reached it
+    assert drafts_absent(_with_stats(None, None)) is None  # counts not reported: no evidence
+    assert drafts_absent(_answer(20)) is None  # no statistics: no evidence either way
+    # statistics the checks found broken are no evidence of anything
+    assert drafts_absent(_with_stats(0, 0), ["stats-inconsistent", "role-leak"]) is None
+
+
+def test_a_speculation_verdict_stands_when_the_statistics_say_nothing_of_drafts() -> None:
+    from pytest_ddtree.checks.diagnose import _not_the_drafts
+    from pytest_ddtree.checks.verdict import SPECULATION_ADVICE
+
+    blamed = Diagnosis("speculation", "the target-only baseline passes", SPECULATION_ADVICE)
+    assert _not_the_drafts(_answer(20), ["role-leak"], blamed) == blamed
+    assert _not_the_drafts(_with_stats(30, 5), ["role-leak"], blamed) == blamed
+    moved = _not_the_drafts(_with_stats(12, 0), ["role-leak"], blamed)
+    assert moved.verdict == "server" and moved.reason.startswith(
+        "the speculative endpoint's stack, not its drafts: its statistics show no drafted "
+        "token reached this answer (num_draft_tokens=12, num_accepted_draft_tokens=0); "
+        "the target-only baseline passes"
+    ), moved.reason

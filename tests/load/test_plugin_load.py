@@ -459,3 +459,37 @@ def test_ctrl_c_in_a_race_keeps_the_finished_points(
     c1 = [s for s in test["samples"] if s["point"]["value"] == 1]
     assert len(c1) == races["C=1"]["requests"] and all(s["valid"] for s in c1)
     assert len(test["samples"]) == races["C=1"]["requests"] + 8
+
+
+USER_CHECK = """
+from pytest_ddtree import Violation
+
+def pytest_ddtree_check(completion):
+    if "Source:" not in completion.text:
+        return [Violation("no-source", "the answer cites no source")]
+    return []
+"""
+
+
+def test_a_users_own_check_judges_every_request_under_load(
+    pytester: pytest.Pytester, fast_server: Any
+) -> None:
+    # the hookspec promises every completion, the requests under load included
+    pytester.makeconftest(USER_CHECK)
+    pytester.makepyfile(test_load=TEST_FILE)
+    result = pytester.runpytest(
+        *_args(
+            fast_server,
+            "--ddtree-budgets=16",
+            "--ddtree-load-concurrency=2",
+            "--ddtree-load-requests=4",
+        )
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*4 of 4 requests under load broke output-quality invariants (no-source x4)*",
+            "*first evidence:*",
+            "*[[]no-source[]] the answer cites no source*",
+        ]
+    )

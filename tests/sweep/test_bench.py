@@ -122,20 +122,34 @@ def test_invalid_round_raises_inside_the_timed_target_and_drops_timings() -> Non
     assert [(s.round, s.valid) for s in got] == [(0, True), (1, False)]
 
 
-def test_diagnosis_is_appended_to_the_failure() -> None:
+def test_diagnosis_is_appended_to_the_failure_and_names_the_samples_blame() -> None:
+    from pytest_ddtree.checks.verdict import Diagnosis
+
     call, validate = _calls(False)
     seen: list[list[Violation]] = []
+    got: list[SweepSample] = []
 
-    def diagnose(c: Completion, vs: list[Violation]) -> str:
+    def diagnose(c: Completion, vs: list[Violation]) -> Diagnosis:
         seen.append(vs)
-        return "diagnosis: speculative decoding (the baseline answers correctly)"
+        return Diagnosis("template", "the baseline fails the same way", "fix the prompt")
 
     with pytest.raises(InvariantError) as info:
-        run_gated(FakeBenchmark(), call, validate, rounds=1, warmup_rounds=0, diagnose=diagnose)
+        run_gated(
+            FakeBenchmark(),
+            call,
+            validate,
+            rounds=1,
+            warmup_rounds=0,
+            diagnose=diagnose,
+            on_sample=got.append,
+        )
     assert str(info.value).endswith(
-        "diagnosis: speculative decoding (the baseline answers correctly)"
+        "diagnosis: prompt / chat template / model - the baseline fails the same way\n"
+        "    what to do: fix the prompt"
     )
     assert [v.code for v in seen[0]] == ["early-stop"]
+    # the sample the race and the statistics see already carries the layer blamed
+    assert [(s.valid, s.blame, s.against_budget) for s in got] == [(False, "template", False)]
 
 
 def test_invalid_warmup_fails_too() -> None:

@@ -347,3 +347,127 @@ def test_a_users_own_check_gates_the_timing(pytester: pytest.Pytester, healthy_s
         ["*smoke request before timing*", "E   [[]no-source[]] the answer cites no source"]
     )
     assert _benchmarks(out) == []
+
+
+# a team's own check that only one prompt of the session fails: that prompt's own problem
+PROMPT_CHECK = """
+from pytest_ddtree import Violation
+
+def pytest_ddtree_check(completion):
+    if "cite" in str(completion.request.body.get("messages")) and "Source:" not in completion.text:
+        return [Violation("no-source", "the answer cites no source")]
+    return []
+"""
+
+TWO_PROMPTS = """
+import pytest
+
+PROMPTS = {{"rivers": "Write about rivers.", "cite": "Write about rivers and cite a source."}}
+
+@pytest.mark.parametrize("prompt", list(PROMPTS))
+def test_timed(ddtree_benchmark{budget}, prompt):
+    ddtree_benchmark(PROMPTS[prompt], prompt_id=prompt, max_tokens=32, rounds=3)
+"""
+
+
+@pytest.mark.parametrize(
+    ("budget", "options", "row"),
+    [
+        (", tree_budget", ("--ddtree-budgets=16,64",), "16    3/3"),
+        ("", ("--ddtree-budget-mode=none",), "server-default    3/3"),
+        # timed at the server's default, its smoke request at the smallest budget, 16
+        ("", ("--ddtree-budgets=16,64",), "server-default    3/3"),
+    ],
+    ids=["budgets", "no-budget", "smoke-elsewhere"],
+)
+def test_a_smoke_failure_that_is_the_prompts_leaves_the_budget_its_timings(
+    pytester: pytest.Pytester,
+    healthy_server: Any,
+    baseline_server: Any,
+    budget: str,
+    options: tuple[str, ...],
+    row: str,
+) -> None:
+    # the first prompt is timed, the second one's smoke request (at the smallest budget)
+    # fails the team's check, and the baseline fails it too: the prompt's, not the budget's
+    pytester.makeconftest(PROMPT_CHECK)
+    pytester.makepyfile(test_bench=TWO_PROMPTS.format(budget=budget))
+    report = pytester.path / "report"
+    result = pytester.runpytest(
+        *_args(healthy_server, f"--ddtree-report={report}", "--ddtree-sweep-order=fixed"),
+        f"--ddtree-baseline-endpoint={baseline_server.base_url}",
+        *options,
+    )
+    out = result.stdout.str()
+    assert (
+        "diagnosis: prompt / chat template / model - the target-only baseline fails the "
+        "same way (no-source)" in out
+    ), out
+    assert "INVALID" not in out and "Excluded for invalid responses" not in out, out
+    assert "No recommendation" not in out, out
+    # the later benchmarks are skipped, naming what to fix: the prompt, not the endpoint
+    assert "fix the prompt, its expectations or the chat template first" in out, out
+    assert "fix the endpoint first" not in out, out
+    assert re.search(rf"^\s*{row}\s", out, re.M), out
+    assert "ddtree: sweep report written" in out, out
+    # the smoke request's failure stays in the report, with the layer it was blamed on
+    run = read_sweep_json(report / "sweep.json")
+    smoke = [s for s in run.samples if s.smoke]
+    assert [(s.prompt_id, s.codes, s.blame) for s in smoke] == [
+        ("cite", ("no-source",), "template")
+    ]
+
+
+# a team's own check that records every answer it judges and fails from its second call on
+COUNTING_CHECK = """
+from pathlib import Path
+from pytest_ddtree import Violation
+
+CALLS = Path(__file__).parent / "calls.txt"
+
+def pytest_ddtree_check(completion):
+    with CALLS.open("a") as f:
+        f.write(f"{{completion.request.tree_budget}}\\n")
+    if len(CALLS.read_text().splitlines()) >= {fail_from}:
+        return [Violation("no-source", "the answer cites no source")]
+    return []
+"""
+
+ONE_TIMING = f"""
+PROMPT = {PROMPT!r}
+
+def test_gen(ddtree_benchmark):
+    ddtree_benchmark(PROMPT, max_tokens=32, rounds=3, warmup_rounds=1)
+"""
+
+
+def test_a_users_own_check_judges_the_smoke_the_warm_up_and_every_timed_round(
+    pytester: pytest.Pytester, healthy_server: Any
+) -> None:
+    pytester.makeconftest(COUNTING_CHECK.format(fail_from=10**6))
+    pytester.makepyfile(test_bench=ONE_TIMING)
+    result = pytester.runpytest(*_args(healthy_server, "--ddtree-budget-mode=none"))
+    result.assert_outcomes(passed=1)
+    # the hookspec promises every completion: 1 smoke + 1 warm-up + 3 timed rounds
+    assert len((pytester.path / "calls.txt").read_text().splitlines()) == 5
+
+
+def test_a_users_own_check_failing_after_the_smoke_fails_the_timed_round(
+    pytester: pytest.Pytester, healthy_server: Any
+) -> None:
+    # the smoke request passes; the team's check fails the next answer, the warm-up round
+    pytester.makeconftest(COUNTING_CHECK.format(fail_from=2))
+    pytester.makepyfile(test_bench=ONE_TIMING)
+    out = pytester.path / "bench.json"
+    result = pytester.runpytest(
+        *_args(healthy_server, "--ddtree-budget-mode=none", f"--benchmark-json={out}")
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*warm-up round 1: 1 output-quality invariant(s) broken; no timing was recorded*",
+            "E   [[]no-source[]] the answer cites no source",
+        ]
+    )
+    assert "smoke request before timing" not in result.stdout.str()
+    assert _benchmarks(out) == []

@@ -364,3 +364,66 @@ def test_a_budget_as_fast_as_the_leader_keeps_the_set_from_being_the_answer() ->
     # 128 as fast as the leader but not in the set: "every other budget is slower" is false
     fast = (lead, standing(128, "as fast"), open_[0], slower)
     assert _either(Judgement(fast, 64, False, None, rule), open_) == ()
+
+
+# ------------------------------------------- which invalid requests count against a budget
+
+
+def _timed(budget: int, rate: float, round_: int) -> SweepSample:
+    completion = make_completion(tree_budget=budget, decode_rate=rate)
+    return SweepSample.from_completion(completion, [], round=round_)
+
+
+def _broken(budget: int, blame: str | None, *, smoke: bool = False, round_: int = 0) -> SweepSample:
+    completion = make_completion(tree_budget=budget, prompt_id="cite")
+    found = [Violation("no-source", "the answer cites no source")]
+    return SweepSample.from_completion(
+        completion, found, round=-1 if smoke else round_, blame=blame, smoke=smoke
+    )
+
+
+@pytest.mark.parametrize(
+    ("broken", "held"),
+    [
+        # a failure the diagnosis puts on the prompt or the serving stack: not the budget's
+        (_broken(16, "template"), False),
+        (_broken(16, "server"), False),
+        # a timed failure blamed on speculation, or not placed, is the budget's
+        (_broken(16, "speculation"), True),
+        (_broken(16, "undetermined"), True),
+        (_broken(16, None), True),
+        # the untimed smoke request counts only when speculation is blamed
+        (_broken(16, "undetermined", smoke=True), False),
+        (_broken(16, None, smoke=True), False),
+        (_broken(16, "template", smoke=True), False),
+        (_broken(16, "speculation", smoke=True), True),
+    ],
+)
+def test_an_invalid_request_counts_against_its_budget_only_when_it_is_the_budgets(
+    broken: SweepSample, held: bool
+) -> None:
+    assert broken.against_budget is held
+    samples = [_timed(16, 900.0, r) for r in range(6)] + [_timed(64, 800.0, r) for r in range(6)]
+    summary = summarize([*samples, broken], seed=1)
+    sixteen = next(b for b in summary.budgets if b.tree_budget == 16)
+    assert (sixteen.valid, sixteen.total) == ((6, 7) if held else (6, 6))
+    assert dict(sixteen.codes) == ({"no-source": 1} if held else {})
+    assert (summary.recommendation.tree_budget == 64) is held
+    assert ("Excluded for invalid responses: 16" in summary.recommendation.message) is held
+
+
+def test_a_smoke_request_alone_at_a_budget_makes_no_row() -> None:
+    # timed at 64, its smoke request at the smallest budget, 16, failed on the prompt
+    samples = [_timed(64, 800.0, r) for r in range(3)]
+    summary = summarize([*samples, _broken(16, "template", smoke=True)], seed=1)
+    assert [b.tree_budget for b in summary.budgets] == [64]
+    assert summary.recommendation.tree_budget == 64
+
+
+def test_the_blame_and_the_smoke_mark_survive_the_json() -> None:
+    sample = _broken(16, "template", smoke=True)
+    again = SweepSample.from_json(json.loads(json.dumps(sample.to_json())))
+    assert (again.blame, again.smoke, again.round) == ("template", True, -1)
+    # a report written before them reads as before: not blamed, timed
+    old = {k: v for k, v in sample.to_json().items() if k not in ("blame", "smoke")}
+    assert (SweepSample.from_json(old).blame, SweepSample.from_json(old).smoke) == (None, False)

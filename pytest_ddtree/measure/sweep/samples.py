@@ -17,6 +17,10 @@ from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.wire.completion import Completion
 
+#: the diagnosis verdicts that put a failure on something other than the budget: the prompt,
+#: chat template or model (the target-only baseline fails too), and the serving stack
+NOT_THE_BUDGETS = frozenset({"template", "server"})
+
 
 @dataclass(frozen=True)
 class SweepSample:
@@ -64,6 +68,22 @@ class SweepSample:
     #: whether the speculative statistics asked for came back (None: not asked, or the
     #: request failed)
     spec_reported: bool | None = None
+    #: the layer the diagnosis of an invalid request blamed (a verdict: ``template``,
+    #: ``server``, ``speculation``, ``undetermined``); None when valid or not diagnosed
+    blame: str | None = None
+    #: the untimed smoke request sent once before a prompt is timed (at the smallest budget)
+    smoke: bool = False
+
+    @property
+    def against_budget(self) -> bool:
+        """Whether this invalid request counts against its budget (its timed requests
+        invalid, the budget never recommended). Not when its diagnosis puts the failure
+        elsewhere (``NOT_THE_BUDGETS``: the prompt, template or model; the serving stack); and
+        an untimed smoke request only when the failure is blamed on speculation: it is no timed
+        request of the budget, whatever the budget it went to."""
+        if self.valid or self.blame in NOT_THE_BUDGETS:
+            return False
+        return not self.smoke or self.blame == "speculation"
 
     @classmethod
     def from_completion(
@@ -75,8 +95,11 @@ class SweepSample:
         worker: str | None = None,
         concurrent: bool = False,
         prompt_id: str | None = None,
+        blame: str | None = None,
+        smoke: bool = False,
     ) -> SweepSample:
-        """Build a sample from a finished request and the violations it broke."""
+        """Build a sample from a finished request and the violations it broke (``blame``:
+        the verdict of their diagnosis, when one was made)."""
         stats = completion.stats
         codes: list[str] = []
         for v in violations:
@@ -109,6 +132,8 @@ class SweepSample:
             temperature=_finite(completion.request.temperature) or 0.0,
             seed=_int(completion.request.body.get("seed")),
             spec_reported=completion.speculation_reported,
+            blame=blame if violations else None,
+            smoke=smoke,
         )
 
     @property
@@ -134,6 +159,14 @@ class SweepSample:
     def json_schema(cls) -> dict[str, Any]:
         """The JSON Schema of one sample, from the same field list."""
         return jsonmodel.json_schema(cls)
+
+
+# written only when set, so a report without a blamed or smoke request reads as before
+jsonmodel.register(
+    SweepSample,
+    blame=jsonmodel.override(omit_if_default=True),
+    smoke=jsonmodel.override(omit_if_default=True),
+)
 
 
 def _finite(value: Any) -> float | None:

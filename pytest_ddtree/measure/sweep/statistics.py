@@ -626,10 +626,14 @@ def summarize(
 
     ``rule`` is the race's rule for an exhaustive sweep's verdict (default margin
     2%); ``race`` an adaptive sweep's own record, whose verdict is kept as raced.
+    A budget's statistics count its valid requests and the invalid ones held against it
+    (``SweepSample.against_budget``): a failure blamed on the prompt or the serving stack,
+    or an untimed smoke request's, leaves the budget its timings (the report still lists it).
     """
     groups: dict[int | None, list[SweepSample]] = {}
     for s in without_repeats(samples):
-        groups.setdefault(s.tree_budget, []).append(s)
+        if s.valid or s.against_budget:
+            groups.setdefault(s.tree_budget, []).append(s)
     raw = [budget_stats(b, groups[b], seed=seed) for b in sorted(groups, key=budget_order)]
     unseen = _unseen_invalid(raw, race)
     if race is not None and unseen:
