@@ -497,8 +497,8 @@ def skip_lines(tr: pytest.TerminalReporter) -> list[str]:
             key = "budgets that left the race (slower than the margin)"
         elif reason.startswith("race decided"):
             key = "the race was decided before them"
-        elif "the endpoint is down" in reason:
-            key = "the endpoint is down"
+        elif reason.startswith("ddtree: not run, the endpoint "):  # is down, stalled
+            key = reason.removeprefix("ddtree: not run, ").partition(":")[0]
         else:
             key = (reason if len(reason) <= 80 else reason[:77] + "...") or "no reason given"
         why[key] = why.get(key, 0) + 1

@@ -12,6 +12,7 @@ import json
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -119,6 +120,8 @@ class DDTreeClient:
         self.counter = counter
         self.count_chunks = count_chunks
         self.guard = guard if guard is not None else StallGuard(stall_limit)
+        #: where ``--ddtree-timeout`` came from, for the messages that name it
+        self.timeout_source = "--ddtree-timeout"
         self.requests_sent = 0
         self.not_sent = 0
         self.stats_seen = 0
@@ -206,7 +209,13 @@ class DDTreeClient:
             try:
                 with self._http.stream("GET", url) as resp:
                     content, over = _read_capped(resp, cap)
-            except httpx.TimeoutException:
+            except httpx.TimeoutException as exc:
+                if isinstance(exc, httpx.ReadTimeout) and not sc.bytes_in and not sc.deadline_hit:
+                    raise EndpointError(
+                        f"{url}: {urlsplit(url).netloc} accepted the connection but sent no "
+                        f"byte in {t.read:g}s (the read timeout); is the server healthy? (raise "
+                        "--ddtree-timeout if it is slow to answer)"
+                    ) from None
                 if sc.deadline_hit:
                     raise EndpointError(
                         f"{url}: no complete answer within {limit:g}s (the bytes came too "
@@ -443,6 +452,12 @@ class DDTreeClient:
             notes.append(
                 f"stopped early, the endpoint is down: {self.guard.reason}; every later test "
                 "that needs it was skipped (-rs lists them)"
+            )
+        elif self.guard.stopped:
+            notes.append(
+                f"stopped early: {self.guard.reason}; --ddtree-timeout {self.timeout.spec()} "
+                f"(from {self.timeout_source}) sets the limits, raise it if the server is only "
+                "slow; every later test that needs the endpoint was skipped (-rs lists them)"
             )
         elif self.guard.reason is not None:
             # a load test's stopped requests are its own (its failure counts them): this

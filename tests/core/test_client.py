@@ -205,7 +205,10 @@ def test_a_stalling_endpoint_trips_the_breaker(reference_server) -> None:
     assert first.error is not None and first.error.startswith("read timeout")
     assert second.error is not None and second.error.startswith("read timeout")
     assert third.error is not None
-    assert third.error.startswith("not sent: the endpoint stalled on 2 requests in a row")
+    host = c.base_url.split("//", 1)[1].split("/", 1)[0]
+    assert third.error.startswith(
+        f"not sent: the endpoint at {host} stalled on 2 requests in a row"
+    )
     assert third.end_to_end < 0.01
 
 
