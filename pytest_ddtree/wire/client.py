@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -122,6 +123,9 @@ class DDTreeClient:
         self.guard = guard if guard is not None else StallGuard(stall_limit)
         #: where ``--ddtree-timeout`` came from, for the messages that name it
         self.timeout_source = "--ddtree-timeout"
+        #: called with every answer once it is counted (the pytest layer's feature watch);
+        #: whatever it raises reaches the caller
+        self.on_answer: Callable[[Completion], None] | None = None
         self.requests_sent = 0
         self.not_sent = 0
         self.stats_seen = 0
@@ -304,6 +308,8 @@ class DDTreeClient:
         if completion.stats is not None:
             self.stats_seen += 1
         self.guard.record(completion)
+        if self.on_answer is not None:
+            self.on_answer(completion)
         return completion
 
     def _attempts(self, spec: RequestSpec) -> Completion:
