@@ -211,12 +211,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Skip a test that needs the endpoint once the session found it down (never answered)."""
+    """Skip a test that needs the endpoint once the session found it down (never answered)
+    or stalled (the stall guard tripped on the session's endpoint)."""
     runtime = item.config.stash.get(RUNTIME_KEY, None)
-    if runtime is None or not runtime.client.guard.dead:
+    if runtime is None or not runtime.client.guard.stopped:
         return
     if ENDPOINT_FIXTURES.intersection(getattr(item, "fixturenames", ())):
-        pytest.skip(f"ddtree: not run, the endpoint is down: {runtime.client.guard.reason}")
+        guard = runtime.client.guard
+        why = "the endpoint is down" if guard.dead else "the endpoint stalled"
+        pytest.skip(f"ddtree: not run, {why}: {guard.reason}")
 
 
 @pytest.hookimpl(hookwrapper=True)

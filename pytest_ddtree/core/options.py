@@ -225,6 +225,15 @@ OPTIONS: tuple[OptionDef, ...] = (
         repeatable=True,
     ),
     OptionDef(
+        "require",
+        "Features the deployment must serve (comma list of tools, response_format or its "
+        "alias json, logprobs): an HTTP 400 that refuses one of them by naming it fails its "
+        "test. Default: such a refusal skips the feature's tests, and the summary says so in "
+        "one line.",
+        metavar="F,F,...",
+        env=("DDTREE_REQUIRE",),
+    ),
+    OptionDef(
         "role-marker",
         "Extra chat-template marker that must not appear in content (repeatable), added to "
         "the built-in role markers, e.g. '<|assistant|>' or 'Human:'.",

@@ -601,6 +601,22 @@ def parse_text(raw: Any, source: str, name: str) -> str:
     return str(raw).strip()
 
 
+def parse_features(raw: str, source: str, name: str) -> tuple[str, ...]:
+    """``tools,logprobs``: features a deployment must serve (``core.features``), no repeats;
+    an alias (``json``) stands for its feature (``response_format``)."""
+    from pytest_ddtree.core.features import feature_names
+
+    known = feature_names()
+    out: list[str] = []
+    for item in _items(raw):
+        feature = known.get(item.lower())
+        if feature is None:
+            raise fail(name, item, source, f"known features are {', '.join(sorted(known))}")
+        if feature not in out:
+            out.append(feature)
+    return tuple(out)
+
+
 def parse_markers(raw: Sequence[str], source: str, name: str) -> tuple[str, ...]:
     """Marker texts (repeatable), each non-empty, no repeats."""
     out: list[str] = []
@@ -728,6 +744,7 @@ class Settings:
     )
     enable_thinking: bool = setting("false", parse_bool)
     skip_checks: tuple[str, ...] = setting(None, parse_codes, unset=())
+    require: tuple[str, ...] = setting(None, parse_features, unset=())
     role_markers: tuple[str, ...] = setting(None, parse_markers, unset=())
     allow_markers: tuple[str, ...] = setting(None, parse_markers, unset=())
     baseline_endpoint: str | None = setting(None, parse_url)

@@ -239,8 +239,11 @@ def start_runtime(settings: Settings) -> Runtime:
         finally:
             probe.close()
         client = _make_client(settings, endpoint, model, None)
-        # the session's client stops sending to an endpoint that has never answered
+        # the session's client stops sending to an endpoint that has never answered, and
+        # the run stops on a dead or stalled endpoint (the stall guard's own limit)
         client.guard.dead_limit = DEAD_LIMIT
+        client.guard.stops_run = True
+        client.timeout_source = _where(settings, "timeout", "--ddtree-timeout")
         notes: list[str] = []
         try:
             # the counter may query the server's /tokenize: give it the long-lived pool

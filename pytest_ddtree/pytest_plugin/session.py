@@ -109,7 +109,10 @@ def ensure_runtime(config: pytest.Config) -> Runtime:
     """The session's runtime, started on first use (``EndpointError`` when it cannot start)."""
     runtime = config.stash.get(RUNTIME_KEY, None)
     if runtime is None:
+        from pytest_ddtree.pytest_plugin import features
+
         runtime = start_runtime(config.stash[SETTINGS_KEY])
+        features.watch(runtime)  # a feature the deployment refuses skips its tests
         config.stash[RUNTIME_KEY] = runtime
     return runtime
 

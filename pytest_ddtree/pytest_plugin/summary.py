@@ -421,7 +421,7 @@ def write_answer(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
         return
     if session.runtime is None and not session.summaries and not session.load_results:
         return  # a run that never talked to an endpoint has no answer to give
-    lines = answer_lines(session) + skip_lines(tr)
+    lines = answer_lines(session) + feature_lines(tr) + skip_lines(tr)
     if not lines:
         return
     tr.write_sep("-", "pytest-ddtree: the answer")
@@ -484,24 +484,41 @@ def load_answer(nodeid: str, schedule: Schedule, sweep: str | None) -> str:
     )
 
 
+def _skip_reasons(tr: pytest.TerminalReporter) -> list[str]:
+    reasons = []
+    for report in tr.stats.get("skipped", []):
+        reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else ""
+        reasons.append(reason.removeprefix("Skipped: "))
+    return reasons
+
+
+def feature_lines(tr: pytest.TerminalReporter) -> list[str]:
+    """One line per feature the deployment refused (its tests skipped), or none."""
+    from pytest_ddtree.pytest_plugin import features
+
+    return features.summary_lines(_skip_reasons(tr))
+
+
 def skip_lines(tr: pytest.TerminalReporter) -> list[str]:
     """One line counting the skipped tests by why (-rs lists them), or none."""
-    reports = tr.stats.get("skipped", [])
-    if not reports:
+    from pytest_ddtree.pytest_plugin import features
+
+    reasons = _skip_reasons(tr)
+    if not reasons:
         return []
     why: dict[str, int] = {}
-    for report in reports:
-        reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else ""
-        reason = reason.removeprefix("Skipped: ")
-        if "left the race" in reason:
+    for reason in reasons:
+        if (feature := features.skip_key(reason)) is not None:
+            key = feature
+        elif "left the race" in reason:
             key = "budgets that left the race (slower than the margin)"
         elif reason.startswith("race decided"):
             key = "the race was decided before them"
-        elif "the endpoint is down" in reason:
-            key = "the endpoint is down"
+        elif reason.startswith("ddtree: not run, the endpoint "):  # is down, stalled
+            key = reason.removeprefix("ddtree: not run, ").partition(":")[0]
         else:
             key = (reason if len(reason) <= 80 else reason[:77] + "...") or "no reason given"
         why[key] = why.get(key, 0) + 1
     parts = [f"{n} {key}" for key, n in sorted(why.items(), key=lambda kv: -kv[1])]
     shown = "; ".join(parts[:3]) + ("; ..." if len(parts) > 3 else "")
-    return [f"{len(reports)} test(s) skipped: {shown} (-rs lists them)"]
+    return [f"{len(reasons)} test(s) skipped: {shown} (-rs lists them)"]

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -119,6 +121,11 @@ class DDTreeClient:
         self.counter = counter
         self.count_chunks = count_chunks
         self.guard = guard if guard is not None else StallGuard(stall_limit)
+        #: where ``--ddtree-timeout`` came from, for the messages that name it
+        self.timeout_source = "--ddtree-timeout"
+        #: called with every answer once it is counted (the pytest layer's feature watch);
+        #: whatever it raises reaches the caller
+        self.on_answer: Callable[[Completion], None] | None = None
         self.requests_sent = 0
         self.not_sent = 0
         self.stats_seen = 0
@@ -206,7 +213,13 @@ class DDTreeClient:
             try:
                 with self._http.stream("GET", url) as resp:
                     content, over = _read_capped(resp, cap)
-            except httpx.TimeoutException:
+            except httpx.TimeoutException as exc:
+                if isinstance(exc, httpx.ReadTimeout) and not sc.bytes_in and not sc.deadline_hit:
+                    raise EndpointError(
+                        f"{url}: {urlsplit(url).netloc} accepted the connection but sent no "
+                        f"byte in {t.read:g}s (the read timeout); is the server healthy? (raise "
+                        "--ddtree-timeout if it is slow to answer)"
+                    ) from None
                 if sc.deadline_hit:
                     raise EndpointError(
                         f"{url}: no complete answer within {limit:g}s (the bytes came too "
@@ -295,6 +308,8 @@ class DDTreeClient:
         if completion.stats is not None:
             self.stats_seen += 1
         self.guard.record(completion)
+        if self.on_answer is not None:
+            self.on_answer(completion)
         return completion
 
     def _attempts(self, spec: RequestSpec) -> Completion:
@@ -443,6 +458,12 @@ class DDTreeClient:
             notes.append(
                 f"stopped early, the endpoint is down: {self.guard.reason}; every later test "
                 "that needs it was skipped (-rs lists them)"
+            )
+        elif self.guard.stopped:
+            notes.append(
+                f"stopped early: {self.guard.reason}; --ddtree-timeout {self.timeout.spec()} "
+                f"(from {self.timeout_source}) sets the limits, raise it if the server is only "
+                "slow; every later test that needs the endpoint was skipped (-rs lists them)"
             )
         elif self.guard.reason is not None:
             # a load test's stopped requests are its own (its failure counts them): this

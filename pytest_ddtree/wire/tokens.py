@@ -293,7 +293,7 @@ def parse_tokenize_answer(data: Any, url: str) -> tuple[int, list[int] | None]:
 @dataclass
 class TokenizeProbe:
     """What ``detect_tokenize_shape`` found: the shape that works (or None), the
-    shapes tried, and a one-line warning when an endpoint answered garbage."""
+    shapes tried, and a one-line warning when an endpoint answered garbage or not in time."""
 
     shape: str | None
     tried: list[str]
@@ -318,6 +318,10 @@ def detect_tokenize_shape(
         url = f"{root}{shape.path}"
         try:
             response = client.post(url, json=shape.body(PROBE_TEXT, model))
+        except httpx.TimeoutException:
+            # a server that holds a request without answering holds the next shape's too:
+            # the start-up probe does not wait for each of them
+            return TokenizeProbe(None, tried, f"{url}: no answer in time; no more shapes tried")
         except httpx.HTTPError:
             continue
         if response.status_code != 200:

@@ -205,7 +205,10 @@ def test_a_stalling_endpoint_trips_the_breaker(reference_server) -> None:
     assert first.error is not None and first.error.startswith("read timeout")
     assert second.error is not None and second.error.startswith("read timeout")
     assert third.error is not None
-    assert third.error.startswith("not sent: the endpoint stalled on 2 requests in a row")
+    host = c.base_url.split("//", 1)[1].split("/", 1)[0]
+    assert third.error.startswith(
+        f"not sent: the endpoint at {host} stalled on 2 requests in a row"
+    )
     assert third.end_to_end < 0.01
 
 
@@ -268,3 +271,31 @@ def test_the_endpoint_configuration_keeps_the_key_out_of_its_repr() -> None:
     assert config.headers()["Authorization"] == "Bearer sk-config-secret"
     spec = config.spec("hi", tree_budget=16, max_tokens=8)
     assert "sk-config-secret" not in repr(spec)
+
+
+def test_a_model_list_that_never_comes_names_the_read_timeout(
+    loopback: Callable[[BaseServer], str],
+) -> None:
+    import threading
+
+    release = threading.Event()
+
+    class Hung(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            release.wait(10)  # took the request; never answers
+
+    url = loopback(http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hung))
+    host = url.split("//", 1)[1]
+    try:
+        timeout = Timeout(connect=5, read=0.5, total=10)
+        with DDTreeClient(f"{url}/v1", timeout=timeout) as c, pytest.raises(EndpointError) as info:
+            c.list_models()
+    finally:
+        release.set()
+    # the connection was taken: not the connect timeout's 5 s, the read timeout's 0.5 s
+    assert f"{host} accepted the connection but sent no byte in 0.5s (the read timeout)" in str(
+        info.value
+    )

@@ -87,3 +87,34 @@ def test_llamacpp_shape_is_found_at_start_up(llamacpp_tokenize: str) -> None:
         assert not [n for n in runtime.notes if "tokenize" in n]
     finally:
         runtime.close()
+
+
+def test_a_tokenize_that_never_answers_ends_the_probe_at_its_first_timeout(
+    loopback: Loopback,
+) -> None:
+    import threading
+
+    release = threading.Event()
+    posts: list[str] = []
+
+    def hang(path: str, body: dict[str, Any]) -> Any:
+        posts.append(path)
+        release.wait(10)  # holds the request: a server that took it and never answers
+        return None
+
+    url = _server(loopback, hang)
+    settings = resolve(
+        {"ddtree_endpoint": url, "ddtree_timeout": "connect=1,read=0.5,total=5"}, {}, {}
+    )
+    try:
+        runtime = start_runtime(settings)
+        try:
+            notes = "\n".join(runtime.notes)
+            # one shape waited for; the others would hang as long, each
+            assert posts == ["/tokenize"], posts
+            assert f"{url.removesuffix('/v1')}/tokenize: no answer in time" in notes, notes
+            assert "shapes tried: reference)" in notes, notes
+        finally:
+            runtime.close()
+    finally:
+        release.set()

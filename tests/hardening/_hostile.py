@@ -29,9 +29,10 @@ answers like a correct server; the others each break one thing a broken deployme
 ``die``                   answers, then the whole server stops listening (a dying server)
 ========================  ==================================================================
 
-Server-wide options: ``trickle_models`` (``GET /v1/models`` trickled one byte a second) and
+Server-wide options: ``trickle_models`` (``GET /v1/models`` trickled one byte a second),
 ``tokenize`` (``None``: 404; ``"ok"``: word counts; ``"flaky"``: the start-up probe
-succeeds, every later count answers HTTP 500).
+succeeds, every later count answers HTTP 500) and ``refuse_tools`` (an HTTP 400 with this
+JSON body to every request that offers ``tools``, as a deployment without tool calls).
 """
 
 from __future__ import annotations
@@ -187,6 +188,9 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw)
         except ValueError:
             self._send(400, b'{"error": {"message": "bad JSON"}}')
+            return
+        if self.server.refuse_tools is not None and body.get("tools"):
+            self._send(400, self.server.refuse_tools)  # a deployment without tool calls
             return
         mode = self.headers.get("X-Hostile-Mode") or body.get("hostile_mode") or self.server.mode
         with self.server.lock:
@@ -354,6 +358,7 @@ class HostileServer(ThreadingHTTPServer):
         trickle_for: float = 120.0,
         trickle_models: bool = False,
         tokenize: str | None = None,
+        refuse_tools: bytes | None = None,
     ) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.mode = mode
@@ -361,6 +366,7 @@ class HostileServer(ThreadingHTTPServer):
         self.trickle_for = trickle_for
         self.trickle_models = trickle_models
         self.tokenize = tokenize
+        self.refuse_tools = refuse_tools
         self.lock = threading.Lock()
         self.served = 0
         self.stale_closed = 0

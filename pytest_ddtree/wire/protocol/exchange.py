@@ -80,6 +80,11 @@ def classify_transport(
             ErrorKind.DEADLINE,
         )
     if isinstance(exc, httpx.ReadTimeout):
+        if not received:  # what a hung server does: it took the request, and nothing came
+            return (
+                f"read timeout: the connection was accepted but no byte came in {timeout.read:g}s",
+                ErrorKind.READ_TIMEOUT,
+            )
         return f"read timeout: no data for {timeout.read:g}s", ErrorKind.READ_TIMEOUT
     if isinstance(exc, httpx.ConnectTimeout):
         return f"connect timeout after {timeout.connect:g}s", ErrorKind.CONNECT_TIMEOUT

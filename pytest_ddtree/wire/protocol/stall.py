@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from pytest_ddtree.wire.completion import (
     STALL_KINDS,
     Completion,
@@ -30,15 +32,23 @@ class StallGuard:
     request would only repeat that. Once it has answered, failures are each a finding
     for their own test (an overloaded or flaky server), never a reason to stop. 0 (the
     default) leaves this rule off; the session's client turns it on.
+
+    ``stops_run`` (the session's client sets it) says that a trip on stalls ends the run
+    too (``stopped``): ``limit`` requests in a row with no complete answer and nothing
+    between them that answered, on the session's own endpoint, leave every later test
+    nothing to measure. The reason names the endpoint's host and what was observed.
     """
 
-    def __init__(self, limit: int = 2, dead_limit: int = 0) -> None:
+    def __init__(self, limit: int = 2, dead_limit: int = 0, *, stops_run: bool = False) -> None:
         self.limit = limit
         self.dead_limit = dead_limit
+        self.stops_run = stops_run
         self._stalls: list[str] = []
         self._cuts: list[str] = []
         self._reason: str | None = None
         self._runaway = False
+        self._stalled = False
+        self._where: str | None = None
         self._answered = False
         self._failures: list[str] = []
         self._dead = False
@@ -49,8 +59,10 @@ class StallGuard:
             return None
         if self._reason is None:
             if len(self._stalls) >= self.limit:
+                self._stalled = True
+                at = f" at {self._where}" if self._where else ""
                 self._reason = (
-                    f"the endpoint stalled on {len(self._stalls)} requests in a row "
+                    f"the endpoint{at} stalled on {len(self._stalls)} requests in a row "
                     f"({self._stalls[-1]})"
                 )
             elif self.dead_limit and not self._answered and len(self._failures) >= self.dead_limit:
@@ -96,16 +108,30 @@ class StallGuard:
         return self.tripped and self._dead
 
     @property
+    def stalled(self) -> bool:
+        """Whether the guard tripped on requests that got no complete answer in time."""
+        return self.tripped and self._stalled
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the run stops here: a dead endpoint, or (``stops_run``) a stalled one."""
+        return self.dead or (self.stops_run and self.stalled)
+
+    @property
     def runaway(self) -> bool:
         """Whether the guard tripped on answers cut at the byte cap."""
         return self.tripped and self._runaway
 
     def record(self, completion: Completion) -> None:
         """Count one answer (or its absence)."""
-        self.note(completion.error_kind, completion.error, completion.status_code)
+        where = urlsplit(completion.request.url).netloc or None
+        self.note(completion.error_kind, completion.error, completion.status_code, where=where)
 
-    def note(self, kind: ErrorKind | None, error: str | None, status: int) -> None:
-        """Count one answer from its kind, its error and its HTTP status."""
+    def note(
+        self, kind: ErrorKind | None, error: str | None, status: int, *, where: str | None = None
+    ) -> None:
+        """Count one answer from its kind, its error and its HTTP status (``where``: the
+        host the request went to, named when the stalls trip the guard)."""
         if self._reason is not None:  # tripped for good: what follows changes nothing
             return
         if not self._answered:
@@ -116,6 +142,7 @@ class StallGuard:
             # the client's own failure (not sent, its parser, its size cap) counts for neither
         if kind in STALL_KINDS:
             self._stalls.append(error or str(kind))
+            self._where = where
             self._cuts.clear()
         elif kind == ErrorKind.TOO_LARGE:
             self._cuts.append(error or str(kind))
