@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import pytest
 
@@ -188,6 +189,7 @@ class EnginePool:
     def __init__(self) -> None:
         self.servers: dict[str, engines.EngineProcess] = {}
         self.used: list[str] = []  # least recently used first
+        self._starters: ThreadPoolExecutor | None = None
 
     def _touch(self, name: str) -> None:
         if name in self.used:
@@ -223,11 +225,46 @@ class EnginePool:
     def close(self) -> None:
         for server in self.servers.values():
             server.stop()
+        if self._starters is not None:
+            self._starters.shutdown()
+
+    def warm(self, starts: Mapping[str, Callable[[], engines.EngineProcess]]) -> None:
+        """Start the servers of ``starts`` all at once, each in a thread, and wait for them:
+        a server spends most of its 40-200 s start waiting on its own process (loading
+        torch and the model), so three started together are ready in about the time of the
+        slowest instead of the sum. A server that fails to start here is left to ``get``,
+        which starts it again when a test needs it and fails that test with the reason."""
+        # the threads live as long as the pool: a server asks the kernel for SIGTERM when the
+        # thread that started it ends (PR_SET_PDEATHSIG follows the thread, not the process)
+        self._starters = ThreadPoolExecutor(max_workers=len(starts))
+        futures = {name: self._starters.submit(start) for name, start in starts.items()}
+        wait(futures.values())
+        for name, future in futures.items():
+            if future.exception() is None:
+                self.servers[name] = future.result()
+                self._touch(name)
+
+
+def _session_pooled(session: pytest.Session) -> list[str]:
+    """The pooled servers the session's selected tests use, in the order they first need them."""
+    names: list[str] = []
+    for item in session.items:
+        for name in getattr(item, "fixturenames", ()):
+            if name in POOLED and name not in names:
+                names.append(name)
+    return names
 
 
 @pytest.fixture(scope="session")
-def engine_pool() -> Iterator[EnginePool]:
+def engine_pool(request: pytest.FixtureRequest) -> Iterator[EnginePool]:
     pool = EnginePool()
+    # every server the run needs fits under the limit: start them together (the vLLM tier's
+    # three servers took 192 + 57 + 55 s one after another)
+    wanted = [
+        n for n in _session_pooled(request.session) if engine_missing(POOLED_ENGINE[n]) is None
+    ]
+    if 1 < len(wanted) <= live_limit():
+        pool.warm({name: POOLED[name] for name in wanted})
     try:
         yield pool
     finally:
@@ -295,6 +332,10 @@ POOLED: dict[str, Callable[[], engines.EngineProcess]] = {
         speculation="none", timeout=start_timeout(), extra_args=tool_args("hermes")
     ),
     "sglang_target": lambda: engines.start_sglang(timeout=start_timeout()),
+}
+# the engine of each pooled server
+POOLED_ENGINE = {
+    name: engine for engine, names in ENGINE_FIXTURES.items() for name in names if name in POOLED
 }
 
 

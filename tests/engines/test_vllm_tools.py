@@ -94,3 +94,35 @@ def test_a_json_schema_answer_validates(vllm_ngram: engines.EngineProcess, strea
             response_format=PERSON,
         )
     assert list(check(answer, min_tokens=1)) == []
+
+
+def test_a_deployment_without_a_tool_parser_skips_the_suites_tool_tests_in_one_line(
+    vllm_ngram_summary: engines.EngineProcess,
+    pytester: pytest.Pytester,
+    user_env_cleared: None,
+) -> None:
+    """vLLM started without ``--tool-call-parser`` (``vllm_ngram_summary``) refuses a named
+    ``tool_choice`` with HTTP 400; the bundled suite's tool tests skip, and the closing
+    summary says so once, naming the option that makes it a failure."""
+    result = pytester.runpytest_subprocess(
+        "--pyargs",
+        "pytest_ddtree.suite",
+        "-p",
+        "no:xdist",
+        "-k",
+        "tool-weather",
+        f"--ddtree-endpoint={vllm_ngram_summary.base_url}",
+        f"--ddtree-model={vllm_ngram_summary.model}",
+        "--ddtree-budget-mode=none",
+        "--ddtree-timeout=connect=10,read=300,total=600",
+        timeout=900,
+    )
+    output = result.stdout.str()
+    lines = [line for line in output.splitlines() if "not served by this deployment" in line]
+    assert len(lines) == 1, output[-4000:]
+    assert lines[0].startswith("tools: not served by this deployment (HTTP 400: "), lines[0]
+    assert "tool-call-parser" in lines[0], lines[0]
+    assert lines[0].endswith("--ddtree-require tools makes this a failure"), lines[0]
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("skipped", 0) >= 1 and "failed" not in outcomes, output[-4000:]
+    print(lines[0])  # the line the docs quote (-s shows it)
