@@ -19,6 +19,7 @@ import pytest
 
 from pytest_ddtree.core.budget import budget_order, group_order
 from pytest_ddtree.core.dialects import AUTO, asks_statistics
+from pytest_ddtree.core.options import key_note
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.pytest_plugin.runtime import Runtime
 from pytest_ddtree.pytest_plugin.session import DDTreeSession
@@ -42,14 +43,15 @@ def header_lines(session: DDTreeSession) -> list[str]:
         if settings.reference_faults:
             where += f", faults: {','.join(settings.reference_faults)}"
     else:
-        where = settings.endpoint
+        where = f"{settings.endpoint} (from {settings.source_of('endpoint')})"
     budgets = (
         f"{budget_label(None)} (budget-mode none)"
         if settings.budget_mode == "none"
         else ",".join(map(str, settings.budgets)) + f" via {settings.budget_mode}"
     )
     lines = [
-        f"ddtree: endpoint {where}; model {settings.model or 'first listed'}; "
+        f"ddtree: endpoint {where}; {key_note(settings)}; "
+        f"model {settings.model or 'first listed'}; "
         f"dialect {settings.dialect}; budgets {budgets}; tokenizer {settings.tokenizer}"
     ]
     if settings.temperatures != (0.0,):

@@ -230,7 +230,8 @@ class DDTreeClient:
         if resp.status_code in (401, 403):
             raise EndpointError(
                 f"{url}: HTTP {resp.status_code} unauthorized; give a valid key with "
-                "--ddtree-api-key or DDTREE_API_KEY / OPENAI_API_KEY"
+                "--ddtree-api-key or DDTREE_API_KEY (OPENAI_API_KEY is sent only to an "
+                "endpoint from OPENAI_BASE_URL)"
             )
         if resp.status_code >= 400:
             raise EndpointError(

@@ -30,8 +30,8 @@ def test_header_parametrisation_and_fixtures(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
         [
-            "ddtree: endpoint embedded reference server (started on first use); model first listed;"
-            " dialect auto; budgets 16,64 via field; tokenizer auto",
+            "ddtree: endpoint embedded reference server (started on first use); no api key; "
+            "model first listed; dialect auto; budgets 16,64 via field; tokenizer auto",
             "ddtree: serving http://127.0.0.1:*/v1 model ddtree-reference;"
             " tokenizer tokenizer.json*",
             "*test_budget?tree_budget=16? PASSED*",
