@@ -650,7 +650,7 @@ def _cards(run: SweepRun, summary: SweepSummary) -> str:
     if rec.budget_ignored:
         big, sub = "—", "the server does not use the tree budget (budget-ignored)"
     elif rec.decode_median is None:
-        big, sub = "—", "no valid timings"
+        big, sub = "—", "no valid timings" if run.samples else "nothing was timed"
     elif rec.either:
         # no single winner, but the answer is known: the budgets that cannot be told apart
         big = escape(" or ".join(budget_label(b) for b in sorted(rec.either, key=budget_order)))
@@ -668,7 +668,9 @@ def _cards(run: SweepRun, summary: SweepSummary) -> str:
     n_valid = sum(s.valid for s in run.samples)
     bad_budgets = [st for st in summary.budgets if not st.all_valid]
     valid_sub = (
-        "every timed request passed the invariants"
+        "nothing was timed"
+        if not total
+        else "every timed request passed the invariants"
         if not bad_budgets
         else "invalid at tree_budget " + ", ".join(budget_label(b.tree_budget) for b in bad_budgets)
     )

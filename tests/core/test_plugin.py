@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -493,6 +496,69 @@ def test_a_dead_endpoint_stops_the_run_after_three_failures(
         ]
     )
     assert out.count("[http-error]") == 3, out
+
+
+def _report_of(directory: Path) -> tuple[dict[str, Any], str]:
+    doc = json.loads((directory / "sweep.json").read_text(encoding="utf-8"))
+    return doc, (directory / "sweep.html").read_text(encoding="utf-8")
+
+
+def test_a_run_that_timed_nothing_still_writes_its_report_saying_why(
+    pytester: pytest.Pytester, loopback: Callable[[ThreadingHTTPServer], str]
+) -> None:
+    url = loopback(ThreadingHTTPServer(("127.0.0.1", 0), _BadGateway))
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("i", range(4))
+        def test_a(ddtree_client, ddtree_check, i):
+            ddtree_check(ddtree_client.chat("Hello?", max_tokens=8))
+
+        def test_timed(ddtree_benchmark, tree_budget):
+            ddtree_benchmark("Hello?", max_tokens=8)
+        """
+    )
+    result = pytester.runpytest(
+        f"--ddtree-endpoint={url}/v1",
+        "--ddtree-budgets=16",
+        "--ddtree-report=out",
+        "-p",
+        "no:randomly",
+    )
+    result.assert_outcomes(failed=3, skipped=2)
+    out = pytester.path / "out"
+    result.stdout.fnmatch_lines(
+        [
+            "ddtree: sweep report written (nothing was timed: it says why): out/sweep.json, "
+            "out/sweep.html"
+        ]
+    )
+    doc, html = _report_of(out)
+    why = "the run stopped early, the endpoint is down: the endpoint answered none of its first 3"
+    assert doc["samples"] == []
+    assert doc["metadata"]["notes"][0].startswith(f"Nothing was timed: {why}"), doc
+    assert doc["recommendation"]["message"].startswith(
+        f"No recommendation: nothing was timed ({why}"
+    )
+    assert f"Nothing was timed: {why}" in html and "nothing was timed</div>" in html
+    assert "every timed request passed the invariants" not in html
+
+
+def test_a_run_whose_endpoint_cannot_be_reached_writes_its_report_saying_why(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile("def test_a(ddtree_client):\n    pass\n")
+    result = pytester.runpytest(
+        "--ddtree-endpoint=http://127.0.0.1:9/v1", "--ddtree-report=out", "-p", "no:randomly"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    doc, html = _report_of(pytester.path / "out")
+    note = doc["metadata"]["notes"][0]
+    assert note.startswith("Nothing was timed: the run stopped before any test: "), note
+    assert "http://127.0.0.1:9/v1/models: cannot connect" in note
+    assert doc["metadata"]["endpoint"] == "http://127.0.0.1:9/v1"
+    assert "cannot connect" in html
 
 
 def test_a_server_that_has_answered_is_never_stopped_as_dead() -> None:
