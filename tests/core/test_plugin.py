@@ -621,3 +621,20 @@ def test_the_load_answer_joins_the_schedule_to_the_sweep() -> None:
         "under load (t::load): all C: 64, one of the sweep's tree_budget=64 or 128 at every "
         "load point."
     )
+
+
+def test_no_empty_benchmark_storage_is_left_in_the_users_directory(
+    pytester: pytest.Pytester,
+) -> None:
+    # pytest-benchmark makes ./.benchmarks when it starts, whether it saves or not
+    pytester.makepyfile("def test_a(benchmark):\n    benchmark.pedantic(lambda: None, rounds=1)\n")
+    pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=1)
+    assert not (pytester.path / ".benchmarks").exists()
+    # a run that saved keeps what it saved
+    pytester.runpytest("-p", "no:randomly", "--benchmark-autosave").assert_outcomes(passed=1)
+    assert list((pytester.path / ".benchmarks").rglob("*.json"))
+    # a directory that was there before the run is the user's: left as it was
+    other = pytester.path / "mine"
+    other.mkdir()
+    pytester.runpytest("-p", "no:randomly", "--benchmark-storage=mine").assert_outcomes(passed=1)
+    assert other.is_dir()
