@@ -1,0 +1,46 @@
+"""The run's answer carries every warning that qualifies it, restated short under it."""
+
+from __future__ import annotations
+
+import pytest
+
+TIMED = """
+def test_timed(ddtree_benchmark, tree_budget):
+    ddtree_benchmark("Write a detailed essay about rivers.", max_tokens=32)
+"""
+
+
+def test_the_answer_restates_the_warnings_that_qualify_it(pytester: pytest.Pytester) -> None:
+    # the vllm dialect reads none of the reference server's statistics: no speculative
+    # statistics came back, as from a server with speculation off
+    pytester.makepyfile(test_timed=TIMED)
+    result = pytester.runpytest(
+        "--ddtree-dialect=vllm",
+        "--ddtree-budget-mode=none",
+        "--ddtree-reference-latency=off",
+        "-p",
+        "no:randomly",
+    )
+    result.assert_outcomes(passed=1)
+    lines = result.stdout.str().splitlines()
+    start = next(i for i, ln in enumerate(lines) if "pytest-ddtree: the answer" in ln)
+    answer = lines[start + 1 : start + 4]
+    assert answer[0].startswith("Recommended tree_budget=server-default"), lines[start:]
+    assert answer[1:] == [
+        "caveat: no speculative statistics came back: is speculation on?",
+        "caveat: --ddtree-dialect vllm found no statistics",
+    ], lines[start:]
+    # each is said whole above, where it was found
+    above = "\n".join(lines[:start])
+    assert "WARNING: no speculative statistics came back: is speculation on? 3 answer(s)" in above
+    assert "ddtree: WARNING: --ddtree-dialect vllm (from option --ddtree-dialect)" in above
+
+
+def test_a_clean_run_has_no_caveat(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_timed=TIMED)
+    result = pytester.runpytest(
+        "--ddtree-budgets=16", "--ddtree-reference-latency=off", "-p", "no:randomly"
+    )
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert "pytest-ddtree: the answer" in out and "caveat:" not in out, out
