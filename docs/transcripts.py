@@ -622,7 +622,9 @@ VOLATILE = [
 #: lines shown that a run prints or not depending on the machine's load (a steady server's
 #: ``no drift`` reads ``DRIFT`` when the machine got busier during the sweep)
 VOLATILE_LINES = re.compile(
-    r"^\s*(UNRELIABLE points:|schedule:|best at C=|under load \(|no drift: )"
+    r"^\s*(UNRELIABLE points:|schedule:|best at C=|under load \(|no drift: "
+    # the answer's caveats of the machine's load: a stalled client, a busier machine
+    r"|caveat: the speed claim of |caveat: DRIFT )"
 )
 #: the environment a run was made in: the reader's differs
 ENVIRONMENT = re.compile(r"^(platform |plugins: |benchmark: |rootdir: |cachedir: )")

@@ -465,7 +465,7 @@ def answer_lines(session: DDTreeSession) -> list[str]:
 
 
 def caveat_lines(session: DDTreeSession) -> list[str]:
-    """Every warning of the run that qualifies its answer, restated short under it (each is
+    """Every warning of the run that qualifies its answer, restated short after it (each is
     said whole above, where it was found): an answer is never read without them."""
     from pytest_ddtree.measure.load.metrics import speculation_warnings as load_warnings
     from pytest_ddtree.measure.sweep.statistics import speculation_warnings
@@ -497,7 +497,9 @@ def caveat_lines(session: DDTreeSession) -> list[str]:
             found.append(f"shared server: another client used it at tree_budget {where}")
         if _dialect_found_nothing(runtime):
             found.append(f"--ddtree-dialect {settings.dialect} found no statistics")
-        found.extend(line.removeprefix("ddtree: ") for line in _guard.transport_lines(runtime))
+        found.extend(
+            line.removeprefix("ddtree: ") for line in _guard.transport_lines(runtime, benign=False)
+        )
     return [f"caveat: {c}" for c in dict.fromkeys(found)]
 
 

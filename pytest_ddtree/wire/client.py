@@ -427,10 +427,12 @@ class DDTreeClient:
             return counter
         return WatchedCounter(counter, self)
 
-    def transport_notes(self) -> list[str]:
-        """One line per kind of retry, rate limit or counter failure seen (empty when none)."""
+    def transport_notes(self, *, benign: bool = True) -> list[str]:
+        """One line per kind of retry, rate limit or counter failure seen (empty when none);
+        ``benign=False`` leaves out what qualifies no result (a request sent again on a fresh
+        connection: the client's own doing, never a verdict)."""
         notes: list[str] = []
-        if self.reuse_retries:
+        if self.reuse_retries and benign:
             notes.append(
                 f"{self.reuse_retries} request(s) sent again on a fresh connection after a "
                 "reused keep-alive connection closed before any response byte"

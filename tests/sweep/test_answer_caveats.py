@@ -44,3 +44,19 @@ def test_a_clean_run_has_no_caveat(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(passed=1)
     out = result.stdout.str()
     assert "pytest-ddtree: the answer" in out and "caveat:" not in out, out
+
+
+def test_a_request_sent_again_on_a_fresh_connection_is_no_caveat() -> None:
+    from pytest_ddtree.wire.client import DDTreeClient
+
+    # llama.cpp closes idle keep-alive connections: the client's own retry qualifies nothing
+    client = DDTreeClient("http://127.0.0.1:9/v1")
+    try:
+        client.reuse_retries, client.counter_failures = 11, 2
+        client.counter_error = "boom"
+        notes = client.transport_notes()
+        assert len(notes) == 2 and "sent again on a fresh connection" in notes[0], notes
+        (kept,) = client.transport_notes(benign=False)
+        assert kept.startswith("the token counter failed 2 time(s)"), kept
+    finally:
+        client.close()
