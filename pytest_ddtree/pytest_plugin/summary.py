@@ -498,17 +498,27 @@ def caveat_lines(session: DDTreeSession) -> list[str]:
         if _dialect_found_nothing(runtime):
             found.append(f"--ddtree-dialect {settings.dialect} found no statistics")
         found.extend(
-            line.removeprefix("ddtree: ") for line in _guard.transport_lines(runtime, benign=False)
+            _short(line.removeprefix("ddtree: "))
+            for line in _guard.transport_lines(runtime, benign=False)
         )
     return [f"caveat: {c}" for c in dict.fromkeys(found)]
 
 
 def _short(warning: str) -> str:
-    """A warning's opening: ``no speculative statistics came back: is speculation on?``,
-    ``speculation never drafted at every budget 64`` (the counts are in the whole line)."""
+    """A warning's opening, up to its first colon outside brackets: ``no speculative
+    statistics came back: is speculation on?``, ``speculation never drafted at every budget
+    64``, ``the speed claim of 1 request(s) was not judged (withheld, not passed)`` (the
+    counts and the evidence are in the whole line, above)."""
     from pytest_ddtree.measure.sweep.statistics import NO_SPEC_STATS
 
-    return NO_SPEC_STATS if warning.startswith(NO_SPEC_STATS) else warning.split(":", 1)[0]
+    if warning.startswith(NO_SPEC_STATS):
+        return NO_SPEC_STATS
+    depth = 0
+    for i, char in enumerate(warning):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == ":" and depth == 0:
+            return warning[:i]
+    return warning
 
 
 def load_answer(nodeid: str, schedule: Schedule, sweep: str | None) -> str:

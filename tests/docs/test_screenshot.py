@@ -54,9 +54,7 @@ def test_the_screenshot_shows_the_current_report_format() -> None:
 
 def test_the_screenshot_is_of_the_run_the_readme_transcript_shows() -> None:
     (block,) = [
-        b
-        for b in transcripts.blocks([ROOT / "README.md"])
-        if b.name == "suite-sweep-and-answer"
+        b for b in transcripts.blocks([ROOT / "README.md"]) if b.name == "suite-sweep-and-answer"
     ]
     recommendation = _record()["recommendation"]
     assert recommendation and recommendation in block.lines, (

@@ -60,3 +60,20 @@ def test_a_request_sent_again_on_a_fresh_connection_is_no_caveat() -> None:
         assert kept.startswith("the token counter failed 2 time(s)"), kept
     finally:
         client.close()
+
+
+def test_a_caveat_is_the_warnings_opening_never_cut_inside_brackets() -> None:
+    from pytest_ddtree.pytest_plugin.summary import _short
+
+    assert _short(
+        "the speed claim of 1 request(s) was not judged (withheld, not passed): the client "
+        "itself stalled during the decode (worst: client stalled 0.08 s of a 0.11 s decode)"
+    ) == ("the speed claim of 1 request(s) was not judged (withheld, not passed)")
+    counter = (
+        "the token counter failed 2 time(s) (first: boom); the usage and length checks that "
+        "needed those counts did not run"
+    )
+    assert _short(counter) == counter
+    assert _short(
+        "speculation never drafted at every budget 64: 0 draft tokens in 9 request(s)"
+    ) == ("speculation never drafted at every budget 64")
