@@ -45,6 +45,27 @@ GAP = "..."
 
 
 @dataclass(frozen=True)
+class Screenshot:
+    """A page a scenario's run wrote (``page``, relative to its directory), drawn by headless
+    Chromium in a ``window`` (width, height) into ``image``, a PNG of the docs.
+
+    A PNG cannot be compared with a new run byte for byte, so beside it ``record`` (the image
+    with ``.json``) says what it shows (:func:`page_record`): the page's stylesheet (its
+    hash), the per-budget table's columns and the recommendation, with the PNG's own hash.
+    ``tests/docs/test_screenshot.py`` checks them against the current report and against the
+    transcript of the same run; ``python docs/generate.py --only NAME`` draws both again.
+    """
+
+    page: str
+    image: Path
+    window: tuple[int, int] = (1280, 1330)
+
+    @property
+    def record(self) -> Path:
+        return self.image.with_suffix(".json")
+
+
+@dataclass(frozen=True)
 class Scenario:
     """A command a reader runs, run for real.
 
@@ -64,7 +85,8 @@ class Scenario:
     (``--only``) and no test checks it for drift.
     ``setup`` are commands run first, in order, in the same directory and after the server
     started (two runs whose results the shown command compares); their output is not shown,
-    and one that fails stops the scenario.
+    and one that fails stops the scenario. ``screenshot``: a page the run writes, kept as the
+    ``page`` stream (unmasked) and drawn into an image of the docs by ``write``.
     """
 
     name: str
@@ -83,6 +105,8 @@ class Scenario:
     #: makes anyway (no run of its own in tests/docs)
     checked_by: str | None = None
     setup: tuple[str, ...] = ()
+    #: a page the run writes, drawn into an image of the docs (its ``page`` stream)
+    screenshot: Screenshot | None = None
 
 
 @dataclass(frozen=True)
@@ -264,7 +288,11 @@ FIRST_RUN = (
 SCENARIOS = {
     s.name: s
     for s in [
-        Scenario("suite", SUITE),
+        Scenario(
+            "suite",
+            f"{SUITE} --ddtree-report ddtree-report",
+            screenshot=Screenshot("ddtree-report/sweep.html", DOCS / "img" / "sweep-report.png"),
+        ),
         Scenario("early-eos", f"{SUITE} -x --ddtree-reference-fault early-eos"),
         Scenario("role-leak", f"{SUITE} -x --ddtree-reference-fault role-leak"),
         Scenario("overrun", f"{SUITE} -x --ddtree-reference-fault overrun"),
@@ -352,7 +380,7 @@ EXCERPTS = {
             # machine answers in time under load differs run to run
             Piece(_SWEEP, stop=_RECOMMENDED),
             Piece(r"^ddtree: statistics dialect detected", count=1),
-            Piece(_ANSWER, count=4),
+            Piece(_ANSWER, until=r"^=+ short test summary info =+$"),
             Piece(last=1),
         ),
         prompt=False,
@@ -513,7 +541,11 @@ def run(scenario: Scenario) -> dict[str, list[str]]:
             "server": "\n".join(server_lines),
             "baseline": "\n".join(baseline_lines),
         }
-        return {k: mask(v, workdir).splitlines() for k, v in streams.items()}
+        out = {k: mask(v, workdir).splitlines() for k, v in streams.items()}
+        if scenario.screenshot is not None:  # as written: a page is no text to mask
+            page = workdir / scenario.screenshot.page
+            out["page"] = page.read_text(encoding="utf-8").splitlines() if page.exists() else []
+        return out
 
 
 # -- the blocks in the pages --------------------------------------------------------------
@@ -589,6 +621,12 @@ def write(
         RUNS.mkdir(exist_ok=True)
         saved.write_text(json.dumps(outputs[name], indent=1), encoding="utf-8")
     changed = []
+    for name, output in outputs.items():
+        shot = SCENARIOS[name].screenshot
+        if shot is not None:
+            draw(shot, "\n".join(output.get("page", [])))
+            log(f"screenshot drawn: {shot.image.relative_to(ROOT)}")
+            changed.append(shot.image.name)
     for page in pages:
         text = page.read_text(encoding="utf-8")
         out, pos = [], 0
@@ -607,6 +645,75 @@ def write(
     return changed
 
 
+# -- screenshots --------------------------------------------------------------------------
+
+
+def chromium() -> str | None:
+    """Headless Chromium, where installed (Debian: ``apt-get install chromium``)."""
+    import shutil
+
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def page_record(html: str) -> dict[str, object]:
+    """What a report page shows that a drawing of it must keep: its stylesheet's hash, the
+    per-budget table's columns and the recommendation (no figure a run changes but that)."""
+    import hashlib
+    from html import unescape
+
+    style = re.search(r"<style>(.*?)</style>", html, re.DOTALL)
+    head = re.search(r'<table class="stats"><thead>(.*?)</thead>', html, re.DOTALL)
+    columns = re.findall(r"<th>(.*?)</th>", head.group(1)) if head else []
+    rec = re.search(r'<p class="rec-msg">(.*?)</p>', html, re.DOTALL)
+    return {
+        "stylesheet_sha256": hashlib.sha256(style.group(1).encode()).hexdigest() if style else "",
+        "columns": [" ".join(unescape(re.sub(r"<[^>]+>", " ", c)).split()) for c in columns],
+        "recommendation": unescape(rec.group(1)) if rec else "",
+    }
+
+
+def draw(shot: Screenshot, html: str) -> None:
+    """Draw ``html`` (a page a run wrote) into ``shot.image`` with headless Chromium, and
+    write its record beside it."""
+    import hashlib
+
+    browser = chromium()
+    if browser is None:
+        raise RuntimeError("headless Chromium draws the screenshots: apt-get install chromium")
+    if not html.strip():
+        raise RuntimeError(f"the run wrote no {shot.page} to draw")
+    with tempfile.TemporaryDirectory(prefix="ddtree-docs-shot-") as tmp:
+        page = Path(tmp) / "page.html"
+        page.write_text(html, encoding="utf-8")
+        png = Path(tmp) / "page.png"
+        width, height = shot.window
+        subprocess.run(
+            [
+                browser,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                "--force-device-scale-factor=1",
+                f"--window-size={width},{height}",
+                f"--screenshot={png}",
+                page.as_uri(),
+            ],
+            capture_output=True,
+            timeout=120,
+            check=True,
+        )
+        shot.image.write_bytes(png.read_bytes())
+    record = {
+        "drawn_by": f"{REGENERATE} --only "
+        + next(name for name, s in SCENARIOS.items() if s.screenshot == shot),
+        "window": list(shot.window),
+        **page_record(html),
+        "png_sha256": hashlib.sha256(shot.image.read_bytes()).hexdigest(),
+    }
+    shot.record.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
 # -- drift --------------------------------------------------------------------------------
 
 #: notes that depend on how loaded the machine is, removed from both sides before comparing
@@ -622,7 +729,9 @@ VOLATILE = [
 #: lines shown that a run prints or not depending on the machine's load (a steady server's
 #: ``no drift`` reads ``DRIFT`` when the machine got busier during the sweep)
 VOLATILE_LINES = re.compile(
-    r"^\s*(UNRELIABLE points:|schedule:|best at C=|under load \(|no drift: )"
+    r"^\s*(UNRELIABLE points:|schedule:|best at C=|under load \(|no drift: "
+    # the answer's caveats of the machine's load: a stalled client, a busier machine
+    r"|caveat: the speed claim of |caveat: DRIFT )"
 )
 #: the environment a run was made in: the reader's differs
 ENVIRONMENT = re.compile(r"^(platform |plugins: |benchmark: |rootdir: |cachedir: )")

@@ -106,7 +106,8 @@ OPTIONS: tuple[OptionDef, ...] = (
     ),
     OptionDef(
         "api-key",
-        "API key sent as a Bearer token; never printed or stored in any report.",
+        "API key sent as a Bearer token; never printed or stored in any report. "
+        "OPENAI_API_KEY is sent only to an endpoint from OPENAI_BASE_URL.",
         metavar="KEY",
         env=("DDTREE_API_KEY", "OPENAI_API_KEY"),
         secret=True,
@@ -558,6 +559,37 @@ def stats_map_means_custom_dialect(values: dict[str, Any], sources: dict[str, st
             )
 
 
+#: the OpenAI client's own pair of variables: its key is meant for its URL's server only
+OPENAI_KEY = "environment variable OPENAI_API_KEY"
+OPENAI_URL = "environment variable OPENAI_BASE_URL"
+#: the source of a key that was set but is not sent (``api_key`` None)
+KEY_WITHHELD = f"{OPENAI_KEY}, not sent: it goes only to an endpoint from OPENAI_BASE_URL"
+
+
+def openai_key_only_with_openai_url(values: dict[str, Any], sources: dict[str, str]) -> None:
+    """``OPENAI_API_KEY`` is sent only to the endpoint ``OPENAI_BASE_URL`` names.
+
+    A developer's real key is in ``OPENAI_API_KEY`` for the OpenAI client; it must not reach
+    the embedded server, or a test server given by option, ini key or ``DDTREE_ENDPOINT``.
+    Such a server's key is ``--ddtree-api-key`` or ``DDTREE_API_KEY``."""
+    if sources.get("api_key") == OPENAI_KEY and sources.get("endpoint") != OPENAI_URL:
+        values.pop("api_key", None)
+        sources["api_key"] = KEY_WITHHELD
+
+
+def key_note(settings: Settings) -> str:
+    """Whether a key is sent, and where it came from (never the key), for the header."""
+    source = settings.source_of("api_key")
+    if settings.api_key:
+        return f"api key sent (from {source})"
+    if source == KEY_WITHHELD:
+        return (
+            "no api key (OPENAI_API_KEY is sent only to an endpoint from OPENAI_BASE_URL; "
+            "give --ddtree-api-key or DDTREE_API_KEY)"
+        )
+    return "no api key"
+
+
 def embedded_server_only(attr: str, why: str) -> Rule:
     """A rule: option ``attr`` applies to the embedded server only, so not with an endpoint."""
 
@@ -586,6 +618,7 @@ def sweep_requests_can_judge(values: dict[str, Any], sources: dict[str, str]) ->
 
 
 CROSS_FIELD_RULES: tuple[Rule, ...] = (
+    openai_key_only_with_openai_url,
     budget_mode_follows_endpoints,
     budgets_follow_budget_mode,
     custom_dialect_needs_stats_map,

@@ -79,13 +79,14 @@ def _clients(runtime: Any) -> list[tuple[str, Any]]:
     return [(label, c) for label, c in out if c is not None]
 
 
-def transport_lines(runtime: Any) -> list[str]:
-    """One summary line per retry kind, 429 count or counter failure (none when clean)."""
+def transport_lines(runtime: Any, *, benign: bool = True) -> list[str]:
+    """One summary line per retry kind, 429 count or counter failure (none when clean);
+    ``benign=False``: only those that qualify the run's results."""
     lines: list[str] = []
     for label, client in _clients(runtime):
-        notes: Callable[[], list[str]] | None = getattr(client, "transport_notes", None)
+        notes: Callable[..., list[str]] | None = getattr(client, "transport_notes", None)
         if notes is not None:
-            lines.extend(f"ddtree: {label}{note}" for note in notes())
+            lines.extend(f"ddtree: {label}{note}" for note in notes(benign=benign))
     return lines
 
 

@@ -44,9 +44,45 @@ def mark_interrupted(metadata: RunMetadata | None) -> RunMetadata:
     return meta
 
 
-def no_report_line(directory: str) -> str:
-    """Why no report was written although tests ran."""
-    return f"ddtree: no sweep report in {directory}: no timed request counted in this run"
+def untimed_reason(
+    *,
+    start_error: str | None,
+    interrupted: bool,
+    runtime: Runtime | None,
+    smoke_failure: str | None,
+) -> str:
+    """Why a run timed nothing, for the report it still writes (the first cause that holds)."""
+    if start_error is not None:
+        return f"the run stopped before any test: {start_error}"
+    if runtime is not None and runtime.client.guard.dead:
+        return f"the run stopped early, the endpoint is down: {runtime.client.guard.reason}"
+    if interrupted:
+        return "the run was interrupted before any request was timed"
+    if smoke_failure is not None:
+        return f"the benchmarks were skipped: {smoke_failure}"
+    if runtime is None:
+        return "no test talked to the endpoint"
+    return (
+        "no test reached its timed requests (no ddtree_benchmark, ddtree_sweep or ddtree_load "
+        "test ran, or each was skipped or failed before timing)"
+    )
+
+
+def untimed_run(
+    run: SweepRun, settings: Settings, why: str
+) -> tuple[SweepRun, dict[float, SweepSummary]]:
+    """A run that timed nothing, as its report says it: the reason first among the notes and
+    in the recommendation, the endpoint from the settings when no test described it."""
+    from pytest_ddtree.measure.sweep.temperature import only_summary
+
+    meta = replace(run.metadata, notes=[f"Nothing was timed: {why}.", *run.metadata.notes])
+    if meta.endpoint is None:
+        endpoint = settings.endpoint
+        meta.endpoint = redact_endpoint(endpoint) if endpoint else "embedded reference server"
+    empty = only_summary({}, seed=run.seed)
+    message = f"No recommendation: nothing was timed ({why})."
+    summaries = {0.0: replace(empty, recommendation=replace(empty.recommendation, message=message))}
+    return replace(run, metadata=meta), summaries
 
 
 def describe(runtime: Runtime, *, workers: int | None) -> RunMetadata:
@@ -245,5 +281,11 @@ def write(
             f"ddtree: could not write the report to {directory} (a bug in pytest-ddtree, "
             f"please report it): {type(exc).__name__}: {exc}"
         )
-    with_load = " (with the load results)" if load_results else ""
-    return f"ddtree: sweep report written{with_load}: {paths.json}, {paths.html}"
+    what = (
+        " (with the load results)"
+        if load_results
+        else ""
+        if run.samples
+        else " (nothing was timed: it says why)"
+    )
+    return f"ddtree: sweep report written{what}: {paths.json}, {paths.html}"

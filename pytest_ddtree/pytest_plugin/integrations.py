@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Generator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pluggy
@@ -40,6 +41,20 @@ class BenchmarkIntegration:
 
     def __init__(self, session: DDTreeSession) -> None:
         self.session = session
+        # pytest-benchmark makes its storage directory when it starts (its configure runs
+        # after this one), saved into or not: a run that saved nothing leaves it empty
+        storage = _file_storage(session.config)
+        self.made_storage = storage if storage is not None and not storage.exists() else None
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """Remove the storage directory pytest-benchmark made for this run, if nothing was
+        saved in it (an empty ``.benchmarks/`` left in the user's directory)."""
+        made = self.made_storage
+        if made is None:
+            return
+        for directory in (*sorted(made.glob("*"), reverse=True), made):
+            with contextlib.suppress(OSError):  # not empty (or gone): it stays as it is
+                directory.rmdir()
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(
@@ -207,6 +222,17 @@ class XdistIntegration:
         doc = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT_KEY)
         if isinstance(doc, Mapping):
             self.session.merge_worker(doc)
+
+
+def _file_storage(config: pytest.Config) -> Path | None:
+    """pytest-benchmark's ``--benchmark-storage`` directory (``file://./.benchmarks`` by
+    default, relative to the working directory), None for another kind of storage."""
+    storage = str(config.getoption("benchmark_storage", None) or "")
+    if "://" not in storage:
+        storage = "file://" + storage
+    if not storage.startswith("file://") or storage == "file://":
+        return None
+    return Path(storage[len("file://") :]).resolve()
 
 
 def register(config: pytest.Config, session: DDTreeSession) -> None:

@@ -154,6 +154,8 @@ class DDTreeSession:
         self.metadata: RunMetadata | None = None
         self.smoked: dict[str, list[Violation]] = {}
         self.smoke_failure: str | None = None
+        #: why the runtime did not start (the run then stops before any test)
+        self.start_error: str | None = None
         self.interrupted = False
         #: one summary per temperature, lowest first (empty when no sample counted; the
         #: run at temperature 0 alone has ``summaries[0.0]``)
@@ -211,6 +213,7 @@ class DDTreeSession:
         try:
             return ensure_runtime(self.config)
         except EndpointError as exc:
+            self.start_error = str(exc)
             raise pytest.UsageError(f"ddtree: {exc}") from None
 
     def settings_for(self, node: pytest.Item) -> Settings:
@@ -363,14 +366,21 @@ class DDTreeSession:
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
             self._report_sweep_failure(self.budget_ignored)
-        if report and (self.summaries or self.load_results):
+        if report and not self.config.option.collectonly:
             tests = {"passed": len(self.outcomes.kept), "failed": len(self.outcomes.failed)}
             run = analysis.sweep_run(
                 self.samples, self.metadata, seed, outcome, self.diagnoses, tests
             )
-            self.report_lines.append(analysis.write(run, report, self.summaries, self.load_results))
-        elif report and self.outcomes.passed | self.outcomes.failed:
-            self.report_lines.append(analysis.no_report_line(report))
+            summaries: Mapping[float, SweepSummary] = self.summaries
+            if not (self.summaries or self.load_results):  # the artefact says why, still
+                why = analysis.untimed_reason(
+                    start_error=self.start_error,
+                    interrupted=self.interrupted,
+                    runtime=runtime,
+                    smoke_failure=self.smoke_failure,
+                )
+                run, summaries = analysis.untimed_run(run, self.settings, why)
+            self.report_lines.append(analysis.write(run, report, summaries, self.load_results))
 
     def merge_worker(self, doc: Mapping[str, Any]) -> None:
         """Controller side: add the records of one worker (its ``WorkerPayload`` JSON)."""

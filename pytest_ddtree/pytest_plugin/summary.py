@@ -19,6 +19,7 @@ import pytest
 
 from pytest_ddtree.core.budget import budget_order, group_order
 from pytest_ddtree.core.dialects import AUTO, asks_statistics
+from pytest_ddtree.core.options import key_note
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.pytest_plugin.runtime import Runtime
 from pytest_ddtree.pytest_plugin.session import DDTreeSession
@@ -42,14 +43,15 @@ def header_lines(session: DDTreeSession) -> list[str]:
         if settings.reference_faults:
             where += f", faults: {','.join(settings.reference_faults)}"
     else:
-        where = settings.endpoint
+        where = f"{settings.endpoint} (from {settings.source_of('endpoint')})"
     budgets = (
         f"{budget_label(None)} (budget-mode none)"
         if settings.budget_mode == "none"
         else ",".join(map(str, settings.budgets)) + f" via {settings.budget_mode}"
     )
     lines = [
-        f"ddtree: endpoint {where}; model {settings.model or 'first listed'}; "
+        f"ddtree: endpoint {where}; {key_note(settings)}; "
+        f"model {settings.model or 'first listed'}; "
         f"dialect {settings.dialect}; budgets {budgets}; tokenizer {settings.tokenizer}"
     ]
     if settings.temperatures != (0.0,):
@@ -156,7 +158,7 @@ def _write_ddtree(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
         # nothing detected is not the 'none' choice (statistics configured off)
         found = client.detected_dialect or "no dialect (no speculation statistics seen)"
         tr.write_line(f"ddtree: statistics dialect detected: {found}")
-    elif asks_statistics(settings.dialect) and not client.stats_seen:
+    elif _dialect_found_nothing(runtime):
         tr.write_line(
             f"ddtree: WARNING: --ddtree-dialect {settings.dialect} (from "
             f"{settings.source_of('dialect')}) found no statistics in "
@@ -170,6 +172,17 @@ def _write_ddtree(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     if note is not None:  # once a run: what this engine's statistics do not promise
         tr.write_line(f"ddtree: statistics checks: {note}")
     _write_transport(tr, runtime)
+
+
+def _dialect_found_nothing(runtime: Runtime) -> bool:
+    """A dialect given by name that asks for statistics found none in any answer."""
+    dialect, client = runtime.settings.dialect, runtime.client
+    return (
+        dialect != AUTO
+        and asks_statistics(dialect)
+        and bool(client.requests_sent)
+        and not client.stats_seen
+    )
 
 
 def _write_benchmark_lead(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
@@ -421,7 +434,7 @@ def write_answer(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
         return
     if session.runtime is None and not session.summaries and not session.load_results:
         return  # a run that never talked to an endpoint has no answer to give
-    lines = answer_lines(session) + feature_lines(tr) + skip_lines(tr)
+    lines = answer_lines(session) + caveat_lines(session) + feature_lines(tr) + skip_lines(tr)
     if not lines:
         return
     tr.write_sep("-", "pytest-ddtree: the answer")
@@ -449,6 +462,63 @@ def answer_lines(session: DDTreeSession) -> list[str]:
     for test in session.load_results:
         lines.append(load_answer(test.nodeid, test.schedule, sweep_answer))
     return lines
+
+
+def caveat_lines(session: DDTreeSession) -> list[str]:
+    """Every warning of the run that qualifies its answer, restated short after it (each is
+    said whole above, where it was found): an answer is never read without them."""
+    from pytest_ddtree.measure.load.metrics import speculation_warnings as load_warnings
+    from pytest_ddtree.measure.sweep.statistics import speculation_warnings
+    from pytest_ddtree.pytest_plugin import _guard
+
+    if not (session.summaries or session.load_results):
+        return []
+    settings, runtime = session.settings, session.runtime
+    found: list[str] = []
+    if session.interrupted:
+        found.append("interrupted: a partial run")
+    if settings.skip_checks:
+        found.append(f"weakened run: checks skipped ({', '.join(settings.skip_checks)})")
+    for summary in session.summaries.values():
+        found.extend(_short(w) for w in speculation_warnings(summary.budgets))
+        found.extend(
+            f"DRIFT at tree_budget={budget_label(c.tree_budget)}: the server changed during "
+            "the sweep"
+            for c in summary.drift
+            if c.drifting
+        )
+    for test in session.load_results:
+        found.extend(_short(w) for w in load_warnings(test.stats))
+    if runtime is not None:
+        log = runtime.server_metrics
+        shared = log.shared_budgets() if log is not None else None
+        if shared:
+            where = ", ".join(budget_label(b) for b in sorted(shared, key=budget_order))
+            found.append(f"shared server: another client used it at tree_budget {where}")
+        if _dialect_found_nothing(runtime):
+            found.append(f"--ddtree-dialect {settings.dialect} found no statistics")
+        found.extend(
+            _short(line.removeprefix("ddtree: "))
+            for line in _guard.transport_lines(runtime, benign=False)
+        )
+    return [f"caveat: {c}" for c in dict.fromkeys(found)]
+
+
+def _short(warning: str) -> str:
+    """A warning's opening, up to its first colon outside brackets: ``no speculative
+    statistics came back: is speculation on?``, ``speculation never drafted at every budget
+    64``, ``the speed claim of 1 request(s) was not judged (withheld, not passed)`` (the
+    counts and the evidence are in the whole line, above)."""
+    from pytest_ddtree.measure.sweep.statistics import NO_SPEC_STATS
+
+    if warning.startswith(NO_SPEC_STATS):
+        return NO_SPEC_STATS
+    depth = 0
+    for i, char in enumerate(warning):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == ":" and depth == 0:
+            return warning[:i]
+    return warning
 
 
 def load_answer(nodeid: str, schedule: Schedule, sweep: str | None) -> str:

@@ -452,19 +452,23 @@ def _stats_table(summary: SweepSummary) -> str:
         row_cls = ' class="row-bad"' if not st.all_valid else ""
         rows.append(
             f"<tr{row_cls}><td>{escape(budget_label(st.tree_budget))}</td>"
-            f"<td>{st.valid}/{st.total}</td><td><b>{decode}</b></td><td>{ci}</td><td>{iqr}</td>"
-            f"<td>{ttft} / {ttft90}</td><td>{acc}</td><td>{rounds}</td><td>{ratio}</td>"
-            f"<td>{escape(race_cell(st, summary.race))}</td>"
-            f'<td><span class="pill {cls}">{escape(st.verdict)}</span></td></tr>'
+            f"<td>{st.valid}/{st.total}</td><td><b>{decode}</b></td>"
+            f'<td class="nowrap">{ci}</td><td>{iqr}</td>'
+            f'<td class="nowrap">{ttft} / {ttft90}</td><td>{acc}</td><td>{rounds}</td>'
+            f"<td>{ratio}</td>"
+            f'<td class="nowrap">{escape(race_cell(st, summary.race))}</td>'
+            f'<td class="nowrap"><span class="pill {cls}">{escape(st.verdict)}</span></td></tr>'
         )
+    # an interval, a slowdown or a verdict is read as one: never broken over two lines (the
+    # table scrolls sideways in a narrow window instead)
     return (
-        '<table class="stats"><thead><tr><th>tree_budget</th><th>valid</th>'
-        "<th>decode tok/s<br><small>median</small></th><th>95% CI</th><th>IQR</th>"
-        "<th>TTFT ms<br><small>p50 / p90</small></th>"
+        '<div class="table-scroll"><table class="stats"><thead><tr><th>tree_budget</th>'
+        "<th>valid</th><th>decode tok/s<br><small>median</small></th><th>95% CI</th>"
+        "<th>IQR</th><th>TTFT ms<br><small>p50 / p90</small></th>"
         "<th>acceptance<br><small>length (or rate)</small></th>"
         "<th>verify<br><small>steps</small></th><th>server/client<br><small>tok/s</small></th>"
         "<th>slower than leader<br><small>[interval] n</small></th>"
-        f"<th>verdict</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        f"<th>verdict</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
     )
 
 
@@ -651,7 +655,7 @@ def _cards(run: SweepRun, summary: SweepSummary) -> str:
     if rec.budget_ignored:
         big, sub = "—", "the server does not use the tree budget (budget-ignored)"
     elif rec.decode_median is None:
-        big, sub = "—", "no valid timings"
+        big, sub = "—", "no valid timings" if run.samples else "nothing was timed"
     elif rec.either:
         # no single winner, but the answer is known: the budgets that cannot be told apart
         big = escape(" or ".join(budget_label(b) for b in sorted(rec.either, key=budget_order)))
@@ -669,7 +673,9 @@ def _cards(run: SweepRun, summary: SweepSummary) -> str:
     n_valid = sum(s.valid for s in run.samples)
     bad_budgets = [st for st in summary.budgets if not st.all_valid]
     valid_sub = (
-        "every timed request passed the invariants"
+        "nothing was timed"
+        if not total
+        else "every timed request passed the invariants"
         if not bad_budgets
         else "invalid at tree_budget " + ", ".join(budget_label(b.tree_budget) for b in bad_budgets)
     )
@@ -722,7 +728,7 @@ _CSS = """
 *{box-sizing:border-box}
 body{margin:0;background:var(--bg);color:var(--ink);
 font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif}
-main{max-width:1100px;margin:0 auto;padding:28px 20px 48px}
+main{max-width:1180px;margin:0 auto;padding:28px 20px 48px}
 header .eyebrow{color:var(--accent);font-weight:600;letter-spacing:.06em;text-transform:uppercase;
 font-size:12px}
 h1{margin:4px 0 2px;font-size:28px}
@@ -775,12 +781,13 @@ margin-top:6px;align-items:center}
 .legend .lg{display:inline-flex;gap:5px;align-items:center}
 .lg-title{font-weight:600}
 table.stats{width:100%;border-collapse:collapse;font-size:13px;font-variant-numeric:tabular-nums}
-table.stats th{text-align:right;color:var(--muted);font-weight:600;padding:6px 8px;
+table.stats th{text-align:right;color:var(--muted);font-weight:600;padding:6px 6px;
 border-bottom:2px solid var(--line);vertical-align:bottom}
-table.stats td{text-align:right;padding:6px 8px;border-bottom:1px solid var(--line)}
+table.stats td{text-align:right;padding:6px 6px;border-bottom:1px solid var(--line)}
 table.stats th:first-child,table.stats td:first-child{text-align:left}
 table.stats th:last-child,table.stats td:last-child{text-align:left}
 .table-scroll{overflow-x:auto}
+table.stats td.nowrap{white-space:nowrap}
 table.load-points th,table.load-points td{padding:5px 5px;white-space:nowrap}
 table.load-points td:nth-child(2),table.load-points td:nth-child(3){white-space:normal}
 ul.notes{font-size:12px;color:var(--muted);margin:8px 0 0;padding-left:0;list-style:none}

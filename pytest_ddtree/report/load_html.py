@@ -20,8 +20,8 @@ from pytest_ddtree.measure.load.record import LoadTestResult
 from pytest_ddtree.measure.sweep.race import signed_percent
 from pytest_ddtree.report.charts import (
     HEIGHT,
-    NARROW,
     PALETTE,
+    WIDE,
     Svg,
     YScale,
     empty_chart,
@@ -44,14 +44,15 @@ def latency_chart(stats: Sequence[PointStats], metric: str, title: str) -> str:
     ]
     if not points or not values:
         return empty_chart(title, "no valid request at any load point reported this figure")
-    left, right, top, bottom = 66.0, NARROW - 122.0, 30.0, HEIGHT - 58.0
+    # the card's whole width, as the sweep's throughput chart (not half of it)
+    left, right, top, bottom = 66.0, WIDE - 122.0, 30.0, HEIGHT - 58.0
     top_v = max(values) * 1.08 or 1.0
     span = max(len(points) - 1, 1)
 
     def x(i: int) -> float:
         return left + (right - left) * (i / span if len(points) > 1 else 0.5)
 
-    svg = Svg(title, NARROW, kind="load")
+    svg = Svg(title, WIDE, kind="load")
     svg.title(left, 16, f"{title} (ms; solid p50, dashed p99)")
     # round ticks with their unit ('0.5 ms', '2k ms'), never '0.349' or '2.78e+03'
     ys = YScale([], top, bottom, zero=True, ticks=nice_ticks(0.0, top_v))

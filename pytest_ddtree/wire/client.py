@@ -243,7 +243,8 @@ class DDTreeClient:
         if resp.status_code in (401, 403):
             raise EndpointError(
                 f"{url}: HTTP {resp.status_code} unauthorized; give a valid key with "
-                "--ddtree-api-key or DDTREE_API_KEY / OPENAI_API_KEY"
+                "--ddtree-api-key or DDTREE_API_KEY (OPENAI_API_KEY is sent only to an "
+                "endpoint from OPENAI_BASE_URL)"
             )
         if resp.status_code >= 400:
             raise EndpointError(
@@ -441,10 +442,12 @@ class DDTreeClient:
             return counter
         return WatchedCounter(counter, self)
 
-    def transport_notes(self) -> list[str]:
-        """One line per kind of retry, rate limit or counter failure seen (empty when none)."""
+    def transport_notes(self, *, benign: bool = True) -> list[str]:
+        """One line per kind of retry, rate limit or counter failure seen (empty when none);
+        ``benign=False`` leaves out what qualifies no result (a request sent again on a fresh
+        connection: the client's own doing, never a verdict)."""
         notes: list[str] = []
-        if self.reuse_retries:
+        if self.reuse_retries and benign:
             notes.append(
                 f"{self.reuse_retries} request(s) sent again on a fresh connection after a "
                 "reused keep-alive connection closed before any response byte"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,8 +33,8 @@ def test_header_parametrisation_and_fixtures(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
         [
-            "ddtree: endpoint embedded reference server (started on first use); model first listed;"
-            " dialect auto; budgets 16,64 via field; tokenizer auto",
+            "ddtree: endpoint embedded reference server (started on first use); no api key; "
+            "model first listed; dialect auto; budgets 16,64 via field; tokenizer auto",
             "ddtree: serving http://127.0.0.1:*/v1 model ddtree-reference;"
             " tokenizer tokenizer.json*",
             "*test_budget?tree_budget=16? PASSED*",
@@ -495,6 +498,69 @@ def test_a_dead_endpoint_stops_the_run_after_three_failures(
     assert out.count("[http-error]") == 3, out
 
 
+def _report_of(directory: Path) -> tuple[dict[str, Any], str]:
+    doc = json.loads((directory / "sweep.json").read_text(encoding="utf-8"))
+    return doc, (directory / "sweep.html").read_text(encoding="utf-8")
+
+
+def test_a_run_that_timed_nothing_still_writes_its_report_saying_why(
+    pytester: pytest.Pytester, loopback: Callable[[ThreadingHTTPServer], str]
+) -> None:
+    url = loopback(ThreadingHTTPServer(("127.0.0.1", 0), _BadGateway))
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("i", range(4))
+        def test_a(ddtree_client, ddtree_check, i):
+            ddtree_check(ddtree_client.chat("Hello?", max_tokens=8))
+
+        def test_timed(ddtree_benchmark, tree_budget):
+            ddtree_benchmark("Hello?", max_tokens=8)
+        """
+    )
+    result = pytester.runpytest(
+        f"--ddtree-endpoint={url}/v1",
+        "--ddtree-budgets=16",
+        "--ddtree-report=out",
+        "-p",
+        "no:randomly",
+    )
+    result.assert_outcomes(failed=3, skipped=2)
+    out = pytester.path / "out"
+    result.stdout.fnmatch_lines(
+        [
+            "ddtree: sweep report written (nothing was timed: it says why): out/sweep.json, "
+            "out/sweep.html"
+        ]
+    )
+    doc, html = _report_of(out)
+    why = "the run stopped early, the endpoint is down: the endpoint answered none of its first 3"
+    assert doc["samples"] == []
+    assert doc["metadata"]["notes"][0].startswith(f"Nothing was timed: {why}"), doc
+    assert doc["recommendation"]["message"].startswith(
+        f"No recommendation: nothing was timed ({why}"
+    )
+    assert f"Nothing was timed: {why}" in html and "nothing was timed</div>" in html
+    assert "every timed request passed the invariants" not in html
+
+
+def test_a_run_whose_endpoint_cannot_be_reached_writes_its_report_saying_why(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile("def test_a(ddtree_client):\n    pass\n")
+    result = pytester.runpytest(
+        "--ddtree-endpoint=http://127.0.0.1:9/v1", "--ddtree-report=out", "-p", "no:randomly"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    doc, html = _report_of(pytester.path / "out")
+    note = doc["metadata"]["notes"][0]
+    assert note.startswith("Nothing was timed: the run stopped before any test: "), note
+    assert "http://127.0.0.1:9/v1/models: cannot connect" in note
+    assert doc["metadata"]["endpoint"] == "http://127.0.0.1:9/v1"
+    assert "cannot connect" in html
+
+
 def test_a_server_that_has_answered_is_never_stopped_as_dead() -> None:
     # an overloaded or flaky server: each failure is its own test's finding, never a stop
     guard = StallGuard(dead_limit=3)
@@ -555,3 +621,20 @@ def test_the_load_answer_joins_the_schedule_to_the_sweep() -> None:
         "under load (t::load): all C: 64, one of the sweep's tree_budget=64 or 128 at every "
         "load point."
     )
+
+
+def test_no_empty_benchmark_storage_is_left_in_the_users_directory(
+    pytester: pytest.Pytester,
+) -> None:
+    # pytest-benchmark makes ./.benchmarks when it starts, whether it saves or not
+    pytester.makepyfile("def test_a(benchmark):\n    benchmark.pedantic(lambda: None, rounds=1)\n")
+    pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=1)
+    assert not (pytester.path / ".benchmarks").exists()
+    # a run that saved keeps what it saved
+    pytester.runpytest("-p", "no:randomly", "--benchmark-autosave").assert_outcomes(passed=1)
+    assert list((pytester.path / ".benchmarks").rglob("*.json"))
+    # a directory that was there before the run is the user's: left as it was
+    other = pytester.path / "mine"
+    other.mkdir()
+    pytester.runpytest("-p", "no:randomly", "--benchmark-storage=mine").assert_outcomes(passed=1)
+    assert other.is_dir()

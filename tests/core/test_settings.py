@@ -45,7 +45,7 @@ def test_env_fallback_order_for_api_key_and_no_repr_leak() -> None:
     s = run(env={"OPENAI_API_KEY": "sk-secret-1", "DDTREE_API_KEY": "sk-secret-2"})
     assert s.api_key == "sk-secret-2"
     assert "sk-secret" not in repr(s)
-    s = run(env={"OPENAI_API_KEY": "sk-secret-1"})
+    s = run(env={"OPENAI_API_KEY": "sk-secret-1", "OPENAI_BASE_URL": "http://h:1/v1"})
     assert s.api_key == "sk-secret-1"
     assert s.source_of("api_key") == "environment variable OPENAI_API_KEY"
 

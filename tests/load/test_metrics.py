@@ -471,7 +471,7 @@ def test_load_tables_are_sorted_by_budget_then_load_point() -> None:
 def test_load_charts_share_the_reports_scale_and_say_when_empty() -> None:
     import re
 
-    from pytest_ddtree.report.charts import HEIGHT, NARROW
+    from pytest_ddtree.report.charts import HEIGHT, WIDE
     from pytest_ddtree.report.load_html import latency_chart
 
     c1, c4 = LoadPoint("concurrency", 1), LoadPoint("concurrency", 4)
@@ -479,8 +479,8 @@ def test_load_charts_share_the_reports_scale_and_say_when_empty() -> None:
     chart = latency_chart(stats, "tpot", "TPOT vs load")
     size = re.search(r'<svg class="chart load"[^>]*width="(\d+)" height="(\d+)"', chart)
     assert size is not None, chart
-    # the chart engine's size, as acceptance by depth's
-    assert (size.group(1), size.group(2)) == (str(NARROW), str(HEIGHT))
+    # the chart engine's size, the card's whole width as the throughput chart's (not half)
+    assert (size.group(1), size.group(2)) == (str(WIDE), str(HEIGHT))
     # the report's type scale (its .tick and .axis-title classes), no font size of its own
     assert "font-size" not in chart and 'class="tick"' in chart and 'class="axis-title"' in chart
     # round ticks with their unit: TPOT near 20 ms reads 0, 5, ... ms, never 0.349 or 2.78e+03

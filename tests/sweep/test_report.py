@@ -552,3 +552,43 @@ def test_the_load_table_fits_a_1200_px_window(
     for table, sizes in widths.items():
         scroll, client = (int(v) for v in sizes.split("/"))
         assert scroll <= client, f"{table}: {scroll} px in a {client} px box"
+
+
+_LINES = (
+    # the lines of a cell's text: its text boxes, a new line where one starts below the last
+    "<script>function lines(td){const w=document.createTreeWalker(td,NodeFilter.SHOW_TEXT);"
+    "const rs=[];while(w.nextNode()){const r=document.createRange();r.selectNodeContents("
+    "w.currentNode);rs.push(...r.getClientRects());}rs.sort((a,b)=>a.top-b.top);"
+    "let n=0,bottom=-1e9;for(const r of rs){if(r.top>=bottom-1){n++;bottom=r.bottom;}"
+    "else{bottom=Math.max(bottom,r.bottom);}}return n;}"
+    'window.addEventListener("load",()=>{const out=[];'
+    'const t=document.querySelector("table.stats");'
+    't.querySelectorAll("tbody tr").forEach(tr=>[3,9,10].forEach(i=>'
+    'out.push(i+":"+lines(tr.cells[i])+":"+tr.cells[i].textContent)));'
+    'const box=t.parentElement;out.push("fit:"+(box.scrollWidth<=box.clientWidth));'
+    'const p=document.createElement("pre");p.id="lines";p.textContent="LINES "+out.join(";");'
+    "document.body.appendChild(p);});</script>"
+)
+
+
+@pytest.mark.skipif(_chromium() is None, reason="chromium is not installed")
+def test_the_per_budget_intervals_slowdowns_and_verdicts_stay_on_one_line(
+    tmp_path: Path,
+) -> None:
+    # laid out by headless Chromium in a 1,200 px window, with the figures of the bundled
+    # suite's sweep (seven budgets, thousands of tokens/s): "[2,499, 2,532] n=6" and the
+    # verdict pills wrapped onto two lines
+    budgets = {16: 2530.0, 32: 2727.0, 64: 2910.0, 128: 2456.0, 256: 1826.0, 512: 1188.0}
+    samples = synthetic_sweep({**budgets, 1024: 679.0}, spread=40.0, rounds=2)
+    run = SweepRun(samples=samples, metadata=dict(META), seed=5)
+    page = tmp_path / "sweep.html"
+    page.write_text(render_html(run).replace("</body>", _LINES + "</body>"))
+    browser = _chromium()
+    assert browser is not None
+    dom, console = _console_lines(browser, page, window="1200,900")
+    found = re.search(r'<pre id="lines">LINES ([^<]*)', dom)
+    assert found is not None, console[-2000:] or dom[-2000:]
+    cells = found.group(1).split(";")
+    assert cells[-1] == "fit:true", cells  # no sideways scroll needed at 1,200 px
+    wrapped = [c for c in cells[:-1] if c.split(":", 2)[1] != "1"]
+    assert len(cells) == 1 + 7 * 3 and not wrapped, wrapped

@@ -1,0 +1,79 @@
+"""The run's answer carries every warning that qualifies it, restated short under it."""
+
+from __future__ import annotations
+
+import pytest
+
+TIMED = """
+def test_timed(ddtree_benchmark, tree_budget):
+    ddtree_benchmark("Write a detailed essay about rivers.", max_tokens=32)
+"""
+
+
+def test_the_answer_restates_the_warnings_that_qualify_it(pytester: pytest.Pytester) -> None:
+    # the vllm dialect reads none of the reference server's statistics: no speculative
+    # statistics came back, as from a server with speculation off
+    pytester.makepyfile(test_timed=TIMED)
+    result = pytester.runpytest(
+        "--ddtree-dialect=vllm",
+        "--ddtree-budget-mode=none",
+        "--ddtree-reference-latency=off",
+        "-p",
+        "no:randomly",
+    )
+    result.assert_outcomes(passed=1)
+    lines = result.stdout.str().splitlines()
+    start = next(i for i, ln in enumerate(lines) if "pytest-ddtree: the answer" in ln)
+    answer = lines[start + 1 : start + 4]
+    assert answer[0].startswith("Recommended tree_budget=server-default"), lines[start:]
+    assert answer[1:] == [
+        "caveat: no speculative statistics came back: is speculation on?",
+        "caveat: --ddtree-dialect vllm found no statistics",
+    ], lines[start:]
+    # each is said whole above, where it was found
+    above = "\n".join(lines[:start])
+    assert "WARNING: no speculative statistics came back: is speculation on? 3 answer(s)" in above
+    assert "ddtree: WARNING: --ddtree-dialect vllm (from option --ddtree-dialect)" in above
+
+
+def test_a_clean_run_has_no_caveat(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_timed=TIMED)
+    result = pytester.runpytest(
+        "--ddtree-budgets=16", "--ddtree-reference-latency=off", "-p", "no:randomly"
+    )
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert "pytest-ddtree: the answer" in out and "caveat:" not in out, out
+
+
+def test_a_request_sent_again_on_a_fresh_connection_is_no_caveat() -> None:
+    from pytest_ddtree.wire.client import DDTreeClient
+
+    # llama.cpp closes idle keep-alive connections: the client's own retry qualifies nothing
+    client = DDTreeClient("http://127.0.0.1:9/v1")
+    try:
+        client.reuse_retries, client.counter_failures = 11, 2
+        client.counter_error = "boom"
+        notes = client.transport_notes()
+        assert len(notes) == 2 and "sent again on a fresh connection" in notes[0], notes
+        (kept,) = client.transport_notes(benign=False)
+        assert kept.startswith("the token counter failed 2 time(s)"), kept
+    finally:
+        client.close()
+
+
+def test_a_caveat_is_the_warnings_opening_never_cut_inside_brackets() -> None:
+    from pytest_ddtree.pytest_plugin.summary import _short
+
+    assert _short(
+        "the speed claim of 1 request(s) was not judged (withheld, not passed): the client "
+        "itself stalled during the decode (worst: client stalled 0.08 s of a 0.11 s decode)"
+    ) == ("the speed claim of 1 request(s) was not judged (withheld, not passed)")
+    counter = (
+        "the token counter failed 2 time(s) (first: boom); the usage and length checks that "
+        "needed those counts did not run"
+    )
+    assert _short(counter) == counter
+    assert _short(
+        "speculation never drafted at every budget 64: 0 draft tokens in 9 request(s)"
+    ) == ("speculation never drafted at every budget 64")
