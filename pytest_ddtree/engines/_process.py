@@ -36,15 +36,28 @@ _TAIL_BYTES = 16384
 _PR_SET_PDEATHSIG = 1
 
 
+# ports are drawn from a generator of the launcher's own (a test run may seed the global one,
+# and two engines started at once then drew the same port) and never handed out twice in one
+# process: an engine binds its port tens of seconds after it is chosen
+_PORT_DRAW = random.Random()
+_PORTS_GIVEN: set[int] = set()
+_PORTS_LOCK = threading.Lock()
+
+
 def free_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on, from ``PORT_RANGE``."""
-    for _ in range(200):
-        port = random.randint(*PORT_RANGE)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
+    """A port on 127.0.0.1 that nothing listens on, from ``PORT_RANGE``, never one this
+    process was given before."""
+    with _PORTS_LOCK:
+        for _ in range(200):
+            port = _PORT_DRAW.randint(*PORT_RANGE)
+            if port in _PORTS_GIVEN:
                 continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _PORTS_GIVEN.add(port)
             return port
     raise RuntimeError(f"no free port on 127.0.0.1 in {PORT_RANGE[0]}-{PORT_RANGE[1]}")
 

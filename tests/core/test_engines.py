@@ -284,3 +284,17 @@ def test_a_missing_engine_skips_unless_it_is_required(
     result = pytester.runpytest_subprocess(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*DDTREE_REQUIRE_ENGINES='vlm': unknown engine 'vlm'*"])
+
+
+def test_free_port_never_hands_out_one_port_twice_even_when_the_global_random_is_reseeded() -> None:
+    # engines started at once (the engine tier's pooled vLLM servers) each draw a port; a
+    # test run that seeds the global random made two of them draw, and serve on, the same one
+    import random
+
+    from pytest_ddtree.engines import _process
+
+    ports = []
+    for _ in range(20):
+        random.seed(0)
+        ports.append(_process.free_port())
+    assert len(set(ports)) == len(ports), ports

@@ -118,9 +118,10 @@ def test_a_deployment_without_a_tool_parser_skips_the_suites_tool_tests_in_one_l
         timeout=900,
     )
     output = result.stdout.str()
-    lines = [line for line in output.splitlines() if "not served by this deployment" in line]
+    lines = [line for line in output.splitlines() if line.startswith("tools: not served by")]
     assert len(lines) == 1, output[-4000:]
     assert lines[0].startswith("tools: not served by this deployment (HTTP 400: "), lines[0]
+    assert output.count("not served by this deployment (HTTP 400") == 1, output[-4000:]
     assert "tool-call-parser" in lines[0], lines[0]
     assert lines[0].endswith("--ddtree-require tools makes this a failure"), lines[0]
     outcomes = result.parseoutcomes()
