@@ -451,6 +451,7 @@ def resolve(
         raw, source = _pick(opt, cli, ini, env, suite or {})
         if raw is None:
             continue
+        raw = _toml_native(opt, raw)
         if opt.repeatable and isinstance(raw, str):
             raw = [line for line in re.split(r"[\n]+", raw) if line.strip()]
         if opt.flag and isinstance(raw, bool):
@@ -460,6 +461,20 @@ def resolve(
     for rule in CROSS_FIELD_RULES:
         rule(values, sources)
     return Settings(**values, sources=sources)
+
+
+def _toml_native(opt: OptionDef, raw: Any) -> Any:
+    """An ini value as the option's parser reads it: ``pyproject.toml`` hands over its own
+    types (``ddtree_budgets = [16, 32]``, ``ddtree_rounds = 3``), which a user writes as
+    naturally as the text ``"16,32"``; a list becomes its items joined by commas (one item a
+    line for an option given several times), a number its text."""
+    if isinstance(raw, (list, tuple)) and not opt.repeatable:
+        return ",".join(str(item) for item in raw)
+    if isinstance(raw, (list, tuple)):
+        return [str(item) for item in raw]
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return str(raw)
+    return raw
 
 
 def _pick(

@@ -257,3 +257,19 @@ def test_settings_repr_is_short_and_names_what_was_set() -> None:
     assert "http://127.0.0.1:9/v1'" in text
     assert "sk-secret" not in text
     assert "'endpoint'" in text
+
+
+def test_pyproject_toml_lists_and_numbers_are_read_as_their_text() -> None:
+    # pyproject.toml hands its own types to the ini keys; a list was an AttributeError
+    # traceback ('list' object has no attribute 'split')
+    ini = {"ddtree_budgets": [16, 32], "ddtree_rounds": 4, "ddtree_skip_check": ["role-leak"]}
+    settings = resolve({}, ini, {})
+    assert settings.budgets == (16, 32)
+    assert settings.rounds == 4
+    assert settings.skip_checks == ("role-leak",)
+
+
+def test_a_bad_item_of_a_pyproject_toml_list_is_one_line_naming_it() -> None:
+    with pytest.raises(SettingsError) as info:
+        resolve({}, {"ddtree_budgets": [16, "x"]}, {})
+    assert str(info.value).startswith("invalid budgets '16,x' (from ini key ddtree_budgets)")
