@@ -178,6 +178,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     ddtree = config.stash[SESSION_KEY]
     runtime = ddtree.ensure_runtime()
+    from pytest_ddtree.pytest_plugin import budgetfield
+
+    budgetfield.watch(runtime, session.items)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None and not hasattr(config, "workerinput"):
         from pytest_ddtree.pytest_plugin.summary import collection_lines
@@ -211,9 +214,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Skip a test that needs the endpoint once the session found it down (never answered)
-    or stalled (the stall guard tripped on the session's endpoint)."""
+    """Stop the run on a reason found during the last test (budgets the endpoint never
+    reads); skip a test that needs the endpoint once the session found it down (never
+    answered) or stalled (the stall guard tripped on the session's endpoint)."""
     runtime = item.config.stash.get(RUNTIME_KEY, None)
+    from pytest_ddtree.pytest_plugin.budgetfield import stop_if_due
+
+    stop_if_due(runtime)
     if runtime is None or not runtime.client.guard.stopped:
         return
     if ENDPOINT_FIXTURES.intersection(getattr(item, "fixturenames", ())):
