@@ -264,11 +264,12 @@ class DDTreeClient:
     def props(self, seconds: float = PROPS_SECONDS) -> dict[str, Any] | None:
         """The server's ``GET /props`` (llama.cpp's: its chat template's capabilities), or
         None when it answers no JSON object within ``seconds``: a server without it, or
-        one that fails, says nothing."""
-        with _net.scope(seconds):
+        one that fails, says nothing. Asked on a new connection: a pooled one the server
+        closed after its last answer would fail it before any byte."""
+        url, limit = f"{self.root_url}/props", httpx.Timeout(seconds)
+        with _net.scope(seconds), self._fresh_client() as http:
             try:
-                url, limit = f"{self.root_url}/props", httpx.Timeout(seconds)
-                with self._http.stream("GET", url, timeout=limit) as resp:
+                with http.stream("GET", url, timeout=limit) as resp:
                     content, over = _read_capped(resp, self.config.max_response_bytes)
             except httpx.HTTPError:
                 return None
