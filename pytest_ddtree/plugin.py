@@ -180,7 +180,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     runtime = ddtree.ensure_runtime()
     from pytest_ddtree.pytest_plugin import budgetfield
 
-    budgetfield.watch(runtime, session.items)
+    budgetfield.watch(runtime, session)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None and not hasattr(config, "workerinput"):
         from pytest_ddtree.pytest_plugin.summary import collection_lines
@@ -214,13 +214,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Stop the run on a reason found during the last test (budgets the endpoint never
-    reads); skip a test that needs the endpoint once the session found it down (never
-    answered) or stalled (the stall guard tripped on the session's endpoint)."""
+    """Skip a test that needs the endpoint once the session found it down (never answered)
+    or stalled (the stall guard tripped on the session's endpoint)."""
     runtime = item.config.stash.get(RUNTIME_KEY, None)
-    from pytest_ddtree.pytest_plugin.budgetfield import stop_if_due
-
-    stop_if_due(runtime)
     if runtime is None or not runtime.client.guard.stopped:
         return
     if ENDPOINT_FIXTURES.intersection(getattr(item, "fixturenames", ())):

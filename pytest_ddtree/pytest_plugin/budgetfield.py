@@ -5,7 +5,8 @@ whose dialect reads its budget elsewhere, or not at all per request (llama.cpp),
 time its own budget once per budget; the budget-ignored verdict would say so only after
 the whole sweep. The rule (``core.options.unread_budget_field``) is applied as soon as
 the dialect is known: a configured one when the runtime starts, a detected one at the
-first answer that carries statistics. The run then stops with that one line.
+first answer that carries statistics. The run then stops with that one line (under xdist,
+each worker once its running test ends: an exit inside a worker breaks the controller).
 """
 
 from __future__ import annotations
@@ -33,41 +34,40 @@ def sweeps_budgets(items: Sequence[pytest.Item]) -> bool:
     return any(BUDGET_FIXTURES.intersection(getattr(i, "fixturenames", ())) for i in items)
 
 
-def watch(runtime: Runtime, items: Sequence[pytest.Item]) -> None:
+def watch(runtime: Runtime, session: pytest.Session) -> None:
     """Stop now when the configured dialect reads no budget field the run would send, else
-    at the first answer whose statistics name such a dialect (``runtime.stop_reason``)."""
+    at the first answer whose statistics name such a dialect."""
     settings = runtime.settings
-    if not sweeps_budgets(items):
+    if not sweeps_budgets(session.items):
         return
-    if runtime.client.detected_dialect is not None:  # configured: known before any request
+    client = runtime.client
+    if client.detected_dialect is not None:  # configured: known before any request
         why = unread_budget_field(
-            settings, runtime.client.detected_dialect, f"from {settings.source_of('dialect')}"
+            settings, client.detected_dialect, f"from {settings.source_of('dialect')}"
         )
         if why is not None:
             raise pytest.UsageError(f"ddtree: {why}")
         return
-    client = runtime.client
     before = client.on_answer
 
     def on_answer(completion: Completion) -> None:
-        if runtime.stop_reason is None and client.detected_dialect is not None:
+        if client.detected_dialect is not None:
             client.on_answer = before  # judged once: the dialect is settled
             why = unread_budget_field(
                 settings, client.detected_dialect, "detected from its first answer"
             )
             if why is not None:
-                runtime.stop_reason = f"ddtree: {why}"
-                stop_if_due(runtime)
+                stop(session, f"ddtree: {why}")
         if before is not None:
             before(completion)
 
     client.on_answer = on_answer
 
 
-def stop_if_due(runtime: Runtime | None) -> None:
-    """End the run on the runtime's stop reason, if it has one; from a worker thread the
-    next test's setup does it."""
-    if runtime is None or runtime.stop_reason is None:
-        return
-    if threading.current_thread() is threading.main_thread():
-        pytest.exit(runtime.stop_reason, returncode=pytest.ExitCode.USAGE_ERROR)
+def stop(session: pytest.Session, reason: str) -> None:
+    """End the run with ``reason``: at once from the main thread of a run without workers,
+    else (an xdist worker, a load generator's thread) once the running test ends."""
+    session.shouldstop = reason
+    worker = hasattr(session.config, "workerinput")
+    if not worker and threading.current_thread() is threading.main_thread():
+        pytest.exit(reason, returncode=pytest.ExitCode.USAGE_ERROR)

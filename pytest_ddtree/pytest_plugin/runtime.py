@@ -55,8 +55,6 @@ class Runtime:
     diagnoser: Diagnoser | None = None  # created on the first failure to diagnose
     #: the server's Prometheus counters (--ddtree-metrics-url), probed once at start
     server_metrics: ServerMetricsLog | None = None
-    #: why the run must stop before its next test (one line), once that is known
-    stop_reason: str | None = None
 
     def diagnose(
         self,
