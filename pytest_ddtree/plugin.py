@@ -178,6 +178,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     ddtree = config.stash[SESSION_KEY]
     runtime = ddtree.ensure_runtime()
+    from pytest_ddtree.pytest_plugin import budgetfield
+
+    budgetfield.watch(runtime, session)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None and not hasattr(config, "workerinput"):
         from pytest_ddtree.pytest_plugin.summary import collection_lines

@@ -24,6 +24,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from pytest_ddtree.checks.comparable import (
     NOT_SENT_KIND,
@@ -295,6 +296,7 @@ class Diagnoser:
         self.replays = 0
         self._cache: dict[str, Diagnosis] = {}
         self._lock = threading.Lock()
+        self._props: tuple[dict[str, Any] | None] | None = None  # read once, when needed
 
     def diagnose(
         self,
@@ -423,7 +425,7 @@ class Diagnoser:
             return Diagnosis(
                 "server",
                 f"the target-only baseline fails the same way ({', '.join(shared)})",
-                server_advice(shared, _FOLLOWERS),
+                server_advice(shared, _FOLLOWERS, self._baseline_props),
                 base_codes,
             )
         unjudged = _not_comparable(completion, replay)
@@ -457,6 +459,15 @@ class Diagnoser:
             "look at both outputs; the server and the baseline may differ in more than speculation",
             base_codes,
         )
+
+    def _baseline_props(self) -> dict[str, Any] | None:
+        """The baseline's ``GET /props`` (llama.cpp: what its chat template supports), read
+        once on the first diagnosis that asks; None when it says nothing."""
+        with self._lock:
+            if self._props is None:
+                found = self.baseline.props() if self.baseline is not None else None
+                self._props = (found,)
+            return self._props[0]
 
     def _parted(
         self, completion: Completion, replay: Completion, codes: Sequence[str]

@@ -8,7 +8,7 @@ No pytest here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -97,16 +97,61 @@ SERVER_FEATURE_ADVICE: dict[str, str] = {
 }
 
 
-def server_advice(shared: Iterable[str], followers: Iterable[str] = ()) -> str:
+#: the capabilities llama.cpp's ``GET /props`` reports of its chat template that tell
+#: whether the template can carry tools, in the order named
+TOOL_CAPS = ("supports_tools", "supports_tool_calls")
+
+
+def template_tool_caps(props: Mapping[str, Any] | None) -> dict[str, bool] | None:
+    """What ``props`` (a server's ``GET /props``) says its chat template does with tools:
+    ``TOOL_CAPS`` present as booleans; None when it says nothing of them."""
+    caps = props.get("chat_template_caps") if props is not None else None
+    if not isinstance(caps, Mapping):
+        return None
+    found = {name: caps[name] for name in TOOL_CAPS if isinstance(caps.get(name), bool)}
+    return found or None
+
+
+def tool_call_advice(props: Mapping[str, Any] | None) -> str:
+    """The advice for a tool call the target-only server breaks too: what its chat template
+    says of tools when its ``GET /props`` says it (llama.cpp), else the general one."""
+    caps = template_tool_caps(props)
+    if caps is None:
+        return SERVER_FEATURE_ADVICE["tool-call"]
+    said = ", ".join(f"chat_template_caps.{k}={str(v).lower()}" for k, v in caps.items())
+    head = "the target-only server breaks the tool call the same way: its chat template says it"
+    if not all(caps.values()):
+        return (
+            f"{head} does not support tools (llama.cpp GET /props: {said}): serve a template "
+            "that does (llama.cpp: --chat-template-file), or a model whose template does"
+        )
+    return (
+        f"{head} supports tools (llama.cpp GET /props: {said}): the model's answer or the "
+        "server's reading of it is at fault (tool_choice honoured or ignored, the tool-call "
+        "parser for this template's format)"
+    )
+
+
+def server_advice(
+    shared: Iterable[str],
+    followers: Iterable[str] = (),
+    props: Callable[[], Mapping[str, Any] | None] | None = None,
+) -> str:
     """The advice for failures the target-only baseline shares: each requested feature's own
     (in the order of ``SERVER_FEATURE_ADVICE``) when every shared code is such a feature or
     follows from one (``followers``); else the stack's resources and network, which a cut
-    stream or an error beside a broken structure points at first."""
+    stream or an error beside a broken structure points at first. ``props`` reads the
+    server's ``GET /props``, asked only for a shared tool call (``tool_call_advice``)."""
     codes, after = set(shared), set(followers)
     features = [code for code in SERVER_FEATURE_ADVICE if code in codes]
     if not features or not codes <= set(features) | after:
         return SERVER_ADVICE
-    advice = "; ".join(SERVER_FEATURE_ADVICE[code] for code in features)
+    advice = "; ".join(
+        tool_call_advice(props() if props is not None else None)
+        if code == "tool-call"
+        else SERVER_FEATURE_ADVICE[code]
+        for code in features
+    )
     return f"{advice}; speculation is not the cause"
 
 

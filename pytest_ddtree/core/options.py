@@ -664,6 +664,33 @@ def check_reference_faults(settings: Settings, known: Collection[str]) -> Settin
     return settings
 
 
+def unread_budget_field(settings: Settings, dialect: str | None, how: str) -> str | None:
+    """One line when the budgets would go in a field the endpoint's dialect never reads,
+    else None.
+
+    Only the defaults are judged: a budget mode or field the user chose is sent as chosen.
+    A dialect whose servers read their budget from another field (llama.cpp: at most
+    ``/speculative.n_max``, in the builds that read one) would time the server's own
+    budget once per budget, so a sweep of two budgets or more stops here instead of at its
+    end. ``how`` says where ``dialect`` came from (``detected from its first answer``).
+    """
+    found = lookup(dialect)
+    if found is None or found.budget_field is None or found.budget_field == settings.budget_field:
+        return None
+    chosen = (settings.source_of(attr) != "default" for attr in ("budget_mode", "budget_field"))
+    if any(chosen) or settings.budget_mode != "field" or len(settings.budgets) < 2:
+        return None
+    budgets = ",".join(map(str, settings.budgets))
+    return (
+        f"the endpoint speaks dialect {found.name!r} ({how}), whose servers read no "
+        f"{settings.budget_field!r} field: the {len(settings.budgets)} tree budgets "
+        f"({budgets}) would each time the server's own; give --ddtree-budget-mode none "
+        "(one point: the server's own budget), one server per budget with "
+        f"--ddtree-budget-endpoint B=URL, or --ddtree-budget-field {found.budget_field} for "
+        "a build that reads it"
+    )
+
+
 def _marker_list(value: Any) -> str:
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
         raise TypeError("expected a list of positive integers")

@@ -41,6 +41,9 @@ if TYPE_CHECKING:
     from pytest_ddtree.wire.tokens import TokenCounter
 
 #: the keywords of ``chat``/``complete`` that shape the request (any other is a body field)
+#: how long ``props`` waits for ``GET /props`` (a hint for an advice: never a whole deadline)
+PROPS_SECONDS = 3.0
+
 REQUEST_KEYWORDS = ("max_tokens", "temperature", "tree_budget", "stream", "prompt_id", "headers")
 
 
@@ -258,6 +261,26 @@ class DDTreeClient:
                 f"{url}: the answer is not an OpenAI model list; is this the /v1 base URL?"
             ) from None
         return ids
+
+    def props(self, seconds: float = PROPS_SECONDS) -> dict[str, Any] | None:
+        """The server's ``GET /props`` (llama.cpp's: its chat template's capabilities), or
+        None when it answers no JSON object within ``seconds``: a server without it, or
+        one that fails, says nothing. Asked on a new connection: a pooled one the server
+        closed after its last answer would fail it before any byte."""
+        url, limit = f"{self.root_url}/props", httpx.Timeout(seconds)
+        with _net.scope(seconds), self._fresh_client() as http:
+            try:
+                with http.stream("GET", url, timeout=limit) as resp:
+                    content, over = _read_capped(resp, self.config.max_response_bytes)
+            except httpx.HTTPError:
+                return None
+        if over or resp.status_code != 200:
+            return None
+        try:
+            found = json.loads(content)
+        except (ValueError, RecursionError):
+            return None
+        return found if isinstance(found, dict) else None
 
     # ---------------------------------------------------------------- requests
 
