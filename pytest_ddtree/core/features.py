@@ -21,8 +21,9 @@ __all__ = ["FEATURES", "Feature", "feature_names", "refused_feature"]
 
 @dataclass(frozen=True)
 class Feature:
-    """One feature: its name, the request fields that ask for it, and the words of a refusal
-    that name it (matched in lower case)."""
+    """One feature: its name, the request fields that ask for it (a request that sets none of
+    them, say a ``tool_choice`` without ``tools``, is malformed, and its refusal a failure),
+    and the words of a refusal that name it (matched in lower case)."""
 
     name: str
     fields: tuple[str, ...]
@@ -33,7 +34,7 @@ class Feature:
 FEATURES: tuple[Feature, ...] = (
     Feature(
         "tools",
-        fields=("tools", "tool_choice"),
+        fields=("tools",),
         words=("tool_choice", "tools", "tool-call-parser", "tool_call_parser", "tool call"),
     ),
     Feature(
@@ -73,7 +74,7 @@ def refused_feature(status: int, body: Mapping[str, Any], answer: Any) -> tuple[
         return None
     lowered = message.lower()
     for feature in FEATURES:
-        asked = any(body.get(f) not in (None, False) for f in feature.fields)
+        asked = any(body.get(f) not in (None, False, [], {}) for f in feature.fields)
         if asked and any(word in lowered for word in feature.words):
             return feature.name, message
     return None

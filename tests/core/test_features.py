@@ -38,6 +38,14 @@ def test_a_refusal_that_names_no_field_the_request_asked_for_is_not_a_feature() 
     assert refused_feature(500, TOOLS, VLLM) is None
 
 
+def test_a_tool_choice_without_tools_is_a_malformed_request_not_a_feature_refused() -> None:
+    # the server rightly refuses a tool_choice with no tools to choose from: the request is
+    # wrong, and its refusal stays a failure (it used to skip as "tools: not served")
+    said = "tool_choice 'required' needs tools"
+    assert refused_feature(400, {"tool_choice": "required"}, said) is None
+    assert refused_feature(400, {"tools": [], "tool_choice": "required"}, said) is None
+
+
 def test_require_takes_features_and_an_alias_and_names_a_bad_value_with_its_source() -> None:
     assert resolve({"ddtree_require": "tools,json,logprobs"}, {}, {}).require == (
         "tools",
