@@ -191,7 +191,7 @@ def test_no_claim_about_the_target_alone_without_a_baseline() -> None:
 
 def test_retries_and_counter_failures_reach_the_report_metadata() -> None:
     class Client:
-        def transport_notes(self) -> list[str]:
+        def transport_notes(self, *, benign: bool = True) -> list[str]:
             return ["1 request(s) sent again on a fresh connection"]
 
         def transport_counts(self) -> dict[str, int]:
