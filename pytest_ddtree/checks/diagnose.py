@@ -71,6 +71,7 @@ from pytest_ddtree.checks.verdict import (
     NO_DRAFTS_TITLE,
     NOT_COMPARABLE_TITLE,
     NOT_WHOLE_ADVICE,
+    OWN_FAILURE_ADVICE,
     PROMPT_MISMATCH_ADVICE,
     REJECTED_ADVICE,
     SAMPLED_ADVICE,
@@ -229,6 +230,21 @@ def _not_the_drafts(completion: Completion, codes: Sequence[str], found: Diagnos
         reason=f"{NO_DRAFTS_TITLE}: its statistics show no drafted token reached this answer "
         f"({evidence}); {found.reason}",
         advice=NO_DRAFTS_ADVICE,
+    )
+
+
+def _and_its_own(found: Diagnosis, own: Sequence[str]) -> Diagnosis:
+    """A verdict on the failures the baseline shares, with those it does not named beside it:
+    the shared ones clear speculation of themselves only, never of the rest (a gateway's
+    role-leak beside an early stop the target model makes too)."""
+    if not own:
+        return found
+    names = ", ".join(own)
+    return replace(
+        found,
+        reason=f"{found.reason}; not shared: {names} (the target-only baseline's answer does "
+        "not break it)",
+        advice=f"{found.advice} - for the shared failure only; {OWN_FAILURE_ADVICE} ({names})",
     )
 
 
@@ -421,22 +437,29 @@ class Diagnoser:
             return Diagnosis("template", mismatch, PROMPT_MISMATCH_ADVICE, base_codes)
         output_codes = [c for c in codes if c not in STATS_CODES]
         shared = sorted(set(output_codes) & set(base_codes))
+        own = sorted(set(output_codes) - set(base_codes))
         if shared and set(shared) & TRANSPORT_CODES and set(shared) <= TRANSPORT_CODES | _FOLLOWERS:
-            return Diagnosis(
-                "server",
-                f"the target-only baseline fails the same way ({', '.join(shared)})",
-                server_advice(shared, _FOLLOWERS, self._baseline_props),
-                base_codes,
+            return _and_its_own(
+                Diagnosis(
+                    "server",
+                    f"the target-only baseline fails the same way ({', '.join(shared)})",
+                    server_advice(shared, _FOLLOWERS, self._baseline_props),
+                    base_codes,
+                ),
+                own,
             )
         unjudged = _not_comparable(completion, replay)
         if unjudged is not None:
             return unjudged
         if shared:
-            return Diagnosis(
-                "template",
-                f"the target-only baseline fails the same way ({', '.join(shared)})",
-                TEMPLATE_ADVICE,
-                base_codes,
+            return _and_its_own(
+                Diagnosis(
+                    "template",
+                    f"the target-only baseline fails the same way ({', '.join(shared)})",
+                    TEMPLATE_ADVICE,
+                    base_codes,
+                ),
+                own,
             )
         # the new rules judge the text a (flipped or sampled) path wrote; statistics,
         # accounting, wire and structure failures keep the replay's verdict

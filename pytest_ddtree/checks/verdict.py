@@ -63,6 +63,11 @@ SPECULATION_ADVICE = (
     "the target model alone is fine: the speculative-decoding layer (wrapper, drafter or "
     "tree verification) is at fault"
 )
+#: what a failure only the endpoint under test shows, beside one the baseline shares, points at
+OWN_FAILURE_ADVICE = (
+    "the endpoint under test alone breaks the rest, so look for it in its own stack "
+    "(speculation, a wrapper, a proxy or its sampling settings)"
+)
 NO_DRAFTS_TITLE = "the speculative endpoint's stack, not its drafts"
 NO_DRAFTS_ADVICE = (
     "no drafted token reached this answer, so neither the drafter nor tree verification wrote "

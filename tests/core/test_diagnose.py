@@ -547,6 +547,37 @@ def test_a_gateways_role_leak_before_an_endpoint_that_drafted_nothing_is_not_bla
     assert "speculative-decoding layer" not in out, out
 
 
+def test_a_failure_the_baseline_does_not_share_is_named_beside_the_shared_one(
+    reference_server: ReferenceServer, baseline_server: ReferenceServer
+) -> None:
+    # the model stops early on both servers (the baseline shares early-stop) and a gateway
+    # adds a role leak of its own: the verdict on the shared failure does not clear the
+    # endpoint of the leak (it said "speculative decoding is not the cause" of both)
+    failing = [
+        Violation("early-stop", "finish_reason 'stop' after 5 tokens"),
+        Violation("role-leak", "role marker 'user:' in content"),
+    ]
+    with (
+        DDTreeClient(reference_server.base_url) as client,
+        DDTreeClient(baseline_server.base_url) as baseline,
+    ):
+        answer = client.chat(ESSAY, max_tokens=16, tree_budget=16)
+        found = Diagnoser(baseline).diagnose(answer, failing, lambda _: failing[:1])
+        # every failure shared: the verdict is as before
+        alike = Diagnoser(baseline).diagnose(answer, failing, lambda _: failing)
+    assert found.verdict == "template", found.render()
+    assert found.reason == (
+        "the target-only baseline fails the same way (early-stop); not shared: role-leak "
+        "(the target-only baseline's answer does not break it)"
+    ), found.reason
+    assert found.advice.endswith(
+        "speculative decoding is not the cause - for the shared failure only; the endpoint "
+        "under test alone breaks the rest, so look for it in its own stack (speculation, a "
+        "wrapper, a proxy or its sampling settings) (role-leak)"
+    ), found.advice
+    assert alike.reason == "the target-only baseline fails the same way (early-stop, role-leak)"
+
+
 def _with_stats(drafted: int | None, accepted: int | None) -> Completion:
     from pytest_ddtree.wire.completion import SpecStats
 
