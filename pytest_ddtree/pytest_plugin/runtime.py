@@ -18,6 +18,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from pytest_ddtree.core.settings import Settings
 from pytest_ddtree.core.violation import Violation
@@ -158,6 +159,10 @@ def _load_counter(
             probe = tokens.detect_tokenize_shape(root_url(base_url), client.http, model=model)
         if probe.warning:
             notes.append(f"warning: {probe.warning}")
+        if probe.stall is not None:  # a hung endpoint: its first stall, before any request
+            client.guard.note(
+                probe.stall, probe.warning, 0, where=urlsplit(base_url).netloc or None
+            )
         if probe.shape is not None:
             shape, tokenizer = probe.shape, "server"
         elif tokenizer == "auto":

@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 
 from pytest_ddtree.core.dialects import TokenizeShape, tokenize_shapes
+from pytest_ddtree.wire.completion import ErrorKind
 
 _CACHE_SIZE = 2048
 # a decoded token is shown in evidence: at most this many characters of it, and at most
@@ -298,6 +299,9 @@ class TokenizeProbe:
     shape: str | None
     tried: list[str]
     warning: str | None = None
+    #: how the probe's request stalled (no answer within the client's timeout), or None: a
+    #: stall the session's guard counts as the endpoint's first
+    stall: ErrorKind | None = None
 
 
 def detect_tokenize_shape(
@@ -318,10 +322,16 @@ def detect_tokenize_shape(
         url = f"{root}{shape.path}"
         try:
             response = client.post(url, json=shape.body(PROBE_TEXT, model))
-        except httpx.TimeoutException:
+        except httpx.TimeoutException as exc:
             # a server that holds a request without answering holds the next shape's too:
             # the start-up probe does not wait for each of them
-            return TokenizeProbe(None, tried, f"{url}: no answer in time; no more shapes tried")
+            kind = (
+                ErrorKind.CONNECT_TIMEOUT
+                if isinstance(exc, httpx.ConnectTimeout)
+                else ErrorKind.READ_TIMEOUT
+            )
+            late = f"{url}: no answer in time; no more shapes tried"
+            return TokenizeProbe(None, tried, late, stall=kind)
         except httpx.HTTPError:
             continue
         if response.status_code != 200:

@@ -114,6 +114,9 @@ def test_a_tokenize_that_never_answers_ends_the_probe_at_its_first_timeout(
             assert posts == ["/tokenize"], posts
             assert f"{url.removesuffix('/v1')}/tokenize: no answer in time" in notes, notes
             assert "shapes tried: reference)" in notes, notes
+            # the endpoint's first stall: one more request in a row without an answer stops
+            # the run (the probe's wait was not counted, and a hung endpoint took a third)
+            assert len(runtime.client.guard._stalls) == 1, runtime.client.guard._stalls
         finally:
             runtime.close()
     finally:
