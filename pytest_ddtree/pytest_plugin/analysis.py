@@ -56,6 +56,8 @@ def untimed_reason(
         return f"the run stopped before any test: {start_error}"
     if runtime is not None and runtime.client.guard.dead:
         return f"the run stopped early, the endpoint is down: {runtime.client.guard.reason}"
+    if runtime is not None and runtime.client.guard.stopped:
+        return f"the run stopped early: {runtime.client.guard.reason}"
     if interrupted:
         return "the run was interrupted before any request was timed"
     if smoke_failure is not None:

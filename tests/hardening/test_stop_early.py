@@ -11,6 +11,7 @@ guard, not a performance assertion.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -96,3 +97,21 @@ def test_a_slow_server_that_completes_answers_is_never_stopped() -> None:
     for _ in range(2):
         other.note(ErrorKind.DEADLINE, "deadline: no complete response", 200)
     assert other.tripped and not other.stopped
+
+
+def test_the_report_of_a_run_a_stalled_endpoint_stopped_says_why_nothing_was_timed() -> None:
+    # the report's reason was "no test reached its timed requests", which names no cause
+    from types import SimpleNamespace
+
+    from pytest_ddtree.pytest_plugin.analysis import untimed_reason
+
+    guard = StallGuard(dead_limit=3, stops_run=True)
+    guard.note(None, None, 200)  # the endpoint answered once: stalled, not down
+    for _ in range(2):
+        guard.note(ErrorKind.READ_TIMEOUT, "read timeout: no byte came in 15s", 0, where="h:1")
+    runtime: Any = SimpleNamespace(client=SimpleNamespace(guard=guard))
+    why = untimed_reason(start_error=None, interrupted=False, runtime=runtime, smoke_failure=None)
+    assert why == (
+        "the run stopped early: the endpoint at h:1 stalled on 2 requests in a row "
+        "(read timeout: no byte came in 15s)"
+    )
