@@ -427,6 +427,14 @@ def short_crash_line(
         crash.message = f"{type(exc).__name__}: {exc}"
 
 
+def _shortened(reason: str, width: int = 80) -> str:
+    """``reason`` in at most ``width`` characters, cut at a word (never mid-word)."""
+    if len(reason) <= width:
+        return reason
+    cut = reason[: width - 3].rsplit(" ", 1)[0].rstrip(" ,;:(")
+    return f"{cut}..."
+
+
 def write_answer(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     """The run's answer, last (after pytest-benchmark's tables): the recommendation with its
     reason, what the load test adds to it, and what was skipped, in a few lines."""
@@ -587,7 +595,7 @@ def skip_lines(tr: pytest.TerminalReporter) -> list[str]:
         elif reason.startswith("ddtree: not run, the endpoint "):  # is down, stalled
             key = reason.removeprefix("ddtree: not run, ").partition(":")[0]
         else:
-            key = (reason if len(reason) <= 80 else reason[:77] + "...") or "no reason given"
+            key = _shortened(reason) or "no reason given"
         why[key] = why.get(key, 0) + 1
     parts = [f"{n} {key}" for key, n in sorted(why.items(), key=lambda kv: -kv[1])]
     shown = "; ".join(parts[:3]) + ("; ..." if len(parts) > 3 else "")

@@ -40,3 +40,17 @@ def test_one_budget_run_wraps_its_legend_and_labels_what_ran(
     assert "the server's own" not in text
     assert "(one budget, n=3: nothing to compare it with, so no margin or minimum n" in text
     assert "min n 6" not in text, text
+
+
+def test_a_long_skip_reason_in_the_answer_is_cut_at_a_word() -> None:
+    from pytest_ddtree.pytest_plugin.summary import _shortened
+
+    reason = (
+        "the batched answer not compared: no other request was decoded beside the batched "
+        "request at any time of it"
+    )
+    assert _shortened(reason) == (
+        "the batched answer not compared: no other request was decoded beside the..."
+    )
+    assert _shortened("short reason") == "short reason"
+    assert len(_shortened("x" * 200)) <= 80
