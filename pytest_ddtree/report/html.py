@@ -27,6 +27,7 @@ from pytest_ddtree.core import __version__
 from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.measure.sweep import (
     DiagnosisRecord,
+    RunMetadata,
     SweepRun,
     SweepSample,
     SweepSummary,
@@ -47,7 +48,7 @@ from pytest_ddtree.report.counters_html import server_counters_section
 from pytest_ddtree.report.depth_chart import depth_section
 from pytest_ddtree.report.html_style import CSS
 from pytest_ddtree.report.sweep_charts import budget_charts
-from pytest_ddtree.report.terminal import acceptance_cell, race_cell, race_lines
+from pytest_ddtree.report.terminal import acceptance_cell, race_cell, race_lines, unraced_note
 
 if TYPE_CHECKING:
     from pytest_ddtree.measure.load import LoadTestResult
@@ -124,17 +125,20 @@ def _stats_table(summary: SweepSummary) -> str:
     )
 
 
-def _race_section(summary: SweepSummary) -> str:
+def _race_section(summary: SweepSummary, meta: RunMetadata) -> str:
     """The rule, and for an adaptive sweep who left the race when and why."""
     race = summary.race
     if race is None:
         return ""
     rule = race.judgement.rule
     items = "".join(f"<li>{escape(line.removeprefix('race: '))}</li>" for line in race_lines(race))
+    unraced = unraced_note(meta)  # the terminal's note, from the same metadata
     how = (
         f"An adaptive sweep: every budget got {rule.min_n} requests at least, then a round "
         "at a time only the budgets still in contention got more."
         if race.mode == "adaptive"
+        else f"{unraced}."
+        if unraced
         else "An exhaustive sweep: every budget got every round, judged once."
     )
     return (
@@ -165,7 +169,8 @@ def _drift_section(summary: SweepSummary) -> str:
 
 
 def _machine_section(run: SweepRun) -> str:
-    """The ``--ddtree-probe`` output before and after, and the server's own description."""
+    """The ``--ddtree-probe`` output before and after, and the server's own description
+    (a card of its own when no probe ran: the Machine state card is the probe's)."""
     meta = run.metadata
     parts: list[str] = []
     for probe in meta.probes:
@@ -181,6 +186,11 @@ def _machine_section(run: SweepRun) -> str:
         parts.append(f"<h3>server <code>{escape(path)}</code></h3><pre>{escape(text)}</pre>")
     if not parts:
         return ""
+    if not meta.probes:
+        return (
+            '<section class="card"><h2>Server</h2><p class="muted">What the server says about '
+            f"itself (keys masked).</p>{''.join(parts)}</section>"
+        )
     return (
         '<section class="card"><h2>Machine state</h2><p class="muted">What --ddtree-probe '
         "printed before and after the session, and what the server says about itself "
@@ -447,12 +457,22 @@ def render_html(
             )
             body.extend(_sweep_sections(sub, part, budget_charts(sub, part, colors), colors))
     body.append(_invalid_table(run.samples))
-    body.append(server_counters_section(meta.extra.get("server_counters")))
+    body.append(server_counters_section(meta.extra.get("server_counters"), _timed(summaries)))
     body.append(_diagnoses(run.diagnoses))
     body.append(load_cards)
     body.append(_machine_section(run))
     body.append(f'<section class="card"><h2>Run</h2>{_metadata(run)}</section>')
     return _page(model, body)
+
+
+def _timed(summaries: Mapping[float, SweepSummary]) -> dict[int | None, int]:
+    """Each budget's requests in the per-budget statistics, every temperature together (as
+    the server's counters are read)."""
+    timed: dict[int | None, int] = {}
+    for summary in summaries.values():
+        for st in summary.budgets:
+            timed[st.tree_budget] = timed.get(st.tree_budget, 0) + st.total
+    return timed
 
 
 def _sweep_sections(
@@ -484,7 +504,7 @@ def _sweep_sections(
         "rule of the Race card; acceptance rate is not used because it falls arithmetically "
         "as the budget grows.</p></section>"
     )
-    body.append(_race_section(summary))
+    body.append(_race_section(summary, run.metadata))
     body.append(_drift_section(summary))
     return body
 
