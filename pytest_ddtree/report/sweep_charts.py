@@ -1,11 +1,6 @@
-"""The sweep's charts in ``sweep.html``: one inline SVG figure per measure, by tree budget.
-
-Budgets sit on a log2 axis (the sweep doubles the budget each step). Each
-request is a dot coloured by prompt; the median (or mean) of a budget is the
-dark mark with its 95% bootstrap interval; invalid requests are drawn apart,
-in a red strip under the plot, with their violation codes, because they
-measured nothing and must not blend in with the timings.
-"""
+"""The sweep's three figures in ``sweep.html``, inline SVG by tree budget: decode
+throughput, mean acceptance length and time to first token (how to read them: the module
+:mod:`.html`, which lays out the page)."""
 
 from __future__ import annotations
 
