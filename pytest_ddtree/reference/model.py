@@ -266,19 +266,7 @@ class ReferenceModel:
             else:
                 list_items = int(num) if num.isdigit() else _NUMBER_WORDS[num.lower()]
             list_items = max(1, min(list_items, 200))
-        max_sentences: int | None
-        if _LONG_RE.search(prompt_text) or (list_items is not None and list_items >= 8):
-            max_sentences = None
-        elif list_items is not None:
-            max_sentences = list_items
-        elif _SHORT_RE.search(prompt_text) or (
-            prompt_text.rstrip().endswith("?")
-            and _QUESTION_START.search(prompt_text)
-            and len(words) <= 24
-        ):
-            max_sentences = 1 + (h >> 3) % 2
-        else:
-            max_sentences = 5 + (h >> 5) % 4
+        max_sentences = _max_sentences(prompt_text, words, list_items, h)
         if temperature > 0:
             key = seed if seed is not None else salt
             key = zlib.crc32(f"seed:{key}".encode())
@@ -764,6 +752,24 @@ class ReferenceModel:
         weights = [c - p for c, p in zip(cum, (0.0, *cum[:-1]), strict=True)]
         order = sorted(range(len(toks)), key=lambda i: -weights[i])
         return [toks[i] for i in order]
+
+
+def _max_sentences(
+    prompt_text: str, words: list[str], list_items: int | None, h: int
+) -> int | None:
+    """How many sentences the answer to ``prompt_text`` has (None: a long answer that never
+    ends by itself); ``h`` is the rendered prompt's hash."""
+    if _LONG_RE.search(prompt_text) or (list_items is not None and list_items >= 8):
+        return None
+    if list_items is not None:
+        return list_items
+    if _SHORT_RE.search(prompt_text) or (
+        prompt_text.rstrip().endswith("?")
+        and _QUESTION_START.search(prompt_text)
+        and len(words) <= 24
+    ):
+        return 1 + (h >> 3) % 2
+    return 5 + (h >> 5) % 4
 
 
 def _unit(*parts: int) -> float:

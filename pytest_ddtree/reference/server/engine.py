@@ -21,7 +21,7 @@ from prometheus_client import (
 
 from ..cost import Accelerator, CostModel, jitter_factor
 from ..faults import SPECULATION_FAULTS, TEMPLATE_FAULTS, parse_faults
-from ..model import GenerationPlan, get_model
+from ..model import ForwardPass, GenerationPlan, get_model
 from ..prefix_cache import Prefill, PrefixCache
 from ..request import (
     Request,
@@ -260,23 +260,7 @@ class _Engine:
         # absolute deadlines: an oversleep in one round is taken out of the next one, so the
         # observed time is the simulated time (plus at most one wake-up delay)
         deadline = time.perf_counter()
-        grammar = req.call.parameters if req.call is not None else req.response_format
-        if grammar is not None and req.call is None and "schema-ignored" in faults:
-            grammar = None
-        if grammar is None:
-            gen = model.generate(plan, req.max_tokens, budget, self.options.block_size)
-        else:
-            from ..grammar import Constraint  # only a request with a grammar loads llguidance
-
-            gen = model.generate_constrained(
-                plan,
-                req.max_tokens,
-                budget,
-                Constraint(grammar, model),
-                self.options.block_size,
-                skip_above=_GRAMMAR_SKIP_ABOVE if "grammar-skip" in faults else None,
-            )
-        for i, rd in enumerate(gen):
+        for i, rd in enumerate(self._passes(req, faults, plan, budget)):
             target = self._round_seconds(i, rd.nodes, budget, cost, result)
             toks, finished_eos = _committed(rd.tokens, model.eos, req.max_tokens - produced)
             if i > 0 and self._garbles(faults, budget, result):
@@ -342,6 +326,28 @@ class _Engine:
                 yield _Event(content=extra)
         result.end = time.perf_counter()
         self.remember_tail(tail)
+
+    def _passes(
+        self, req: Request, faults: frozenset[str], plan: GenerationPlan, budget: int | None
+    ) -> Iterator[ForwardPass]:
+        """The model's forward passes for ``req``: under its grammar (a tool's parameters or
+        the response format) if it has one."""
+        model = self.model
+        grammar = req.call.parameters if req.call is not None else req.response_format
+        if grammar is not None and req.call is None and "schema-ignored" in faults:
+            grammar = None
+        if grammar is None:
+            return model.generate(plan, req.max_tokens, budget, self.options.block_size)
+        from ..grammar import Constraint  # only a request with a grammar loads llguidance
+
+        return model.generate_constrained(
+            plan,
+            req.max_tokens,
+            budget,
+            Constraint(grammar, model),
+            self.options.block_size,
+            skip_above=_GRAMMAR_SKIP_ABOVE if "grammar-skip" in faults else None,
+        )
 
     def _draft_views(
         self, states: tuple[Any, ...], committed: int, tail: list[int]
