@@ -358,20 +358,7 @@ class ReferenceModel:
         if phase == _FORCED:
             tok = forced[fidx]
             if fidx + 1 < len(forced):
-                return tok, (
-                    pos + 1,
-                    c2,
-                    c3,
-                    tok,
-                    sent,
-                    _FORCED,
-                    forced,
-                    fidx + 1,
-                    after,
-                    line,
-                    buf,
-                    a0,
-                )
+                return tok, _forced(pos + 1, c2, c3, forced, fidx + 1, sent, after, line, buf, a0)
             if after == _FRESH:
                 # the reasoning block has closed: the answer starts from a fresh context
                 return tok, self._answer_state(plan, pos + 1, self.start)
@@ -389,20 +376,7 @@ class ReferenceModel:
                     close: tuple[int, ...] = self._think_close_plain
                     if self._thinking_process_variant(plan):
                         close = (self.newline, self.newline)
-                    return close[0], (
-                        nxt,
-                        c2,
-                        c3,
-                        close[0],
-                        0,
-                        _FORCED,
-                        close,
-                        1,
-                        _FRESH,
-                        0,
-                        (),
-                        a0,
-                    )
+                    return close[0], _forced(nxt, c2, c3, close, 1, 0, _FRESH, 0, (), a0)
             elif faults and "degenerate" in faults:
                 rep = tuple(self.encode(" " + self.decode(buf).strip())) if buf else (tok,)
                 if len(rep) == 1:
@@ -420,43 +394,17 @@ class ReferenceModel:
                         buf,
                         a0,
                     )
-                return rep[0], (nxt, c2, c3, rep[0], sent, _FORCED, rep, 1, _ANSWER, line, buf, a0)
+                return rep[0], _forced(nxt, c2, c3, rep, 1, sent, _ANSWER, line, buf, a0)
             else:
                 stop = plan.max_sentences is not None and sent >= plan.max_sentences
                 if faults and "role-leak" in faults and line >= 0 and (sent >= 2 or stop):
                     leak = self._role_leak(plan)
-                    return leak[0], (
-                        nxt,
-                        c2,
-                        c3,
-                        leak[0],
-                        sent,
-                        _FORCED,
-                        leak,
-                        1,
-                        _ANSWER,
-                        -1,
-                        buf,
-                        a0,
-                    )
+                    return leak[0], _forced(nxt, c2, c3, leak, 1, sent, _ANSWER, -1, buf, a0)
                 if stop and pos - a0 >= plan.min_tokens:
                     return self.eos, s
                 if plan.list_items is not None and line > 0:
                     num = self._numbers[line + 1]
-                    return num[0], (
-                        nxt,
-                        c2,
-                        c3,
-                        num[0],
-                        sent,
-                        _FORCED,
-                        num,
-                        1,
-                        _ANSWER,
-                        line + 1,
-                        buf,
-                        a0,
-                    )
+                    return num[0], _forced(nxt, c2, c3, num, 1, sent, _ANSWER, line + 1, buf, a0)
         elif faults and "degenerate" in faults and sent == 0 and phase == _ANSWER and len(buf) < 48:
             buf = (*buf, tok)
         return tok, (pos + 1, c2, c3, tok, sent, phase, (), 0, phase, line, buf, a0)
@@ -752,6 +700,23 @@ class ReferenceModel:
         weights = [c - p for c, p in zip(cum, (0.0, *cum[:-1]), strict=True)]
         order = sorted(range(len(toks)), key=lambda i: -weights[i])
         return [toks[i] for i in order]
+
+
+def _forced(
+    pos: int,
+    c2: int,
+    c3: int,
+    seq: tuple[int, ...],
+    idx: int,
+    sent: int,
+    after: int,
+    line: int,
+    buf: tuple[int, ...],
+    a0: int,
+) -> _State:
+    """The state after ``seq[idx - 1]``, a token of the forced sequence ``seq`` a rule
+    emits (``after``: the phase once it is out)."""
+    return (pos, c2, c3, seq[idx - 1], sent, _FORCED, seq, idx, after, line, buf, a0)
 
 
 def _max_sentences(
