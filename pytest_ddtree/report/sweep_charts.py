@@ -4,6 +4,7 @@ throughput, mean acceptance length and time to first token (how to read them: th
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
@@ -297,66 +298,66 @@ def _ttft_mark(st: BudgetStats) -> _Mark | None:
     return _Mark(st.tree_budget, st.ttft_p50 * 1000, ci, None, p90, tip)
 
 
+def _points(
+    groups: dict[int | None, list[SweepSample]],
+    value: Callable[[SweepSample], float | None],
+    colors: dict[str, str],
+    scale: float = 1.0,
+) -> list[_Point]:
+    """Each request's dot of one figure (``value`` of the request, times ``scale``)."""
+    pts: list[_Point] = []
+    for group in groups.values():
+        with_value = [s for s in group if value(s) is not None]
+        spread = _offsets(with_value, lambda s: s.prompt_id)
+        for s, off in zip(with_value, spread, strict=True):
+            v = value(s)
+            assert v is not None
+            pts.append(_Point(s.tree_budget, v * scale, colors[s.prompt_id], _tip(s), off))
+    return pts
+
+
 def budget_charts(run: SweepRun, summary: SweepSummary, colors: dict[str, str]) -> list[str]:
+    """The decode throughput, acceptance length and TTFT figures of one sweep."""
     samples = run.samples
     budgets = [b.tree_budget for b in summary.budgets]
     if not budgets:
         return []
-    best = summary.recommendation.tree_budget
-    tied = summary.recommendation.tied
-    invalid = _invalid_marks(samples)
     # the drift blocks are not the budget's statistics: the Drift card shows them
-    valid = [s for s in samples if s.valid and s.drift_mark is None]
-    groups = _by_budget(valid)
-
-    def points(value: Callable[[SweepSample], float | None], scale: float = 1.0) -> list[_Point]:
-        pts: list[_Point] = []
-        for group in groups.values():
-            with_value = [s for s in group if value(s) is not None]
-            spread = _offsets(with_value, lambda s: s.prompt_id)
-            for s, off in zip(with_value, spread, strict=True):
-                v = value(s)
-                assert v is not None
-                pts.append(_Point(s.tree_budget, v * scale, colors[s.prompt_id], _tip(s), off))
-        return pts
+    groups = _by_budget([s for s in samples if s.valid and s.drift_mark is None])
+    rec = summary.recommendation
+    chart = functools.partial(
+        _chart,
+        budgets=budgets,
+        invalid=_invalid_marks(samples),
+        highlight=rec.tree_budget,
+        tied=rec.tied,
+    )
 
     def marks(fn: Callable[[BudgetStats], _Mark | None]) -> list[_Mark]:
         return [m for m in (fn(st) for st in summary.budgets) if m is not None]
 
-    decode_svg = _chart(
+    decode_svg = chart(
         title="Decode throughput by tree budget",
         y_label="decode tokens/s (client)",
-        budgets=budgets,
-        points=points(lambda s: s.decode_tokens_per_second),
+        points=_points(groups, lambda s: s.decode_tokens_per_second, colors),
         marks=marks(_decode_mark),
-        invalid=invalid,
-        highlight=best,
-        tied=tied,
         zero=False,
         width=WIDE,
     )
-    accept_svg = _chart(
+    accept_svg = chart(
         title="Mean acceptance length by tree budget",
         y_label="tokens per decode round",
-        budgets=budgets,
-        points=points(lambda s: s.mean_acceptance_length),
+        points=_points(groups, lambda s: s.mean_acceptance_length, colors),
         marks=marks(_accept_mark),
-        invalid=invalid,
-        highlight=best,
-        tied=tied,
         zero=True,
         width=NARROW,
         empty="the server reported no acceptance length (no speculation statistics)",
     )
-    ttft_svg = _chart(
+    ttft_svg = chart(
         title="Time to first token by tree budget",
         y_label="TTFT ms",
-        budgets=budgets,
-        points=points(lambda s: s.ttft, 1000.0),
+        points=_points(groups, lambda s: s.ttft, colors, 1000.0),
         marks=marks(_ttft_mark),
-        invalid=invalid,
-        highlight=best,
-        tied=tied,
         zero=True,
         width=NARROW,
     )
