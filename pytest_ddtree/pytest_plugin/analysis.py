@@ -109,6 +109,7 @@ def describe(runtime: Runtime, *, workers: int | None) -> RunMetadata:
         configured_rounds=s.rounds,
         configured_warmup_rounds=s.warmup_rounds,
         order=s.sweep_order,
+        sweep=s.sweep,
         tokenizer=runtime.tokenizer_source,
         workers=workers,
     )

@@ -348,6 +348,8 @@ class DDTreeSession:
         for (_, temperature), bench in self.bench_races.items():
             bench.race.finish()
             self.races.setdefault(temperature, []).append(bench.race.record())
+        if self.metadata is not None:  # the terminal and the report say what was raced from it
+            self.metadata.races = sum(len(records) for records in self.races.values())
         seed, report = self.settings.sweep_seed, self.settings.report
         outcome = analysis.conclude(
             self.samples,

@@ -219,18 +219,11 @@ def _write_sweep(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
         notes.append("interrupted: partial run, the recommendation is not final")
     if session.smoke_failure:
         notes.append(f"benchmarks skipped: {session.smoke_failure}")
-    if session.settings.sweep == "adaptive" and not session.races:
-        budgets = len(session.settings.budgets)
-        only = budget_label(next(iter(session.settings.budgets), None))
-        notes.append(
-            "--ddtree-sweep adaptive: nothing was raced "
-            + (
-                f"(one budget, {only}: there is no other to race it against)"
-                if budgets < 2
-                else "(no ddtree_sweep call or benchmark test with a tree_budget parameter)"
-            )
-            + "; every request ran as planned and is judged by the same rule"
-        )
+    from pytest_ddtree.report.terminal import unraced_note
+
+    unraced = unraced_note(session.metadata)  # the HTML's Race card says the same
+    if unraced:
+        notes.append(unraced)
     log = session.runtime.server_metrics if session.runtime is not None else None
     shared = log.shared_budgets() if log is not None else None
     # the legend wrapped to the terminal's width; every column explained with -v

@@ -173,6 +173,17 @@ DEFAULT_PROMPTS: tuple[str, ...] = (
 )
 
 
+def _check_arguments(budgets: Sequence[int], concurrency: int) -> None:
+    """``optimal_budget``'s budgets and concurrency, or a one-line ``ValueError``."""
+    if not budgets:
+        raise ValueError("optimal_budget: budgets is empty")
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"optimal_budget: concurrency {concurrency!r} is not an integer >= 1")
+    for b in budgets:
+        if not isinstance(b, int) or isinstance(b, bool) or b < 1:
+            raise ValueError(f"optimal_budget: budget {b!r} is not a positive integer")
+
+
 def optimal_budget(
     budgets: Sequence[int],
     prompts: Sequence[str] | None = None,
@@ -196,13 +207,7 @@ def optimal_budget(
     """
     from .model import get_model  # late: keeps ``import cost`` free of the model load
 
-    if not budgets:
-        raise ValueError("optimal_budget: budgets is empty")
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise ValueError(f"optimal_budget: concurrency {concurrency!r} is not an integer >= 1")
-    for b in budgets:
-        if not isinstance(b, int) or isinstance(b, bool) or b < 1:
-            raise ValueError(f"optimal_budget: budget {b!r} is not a positive integer")
+    _check_arguments(budgets, concurrency)
     cost = cost or CostModel()
     model = get_model()
     texts = list(prompts) if prompts is not None else list(DEFAULT_PROMPTS)

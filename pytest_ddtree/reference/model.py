@@ -35,12 +35,14 @@ from functools import cache
 from operator import itemgetter
 from pathlib import Path
 from threading import Lock
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer
 
 from ._corpus import TOPICS
+from ._state import _ANSWER, _FORCED, _FRESH, _THINK, _State
 from ._tables import ANSWER_START, DRAFT_TABLE, TABLE_NAMES, NGramTables, encode_key
+from .verify import ForwardPass, FreeTarget, GrammarTarget, decode
 
 if TYPE_CHECKING:
     from .grammar import Constraint
@@ -71,11 +73,6 @@ _DRAFT_TOPK = 24
 _TREE_CACHE = 256
 _DRAFT_CACHE = 4096
 _DIST_CACHE = 100_000
-# the draft-confidence fault accepts a drafted token the drafter gives at least this probability
-_CONFIDENT = 0.5
-
-# phases of the target's state machine
-_ANSWER, _THINK, _FORCED, _FRESH = 0, 1, 2, 3
 
 
 def tokenizer_path() -> Path:
@@ -151,24 +148,8 @@ class GenerationPlan:
     start_context: tuple[int, int, int] | None = None  # stale context (state-leak fault)
 
 
-class ForwardPass(NamedTuple):
-    """One target forward pass: the tokens it committed and the size of the verified tree.
-
-    ``states`` holds the target's state before each committed token (for its
-    log-probabilities, ``ReferenceModel.logprobs``).
-    """
-
-    tokens: list[int]
-    nodes: int
-    states: tuple[_State, ...] = ()
-
-
 #: the former name of ``ForwardPass``, kept for code that imports it
 Round = ForwardPass
-
-
-# state: (pos, c1, c2, c3, sentences, phase, forced, fidx, after_forced, line, buf, answer_start)
-_State = tuple[int, int, int, int, int, int, tuple[int, ...], int, int, int, tuple[int, ...], int]
 
 
 @dataclass
@@ -180,7 +161,8 @@ class _Tree:
 
 
 class ReferenceModel:
-    """Tokenizer, target model, drafter and the speculative decoding loop."""
+    """Tokenizer, target model and drafter; :meth:`generate` runs the speculative decoding
+    loop of :mod:`.verify`."""
 
     def __init__(self) -> None:
         self.tokenizer = Tokenizer.from_file(str(tokenizer_path()))
@@ -284,19 +266,7 @@ class ReferenceModel:
             else:
                 list_items = int(num) if num.isdigit() else _NUMBER_WORDS[num.lower()]
             list_items = max(1, min(list_items, 200))
-        max_sentences: int | None
-        if _LONG_RE.search(prompt_text) or (list_items is not None and list_items >= 8):
-            max_sentences = None
-        elif list_items is not None:
-            max_sentences = list_items
-        elif _SHORT_RE.search(prompt_text) or (
-            prompt_text.rstrip().endswith("?")
-            and _QUESTION_START.search(prompt_text)
-            and len(words) <= 24
-        ):
-            max_sentences = 1 + (h >> 3) % 2
-        else:
-            max_sentences = 5 + (h >> 5) % 4
+        max_sentences = _max_sentences(prompt_text, words, list_items, h)
         if temperature > 0:
             key = seed if seed is not None else salt
             key = zlib.crc32(f"seed:{key}".encode())
@@ -388,20 +358,7 @@ class ReferenceModel:
         if phase == _FORCED:
             tok = forced[fidx]
             if fidx + 1 < len(forced):
-                return tok, (
-                    pos + 1,
-                    c2,
-                    c3,
-                    tok,
-                    sent,
-                    _FORCED,
-                    forced,
-                    fidx + 1,
-                    after,
-                    line,
-                    buf,
-                    a0,
-                )
+                return tok, _forced(pos + 1, c2, c3, forced, fidx + 1, sent, after, line, buf, a0)
             if after == _FRESH:
                 # the reasoning block has closed: the answer starts from a fresh context
                 return tok, self._answer_state(plan, pos + 1, self.start)
@@ -419,20 +376,7 @@ class ReferenceModel:
                     close: tuple[int, ...] = self._think_close_plain
                     if self._thinking_process_variant(plan):
                         close = (self.newline, self.newline)
-                    return close[0], (
-                        nxt,
-                        c2,
-                        c3,
-                        close[0],
-                        0,
-                        _FORCED,
-                        close,
-                        1,
-                        _FRESH,
-                        0,
-                        (),
-                        a0,
-                    )
+                    return close[0], _forced(nxt, c2, c3, close, 1, 0, _FRESH, 0, (), a0)
             elif faults and "degenerate" in faults:
                 rep = tuple(self.encode(" " + self.decode(buf).strip())) if buf else (tok,)
                 if len(rep) == 1:
@@ -450,43 +394,17 @@ class ReferenceModel:
                         buf,
                         a0,
                     )
-                return rep[0], (nxt, c2, c3, rep[0], sent, _FORCED, rep, 1, _ANSWER, line, buf, a0)
+                return rep[0], _forced(nxt, c2, c3, rep, 1, sent, _ANSWER, line, buf, a0)
             else:
                 stop = plan.max_sentences is not None and sent >= plan.max_sentences
                 if faults and "role-leak" in faults and line >= 0 and (sent >= 2 or stop):
                     leak = self._role_leak(plan)
-                    return leak[0], (
-                        nxt,
-                        c2,
-                        c3,
-                        leak[0],
-                        sent,
-                        _FORCED,
-                        leak,
-                        1,
-                        _ANSWER,
-                        -1,
-                        buf,
-                        a0,
-                    )
+                    return leak[0], _forced(nxt, c2, c3, leak, 1, sent, _ANSWER, -1, buf, a0)
                 if stop and pos - a0 >= plan.min_tokens:
                     return self.eos, s
                 if plan.list_items is not None and line > 0:
                     num = self._numbers[line + 1]
-                    return num[0], (
-                        nxt,
-                        c2,
-                        c3,
-                        num[0],
-                        sent,
-                        _FORCED,
-                        num,
-                        1,
-                        _ANSWER,
-                        line + 1,
-                        buf,
-                        a0,
-                    )
+                    return num[0], _forced(nxt, c2, c3, num, 1, sent, _ANSWER, line + 1, buf, a0)
         elif faults and "degenerate" in faults and sent == 0 and phase == _ANSWER and len(buf) < 48:
             buf = (*buf, tok)
         return tok, (pos + 1, c2, c3, tok, sent, phase, (), 0, phase, line, buf, a0)
@@ -693,12 +611,12 @@ class ReferenceModel:
         z = peak + log(sum(exp(x - peak) for x in logits.values()))
         return {t: x - z for t, x in logits.items()}
 
-    def _impossible(self, plan: GenerationPlan, s: _State, tok: int) -> bool:
+    def impossible(self, plan: GenerationPlan, s: _State, tok: int) -> bool:
         """True when the target, free to choose in state ``s``, gives ``tok`` no probability."""
         dist = self._candidates(plan, s)
         return dist is not None and tok not in dist
 
-    def _tie(self, plan: GenerationPlan, s: _State, s2: _State, tok: int) -> int | None:
+    def near_tie(self, plan: GenerationPlan, s: _State, s2: _State, tok: int) -> int | None:
         """The target's runner-up at a free position where its logits put it within
         ``_FLIP_MARGIN`` nats of the target's ``tok`` (temperature 0): the near-tie a
         batched verification can flip."""
@@ -755,114 +673,7 @@ class ReferenceModel:
         ``budget=None`` is plain target decoding. The end-of-turn token, when the target
         emits it, is the last token of the last pass and is not counted by the caller.
         """
-        s = self.initial_state(plan)
-        step = self.step
-        eos = self.eos
-        first = s
-        tok, s = step(plan, s)
-        yield ForwardPass([tok], 0, (first,))
-        if tok == eos or max_tokens <= 1:
-            return
-        n = 1
-        c2, c3 = self.start[2], tok
-        lossy_armed = "lossy" in plan.faults and budget is not None and budget > 64
-        # a verifier bug that only sampling shows: at temperature 0 nothing changes
-        confident = (
-            "draft-confidence" in plan.faults and budget is not None and plan.temperature > 0
-        )
-        # batched verification flipping a near-tie of the target once (temperature 0)
-        tie_armed = "near-tie" in plan.faults and budget is not None and plan.temperature == 0
-        while n < max_tokens:
-            if budget is None:
-                before = s
-                tok, s = step(plan, s)
-                n += 1
-                yield ForwardPass([tok], 0, (before,))
-                if tok == eos:
-                    return
-                continue
-            tree = self.build_tree(c2, c3, budget, block_size)
-            children = tree.children
-            node = 0
-            out: list[int] = []
-            states: list[_State] = []
-            liked = self._liked(c2, c3, block_size) if confident else ()
-            while True:
-                tok, s2 = step(plan, s)
-                if tie_armed and n + len(out) >= 3:
-                    other = self._tie(plan, s, s2, tok)
-                    if other is not None:
-                        tie_armed = False
-                        tok, s2 = other, self.advance(plan, s, other)
-                fc = tree.first_child[node]
-                d = len(out)
-                if d < len(liked) and liked[d] and fc > 0 and _free(s, s2, tree.tokens[fc], tok):
-                    # the bug: the drafter liked its token, so it stands for the target's sample
-                    out.append(tree.tokens[fc])
-                    states.append(s)
-                    s = self.advance(plan, s, tree.tokens[fc])
-                    node = fc
-                    continue
-                child = children.get((node, tok))
-                if child is None:
-                    if (
-                        lossy_armed
-                        and n + len(out) >= 10
-                        and fc > 0
-                        and tok != eos
-                        and self._impossible(plan, s, tree.tokens[fc])
-                    ):
-                        # a verifier bug: the drafter's own token, one the target gives no
-                        # probability, is committed once
-                        lossy_armed = False
-                        out.append(tree.tokens[fc])
-                        states.append(s)
-                        s = self.advance(plan, s, tree.tokens[fc])
-                        node = fc
-                        continue
-                    break
-                out.append(tok)
-                states.append(s)
-                s = s2
-                node = child
-            out.append(tok)  # the target's bonus token
-            states.append(s)
-            s = s2
-            n += len(out)
-            yield ForwardPass(out, tree.nodes, tuple(states))
-            if tok == eos:
-                return
-            if len(out) >= 2:
-                c2, c3 = out[-2], out[-1]
-            else:
-                c2, c3 = c3, out[-1]
-
-    def _constrained_step(
-        self, plan: GenerationPlan, s: _State, grammar: Constraint
-    ) -> tuple[int, _State, _State, bool]:
-        """The target's next token under ``grammar``, the state after it, the state its
-        log-probability is read in (``s``, or, where the grammar overrode the target, ``s``
-        marked as a rule's position: the token is certain, as a forced token is), and whether
-        the grammar holds the token (reasoning is free: engines constrain the answer)."""
-        tok, s2 = self.step(plan, s)
-        phase = s[5]
-        if phase == _THINK or (phase == _FORCED and s[8] != _ANSWER):
-            return tok, s2, s, False
-        choice = grammar.choose(tok, lambda: self._ranked(plan, s))
-        if choice == tok:
-            return tok, s2, s, True
-        ruled = (*s[:5], _FORCED, *s[6:])
-        if choice == self.eos:
-            return choice, s, ruled, True
-        return choice, self.advance(plan, s, choice), ruled, True
-
-    def _ranked(self, plan: GenerationPlan, s: _State) -> list[int]:
-        """The target's candidates in state ``s``, most likely first."""
-        _pos, c1, c2, c3 = s[0], s[1], s[2], s[3]
-        toks, cum, _total = self._dist(plan.table, c1, c2, c3, plan.temperature, plan.top_p)
-        weights = [c - p for c, p in zip(cum, (0.0, *cum[:-1]), strict=True)]
-        order = sorted(range(len(toks)), key=lambda i: -weights[i])
-        return [toks[i] for i in order]
+        return decode(self, plan, max_tokens, budget, block_size, FreeTarget(self, plan, budget))
 
     def generate_constrained(
         self,
@@ -879,82 +690,56 @@ class ReferenceModel:
         that choice, so a token the grammar forbids is never accepted. ``skip_above`` (the
         grammar-skip fault) accepts once, above that budget, a drafted token the grammar
         forbids, as a verifier that skips the grammar on drafted tokens does."""
-        cstep = self._constrained_step
-        eos = self.eos
-        s = self.initial_state(plan)
-        tok, s, read, live = cstep(plan, s, grammar)
-        if live:
-            grammar.consume(tok)
-        yield ForwardPass([tok], 0, (read,))
-        if tok == eos or max_tokens <= 1:
-            return
-        n = 1
-        c2, c3 = self.start[2], tok
-        skip_armed = skip_above is not None and budget is not None and budget > skip_above
-        while n < max_tokens:
-            if budget is None:
-                tok, s, read, live = cstep(plan, s, grammar)
-                if live:
-                    grammar.consume(tok)
-                n += 1
-                yield ForwardPass([tok], 0, (read,))
-                if tok == eos:
-                    return
-                continue
-            tree = self.build_tree(c2, c3, budget, block_size)
-            children = tree.children
-            node = 0
-            out: list[int] = []
-            states: list[_State] = []
-            while True:
-                tok, s2, read, live = cstep(plan, s, grammar)
-                child = children.get((node, tok))
-                if child is None:
-                    fc = tree.first_child[node]
-                    if skip_armed and live and fc > 0 and not grammar.allows(tree.tokens[fc]):
-                        # the bug: the drafted token is accepted unchecked by the grammar
-                        skip_armed = False
-                        out.append(tree.tokens[fc])
-                        states.append(s)
-                        grammar.consume(tree.tokens[fc])
-                        s = self.advance(plan, s, tree.tokens[fc])
-                        node = fc
-                        continue
-                    break
-                out.append(tok)
-                states.append(read)
-                if live:
-                    grammar.consume(tok)
-                s = s2
-                node = child
-            out.append(tok)  # the target's bonus token
-            states.append(read)
-            if live:
-                grammar.consume(tok)
-            s = s2
-            n += len(out)
-            yield ForwardPass(out, tree.nodes, tuple(states))
-            if tok == eos:
-                return
-            if len(out) >= 2:
-                c2, c3 = out[-2], out[-1]
-            else:
-                c2, c3 = c3, out[-1]
+        target = GrammarTarget(self, plan, grammar, budget, skip_above)
+        return decode(self, plan, max_tokens, budget, block_size, target)
 
-    def _liked(self, c2: int, c3: int, block_size: int) -> tuple[bool, ...]:
-        """Per draft depth: does the drafter give its top token at least ``_CONFIDENT``?"""
-        block = self.draft_block(c2, c3, block_size - 1)[: block_size - 1]
-        return tuple(bool(toks) and math.exp(lps[0]) >= _CONFIDENT for toks, lps in block)
+    def ranked(self, plan: GenerationPlan, s: _State) -> list[int]:
+        """The target's candidates in state ``s``, most likely first."""
+        _pos, c1, c2, c3 = s[0], s[1], s[2], s[3]
+        toks, cum, _total = self._dist(plan.table, c1, c2, c3, plan.temperature, plan.top_p)
+        weights = [c - p for c, p in zip(cum, (0.0, *cum[:-1]), strict=True)]
+        order = sorted(range(len(toks)), key=lambda i: -weights[i])
+        return [toks[i] for i in order]
+
+
+def _forced(
+    pos: int,
+    c2: int,
+    c3: int,
+    seq: tuple[int, ...],
+    idx: int,
+    sent: int,
+    after: int,
+    line: int,
+    buf: tuple[int, ...],
+    a0: int,
+) -> _State:
+    """The state after ``seq[idx - 1]``, a token of the forced sequence ``seq`` a rule
+    emits (``after``: the phase once it is out)."""
+    return (pos, c2, c3, seq[idx - 1], sent, _FORCED, seq, idx, after, line, buf, a0)
+
+
+def _max_sentences(
+    prompt_text: str, words: list[str], list_items: int | None, h: int
+) -> int | None:
+    """How many sentences the answer to ``prompt_text`` has (None: a long answer that never
+    ends by itself); ``h`` is the rendered prompt's hash."""
+    if _LONG_RE.search(prompt_text) or (list_items is not None and list_items >= 8):
+        return None
+    if list_items is not None:
+        return list_items
+    if _SHORT_RE.search(prompt_text) or (
+        prompt_text.rstrip().endswith("?")
+        and _QUESTION_START.search(prompt_text)
+        and len(words) <= 24
+    ):
+        return 1 + (h >> 3) % 2
+    return 5 + (h >> 5) % 4
 
 
 def _unit(*parts: int) -> float:
     """A number in (0, 1) hashed from ``parts`` (integers hash alike in every process)."""
     return ((hash(parts) & 0xFFFFFFFF) + 0.5) / 4294967296.0
-
-
-def _free(s: _State, s2: _State, drafted: int, tok: int) -> bool:
-    """True when the target sampled ``tok``, not ``drafted``, freely (no rule, stop, sentence)."""
-    return tok != drafted and s[5] == s2[5] != _FORCED and s[4] == s2[4] and s2[0] == s[0] + 1
 
 
 _MODEL: ReferenceModel | None = None

@@ -25,20 +25,23 @@ def _positions(rates: Any) -> str:
     return " ".join(f"{escape(str(p))}:{_num(r, 2)}" for p, r in items)
 
 
-def _row(b: Mapping[str, Any], shared: Mapping[Any, str]) -> str:
+def _row(b: Mapping[str, Any], shared: Mapping[Any, str], timed: Mapping[int | None, int]) -> str:
     budget = b.get("tree_budget")
+    key = budget if isinstance(budget, int) else None
     flag = shared.get(budget)
-    cells = [
-        budget_label(budget if isinstance(budget, int) else None),
+    plain = (
+        budget_label(key),
         _num(b.get("requests")),
+        _num(timed.get(key)),
         _num(b.get("drafts")),
         _num(b.get("draft_tokens")),
         _num(b.get("accepted_tokens")),
         _num(b.get("acceptance_length"), 2),
-        _positions(b.get("position_rates")),
-        f"{_num(b.get('running_before'))} / {_num(b.get('waiting_before'))}",
-    ]
-    tds = "".join(f"<td>{escape(c) if i != 6 else c}</td>" for i, c in enumerate(cells))
+    )
+    running = f"{_num(b.get('running_before'))} / {_num(b.get('waiting_before'))}"
+    # the positions are escaped as they are built
+    cells = (*(escape(c) for c in plain), _positions(b.get("position_rates")), escape(running))
+    tds = "".join(f"<td>{c}</td>" for c in cells)
     mark = f"<td><strong>shared server</strong>: {escape(flag)}</td>" if flag else "<td>-</td>"
     return f"<tr>{tds}{mark}</tr>"
 
@@ -50,7 +53,8 @@ def _table(head: tuple[str, ...], rows: str) -> str:
 
 _BUDGET_HEAD = (
     "tree_budget",
-    "requests",
+    "requests the server counted",
+    "timed",
     "verify steps",
     "draft tokens",
     "accepted",
@@ -105,8 +109,10 @@ def _load_rows(records: list[Mapping[str, Any]]) -> str:
     return "".join(rows)
 
 
-def server_counters_section(doc: Any) -> str:
-    """The section for ``metadata.server_counters`` (empty when the counters were not read)."""
+def server_counters_section(doc: Any, timed: Mapping[int | None, int] | None = None) -> str:
+    """The section for ``metadata.server_counters`` (empty when the counters were not read);
+    ``timed``: each budget's requests in the per-budget statistics, shown beside the count
+    of the server, which counts every request it saw."""
     if not isinstance(doc, Mapping):
         return ""
     status = escape(str(doc.get("status") or ""))
@@ -120,9 +126,12 @@ def server_counters_section(doc: Any) -> str:
     parts = [
         '<section class="card"><h2>Server counters</h2>',
         f'<p class="muted">/metrics: {status}. Deltas of the server\'s own Prometheus counters '
-        "over each budget's timed requests, added over the rounds. Server-wide counters "
-        "include every client's requests: a budget marked <strong>shared server</strong> was "
-        "timed while another client used the server, so its timings include that load.</p>",
+        "while each budget was measured, added over the rounds. The server counts every "
+        "request it finished in that time, not only the timed ones: a benchmark's warm-up "
+        "rounds, the drift check's blocks and any other client's requests too; "
+        "<em>timed</em> is the budget's count in the per-budget statistics (valid or not). A "
+        "budget marked <strong>shared server</strong> was timed while another client used "
+        "the server, so its timings include that load.</p>",
     ]
     if budgets:
         shared = {
@@ -130,7 +139,8 @@ def server_counters_section(doc: Any) -> str:
             for s in doc.get("shared") or ()
             if isinstance(s, Mapping)
         }
-        parts.append(_table(_BUDGET_HEAD, "".join(_row(b, shared) for b in budgets)))
+        rows = "".join(_row(b, shared, timed or {}) for b in budgets)
+        parts.append(_table(_BUDGET_HEAD, rows))
     if load:
         parts.append("<h3>Load points</h3>")
         parts.append(_table(_LOAD_HEAD, _load_rows(load)))

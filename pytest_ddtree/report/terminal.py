@@ -7,7 +7,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_ddtree.core.budget import budget_order
-from pytest_ddtree.measure.sweep import BudgetStats, SweepSummary, budget_label, deeper_line
+from pytest_ddtree.measure.sweep import (
+    BudgetStats,
+    RunMetadata,
+    SweepSummary,
+    budget_label,
+    deeper_line,
+)
 from pytest_ddtree.measure.sweep.race import RaceRecord
 from pytest_ddtree.measure.sweep.statistics import (
     acceptance_text,
@@ -184,6 +190,24 @@ def race_lines(race: RaceRecord[int | None] | None) -> list[str]:
             f"tree_budget={still} still in contention with the leader"
         )
     return lines
+
+
+def unraced_note(meta: RunMetadata | None) -> str | None:
+    """What an adaptive sweep that raced nothing says, in the terminal and on the Race card
+    alike (None: the run raced, was exhaustive, or did not record it)."""
+    if meta is None or meta.sweep != "adaptive" or meta.races != 0:
+        return None
+    # the budgets as described: numbers, or the server's own budget by its label
+    only = str(meta.budgets[0]) if meta.budgets else budget_label(None)
+    why = (
+        f"(one budget, {only}: there is no other to race it against)"
+        if len(meta.budgets) < 2
+        else "(no ddtree_sweep call or benchmark test with a tree_budget parameter)"
+    )
+    return (
+        f"--ddtree-sweep adaptive: nothing was raced {why}; every request ran as planned and "
+        "is judged by the same rule"
+    )
 
 
 def _shared_row(

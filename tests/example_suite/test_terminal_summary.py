@@ -29,6 +29,7 @@ def test_one_budget_run_wraps_its_legend_and_labels_what_ran(
         "--ddtree-budgets=64",
         "--ddtree-reference-latency=off",
         "--benchmark-quiet",
+        f"--ddtree-report={pytester.path / 'report'}",
     )
     result.assert_outcomes(passed=1)
     lines = result.stdout.lines
@@ -37,6 +38,10 @@ def test_one_budget_run_wraps_its_legend_and_labels_what_ran(
     assert all(len(ln) <= columns for ln in lines[start : end + 1]), lines[start : end + 1]
     text = result.stdout.str()
     assert "nothing was raced (one budget, 64: there is no other" in text, text
+    # the HTML's Race card says what the terminal says, from the same metadata
+    html = (pytester.path / "report" / "sweep.html").read_text()
+    note = "--ddtree-sweep adaptive: nothing was raced (one budget, 64: there is no other to race"
+    assert note in html and "An exhaustive sweep" not in html
     assert "the server's own" not in text
     assert "(one budget, n=3: nothing to compare it with, so no margin or minimum n" in text
     assert "min n 6" not in text, text

@@ -120,3 +120,61 @@ def test_server_counter_tables_are_in_budget_then_load_point_order() -> None:
         ("C=4", "64"),
         ("C=16", "64"),
     ], rows
+
+
+def _card(html: str, title: str) -> str:
+    """The one card headed ``title``."""
+    found = re.findall(rf"<section class=\"card[^\"]*\"><h2>{title}</h2>.*?</section>", html, re.S)
+    assert len(found) == 1, (title, found)
+    return str(found[0])
+
+
+def test_an_adaptive_sweep_that_raced_nothing_says_so_on_the_race_card_as_in_the_terminal() -> None:
+    # --ddtree-budget-mode none under --ddtree-sweep adaptive (llama.cpp): one arm, no race
+    samples = [replace(s, tree_budget=None) for s in synthetic_sweep({64: 800.0}, spread=10.0)]
+    described = {"model": "m", "budgets": ["server-default"], "sweep": "adaptive", "races": 0}
+    card = _card(render_html(SweepRun(samples, described)), "Race")
+    note = "--ddtree-sweep adaptive: nothing was raced (one budget, server-default: there is no"
+    assert note in card and "An exhaustive sweep" not in card, card
+    # the terminal's note is the same sentence, from the same metadata
+    from pytest_ddtree.measure.sweep import RunMetadata
+    from pytest_ddtree.report.terminal import unraced_note
+
+    terminal = unraced_note(RunMetadata.from_json(described))
+    assert terminal is not None and f"<p>{terminal}." in card
+    # a raced run and an exhaustive one say nothing of the kind
+    assert unraced_note(RunMetadata.from_json({**described, "races": 1})) is None
+    assert unraced_note(RunMetadata.from_json({**described, "sweep": "exhaustive"})) is None
+    exhaustive = _card(render_html(SweepRun(samples, {**described, "sweep": "exhaustive"})), "Race")
+    assert "An exhaustive sweep: every budget got every round" in exhaustive
+
+
+def test_the_server_counters_card_shows_the_timed_requests_beside_the_servers_count() -> None:
+    # 18 timed requests per budget; the server also counted a benchmark's 6 warm-up requests
+    samples = synthetic_sweep({16: 500.0, 64: 800.0}, spread=10.0, rounds=6)
+    counters = {
+        "status": "ok (vllm)",
+        "budgets": [{"tree_budget": b, "requests": 24, "drafts": 100} for b in (16, 64)],
+    }
+    html = render_html(SweepRun(samples, {"model": "m", "server_counters": counters}))
+    card = _card(html, "Server counters")
+    heads = re.findall(r"<th>([^<]*)</th>", card)
+    assert heads[:3] == ["tree_budget", "requests the server counted", "timed"], heads
+    rows = re.findall(r"<tr><td>(\d+)</td><td>(\d+)</td><td>(\d+)</td>", card)
+    assert rows == [("16", "24", "18"), ("64", "24", "18")], rows
+    assert "not only the timed ones: a benchmark's warm-up rounds" in card
+    # the per-budget table counts the same 18
+    assert html.count("<td>18/18</td>") == 2
+
+
+def test_no_machine_state_card_without_a_probe() -> None:
+    samples = synthetic_sweep({16: 500.0, 64: 800.0}, spread=10.0)
+    version = {"/version": {"version": "ddtree-reference/0.1"}}
+    html = render_html(SweepRun(samples, {"model": "m", "server_info": version}))
+    assert "Machine state" not in html and "--ddtree-probe" not in html
+    # the server's own description stays, on a card of its own
+    assert "ddtree-reference/0.1" in _card(html, "Server")
+    probe = {"when": "before", "command": "gpu-stats", "output": "1410 MHz"}
+    probed = {"model": "m", "server_info": version, "probes": [probe]}
+    card = _card(render_html(SweepRun(samples, probed)), "Machine state")
+    assert "1410 MHz" in card and "ddtree-reference/0.1" in card

@@ -83,6 +83,10 @@ class RunMetadata(_ReadsAsMapping):
     configured_rounds: int | None = None
     configured_warmup_rounds: int | None = None
     order: str | None = None
+    #: ``--ddtree-sweep``: ``adaptive`` races the budgets, ``exhaustive`` times every round
+    sweep: str | None = None
+    #: how many races the run ran (an adaptive sweep of one budget runs none)
+    races: int | None = None
     tokenizer: str | None = None
     server_models: list[str] | None = None
     workers: int | None = None

@@ -21,7 +21,7 @@ from prometheus_client import (
 
 from ..cost import Accelerator, CostModel, jitter_factor
 from ..faults import SPECULATION_FAULTS, TEMPLATE_FAULTS, parse_faults
-from ..model import GenerationPlan, get_model
+from ..model import ForwardPass, GenerationPlan, get_model
 from ..prefix_cache import Prefill, PrefixCache
 from ..request import (
     Request,
@@ -260,23 +260,7 @@ class _Engine:
         # absolute deadlines: an oversleep in one round is taken out of the next one, so the
         # observed time is the simulated time (plus at most one wake-up delay)
         deadline = time.perf_counter()
-        grammar = req.call.parameters if req.call is not None else req.response_format
-        if grammar is not None and req.call is None and "schema-ignored" in faults:
-            grammar = None
-        if grammar is None:
-            gen = model.generate(plan, req.max_tokens, budget, self.options.block_size)
-        else:
-            from ..grammar import Constraint  # only a request with a grammar loads llguidance
-
-            gen = model.generate_constrained(
-                plan,
-                req.max_tokens,
-                budget,
-                Constraint(grammar, model),
-                self.options.block_size,
-                skip_above=_GRAMMAR_SKIP_ABOVE if "grammar-skip" in faults else None,
-            )
-        for i, rd in enumerate(gen):
+        for i, rd in enumerate(self._passes(req, faults, plan, budget)):
             target = self._round_seconds(i, rd.nodes, budget, cost, result)
             toks, finished_eos = _committed(rd.tokens, model.eos, req.max_tokens - produced)
             if i > 0 and self._garbles(faults, budget, result):
@@ -289,19 +273,9 @@ class _Engine:
                 toks, states, ev, result, miss_inside="stop-missed-in-block" in faults
             )
             stop_hit = stop_at is not None
-            past = 0
-            if stop_at is not None:
-                # the tokens of the block after the stop are not the answer's: not counted
-                if "usage-past-stop" in faults and budget is not None:
-                    # the fault charges every position the pass verified for the block
-                    past = max(len(toks), self.options.block_size) - stop_at
-                toks = toks[:stop_at]
+            toks, past = self._cut_at_stop(toks, stop_at, faults, budget)
             produced += len(toks)
-            if toks:  # a round that only emits the end-of-turn token commits no output
-                result.cycles += 1
-                result.accepted.append(len(toks) - 1)
-                if i > 0 and budget is not None:
-                    self.metrics.drafted_round(self.options.block_size - 1, len(toks))
+            self._count_round(result, toks, drafted=i > 0 and budget is not None)
             tail.extend(toks)
             deadline, now = self._pace(deadline + target)
             if i == 0:
@@ -314,24 +288,9 @@ class _Engine:
                 result.content.append(ev.content)
             if ev.reasoning:
                 result.reasoning.append(ev.reasoning)
-            if stop_hit or finished_eos:
-                result.finish_reason = "stop"
-                if finished_eos and not stop_hit and "early-eos" in faults:
-                    # the fault imitates a stop list that holds the end-of-turn id: vLLM
-                    # names a stop token from the request's list by its id
-                    result.stop_reason = model.eos
-                yield ev
-                break
-            if produced >= req.max_tokens:
-                result.finish_reason = "length"
-                if text.held:
-                    ev.content += text.held
-                    result.content.append(text.held)
-                    text.held = ""
-                yield ev
-                break
+            done = self._finished(req, faults, result, ev, text, stop_hit, finished_eos, produced)
             yield ev
-            if self.stop_event.is_set():
+            if done or self.stop_event.is_set():
                 break
         if text.held:
             result.content.append(text.held)
@@ -342,6 +301,78 @@ class _Engine:
                 yield _Event(content=extra)
         result.end = time.perf_counter()
         self.remember_tail(tail)
+
+    def _cut_at_stop(
+        self, toks: list[int], stop_at: int | None, faults: frozenset[str], budget: int | None
+    ) -> tuple[list[int], int]:
+        """The round's tokens up to the stop (those after it are not the answer's: not
+        counted), and how many positions past it the usage-past-stop fault charges."""
+        if stop_at is None:
+            return toks, 0
+        past = 0
+        if "usage-past-stop" in faults and budget is not None:
+            # the fault charges every position the pass verified for the block
+            past = max(len(toks), self.options.block_size) - stop_at
+        return toks[:stop_at], past
+
+    def _count_round(self, result: _Result, toks: list[int], *, drafted: bool) -> None:
+        """A round's committed tokens in the statistics (``drafted``: a pass over a tree)."""
+        if toks:  # a round that only emits the end-of-turn token commits no output
+            result.cycles += 1
+            result.accepted.append(len(toks) - 1)
+            if drafted:
+                self.metrics.drafted_round(self.options.block_size - 1, len(toks))
+
+    def _finished(
+        self,
+        req: Request,
+        faults: frozenset[str],
+        result: _Result,
+        ev: _Event,
+        text: _TextStream,
+        stop_hit: bool,
+        finished_eos: bool,
+        produced: int,
+    ) -> bool:
+        """Whether the answer ends with this round, its finish reason recorded if so (at
+        the length limit, the text held back goes out with the round)."""
+        if stop_hit or finished_eos:
+            result.finish_reason = "stop"
+            if finished_eos and not stop_hit and "early-eos" in faults:
+                # the fault imitates a stop list that holds the end-of-turn id: vLLM
+                # names a stop token from the request's list by its id
+                result.stop_reason = self.model.eos
+            return True
+        if produced >= req.max_tokens:
+            result.finish_reason = "length"
+            if text.held:
+                ev.content += text.held
+                result.content.append(text.held)
+                text.held = ""
+            return True
+        return False
+
+    def _passes(
+        self, req: Request, faults: frozenset[str], plan: GenerationPlan, budget: int | None
+    ) -> Iterator[ForwardPass]:
+        """The model's forward passes for ``req``: under its grammar (a tool's parameters or
+        the response format) if it has one."""
+        model = self.model
+        grammar = req.call.parameters if req.call is not None else req.response_format
+        if grammar is not None and req.call is None and "schema-ignored" in faults:
+            grammar = None
+        if grammar is None:
+            return model.generate(plan, req.max_tokens, budget, self.options.block_size)
+        from ..grammar import Constraint  # only a request with a grammar loads llguidance
+
+        return model.generate_constrained(
+            plan,
+            req.max_tokens,
+            budget,
+            Constraint(grammar, model),
+            self.options.block_size,
+            skip_above=_GRAMMAR_SKIP_ABOVE if "grammar-skip" in faults else None,
+        )
 
     def _draft_views(
         self, states: tuple[Any, ...], committed: int, tail: list[int]

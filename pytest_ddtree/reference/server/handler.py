@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
@@ -504,16 +505,61 @@ class _Handler(BaseHTTPRequestHandler):
             return True
         return False
 
-    def _stream(self, req: Request, faults: frozenset[str]) -> None:
+    def _stream_headers(self, faults: frozenset[str]) -> None:
+        """The status line and headers of an event stream."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        if "stream-no-done" in faults:
+            # this connection closes after the cut stream: say so up front, or a client that
+            # reuses it races the close ("server disconnected without sending a response")
+            self.close_connection = True
+            self.send_header("Connection", "close")
+        self.end_headers()
+
+    def _stream_end(
+        self,
+        req: Request,
+        res: _Result,
+        faults: frozenset[str],
+        base: dict[str, Any],
+        chunk: Callable[..., Any],
+    ) -> None:
+        """The finish chunk, the usage and statistics chunk, and ``[DONE]``."""
+        finish = res.finish_reason
+        if "finish-always-stop" in faults:
+            finish = "stop"
+        if req.call is not None:
+            finish = _tool_finish(req, finish)
+        self._sse(chunk({}, finish))
+        usage = self._usage(req, res, faults)
+        extra = self._dialect_fields(req, res, faults, usage)
+        # as llama.cpp and vLLM do: the statistics ride in the final usage chunk, so a
+        # consumer reading usage from the last chunk before [DONE] finds it there
+        if req.include_usage:
+            tail_obj: dict[str, Any] | None = {**base, "choices": [], "usage": usage, **extra}
+        elif "metrics" in extra:
+            tail_obj = None  # vLLM sends its statistics only on the usage chunk
+        else:
+            tail_obj = {**base, "choices": [], **extra} if extra else None
+        if "stream-no-done" in faults:
+            data = json.dumps(tail_obj or {**base, "choices": [], "usage": usage}).encode()
+            self._chunk(b"data: " + data[: len(data) // 2])
+            self._chunk(b"")
+            self.close_connection = True
+            return
+        if tail_obj is not None:
+            self._sse(tail_obj)
+        self._chunk(b"data: [DONE]\n\n")
+        self._chunk(b"")
+
+    def _chunker(
+        self, req: Request, res: _Result, faults: frozenset[str], base: dict[str, Any]
+    ) -> Callable[..., Any]:
+        """The builder of one chunk of ``req``'s stream: the finish chunk carries the stop
+        reason and, when asked, every token's log-probabilities."""
         engine = self.server.engine
-        rid = engine.next_id()
-        obj = "chat.completion.chunk" if req.chat else "text_completion"
-        base = {
-            "id": f"{'chatcmpl' if req.chat else 'cmpl'}-{rid:08x}",
-            "object": obj,
-            "created": int(time.time()),
-            "model": engine.options.model_id,
-        }
 
         def chunk(delta: dict[str, Any] | None, finish: str | None = None, text: str = "") -> Any:
             ch: dict[str, Any]
@@ -534,17 +580,21 @@ class _Handler(BaseHTTPRequestHandler):
                     )
             return {**base, "choices": [ch]}
 
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        if "stream-no-done" in faults:
-            # this connection closes after the cut stream: say so up front, or a client that
-            # reuses it races the close ("server disconnected without sending a response")
-            self.close_connection = True
-            self.send_header("Connection", "close")
-        self.end_headers()
+        return chunk
+
+    def _stream(self, req: Request, faults: frozenset[str]) -> None:
+        engine = self.server.engine
+        rid = engine.next_id()
+        obj = "chat.completion.chunk" if req.chat else "text_completion"
+        base = {
+            "id": f"{'chatcmpl' if req.chat else 'cmpl'}-{rid:08x}",
+            "object": obj,
+            "created": int(time.time()),
+            "model": engine.options.model_id,
+        }
+        self._stream_headers(faults)
         res = _Result(received=getattr(self, "_received", 0.0))
+        chunk = self._chunker(req, res, faults, base)
         sent_chunks = 0
         empty = "empty-200" in faults
         try:
@@ -587,32 +637,7 @@ class _Handler(BaseHTTPRequestHandler):
                     return
             if sent_chunks < _MID_STREAM and self._mid_stream_faults(faults):
                 return  # a short answer: the mid-stream faults strike before the finish chunk
-            finish = res.finish_reason
-            if "finish-always-stop" in faults:
-                finish = "stop"
-            if req.call is not None:
-                finish = _tool_finish(req, finish)
-            self._sse(chunk({}, finish))
-            usage = self._usage(req, res, faults)
-            extra = self._dialect_fields(req, res, faults, usage)
-            # as llama.cpp and vLLM do: the statistics ride in the final usage chunk, so a
-            # consumer reading usage from the last chunk before [DONE] finds it there
-            if req.include_usage:
-                tail_obj: dict[str, Any] | None = {**base, "choices": [], "usage": usage, **extra}
-            elif "metrics" in extra:
-                tail_obj = None  # vLLM sends its statistics only on the usage chunk
-            else:
-                tail_obj = {**base, "choices": [], **extra} if extra else None
-            if "stream-no-done" in faults:
-                data = json.dumps(tail_obj or {**base, "choices": [], "usage": usage}).encode()
-                self._chunk(b"data: " + data[: len(data) // 2])
-                self._chunk(b"")
-                self.close_connection = True
-                return
-            if tail_obj is not None:
-                self._sse(tail_obj)
-            self._chunk(b"data: [DONE]\n\n")
-            self._chunk(b"")
+            self._stream_end(req, res, faults, base, chunk)
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
             self.close_connection = True
 

@@ -4,6 +4,7 @@ process (``spawn_reference_server``), and the handle on it (``ReferenceServer``)
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import subprocess
 import sys
@@ -127,6 +128,21 @@ raise SystemExit(main(sys.argv[1:]))
 """
 
 
+def _stop_child(proc: subprocess.Popen[bytes]) -> None:
+    """Stop the child server (terminate, then kill after 5 s) and close its pipes."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+
+
 def spawn_reference_server(timeout: float = 15.0, **kwargs: Any) -> ReferenceServer:
     """Start the reference server as a child process running this package's command line.
 
@@ -171,19 +187,7 @@ def spawn_reference_server(timeout: float = 15.0, **kwargs: Any) -> ReferenceSer
     threading.Thread(target=read_stdout, daemon=True).start()
     threading.Thread(target=read_stderr, daemon=True).start()
 
-    def kill() -> None:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
-
+    kill = functools.partial(_stop_child, proc)
     if not got.wait(timeout) or not line_box or not line_box[0].startswith(_URL_PREFIX):
         kill()
         detail = "; ".join(err_lines) or (line_box[0] if line_box else "no output")
