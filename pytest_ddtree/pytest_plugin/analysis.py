@@ -101,7 +101,7 @@ def describe(runtime: Runtime, *, workers: int | None) -> RunMetadata:
             else None
         ),
         api=s.api,
-        budgets=list(s.budgets) if s.budget_mode != "none" else [budget_label(None)],
+        budgets=[b if b is not None else budget_label(b) for b in s.requested_budgets],
         budget_mode=s.budget_mode,
         max_tokens=s.max_tokens,
         configured_rounds=s.rounds,
