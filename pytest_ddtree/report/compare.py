@@ -10,7 +10,7 @@ temperature 0.7 is never compared with one at 0) the medians of the chosen metri
 compared with a seeded bootstrap of the relative change on the raw
 per-request samples stored in the files (resampled within each prompt when
 every prompt has at least two samples). A budget *regresses* when the change
-is significant at 95% (the interval excludes zero) and worse than the
+is significant at ``CONFIDENCE`` (the interval excludes zero) and worse than the
 threshold, or when the candidate has invalid requests where the baseline had
 none. Exit status: 0 no regression, 1 at least one regression, 2 bad input.
 """
@@ -33,6 +33,7 @@ from pytest_ddtree.measure.sweep import (
     bootstrap_median_difference,
     budget_label,
 )
+from pytest_ddtree.measure.sweep.bootstrap import ci_name, confidence_text
 from pytest_ddtree.measure.sweep.race import signed_percent
 from pytest_ddtree.measure.sweep.temperature import summarize_temperatures
 from pytest_ddtree.report.jsonfile import read_sweep_json
@@ -60,7 +61,7 @@ class BudgetComparison:
     """One budget's comparison.
 
     ``change`` is the relative change of the median (candidate over baseline,
-    minus one) and ``ci`` its 95% bootstrap interval; both None when either
+    minus one) and ``ci`` its bootstrap interval (at ``CONFIDENCE``); both None when either
     side has too few valid samples. ``verdict`` is one of ``regression``,
     ``worse (within threshold)``, ``better``, ``no significant change``,
     ``now invalid``, ``insufficient data``, ``only in baseline``,
@@ -113,11 +114,11 @@ class Comparison:
         title = _METRIC_TITLE[self.metric]
         out = [
             f"Comparing {baseline_name} (baseline) with {candidate_name} (candidate): "
-            f"median {title}, 95% bootstrap CI of the relative change, "
+            f"median {title}, {confidence_text()} bootstrap CI of the relative change, "
             f"threshold {self.threshold:.1%}"
         ]
         out.extend(f"warning: setups differ: {d}" for d in self.setup_differences)
-        header = ("tree_budget", "baseline", "candidate", "change", "95% CI", "verdict")
+        header = ("tree_budget", "baseline", "candidate", "change", ci_name(), "verdict")
         rows: list[tuple[str, ...]] = [header]
         hot = any(r.temperature for r in self.rows)
         for r in self.rows:

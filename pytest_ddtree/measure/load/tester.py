@@ -12,6 +12,7 @@ from typing import Any
 
 from pytest_ddtree.core.settings import Settings, budget_label
 from pytest_ddtree.core.slo import SLO
+from pytest_ddtree.core.wording import percent
 from pytest_ddtree.measure.load.arrivals import LoadPoint
 from pytest_ddtree.measure.load.metrics import (
     ClientHealth,
@@ -223,7 +224,7 @@ def _raced_line(c: Choice, race: PointRace) -> str:
         why = (
             "the leader"
             if race.recommended == race.leader
-            else f"the smallest within {race.equivalence:.0%} of the leader "
+            else f"the smallest within {percent(race.equivalence)} of the leader "
             f"{budget_label(race.leader)}"
         )
         head = (
@@ -258,7 +259,7 @@ def render_table(stats: Sequence[PointStats], schedule: Schedule) -> str:
         spent, full = sum(r.requests for r in races), sum(r.max_requests for r in races)
         lines.append(
             f"raced points: {spent} requests of the {full} sent in full "
-            f"({1 - spent / full:.0%} saved); margin {races[0].equivalence:.0%}, "
+            f"({1 - spent / full:.0%} saved); margin {percent(races[0].equivalence)}, "
             f"minimum n {races[0].min_n}"
         )
     return "\n".join(lines)

@@ -21,6 +21,7 @@ from typing import Any
 from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
+from pytest_ddtree.core.wording import percent
 from pytest_ddtree.measure.sweep.bootstrap import (
     BOOTSTRAP_RESAMPLES as BOOTSTRAP_RESAMPLES,
 )
@@ -36,6 +37,7 @@ from pytest_ddtree.measure.sweep.bootstrap import (
 from pytest_ddtree.measure.sweep.bootstrap import (
     bootstrap_median_difference as bootstrap_median_difference,
 )
+from pytest_ddtree.measure.sweep.bootstrap import ci_name
 from pytest_ddtree.measure.sweep.bootstrap import (
     quantile as quantile,
 )
@@ -371,7 +373,7 @@ def recommend(
     best = by_budget[j.recommended]
     n = len(best.decode)
     ci = best.decode_ci
-    ci_text = "" if ci is None else f", 95% CI [{_fmt_rate(ci[0])}, {_fmt_rate(ci[1])}]"
+    ci_text = "" if ci is None else f", {ci_name()} [{_fmt_rate(ci[0])}, {_fmt_rate(ci[1])}]"
     message = (
         f"Recommended tree_budget={budget_label(best.tree_budget)}: median decode "
         f"{_fmt_rate(best.decode_median)} tok/s{ci_text} (n={n})"
@@ -388,11 +390,11 @@ def recommend(
             for s in same
         )
         message += (
-            f" Equivalent within {m:.0%}: {names}; the smallest is recommended, as a "
+            f" Equivalent within {percent(m)}: {names}; the smallest is recommended, as a "
             "bigger tree costs more verification under load."
         )
     if any(s.status == "out" for s in others):
-        message += f" Every other valid budget is slower by more than the {m:.0%} margin."
+        message += f" Every other valid budget is slower by more than the {percent(m)} margin."
     elif not others:
         message += " It is the only budget with valid timings."
     message += f" ({_rule_text(record, alone=n if not others else None)}.){tail}"
@@ -413,7 +415,7 @@ def _rule_text(record: RaceRecord[int | None], alone: int | None = None) -> str:
     """The mode that ran and its rule; ``alone``: the n of a budget that had no other to be
     compared with, which the rule's margin and minimum n (a comparison's) do not judge."""
     r = record.judgement.rule
-    what = f"{r.equivalence:.0%} margin, min n {r.min_n}, {r.confidence:.0%} confidence"
+    what = f"{percent(r.equivalence)} margin, min n {r.min_n}, {percent(r.confidence)} confidence"
     if record.mode == "adaptive":
         budget = "" if r.max_requests is None else f" of {r.max_requests}"
         mode = f"adaptive sweep, {record.requests}{budget} requests"
@@ -454,7 +456,7 @@ def _undecided(
         names = " or ".join(budget_label(b) for b in sorted(either, key=budget_order))
         message = (
             f"Either tree_budget={names}: {parts} cannot be told apart from the leader "
-            f"within the {j.rule.equivalence:.0%} margin; every other valid budget is slower "
+            f"within the {percent(j.rule.equivalence)} margin; every other valid budget is slower "
             f"by more than the margin; tree_budget={budget_label(j.leader)} led with median "
             f"decode {_fmt_rate(lead.decode_median)} tok/s (n={n}). Deploy either one (the "
             f"smaller verifies less under load); to name one: {why} ({_rule_text(record)}).{tail}"
@@ -463,7 +465,7 @@ def _undecided(
         message = (
             f"Undecided: tree_budget={budget_label(j.leader)} leads with median decode "
             f"{_fmt_rate(lead.decode_median)} tok/s (n={n}), but {parts or 'no budget'} "
-            f"cannot yet be told within the {j.rule.equivalence:.0%} margin or clearly "
+            f"cannot yet be told within the {percent(j.rule.equivalence)} margin or clearly "
             f"slower; {why}. No budget is recommended ({_rule_text(record)}).{tail}"
         )
     return Recommendation(
