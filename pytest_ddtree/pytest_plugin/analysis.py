@@ -80,8 +80,9 @@ def untimed_run(
         endpoint = settings.endpoint
         meta.endpoint = redact_endpoint(endpoint) if endpoint else "embedded reference server"
     empty = only_summary({}, seed=run.seed)
-    message = f"No recommendation: nothing was timed ({why})."
-    summaries = {0.0: replace(empty, recommendation=replace(empty.recommendation, message=message))}
+    summaries = {
+        0.0: replace(empty, recommendation=replace(empty.recommendation, nothing_timed=why))
+    }
     return replace(run, metadata=meta), summaries
 
 
@@ -213,22 +214,11 @@ def _summary(
     summary = summarize(samples, seed=seed, rule=rule)
     if not races:
         return summary
-    rec = summary.recommendation
-    note = (
-        f" {len(races)} races ran at this temperature; their samples together are judged by "
-        "the exhaustive rule (each race judged its own test's samples alone)."
-    )
-    return replace(summary, recommendation=replace(rec, message=rec.message + note))
+    return replace(summary, recommendation=replace(summary.recommendation, pooled_races=len(races)))
 
 
 def _partial(summary: SweepSummary) -> SweepSummary:
-    rec = summary.recommendation
-    return replace(
-        summary,
-        recommendation=replace(
-            rec, partial=True, message=f"Partial run (interrupted): {rec.message}"
-        ),
-    )
+    return replace(summary, recommendation=replace(summary.recommendation, partial=True))
 
 
 def conclude_load(records: Sequence[LoadRecord], *, seed: int) -> list[LoadTestResult]:

@@ -36,7 +36,7 @@ from pytest_ddtree.measure.sweep import (
 )
 from pytest_ddtree.measure.sweep.bootstrap import ci_name, confidence_text
 from pytest_ddtree.measure.sweep.drift import drift_rule_text
-from pytest_ddtree.measure.sweep.statistics import speculation_warnings
+from pytest_ddtree.measure.sweep.statistics import Place, speculation_warnings
 from pytest_ddtree.measure.sweep.temperature import (
     Summaries,
     heading,
@@ -443,15 +443,7 @@ def _stats_table(summary: SweepSummary) -> str:
         acc = acceptance_cell(st)
         rounds = "-" if st.mean_decode_rounds is None else f"{st.mean_decode_rounds:.1f}"
         ratio = "-" if st.server_client_ratio is None else f"{st.server_client_ratio:.2f}"
-        kind = st.verdict.split(" ")[0].lower().strip("()")
-        cls = {
-            "best": "best",
-            "tied": "tied",
-            "as": "tied",
-            "leads": "tied",
-            "invalid": "bad",
-            "slower": "slow",
-        }.get(kind, "none")
+        cls = "none" if st.place is None else PLACE_CLASS.get(st.place, "none")
         row_cls = ' class="row-bad"' if not st.all_valid else ""
         rows.append(
             f"<tr{row_cls}><td>{escape(budget_label(st.tree_budget))}</td>"
@@ -497,6 +489,18 @@ def _race_section(summary: SweepSummary) -> str:
         f"no claim below n={rule.min_n}. {percent(rule.confidence)} confidence over all "
         f"looks.</p><ul>{items}</ul></section>"
     )
+
+
+#: the colour of a budget's verdict pill, by its place under the rule (others: "none")
+PLACE_CLASS: Mapping[Place, str] = {
+    "best": "best",
+    "smallest as fast": "best",
+    "as fast": "tied",
+    "leads, undecided": "tied",
+    "leads within the margin": "tied",
+    "invalid": "bad",
+    "slower": "slow",
+}
 
 
 def _drift_section(summary: SweepSummary) -> str:
