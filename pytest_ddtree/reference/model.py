@@ -50,7 +50,6 @@ __all__ = [
     "ForwardPass",
     "GenerationPlan",
     "ReferenceModel",
-    "Round",
     "get_model",
     "tokenizer_path",
 ]
@@ -161,10 +160,6 @@ class ForwardPass(NamedTuple):
     tokens: list[int]
     nodes: int
     states: tuple[_State, ...] = ()
-
-
-#: the former name of ``ForwardPass``, kept for code that imports it
-Round = ForwardPass
 
 
 # state: (pos, c1, c2, c3, sentences, phase, forced, fidx, after_forced, line, buf, answer_start)

@@ -62,7 +62,7 @@ class BudgetComparison:
 
     ``change`` is the relative change of the median (candidate over baseline,
     minus one) and ``ci`` its bootstrap interval (at ``CONFIDENCE``); both None when either
-    side has too few valid samples. ``verdict`` is one of ``regression``,
+    side has too few valid samples. ``outcome`` is one of ``regression``,
     ``worse (within threshold)``, ``better``, ``no significant change``,
     ``now invalid``, ``insufficient data``, ``only in baseline``,
     ``only in candidate``. ``regression``, ``now invalid`` and ``only in
@@ -78,7 +78,7 @@ class BudgetComparison:
     candidate_invalid: int
     change: float | None
     ci: tuple[float, float] | None
-    verdict: str
+    outcome: str
     #: the sampling temperature both sides were measured at
     temperature: float = 0.0
 
@@ -86,7 +86,7 @@ class BudgetComparison:
     def regression(self) -> bool:
         """True when this budget fails the comparison."""
         # a budget the candidate did not measure cannot be shown not to have regressed
-        return self.verdict in ("regression", "now invalid", "only in baseline")
+        return self.outcome in ("regression", "now invalid", "only in baseline")
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class Comparison:
             f"threshold {self.threshold:.1%}"
         ]
         out.extend(f"warning: setups differ: {d}" for d in self.setup_differences)
-        header = ("tree_budget", "baseline", "candidate", "change", ci_name(), "verdict")
+        header = ("tree_budget", "baseline", "candidate", "change", ci_name(), "outcome")
         rows: list[tuple[str, ...]] = [header]
         hot = any(r.temperature for r in self.rows)
         for r in self.rows:
@@ -131,7 +131,7 @@ class Comparison:
                     "-"
                     if r.ci is None
                     else f"[{signed_percent(r.ci[0])}, {signed_percent(r.ci[1])}]",
-                    r.verdict.upper() if r.regression else r.verdict,
+                    r.outcome.upper() if r.regression else r.outcome,
                 )
             )
         widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -205,7 +205,7 @@ def compare_runs(
     metric: Metric = "decode",
     seed: int = 0,
 ) -> Comparison:
-    """Compare two sweeps budget by budget (see the module docstring for verdicts)."""
+    """Compare two sweeps budget by budget (see the module docstring for outcomes)."""
     if not threshold >= 0:
         raise ValueError(f"threshold must be >= 0, got {threshold!r}")
     if metric not in _METRIC_TITLE:
@@ -231,11 +231,11 @@ def compare_runs(
         change: float | None = None
         ci: tuple[float, float] | None = None
         if not sa:
-            verdict = "only in candidate"
+            outcome = "only in candidate"
         elif not sb:
-            verdict = "only in baseline"
+            outcome = "only in baseline"
         elif bad_b and not bad_a:
-            verdict = "now invalid"
+            outcome = "now invalid"
         else:
             diff = bootstrap_median_difference(
                 va,
@@ -247,23 +247,23 @@ def compare_runs(
                 strata_b=pb,
             )
             if diff is None:
-                verdict = "insufficient data"
+                outcome = "insufficient data"
             else:
                 change, lo, hi = diff
                 ci = (lo, hi)
                 significant = lo > 0.0 or hi < 0.0
                 worse = sign * change < 0.0
                 if not significant:
-                    verdict = "no significant change"
+                    outcome = "no significant change"
                 elif worse and abs(change) > threshold:
-                    verdict = "regression"
+                    outcome = "regression"
                 elif worse:
-                    verdict = "worse (within threshold)"
+                    outcome = "worse (within threshold)"
                 else:
-                    verdict = "better"
+                    outcome = "better"
         rows.append(
             BudgetComparison(
-                budget, ma, mb, len(va), len(vb), bad_a, bad_b, change, ci, verdict, temperature
+                budget, ma, mb, len(va), len(vb), bad_a, bad_b, change, ci, outcome, temperature
             )
         )
     recs_a = _summaries(baseline, seed)

@@ -572,10 +572,9 @@ def _diagnoses(diagnoses: Sequence[DiagnosisRecord]) -> str:
         return ""
     rows = []
     for d in diagnoses[:200]:
-        verdict = d.verdict or "undetermined"
-        cls = {"template": "tmpl", "speculation": "spec"}.get(verdict, "none")
+        cls = {"template": "tmpl", "speculation": "spec"}.get(d.blame, "none")
         codes = "".join(f'<span class="code">{escape(c)}</span>' for c in d.codes)
-        title = escape(d.title or verdict)
+        title = escape(d.title or d.blame)
         detail = " ".join(escape(text) for text in (d.reason, d.advice) if text)
         budget = "-" if d.tree_budget is None else budget_label(d.tree_budget)
         rows.append(

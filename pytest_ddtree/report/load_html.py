@@ -101,9 +101,9 @@ def _table(stats: Sequence[PointStats]) -> str:
             if s.client.unreliable:
                 notes.append(
                     f"{s.point.label}, budget {budget_label(s.tree_budget)}: "
-                    f"{s.client.verdict()}: {s.client.reason()}"
+                    f"{s.client.state()}: {s.client.reason()}"
                 )
-                client = f"{s.client.verdict()} [{len(notes)}]"
+                client = f"{s.client.state()} [{len(notes)}]"
         budget = budget_label(s.tree_budget) + (
             " (no speculative statistics)"
             if s.no_spec_stats
@@ -190,7 +190,7 @@ def _raced_item(c: Choice, race: PointRace) -> str:
         text += f", n={c.n}); "
     else:
         text = "undecided; "
-    text += race.verdict()
+    text += race.line()
     text += " — UNRELIABLE: client saturated or stalled" if c.unreliable else ""
     budgets = "".join(f"<li>{escape(line)}</li>" for line in race.lines())
     return f"<li>{escape(c.point.label)}: {escape(text)}<ul>{budgets}</ul></li>"
