@@ -38,7 +38,7 @@ def one(endpoint: Endpoint, c: int, n: int, budget: int | None, max_tokens: int)
     return (
         f"C={c:<3} n={n:<3} lag p50/p99/max {h.lag_p50 * 1e3:5.1f}/{h.lag_p99 * 1e3:6.1f}/"
         f"{h.lag_max * 1e3:6.1f} ms  lag share {h.lag_share:6.1%}  loop CPU {h.cpu_share:5.1%}  "
-        f"old={'SATURATED' if old else 'ok':9} new={h.verdict():9} errors={errors}"
+        f"old={'SATURATED' if old else 'ok':9} new={h.state():9} errors={errors}"
     )
 
 

@@ -5,7 +5,7 @@
 - ``diagnose``: which layer (template, server, speculation) a broken invariant blames;
 - ``lossless``: whether speculation changes the temperature-0 output, and where first;
 - ``state``: whether identical temperature-0 requests agree (determinism, state leaks);
-- ``verdict``: ``Diagnosis`` and the advice shared by ``diagnose`` and ``lossless``;
+- ``blame``: ``Diagnosis`` and the advice shared by ``diagnose`` and ``lossless``;
 - ``distribution``: whether sampled answers follow the target-only baseline's distribution;
 - ``sampling``: the seeds and temperatures a sampled check sends;
 - ``margin``: the near-tie margin that tells a tie from a real disagreement.

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pytest_ddtree.checks.blame import NOT_WHOLE_ADVICE, Diagnosis
 from pytest_ddtree.checks.comparable import (
     NOT_COMPARABLE,
     kind_name,
@@ -47,7 +48,6 @@ from pytest_ddtree.checks.lossless import (
     with_margins,
 )
 from pytest_ddtree.checks.margin import probe_fields
-from pytest_ddtree.checks.verdict import NOT_WHOLE_ADVICE, Diagnosis
 from pytest_ddtree.core.settings import Lossless, Timeout
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.wire.client import DDTreeClient

@@ -26,6 +26,27 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from pytest_ddtree.checks.blame import (
+    BLAME_TITLES,
+    CLIENT_SIDE_ADVICE,
+    NEAR_TIE_FLIP_ADVICE,
+    NO_BASELINE_LOSSY_ADVICE,
+    NO_DRAFTS_ADVICE,
+    NO_DRAFTS_TITLE,
+    NOT_COMPARABLE_TITLE,
+    NOT_WHOLE_ADVICE,
+    OWN_FAILURE_ADVICE,
+    PROMPT_MISMATCH_ADVICE,
+    REJECTED_ADVICE,
+    SAMPLED_ADVICE,
+    SERVER_ADVICE,
+    SPECULATION_ADVICE,
+    TEMPLATE_ADVICE,
+    Blame,
+    Diagnosis,
+    lossless_advice,
+    server_advice,
+)
 from pytest_ddtree.checks.comparable import (
     NOT_SENT_KIND,
     feature_advice,
@@ -63,27 +84,6 @@ from pytest_ddtree.checks.state import (
     state_footer,
     state_unjudged,
 )
-from pytest_ddtree.checks.verdict import (
-    CLIENT_SIDE_ADVICE,
-    NEAR_TIE_FLIP_ADVICE,
-    NO_BASELINE_LOSSY_ADVICE,
-    NO_DRAFTS_ADVICE,
-    NO_DRAFTS_TITLE,
-    NOT_COMPARABLE_TITLE,
-    NOT_WHOLE_ADVICE,
-    OWN_FAILURE_ADVICE,
-    PROMPT_MISMATCH_ADVICE,
-    REJECTED_ADVICE,
-    SAMPLED_ADVICE,
-    SERVER_ADVICE,
-    SPECULATION_ADVICE,
-    TEMPLATE_ADVICE,
-    VERDICT_TITLES,
-    Diagnosis,
-    Verdict,
-    lossless_advice,
-    server_advice,
-)
 from pytest_ddtree.core.codes import UNJUDGED_CODES
 from pytest_ddtree.core.settings import DEFAULT_NEAR_TIE
 from pytest_ddtree.core.violation import Violation
@@ -92,6 +92,7 @@ from pytest_ddtree.wire.completion import Completion, RequestSpec, summarize_tex
 from pytest_ddtree.wire.tokens import TokenCounter
 
 __all__ = [
+    "BLAME_TITLES",
     "CLIENT_SIDE_ADVICE",
     "NEAR_TIE_ADVICE",
     "NEAR_TIE_FLIP_ADVICE",
@@ -113,13 +114,12 @@ __all__ = [
     "STOP_LIST_ADVICE",
     "TEMPLATE_ADVICE",
     "TRANSPORT_CODES",
-    "VERDICT_TITLES",
+    "Blame",
     "Diagnoser",
     "Diagnosis",
     "Divergence",
     "LosslessResult",
     "Unjudged",
-    "Verdict",
     "check_state",
     "comparability",
     "compare_lossless",
@@ -219,14 +219,14 @@ def drafts_absent(completion: Completion, codes: Sequence[str] = ()) -> str | No
 def _not_the_drafts(completion: Completion, codes: Sequence[str], found: Diagnosis) -> Diagnosis:
     """A failure blamed on speculation in an answer no drafted token reached: the speculative
     endpoint's stack is at fault, not its drafts (the rest of the verdict's reason kept)."""
-    if found.verdict != "speculation":
+    if found.blame != "speculation":
         return found
     evidence = drafts_absent(completion, codes)
     if evidence is None:
         return found
     return replace(
         found,
-        verdict="server",
+        blame="server",
         reason=f"{NO_DRAFTS_TITLE}: its statistics show no drafted token reached this answer "
         f"({evidence}); {found.reason}",
         advice=NO_DRAFTS_ADVICE,
@@ -325,10 +325,10 @@ class Diagnoser:
         codes = [v.code for v in violations]
         found = _not_the_drafts(completion, codes, self._diagnose(completion, violations, check))
         clue = stop_clue(violations)
-        if clue is None or found.verdict == "speculation":
+        if clue is None or found.blame == "speculation":
             return found
         text, kind = clue
-        if found.verdict == "undetermined" and kind == "template-token":
+        if found.blame == "undetermined" and kind == "template-token":
             # no baseline needed: the server itself says a template token stopped it
             return Diagnosis("template", f"{text} ({found.reason})", STOP_LIST_ADVICE)
         return replace(found, reason=f"{found.reason}; {text}")

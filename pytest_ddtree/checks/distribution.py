@@ -442,7 +442,7 @@ def _prompts_differ(run: DistributionRun) -> tuple[str, str] | None:
 
 def _not_comparable(run: DistributionRun) -> tuple[str, str] | None:
     """Why the two sides' answers cannot be compared at all, and what to do; or None."""
-    from pytest_ddtree.checks.verdict import NOT_WHOLE_ADVICE
+    from pytest_ddtree.checks.blame import NOT_WHOLE_ADVICE
 
     for side, answers in (("server", run.server), ("baseline", run.baseline)):
         cut = [(c, why) for c in answers if (why := why_not_whole(c)) is not None]

@@ -16,6 +16,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from pytest_ddtree.checks.blame import (
+    NOT_COMPARABLE_TITLE,
+    NOT_WHOLE_ADVICE,
+    PROMPT_MISMATCH_ADVICE,
+    Diagnosis,
+    lossless_advice,
+)
 from pytest_ddtree.checks.comparable import (
     NOT_COMPARABLE,
     not_whole_advice,
@@ -24,13 +31,6 @@ from pytest_ddtree.checks.comparable import (
 )
 from pytest_ddtree.checks.invariants._logprobs import count_fault
 from pytest_ddtree.checks.margin import Margin, classify, probe_fields
-from pytest_ddtree.checks.verdict import (
-    NOT_COMPARABLE_TITLE,
-    NOT_WHOLE_ADVICE,
-    PROMPT_MISMATCH_ADVICE,
-    Diagnosis,
-    lossless_advice,
-)
 from pytest_ddtree.core.settings import Lossless, nats, nats_text
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.wire.client import DDTreeClient

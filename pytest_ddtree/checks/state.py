@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from pytest_ddtree.checks.blame import NOT_WHOLE_ADVICE
 from pytest_ddtree.checks.comparable import (
     NOT_COMPARABLE,
     why_not_whole,
 )
 from pytest_ddtree.checks.invariants import check_determinism
 from pytest_ddtree.checks.lossless import Unjudged, first_divergence, not_comparable_diagnosis
-from pytest_ddtree.checks.verdict import NOT_WHOLE_ADVICE
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion

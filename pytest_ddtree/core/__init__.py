@@ -9,6 +9,7 @@
 - ``expectation``: ``Expectation``, what a prompt expects of its answer;
 - ``prompts``: prompt set files (JSON or JSON Lines), read and validated;
 - ``slo``: ``SLO`` and its parser;
+- ``wording``: ``percent``, how a fraction that a constant defines is written in text;
 - ``dialects``: one plug-in per server family's statistics dialect, their registry, and
   ``SpecStats``, the statistics they read.
 

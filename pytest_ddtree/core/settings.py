@@ -804,6 +804,26 @@ class Settings:
             f"set={changed!r})"
         )
 
+    @property
+    def requested_budgets(self) -> tuple[int | None, ...]:
+        """The budgets a run requests, in order: ``(None,)`` (the server's default) with
+        budget-mode none; with budget-mode endpoints, those given an endpoint."""
+        if self.budget_mode == "none":
+            return (None,)
+        if self.budget_mode == "endpoints":
+            return tuple(b for b in self.budgets if b in self.budget_endpoints)
+        return self.budgets
+
+    @property
+    def smallest_budget(self) -> int | None:
+        """The smallest budget requested (None: the server's default): the cheapest probe."""
+        return min((b for b in self.requested_budgets if b is not None), default=None)
+
+    @property
+    def largest_budget(self) -> int | None:
+        """The largest budget requested (None: the server's default): the deepest speculation."""
+        return max((b for b in self.requested_budgets if b is not None), default=None)
+
     def source_of(self, name: str) -> str:
         """Where the value of option ``name`` came from (for messages)."""
         return self.sources.get(name, "default")

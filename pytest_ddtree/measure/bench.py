@@ -27,7 +27,7 @@ from pytest_ddtree.measure.sweep import SweepSample, redact_endpoint
 from pytest_ddtree.wire.completion import Completion
 
 if TYPE_CHECKING:
-    from pytest_ddtree.checks.verdict import Diagnosis
+    from pytest_ddtree.checks.blame import Diagnosis
 
 #: ``/models`` fields that change from one server start to the next; kept out
 #: of ``machine_info`` so ``--benchmark-compare`` warns only on real changes.
@@ -156,7 +156,7 @@ def run_gated(
                 round=sample_round,
                 worker=worker,
                 concurrent=concurrent,
-                blame=None if found is None else found.verdict,
+                blame=None if found is None else found.blame,
             )
             result.samples.append(sample)
             if on_sample is not None:

@@ -82,8 +82,9 @@ def untimed_run(
         endpoint = settings.endpoint
         meta.endpoint = redact_endpoint(endpoint) if endpoint else "embedded reference server"
     empty = only_summary({}, seed=run.seed)
-    message = f"No recommendation: nothing was timed ({why})."
-    summaries = {0.0: replace(empty, recommendation=replace(empty.recommendation, message=message))}
+    summaries = {
+        0.0: replace(empty, recommendation=replace(empty.recommendation, nothing_timed=why))
+    }
     return replace(run, metadata=meta), summaries
 
 
@@ -103,7 +104,7 @@ def describe(runtime: Runtime, *, workers: int | None) -> RunMetadata:
             else None
         ),
         api=s.api,
-        budgets=list(s.budgets) if s.budget_mode != "none" else [budget_label(None)],
+        budgets=[b if b is not None else budget_label(b) for b in s.requested_budgets],
         budget_mode=s.budget_mode,
         max_tokens=s.max_tokens,
         configured_rounds=s.rounds,
@@ -216,22 +217,11 @@ def _summary(
     summary = summarize(samples, seed=seed, rule=rule)
     if not races:
         return summary
-    rec = summary.recommendation
-    note = (
-        f" {len(races)} races ran at this temperature; their samples together are judged by "
-        "the exhaustive rule (each race judged its own test's samples alone)."
-    )
-    return replace(summary, recommendation=replace(rec, message=rec.message + note))
+    return replace(summary, recommendation=replace(summary.recommendation, pooled_races=len(races)))
 
 
 def _partial(summary: SweepSummary) -> SweepSummary:
-    rec = summary.recommendation
-    return replace(
-        summary,
-        recommendation=replace(
-            rec, partial=True, message=f"Partial run (interrupted): {rec.message}"
-        ),
-    )
+    return replace(summary, recommendation=replace(summary.recommendation, partial=True))
 
 
 def conclude_load(records: Sequence[LoadRecord], *, seed: int) -> list[LoadTestResult]:

@@ -19,13 +19,7 @@ def parametrize_budgets(metafunc: pytest.Metafunc, session: DDTreeSession) -> No
         settings = session.settings_for(metafunc.definition)
     except pytest.UsageError:
         settings = session.settings  # reported once, cleanly, at collection's end
-    budgets: list[int | None]
-    if settings.budget_mode == "none":
-        budgets = [None]
-    else:
-        budgets = list(settings.budgets)
-        if settings.budget_mode == "endpoints":
-            budgets = [b for b in budgets if b in settings.budget_endpoints]
+    budgets = list(settings.requested_budgets)
     metafunc.parametrize("tree_budget", budgets, ids=[budget_id(b) for b in budgets])
 
 
@@ -47,8 +41,8 @@ def racing_passes(settings: Settings) -> int:
     Only an adaptive sweep of two budgets or more races its benchmark tests, and only a
     race can use a second pass: it runs for the budgets still racing.
     """
-    races = settings.sweep == "adaptive" and settings.budget_mode != "none"
-    return settings.sweep_passes if races and len(settings.budgets) >= 2 else 1
+    races = settings.sweep == "adaptive" and len(settings.requested_budgets) >= 2
+    return settings.sweep_passes if races else 1
 
 
 def parametrize_passes(metafunc: pytest.Metafunc, session: DDTreeSession) -> None:

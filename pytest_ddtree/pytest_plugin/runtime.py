@@ -26,8 +26,8 @@ from pytest_ddtree.wire.client import DDTreeClient, EndpointError, root_url
 from pytest_ddtree.wire.protocol import EndpointConfig
 
 if TYPE_CHECKING:
+    from pytest_ddtree.checks.blame import Diagnosis
     from pytest_ddtree.checks.diagnose import Diagnoser
-    from pytest_ddtree.checks.verdict import Diagnosis
     from pytest_ddtree.wire import _net
     from pytest_ddtree.wire.completion import Completion
     from pytest_ddtree.wire.servermetrics import ServerMetricsLog

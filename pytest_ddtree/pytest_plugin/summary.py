@@ -44,10 +44,8 @@ def header_lines(session: DDTreeSession) -> list[str]:
             where += f", faults: {','.join(settings.reference_faults)}"
     else:
         where = f"{settings.endpoint} (from {settings.source_of('endpoint')})"
-    budgets = (
-        f"{budget_label(None)} (budget-mode none)"
-        if settings.budget_mode == "none"
-        else ",".join(map(str, settings.budgets)) + f" via {settings.budget_mode}"
+    budgets = ",".join(map(budget_label, settings.requested_budgets)) + (
+        " (budget-mode none)" if settings.budget_mode == "none" else f" via {settings.budget_mode}"
     )
     lines = [
         f"ddtree: endpoint {where}; {key_note(settings)}; "

@@ -52,7 +52,6 @@ __all__ = [
     "ForwardPass",
     "GenerationPlan",
     "ReferenceModel",
-    "Round",
     "get_model",
     "tokenizer_path",
 ]
@@ -146,10 +145,6 @@ class GenerationPlan:
     faults: frozenset[str] = frozenset()
     think_requested: bool = False
     start_context: tuple[int, int, int] | None = None  # stale context (state-leak fault)
-
-
-#: the former name of ``ForwardPass``, kept for code that imports it
-Round = ForwardPass
 
 
 @dataclass

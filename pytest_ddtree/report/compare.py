@@ -10,7 +10,7 @@ temperature 0.7 is never compared with one at 0) the medians of the chosen metri
 compared with a seeded bootstrap of the relative change on the raw
 per-request samples stored in the files (resampled within each prompt when
 every prompt has at least two samples). A budget *regresses* when the change
-is significant at 95% (the interval excludes zero) and worse than the
+is significant at ``CONFIDENCE`` (the interval excludes zero) and worse than the
 threshold, or when the candidate has invalid requests where the baseline had
 none. Exit status: 0 no regression, 1 at least one regression, 2 bad input.
 """
@@ -33,6 +33,7 @@ from pytest_ddtree.measure.sweep import (
     bootstrap_median_difference,
     budget_label,
 )
+from pytest_ddtree.measure.sweep.bootstrap import ci_name, confidence_text
 from pytest_ddtree.measure.sweep.race import signed_percent
 from pytest_ddtree.measure.sweep.temperature import summarize_temperatures
 from pytest_ddtree.report.jsonfile import read_sweep_json
@@ -60,8 +61,8 @@ class BudgetComparison:
     """One budget's comparison.
 
     ``change`` is the relative change of the median (candidate over baseline,
-    minus one) and ``ci`` its 95% bootstrap interval; both None when either
-    side has too few valid samples. ``verdict`` is one of ``regression``,
+    minus one) and ``ci`` its bootstrap interval (at ``CONFIDENCE``); both None when either
+    side has too few valid samples. ``outcome`` is one of ``regression``,
     ``worse (within threshold)``, ``better``, ``no significant change``,
     ``now invalid``, ``insufficient data``, ``only in baseline``,
     ``only in candidate``. ``regression``, ``now invalid`` and ``only in
@@ -77,7 +78,7 @@ class BudgetComparison:
     candidate_invalid: int
     change: float | None
     ci: tuple[float, float] | None
-    verdict: str
+    outcome: str
     #: the sampling temperature both sides were measured at
     temperature: float = 0.0
 
@@ -85,7 +86,7 @@ class BudgetComparison:
     def regression(self) -> bool:
         """True when this budget fails the comparison."""
         # a budget the candidate did not measure cannot be shown not to have regressed
-        return self.verdict in ("regression", "now invalid", "only in baseline")
+        return self.outcome in ("regression", "now invalid", "only in baseline")
 
 
 @dataclass(frozen=True)
@@ -113,11 +114,11 @@ class Comparison:
         title = _METRIC_TITLE[self.metric]
         out = [
             f"Comparing {baseline_name} (baseline) with {candidate_name} (candidate): "
-            f"median {title}, 95% bootstrap CI of the relative change, "
+            f"median {title}, {confidence_text()} bootstrap CI of the relative change, "
             f"threshold {self.threshold:.1%}"
         ]
         out.extend(f"warning: setups differ: {d}" for d in self.setup_differences)
-        header = ("tree_budget", "baseline", "candidate", "change", "95% CI", "verdict")
+        header = ("tree_budget", "baseline", "candidate", "change", ci_name(), "outcome")
         rows: list[tuple[str, ...]] = [header]
         hot = any(r.temperature for r in self.rows)
         for r in self.rows:
@@ -130,7 +131,7 @@ class Comparison:
                     "-"
                     if r.ci is None
                     else f"[{signed_percent(r.ci[0])}, {signed_percent(r.ci[1])}]",
-                    r.verdict.upper() if r.regression else r.verdict,
+                    r.outcome.upper() if r.regression else r.outcome,
                 )
             )
         widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -204,7 +205,7 @@ def compare_runs(
     metric: Metric = "decode",
     seed: int = 0,
 ) -> Comparison:
-    """Compare two sweeps budget by budget (see the module docstring for verdicts)."""
+    """Compare two sweeps budget by budget (see the module docstring for outcomes)."""
     if not threshold >= 0:
         raise ValueError(f"threshold must be >= 0, got {threshold!r}")
     if metric not in _METRIC_TITLE:
@@ -230,11 +231,11 @@ def compare_runs(
         change: float | None = None
         ci: tuple[float, float] | None = None
         if not sa:
-            verdict = "only in candidate"
+            outcome = "only in candidate"
         elif not sb:
-            verdict = "only in baseline"
+            outcome = "only in baseline"
         elif bad_b and not bad_a:
-            verdict = "now invalid"
+            outcome = "now invalid"
         else:
             diff = bootstrap_median_difference(
                 va,
@@ -246,23 +247,23 @@ def compare_runs(
                 strata_b=pb,
             )
             if diff is None:
-                verdict = "insufficient data"
+                outcome = "insufficient data"
             else:
                 change, lo, hi = diff
                 ci = (lo, hi)
                 significant = lo > 0.0 or hi < 0.0
                 worse = sign * change < 0.0
                 if not significant:
-                    verdict = "no significant change"
+                    outcome = "no significant change"
                 elif worse and abs(change) > threshold:
-                    verdict = "regression"
+                    outcome = "regression"
                 elif worse:
-                    verdict = "worse (within threshold)"
+                    outcome = "worse (within threshold)"
                 else:
-                    verdict = "better"
+                    outcome = "better"
         rows.append(
             BudgetComparison(
-                budget, ma, mb, len(va), len(vb), bad_a, bad_b, change, ci, verdict, temperature
+                budget, ma, mb, len(va), len(vb), bad_a, bad_b, change, ci, outcome, temperature
             )
         )
     recs_a = _summaries(baseline, seed)

@@ -7,7 +7,7 @@ an e-mail, and looks the same everywhere.
 
 Budgets sit on a log2 axis (the sweep doubles the budget each step). Each
 request is a dot coloured by prompt; the median (or mean) of a budget is the
-dark mark with its 95% bootstrap interval; invalid requests are drawn apart,
+dark mark with its bootstrap interval (at ``CONFIDENCE``); invalid requests are drawn apart,
 in a red strip under the plot, with their violation codes, because they
 measured nothing and must not blend in with the timings.
 """
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_ddtree.core import __version__
 from pytest_ddtree.core.budget import budget_order
+from pytest_ddtree.core.wording import percent
 from pytest_ddtree.measure.sweep import (
     DiagnosisRecord,
     RunMetadata,
@@ -33,7 +34,9 @@ from pytest_ddtree.measure.sweep import (
     SweepSummary,
     budget_label,
 )
-from pytest_ddtree.measure.sweep.statistics import speculation_warnings
+from pytest_ddtree.measure.sweep.bootstrap import ci_name, confidence_text
+from pytest_ddtree.measure.sweep.drift import drift_rule_text
+from pytest_ddtree.measure.sweep.statistics import Place, speculation_warnings
 from pytest_ddtree.measure.sweep.temperature import (
     Summaries,
     heading,
@@ -67,7 +70,7 @@ def _legend(colors: dict[str, str]) -> str:
         '<span class="lg"><svg width="14" height="14"><circle class="center" cx="7" cy="7" '
         'r="5"/></svg>median (acceptance: mean)</span>'
         '<span class="lg"><svg width="14" height="14"><line class="ci" x1="7" x2="7" y1="1" '
-        'y2="13"/></svg>95% bootstrap CI</span>'
+        f'y2="13"/></svg>{confidence_text()} bootstrap CI</span>'
         '<span class="lg"><svg width="14" height="14"><rect class="iqr" x="2" y="3" width="10" '
         'height="8"/></svg>interquartile range</span>'
         '<span class="lg"><svg width="14" height="14"><path class="extra" d="M2,3 L12,3 L7,11 Z"/>'
@@ -93,15 +96,7 @@ def _stats_table(summary: SweepSummary) -> str:
         acc = acceptance_cell(st)
         rounds = "-" if st.mean_decode_rounds is None else f"{st.mean_decode_rounds:.1f}"
         ratio = "-" if st.server_client_ratio is None else f"{st.server_client_ratio:.2f}"
-        kind = st.verdict.split(" ")[0].lower().strip("()")
-        cls = {
-            "best": "best",
-            "tied": "tied",
-            "as": "tied",
-            "leads": "tied",
-            "invalid": "bad",
-            "slower": "slow",
-        }.get(kind, "none")
+        cls = "none" if st.place is None else PLACE_CLASS.get(st.place, "none")
         row_cls = ' class="row-bad"' if not st.all_valid else ""
         rows.append(
             f"<tr{row_cls}><td>{escape(budget_label(st.tree_budget))}</td>"
@@ -116,7 +111,8 @@ def _stats_table(summary: SweepSummary) -> str:
     # table scrolls sideways in a narrow window instead)
     return (
         '<div class="table-scroll"><table class="stats"><thead><tr><th>tree_budget</th>'
-        "<th>valid</th><th>decode tok/s<br><small>median</small></th><th>95% CI</th>"
+        "<th>valid</th><th>decode tok/s<br><small>median</small></th>"
+        f"<th>{ci_name()}</th>"
         "<th>IQR</th><th>TTFT ms<br><small>p50 / p90</small></th>"
         "<th>acceptance<br><small>length (or rate)</small></th>"
         "<th>verify<br><small>steps</small></th><th>server/client<br><small>tok/s</small></th>"
@@ -143,12 +139,24 @@ def _race_section(summary: SweepSummary, meta: RunMetadata) -> str:
     )
     return (
         '<section class="card"><h2>Race</h2>'
-        f"<p>{escape(how)} Margin {rule.equivalence:.0%}: a budget whose whole interval of "
+        f"<p>{escape(how)} Margin {percent(rule.equivalence)}: a budget whose whole interval of "
         "the slowdown against the leader lies within it is as fast, and the smallest of "
         "those is recommended; a budget clearly slower by more than the margin leaves; "
-        f"no claim below n={rule.min_n}. {rule.confidence:.0%} confidence over all "
+        f"no claim below n={rule.min_n}. {percent(rule.confidence)} confidence over all "
         f"looks.</p><ul>{items}</ul></section>"
     )
+
+
+#: the colour of a budget's verdict pill, by its place under the rule (others: "none")
+PLACE_CLASS: Mapping[Place, str] = {
+    "best": "best",
+    "smallest as fast": "best",
+    "as fast": "tied",
+    "leads, undecided": "tied",
+    "leads within the margin": "tied",
+    "invalid": "bad",
+    "slower": "slow",
+}
 
 
 def _drift_section(summary: SweepSummary) -> str:
@@ -162,9 +170,8 @@ def _drift_section(summary: SweepSummary) -> str:
         '<p class="muted">The first budget of the sweep is measured in a block right after '
         "the warm-up and in the same block again after the last round; each request of the "
         "end block is paired with the same prompt's request in the start block. The sweep is "
-        "drifting when the 99% bootstrap interval of the median end/start ratio of decode "
-        "tokens/s excludes 1 and that ratio is more than 5% away from 1; the blocks are "
-        "not counted in the budget's statistics.</p></section>"
+        f"drifting when {drift_rule_text()}; the blocks are not counted in the budget's "
+        "statistics.</p></section>"
     )
 
 
@@ -227,10 +234,9 @@ def _diagnoses(diagnoses: Sequence[DiagnosisRecord]) -> str:
         return ""
     rows = []
     for d in diagnoses[:200]:
-        verdict = d.verdict or "undetermined"
-        cls = {"template": "tmpl", "speculation": "spec"}.get(verdict, "none")
+        cls = {"template": "tmpl", "speculation": "spec"}.get(d.blame, "none")
         codes = "".join(f'<span class="code">{escape(c)}</span>' for c in d.codes)
-        title = escape(d.title or verdict)
+        title = escape(d.title or d.blame)
         detail = " ".join(escape(text) for text in (d.reason, d.advice) if text)
         budget = "-" if d.tree_budget is None else budget_label(d.tree_budget)
         rows.append(
@@ -305,7 +311,7 @@ def card_state(summary: SweepSummary) -> tuple[str, str]:
     if rec.partial:
         return "tied", "partial run"
     if rec.tied:
-        return "decisive", f"equivalent within {rec.equivalence:.0%}"
+        return "decisive", f"equivalent within {percent(rec.equivalence)}"
     if sum(1 for st in summary.budgets if st.decode_median is not None) == 1:
         return "decisive", "one budget"
     return "decisive", "decided"
@@ -330,7 +336,7 @@ def _cards(run: SweepRun, summary: SweepSummary) -> str:
         big = escape(budget_label(rec.tree_budget))
         sub = f"{rec.decode_median:,.0f} tok/s median decode"
         if rec.decode_ci:
-            sub += f" (95% CI [{rec.decode_ci[0]:,.0f}, {rec.decode_ci[1]:,.0f}], n={rec.n})"
+            sub += f" ({ci_name()} [{rec.decode_ci[0]:,.0f}, {rec.decode_ci[1]:,.0f}], n={rec.n})"
     total = len(run.samples)
     n_valid = sum(s.valid for s in run.samples)
     bad_budgets = [st for st in summary.budgets if not st.all_valid]
@@ -493,7 +499,7 @@ def _sweep_sections(
             "It keeps rising with the budget while throughput peaks: bigger trees cost "
             f"more to verify.</p>{charts[1]}</section>"
             '<section class="card"><h2>Time to first token</h2>'
-            '<p class="muted">Median with 95% CI; the triangle is p90.</p>'
+            f'<p class="muted">Median with {ci_name()}; the triangle is p90.</p>'
             f"{charts[2]}</section></div>"
         )
     body.append(depth_section(summary))

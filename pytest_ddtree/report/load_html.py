@@ -8,6 +8,7 @@ from typing import Any
 
 from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
+from pytest_ddtree.core.wording import percent
 from pytest_ddtree.measure.load.metrics import (
     PointStats,
     acceptance_cell,
@@ -17,6 +18,7 @@ from pytest_ddtree.measure.load.metrics import (
 from pytest_ddtree.measure.load.race import PointRace
 from pytest_ddtree.measure.load.recommend import NO_VALID, Choice
 from pytest_ddtree.measure.load.record import LoadTestResult
+from pytest_ddtree.measure.sweep.bootstrap import ci_name
 from pytest_ddtree.measure.sweep.race import signed_percent
 from pytest_ddtree.report.charts import (
     HEIGHT,
@@ -99,9 +101,9 @@ def _table(stats: Sequence[PointStats]) -> str:
             if s.client.unreliable:
                 notes.append(
                     f"{s.point.label}, budget {budget_label(s.tree_budget)}: "
-                    f"{s.client.verdict()}: {s.client.reason()}"
+                    f"{s.client.state()}: {s.client.reason()}"
                 )
-                client = f"{s.client.verdict()} [{len(notes)}]"
+                client = f"{s.client.state()} [{len(notes)}]"
         budget = budget_label(s.tree_budget) + (
             " (no speculative statistics)"
             if s.no_spec_stats
@@ -168,7 +170,7 @@ def _choice_item(c: Choice) -> str:
         text = f"none ({escape(c.why_none or NO_VALID)})"
     else:
         text = f"{c.label} (TPOT p50 {c.tpot_ms or 0:.2f} ms"
-        text += f", 95% CI [{c.ci_ms[0]:.2f}, {c.ci_ms[1]:.2f}]" if c.ci_ms else ""
+        text += f", {ci_name()} [{c.ci_ms[0]:.2f}, {c.ci_ms[1]:.2f}]" if c.ci_ms else ""
         text += f", n={c.n}"
         if c.has_runner_up and c.margin is not None:
             text += (
@@ -184,11 +186,11 @@ def _raced_item(c: Choice, race: PointRace) -> str:
     """A raced point: the pick (or undecided), the verdict, and each budget's part in the race."""
     if c.chosen:
         text = f"{c.label} (TPOT p50 {c.tpot_ms or 0:.2f} ms"
-        text += f", 95% CI [{c.ci_ms[0]:.2f}, {c.ci_ms[1]:.2f}]" if c.ci_ms else ""
+        text += f", {ci_name()} [{c.ci_ms[0]:.2f}, {c.ci_ms[1]:.2f}]" if c.ci_ms else ""
         text += f", n={c.n}); "
     else:
         text = "undecided; "
-    text += race.verdict()
+    text += race.line()
     text += " — UNRELIABLE: client saturated or stalled" if c.unreliable else ""
     budgets = "".join(f"<li>{escape(line)}</li>" for line in race.lines())
     return f"<li>{escape(c.point.label)}: {escape(text)}<ul>{budgets}</ul></li>"
@@ -216,7 +218,7 @@ def render_load_section(tests: Sequence[LoadTestResult]) -> str:
             spent, full = sum(r.requests for r in races), sum(r.max_requests for r in races)
             raced = (
                 f'<p class="muted">Adaptive: budgets raced at each load point by TPOT '
-                f"(margin {races[0].equivalence:.0%}, minimum n {races[0].min_n}); "
+                f"(margin {percent(races[0].equivalence)}, minimum n {races[0].min_n}); "
                 f"{spent} requests of the {full} sent in full.</p>"
             )
         if test.note:

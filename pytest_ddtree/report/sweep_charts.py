@@ -16,6 +16,7 @@ from pytest_ddtree.measure.sweep import (
     SweepSummary,
     budget_label,
 )
+from pytest_ddtree.measure.sweep.bootstrap import ci_name
 from pytest_ddtree.report.charts import (
     HEIGHT,
     NARROW,
@@ -265,7 +266,7 @@ def _decode_mark(st: BudgetStats) -> _Mark | None:
     ci = st.decode_ci
     tip = f"tree_budget={budget_label(st.tree_budget)}: median {st.decode_median:,.0f} tok/s"
     if ci:
-        tip += f", 95% CI [{ci[0]:,.0f}, {ci[1]:,.0f}]"
+        tip += f", {ci_name()} [{ci[0]:,.0f}, {ci[1]:,.0f}]"
     if box:
         tip += f", IQR {box[0]:,.0f}-{box[1]:,.0f}"
     return _Mark(st.tree_budget, st.decode_median, ci, box, None, tip + f" ({st.verdict})")
@@ -280,7 +281,7 @@ def _accept_mark(st: BudgetStats) -> _Mark | None:
         f"{st.mean_acceptance_length:.2f}"
     )
     if st.acceptance_ci:
-        tip += f", 95% CI [{st.acceptance_ci[0]:.2f}, {st.acceptance_ci[1]:.2f}]"
+        tip += f", {ci_name()} [{st.acceptance_ci[0]:.2f}, {st.acceptance_ci[1]:.2f}]"
     if st.mean_decode_rounds is not None:
         tip += f"; {st.mean_decode_rounds:.1f} verify steps per request"
     return _Mark(st.tree_budget, st.mean_acceptance_length, st.acceptance_ci, None, None, tip)

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_ddtree.core.budget import budget_order
+from pytest_ddtree.core.wording import percent
 from pytest_ddtree.measure.sweep import (
     BudgetStats,
     RunMetadata,
@@ -14,33 +15,45 @@ from pytest_ddtree.measure.sweep import (
     budget_label,
     deeper_line,
 )
-from pytest_ddtree.measure.sweep.race import RaceRecord
+from pytest_ddtree.measure.sweep.bootstrap import ci_name
+from pytest_ddtree.measure.sweep.race import RaceRecord, RaceRule
 from pytest_ddtree.measure.sweep.statistics import (
     acceptance_text,
     speculation_warnings,
     standing_text,
 )
 
-HEADERS = (
-    "tree_budget",
-    "valid",
-    "decode tok/s median [95% CI] n",
-    "TTFT p50/p90 ms",
-    "accept len/rate",
-    "verify steps",
-    "srv/cli",
-    "slowdown vs leader [race CI] n",
-    "verdict",
-)
+
+def headers() -> tuple[str, ...]:
+    """The table's header row (the interval's confidence read from its constant)."""
+    return (
+        "tree_budget",
+        "valid",
+        f"decode tok/s median [{ci_name()}] n",
+        "TTFT p50/p90 ms",
+        "accept len/rate",
+        "verify steps",
+        "srv/cli",
+        "slowdown vs leader [race CI] n",
+        "verdict",
+    )
+
+
 # Numbers read best right-aligned; the verdict is prose.
 _RIGHT = (True, True, True, True, True, True, True, True, False)
-#: what the two intervals are: printed under every table (they read alike and are not)
-INTERVALS = (
-    "[95% CI]: the median's interval over the budget's requests. slowdown vs leader: the "
-    "race's paired estimate (by round, balanced over the prompts; not the ratio of the "
-    "medians) with its interval at the race's confidence for that look (97.5% at the first, "
-    "more later), wider than the medians' as it counts the noise from round to round."
-)
+
+
+def intervals() -> str:
+    """What the two intervals are: printed under every table (they read alike and are not)."""
+    return (
+        f"[{ci_name()}]: the median's interval over the budget's requests. slowdown vs leader: "
+        "the race's paired estimate (by round, balanced over the prompts; not the ratio of the "
+        "medians) with its interval at the race's confidence for that look "
+        f"({percent(RaceRule().look_confidence(1))} at the first, more later), wider than the "
+        "medians' as it counts the noise from round to round."
+    )
+
+
 #: every other column, under the table with ``-v``; docs/sweep.md has the long form
 LEGEND = (
     "accept len: tokens committed per decode round, the per-request mean (rate: "
@@ -57,7 +70,7 @@ MORE = "-v explains every column; docs: sweep.md#columns"
 def legend_lines(width: int | None = None, verbose: bool = False) -> list[str]:
     """The table's legend: what its intervals are, then (``verbose``) every other column,
     wrapped to ``width`` (a terminal's; None: one line each)."""
-    text = f"{INTERVALS} {LEGEND if verbose else MORE}"
+    text = f"{intervals()} {LEGEND if verbose else MORE}"
     if verbose:
         text += " (docs: sweep.md#columns)"
     text = f"({text})"
@@ -131,11 +144,12 @@ def table_lines(
     per request, ``srv/cli`` the server-reported decode rate over the client-measured
     one (close to 1.0 when the server's figure is honest).
     """
+    header = headers()
     rows = [
-        HEADERS,
+        header,
         *(_shared_row(_row(st, summary.race), st, shared) for st in summary.budgets),
     ]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADERS))]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines: list[str] = []
     for n, row in enumerate(rows):
         cells = [
@@ -172,7 +186,8 @@ def race_lines(race: RaceRecord[int | None] | None) -> list[str]:
     budget = "no request budget" if rule.max_requests is None else f"of {rule.max_requests}"
     lines = [
         f"race: {race.requests} requests ({budget}) in {race.laps} rounds, "
-        f"{rule.equivalence:.0%} margin, min n {rule.min_n}, {rule.confidence:.0%} confidence "
+        f"{percent(rule.equivalence)} margin, min n {rule.min_n}, {percent(rule.confidence)} "
+        "confidence "
         "over all looks"
     ]
     for e in race.exits:

@@ -16,38 +16,20 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_ddtree.core import dialects as registry
-from pytest_ddtree.core.dialects import MAX_DEPTH, histogram, resolve_pointer
 from pytest_ddtree.core.dialects.base import integer as _int
 from pytest_ddtree.core.dialects.base import num as _num
-from pytest_ddtree.core.dialects.llamacpp import TIMING_FIELDS as LLAMACPP_TIMING_FIELDS
-from pytest_ddtree.core.dialects.llamacpp import bad_fields as llamacpp_bad_fields
-from pytest_ddtree.core.dialects.omlx import PREFIX as OMLX_PREFIX
-from pytest_ddtree.core.dialects.sglang import DETAILS_FIELD as SGLANG_DETAILS_FIELD
-from pytest_ddtree.core.dialects.vllm import VLLM as _VLLM
 from pytest_ddtree.wire.completion import SpecStats, TokenLogprob, Usage
 
-DIALECT_NAMES = registry.NAMES
-VLLM_WHERE = _VLLM.where
-
 __all__ = [
-    "DIALECT_NAMES",
-    "LLAMACPP_TIMING_FIELDS",
-    "MAX_DEPTH",
-    "OMLX_PREFIX",
-    "SGLANG_DETAILS_FIELD",
     "STOP_FIELDS",
-    "VLLM_WHERE",
     "budget_path",
     "detect",
     "drop_path",
     "extract_stats",
     "extract_usage",
-    "histogram",
-    "llamacpp_bad_fields",
     "logprobs_of",
     "put_budget",
     "request_fields",
-    "resolve_pointer",
     "stop_of",
 ]
 

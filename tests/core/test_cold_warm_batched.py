@@ -97,7 +97,7 @@ def test_exact_mode_fails_a_near_tie_and_blames_no_layer() -> None:
     assert v.code == "cold-warm-batched"
     assert v.evidence["divergence"] == "near-tie"
     diagnosis = diagnose_cold_warm_batched(found, None)
-    assert diagnosis.verdict == "undetermined"
+    assert diagnosis.blame == "undetermined"
     assert diagnosis.reason.startswith("numerical near-tie: the warm answer differs")
 
 
@@ -126,9 +126,9 @@ def test_the_cold_answer_alone_differs() -> None:
 def test_the_baseline_run_names_the_layer() -> None:
     found = _judge(TARGET, TARGET, FLIPPED, probe=_probe(" from", 4.0))
     clean = _judge(TARGET, TARGET, TARGET)
-    assert diagnose_cold_warm_batched(found, clean).verdict == "speculation"
-    assert diagnose_cold_warm_batched(found, found).verdict == "server"
-    assert diagnose_cold_warm_batched(found, None).verdict == "undetermined"
+    assert diagnose_cold_warm_batched(found, clean).blame == "speculation"
+    assert diagnose_cold_warm_batched(found, found).blame == "server"
+    assert diagnose_cold_warm_batched(found, None).blame == "undetermined"
 
 
 def test_an_answer_cut_short_is_not_comparable() -> None:
@@ -138,7 +138,7 @@ def test_an_answer_cut_short_is_not_comparable() -> None:
     (v,) = cold_warm_batched_violations(found)
     assert v.code == "not-comparable"
     assert "the warm answer did not arrive whole (http" in v.message
-    assert diagnose_cold_warm_batched(found, None).verdict == "undetermined"
+    assert diagnose_cold_warm_batched(found, None).blame == "undetermined"
     assert cold_warm_batched_header(found).startswith("not comparable:")
 
 

@@ -384,7 +384,7 @@ def test_the_baseline_diagnosis_does_not_compare_a_cut_answer() -> None:
     cut = _answer("The harb", done=False)
     found = [Violation("stream-integrity", "no [DONE]"), Violation("early-stop", "short")]
     diagnosis = Diagnoser(Baseline()).diagnose(cut, found, lambda c: [])  # type: ignore[arg-type]
-    assert diagnosis.verdict == "undetermined", diagnosis
+    assert diagnosis.blame == "undetermined", diagnosis
     assert diagnosis.reason.startswith("not comparable: the server's answer did not arrive whole")
     assert "speculative decoding" not in diagnosis.render()
 

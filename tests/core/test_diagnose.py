@@ -123,8 +123,8 @@ def test_a_refused_field_is_named_in_the_advice(pytester: pytest.Pytester) -> No
 
 
 def test_a_4xx_that_is_no_refusal_names_no_field() -> None:
+    from pytest_ddtree.checks.blame import REJECTED_ADVICE
     from pytest_ddtree.checks.diagnose import Diagnoser
-    from pytest_ddtree.checks.verdict import REJECTED_ADVICE
     from pytest_ddtree.core.violation import Violation
     from pytest_ddtree.wire.completion import Completion, RequestSpec, Timings
 
@@ -363,7 +363,7 @@ def test_a_failure_after_a_near_tie_flip_is_the_models_own_path(
     found = _diagnose_fault(
         reference_server, baseline_server, reference_counter, "near-tie", temperature=0
     )
-    assert found.verdict == "template", found.render()
+    assert found.blame == "template", found.render()
     assert found.reason.startswith("near-tie flip, then the model's own path fails (degenerate)")
     assert "the answer leaves the baseline's at token " in found.reason, found.reason
     assert "nats apart" in found.reason and "speculative-decoding layer" not in found.render()
@@ -383,7 +383,7 @@ def test_a_failure_after_a_confident_divergence_names_speculation_with_the_margi
     found = _diagnose_fault(
         reference_server, baseline_server, reference_counter, "lossy", temperature=0
     )
-    assert found.verdict == "speculation", found.render()
+    assert found.blame == "speculation", found.render()
     assert "the target was sure" in found.reason, found.reason
     assert found.margin is not None and found.margin["kind"] == "confident", found.margin
 
@@ -396,7 +396,7 @@ def test_a_sampled_replay_is_not_evidence_against_speculation(
     found = _diagnose_fault(
         reference_server, baseline_server, reference_counter, "lossy", temperature=0.7, seed=7
     )
-    assert found.verdict == "undetermined", found.render()
+    assert found.blame == "undetermined", found.render()
     assert found.reason.startswith("not comparable: sampled (temperature 0.7)"), found.reason
     assert "speculative-decoding layer" not in found.render()
     assert "test_lossless_in_distribution" in found.advice
@@ -426,7 +426,7 @@ def test_a_failure_that_is_not_of_the_text_keeps_the_replays_verdict(
             found = Diagnoser(baseline, counter=reference_counter).diagnose(
                 answer, failing, lambda _: []
             )
-            assert found.verdict == "speculation", (temperature, found.render())
+            assert found.blame == "speculation", (temperature, found.render())
             assert "near-tie flip" not in found.reason and "sampled" not in found.reason
 
 
@@ -565,7 +565,7 @@ def test_a_failure_the_baseline_does_not_share_is_named_beside_the_shared_one(
         found = Diagnoser(baseline).diagnose(answer, failing, lambda _: failing[:1])
         # every failure shared: the verdict is as before
         alike = Diagnoser(baseline).diagnose(answer, failing, lambda _: failing)
-    assert found.verdict == "template", found.render()
+    assert found.blame == "template", found.render()
     assert found.reason == (
         "the target-only baseline fails the same way (early-stop); not shared: role-leak "
         "(the target-only baseline's answer does not break it)"
@@ -599,14 +599,14 @@ def test_only_statistics_that_show_no_draft_reached_the_answer_are_evidence() ->
 
 
 def test_a_speculation_verdict_stands_when_the_statistics_say_nothing_of_drafts() -> None:
+    from pytest_ddtree.checks.blame import SPECULATION_ADVICE
     from pytest_ddtree.checks.diagnose import _not_the_drafts
-    from pytest_ddtree.checks.verdict import SPECULATION_ADVICE
 
     blamed = Diagnosis("speculation", "the target-only baseline passes", SPECULATION_ADVICE)
     assert _not_the_drafts(_answer(20), ["role-leak"], blamed) == blamed
     assert _not_the_drafts(_with_stats(30, 5), ["role-leak"], blamed) == blamed
     moved = _not_the_drafts(_with_stats(12, 0), ["role-leak"], blamed)
-    assert moved.verdict == "server" and moved.reason.startswith(
+    assert moved.blame == "server" and moved.reason.startswith(
         "the speculative endpoint's stack, not its drafts: its statistics show no drafted "
         "token reached this answer (num_draft_tokens=12, num_accepted_draft_tokens=0); "
         "the target-only baseline passes"

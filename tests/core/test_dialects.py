@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_ddtree.core.dialects.llamacpp import bad_fields
 from pytest_ddtree.wire import dialects
 
 DDTREE_RESPONSE = {
@@ -218,7 +219,7 @@ def test_llamacpp_bad_types_are_named() -> None:
     timings = {**LLAMACPP_CHUNK["timings"], "draft_n": "47", "predicted_per_second": -1}
     s = dialects.extract_stats("llamacpp", [{"timings": timings}])
     assert s is not None and s.num_draft_tokens is None and s.server_tokens_per_second is None
-    assert dialects.llamacpp_bad_fields(s.raw) == [
+    assert bad_fields(s.raw) == [
         ("predicted_per_second", -1),
         ("draft_n", "47"),
     ]

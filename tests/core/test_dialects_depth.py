@@ -22,9 +22,9 @@ from tokenizers import Tokenizer
 
 from pytest_ddtree.checks.diagnose import Diagnoser
 from pytest_ddtree.checks.invariants import Expectation, check
+from pytest_ddtree.core.dialects.sglang import DETAILS_FIELD
 from pytest_ddtree.measure.load import LoadPoint
 from pytest_ddtree.measure.load.runner import completion_of, run_point
-from pytest_ddtree.wire import dialects
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion, SpecStats
 from pytest_ddtree.wire.protocol import EndpointConfig
@@ -269,7 +269,7 @@ def test_sglang_sglext_n1(stream: bool) -> None:
         assert (c.stop_reason, c.stop_field) == (2, "choices[0].matched_stop")
         assert [v.code for v in check(c) if v.code.startswith("stats")] == []
     # the sglang dialect asks for the statistics, on every path
-    assert engine.bodies and all(b[dialects.SGLANG_DETAILS_FIELD] is True for b in engine.bodies)
+    assert engine.bodies and all(b[DETAILS_FIELD] is True for b in engine.bodies)
 
 
 def test_sglang_sglext_n2_reads_the_first_choice() -> None:
@@ -294,8 +294,8 @@ def test_auto_asks_sglang_only_once_identified() -> None:
         assert client.detected_dialect == "sglang"  # told by matched_stop
         client.chat("hi", max_tokens=64, stream=False)
     assert first.stats is None
-    assert dialects.SGLANG_DETAILS_FIELD not in engine.bodies[0]
-    assert engine.bodies[1][dialects.SGLANG_DETAILS_FIELD] is True
+    assert DETAILS_FIELD not in engine.bodies[0]
+    assert engine.bodies[1][DETAILS_FIELD] is True
 
 
 @pytest.mark.parametrize("dialect", ["auto", "vllm", "ddtree", "llamacpp", "none"])
@@ -304,13 +304,13 @@ def test_no_other_dialect_sends_the_sglang_field(dialect: str) -> None:
     both(engine, stream=True, dialect=dialect)
     both(engine, stream=False, dialect=dialect)
     assert len(engine.bodies) == 3
-    assert not any(dialects.SGLANG_DETAILS_FIELD in b for b in engine.bodies)
+    assert not any(DETAILS_FIELD in b for b in engine.bodies)
 
 
 def test_a_baseline_replay_drops_the_sglang_field() -> None:
     sent = _config("sglang").request("hi", tree_budget=None)
-    assert sent.body[dialects.SGLANG_DETAILS_FIELD] is True
-    assert dialects.SGLANG_DETAILS_FIELD not in _config("auto").replay(sent).body
+    assert sent.body[DETAILS_FIELD] is True
+    assert DETAILS_FIELD not in _config("auto").replay(sent).body
 
 
 @STREAMING
@@ -490,7 +490,7 @@ def test_diagnosis_blames_the_stop_list_without_a_baseline() -> None:
     (c,) = both(engine, stream=False)
     found = check(c, counter=counter)
     d = Diagnoser(None).diagnose(c, found, lambda x: check(x, counter=counter))
-    assert d.verdict == "template"
+    assert d.blame == "template"
     assert d.reason.startswith(
         f"token {eos} '<|im_end|>' (choices[0].stop_reason) ended the answer: "
         "the stop list holds a template token"
@@ -503,7 +503,7 @@ def test_diagnosis_says_the_model_chose_to_stop() -> None:
     (c,) = both(engine, stream=False)
     found = check(c)
     d = Diagnoser(None).diagnose(c, found, check)
-    assert d.verdict == "undetermined"
+    assert d.blame == "undetermined"
     assert d.reason.endswith("ended the answer: the model chose to stop")
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pytest_ddtree.core.options import OPTIONS, apply_marker, check_reference_faults, resolve
@@ -131,6 +133,31 @@ def test_budget_endpoints_mode() -> None:
         run(cli={"ddtree_budget_endpoint": ["64=http://h:2/v1"], "ddtree_budgets": "32,64"})
     with pytest.raises(SettingsError, match="only used with budget-mode endpoints"):
         run(cli={"ddtree_budget_endpoint": ["64=http://h:2/v1"], "ddtree_budget_mode": "field"})
+
+
+@pytest.mark.parametrize(
+    ("cli", "requested", "smallest", "largest"),
+    [
+        ({"ddtree_budgets": "64,16,32"}, (64, 16, 32), 16, 64),
+        ({"ddtree_budget_mode": "none"}, (None,), None, None),
+        ({"ddtree_budget_endpoint": ["64=http://h:2/v1", "16=http://h:1/v1"]}, (16, 64), 16, 64),
+    ],
+    ids=["field", "none", "endpoints"],
+)
+def test_requested_budgets_follow_the_budget_mode(cli, requested, smallest, largest) -> None:
+    s = run(cli=cli)
+    assert (s.requested_budgets, s.smallest_budget, s.largest_budget) == (
+        requested,
+        smallest,
+        largest,
+    )
+
+
+def test_budget_mode_none_requests_the_server_default_even_with_budgets_left_over() -> None:
+    """A copy switched to none (the baseline client's) keeps its budgets but requests none."""
+    s = replace(run(), budget_mode="none")
+    assert s.budgets == DEFAULT_BUDGETS
+    assert (s.requested_budgets, s.smallest_budget, s.largest_budget) == ((None,), None, None)
 
 
 def test_none_mode_and_timeouts_and_ini_lists() -> None:

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from pytest_ddtree.checks.invariants import check
+from pytest_ddtree.core.dialects.sglang import DETAILS_FIELD
 from pytest_ddtree.measure.load import LoadPoint
 from pytest_ddtree.measure.load.runner import completion_of, run_point
 from pytest_ddtree.wire import dialects, servermetrics
@@ -219,8 +220,8 @@ def test_recorded_sglang_the_sync_client_asks_for_statistics_once_identified(
         client.chat("hi", max_tokens=8, stream=False)
         assert client.detected_dialect == "sglang"
         client.chat("hi", max_tokens=8, stream=False)
-    assert dialects.SGLANG_DETAILS_FIELD not in replay.bodies[0]
-    assert replay.bodies[1][dialects.SGLANG_DETAILS_FIELD] is True
+    assert DETAILS_FIELD not in replay.bodies[0]
+    assert replay.bodies[1][DETAILS_FIELD] is True
 
 
 def test_recorded_sglang_generate_meta_info() -> None:

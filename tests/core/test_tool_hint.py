@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import pytest
 
 from pytest_ddtree.checks.diagnose import Diagnoser
-from pytest_ddtree.checks.verdict import SERVER_FEATURE_ADVICE, Diagnosis, tool_call_advice
+from pytest_ddtree.checks.blame import SERVER_FEATURE_ADVICE, Diagnosis, tool_call_advice
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.reference import ReferenceServer
 from pytest_ddtree.wire.client import DDTreeClient
@@ -115,7 +115,7 @@ def test_a_template_that_supports_no_tools_is_named_instead_of_jinja(
 ) -> None:
     url, _ = _baseline_with(loopback, baseline_server.base_url, PROPS)
     (found,) = _shared_tool_call(reference_server, url)
-    assert found.verdict == "server", found.render()
+    assert found.blame == "server", found.render()
     assert (
         "its chat template says it does not support tools (llama.cpp GET /props: "
         "chat_template_caps.supports_tools=false, chat_template_caps.supports_tool_calls=false)"
@@ -153,7 +153,7 @@ def test_a_baseline_without_props_keeps_the_general_tool_advice(
     reference_server: ReferenceServer, baseline_server: ReferenceServer
 ) -> None:
     (found,) = _shared_tool_call(reference_server, baseline_server.base_url)  # /props: 404
-    assert found.verdict == "server", found.render()
+    assert found.blame == "server", found.render()
     assert found.advice == f"{SERVER_FEATURE_ADVICE['tool-call']}; speculation is not the cause"
 
 

@@ -280,14 +280,14 @@ def test_the_dialect_table_has_one_row_per_registered_dialect() -> None:
 
 
 def test_every_code_and_fault_has_one_layer_vocabulary() -> None:
-    from pytest_ddtree.checks.diagnose import TRANSPORT_CODES, VERDICT_TITLES
+    from pytest_ddtree.checks.diagnose import BLAME_TITLES, TRANSPORT_CODES
     from pytest_ddtree.checks.invariants import CODE_LAYERS, CODES, LAYERS
     from pytest_ddtree.reference.faults import FAULT_LAYERS, FAULTS
 
     assert CODE_LAYERS.keys() == CODES.keys()
     assert set(CODE_LAYERS.values()) - {None} <= LAYERS.keys()
     assert FAULT_LAYERS.keys() == FAULTS.keys() and set(FAULT_LAYERS.values()) <= LAYERS.keys()
-    assert {k: VERDICT_TITLES[k] for k in LAYERS} == LAYERS
+    assert {k: BLAME_TITLES[k] for k in LAYERS} == LAYERS
     assert {
         "http-error",
         "stream-integrity",

@@ -183,12 +183,12 @@ def test_broken_template_is_a_role_leak_blamed_on_the_template(
 
         # the baseline behind the same template fails the same way: the template is at fault
         verdict = Diagnoser(same).diagnose(c, violations, judge)
-        assert verdict.verdict == "template", verdict
+        assert verdict.blame == "template", verdict
         assert "fails the same way (role-leak)" in verdict.reason
         # a baseline behind the model's own template passes, but it does not see the same
         # prompt: speculation is still not blamed
         verdict = Diagnoser(healthy).diagnose(c, violations, judge)
-        assert verdict.verdict == "template", verdict
+        assert verdict.blame == "template", verdict
         assert "do not see the same prompt" in verdict.reason
     finally:
         for x in (client, same, healthy):

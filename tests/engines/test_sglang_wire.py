@@ -34,10 +34,11 @@ import pytest
 
 from pytest_ddtree import engines
 from pytest_ddtree.checks.invariants import check
+from pytest_ddtree.core.dialects.sglang import DETAILS_FIELD
 from pytest_ddtree.core.settings import Timeout
 from pytest_ddtree.measure.load import LoadPoint
 from pytest_ddtree.measure.load.runner import completion_of, run_point
-from pytest_ddtree.wire import dialects, servermetrics
+from pytest_ddtree.wire import servermetrics
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.protocol import EndpointConfig
 from pytest_ddtree.wire.tokens import ServerCounter, detect_tokenize_shape
@@ -83,8 +84,8 @@ def test_real_sglang_dialect_told_by_matched_stop_then_asked(
         assert client.detected_dialect == "sglang"
         second = client.chat(FRANCE, stream=False)
     assert first.error is None and second.error is None
-    assert dialects.SGLANG_DETAILS_FIELD not in first.request.body
-    assert second.request.body[dialects.SGLANG_DETAILS_FIELD] is True
+    assert DETAILS_FIELD not in first.request.body
+    assert second.request.body[DETAILS_FIELD] is True
     # asked, a server without speculation sends no statistics at all
     assert isinstance(second.raw, dict) and "sglext" not in second.raw
     assert second.stats is None

@@ -79,7 +79,7 @@ def test_arguments_a_json_string_fail_and_name_the_serving_stack(
             assert [v.code for v in found] == ["tool-call"], found
             assert found[0].evidence["rule"] == 'type: "object"'
             verdict = Diagnoser(baseline).diagnose(answer, found, lambda c: list(check(c)))
-            assert verdict.verdict == "server", verdict.render()
+            assert verdict.blame == "server", verdict.render()
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])

@@ -169,7 +169,7 @@ def test_the_clients_own_failure_is_never_a_verdict(hostile: Callable[..., Hosti
         assert c.client_side_failure, (c.error_kind, c.error)
         found = check(c)
         diagnosis = diagnoser.diagnose(c, found, check)
-        assert diagnosis.verdict == "undetermined", diagnosis
+        assert diagnosis.blame == "undetermined", diagnosis
         assert "client's side" in diagnosis.reason
     assert comp.error_kind == "transport" and late.error_kind == "deadline"
     assert not replays
@@ -181,7 +181,7 @@ def test_no_claim_about_the_target_alone_without_a_baseline() -> None:
     c = Completion(_spec(), 200, "x", "", "stop", None, None, Timings(0, 0, 0, 1), None)
     v = Violation("not-lossless", "differs")
     diagnosis = Diagnoser(None).diagnose(c, [v], lambda _: [])
-    assert diagnosis.verdict == "speculation"
+    assert diagnosis.blame == "speculation"
     assert "target model alone" not in diagnosis.render()
     assert "no baseline" in diagnosis.render()
 

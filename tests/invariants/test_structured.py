@@ -193,7 +193,7 @@ def test_a_cut_answer_gets_no_layer_and_no_replay() -> None:
             raise AssertionError("an unjudged answer must not be replayed")
 
     found = Diagnoser(NoReplay()).diagnose(cut, violations, lambda c: list(check(c)))  # type: ignore[arg-type]
-    assert found.verdict == "undetermined"
+    assert found.blame == "undetermined"
     assert "cut by max_tokens after 6 tokens" in found.reason
     assert "raise max_tokens" in found.advice
 
@@ -421,20 +421,20 @@ def _diagnosis(ours: Completion, theirs: Completion) -> Diagnosis:
 
 
 def _diagnose(ours: Completion, theirs: Completion) -> str:
-    return _diagnosis(ours, theirs).verdict
+    return _diagnosis(ours, theirs).blame
 
 
 def test_a_broken_call_the_baseline_shares_is_the_serving_stack() -> None:
     broken = answer("", calls=(call('"Paris"'),), tools=[WEATHER], tool_choice=NAMED)
     found = _diagnosis(broken, broken)
-    assert found.verdict == "server"
+    assert found.blame == "server"
     # the advice names the stack's tool support, not its resources or the network
     assert found.advice.startswith("the target-only server breaks the tool call the same way")
     assert "the network" not in found.advice
 
 
 def test_the_shared_failures_advice_names_the_feature_only_when_it_is_all_that_broke() -> None:
-    from pytest_ddtree.checks.verdict import SERVER_ADVICE, server_advice
+    from pytest_ddtree.checks.blame import SERVER_ADVICE, server_advice
 
     follows = ("overrun", "finish-reason", "empty")
     assert server_advice(["tool-call", "finish-reason"], follows).startswith(
@@ -454,7 +454,7 @@ def test_a_broken_schema_the_baseline_keeps_is_speculation() -> None:
     theirs = answer('{"name": "Ada", "age": 36}', response_format=RF_SCHEMA)
     assert _diagnose(ours, theirs) == "speculation"
     shared = _diagnosis(ours, ours)
-    assert shared.verdict == "server" and "structured-output backend" in shared.advice
+    assert shared.blame == "server" and "structured-output backend" in shared.advice
 
 
 def test_arguments_of_the_same_call_compare_as_json(tmp_path: Any) -> None:

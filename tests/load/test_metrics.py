@@ -174,13 +174,13 @@ def test_client_saturation_flag() -> None:
     # late while idle (20% CPU): the machine held it, which is no saturation (a one-slot
     # engine at C=1 on a shared box); late for a visible share of the point: stalled
     idle_late = ClientHealth(0.2, 1.0, 10, 1000, LAG_LIMIT * 2, 0.05, 100, lag_total=0.01)
-    assert not idle_late.saturated and not idle_late.unreliable and idle_late.verdict() == "ok"
+    assert not idle_late.saturated and not idle_late.unreliable and idle_late.state() == "ok"
     stalled = replace(idle_late, lag_total=0.2)
-    assert stalled.stalled and not stalled.saturated and stalled.verdict() == "STALLED"
+    assert stalled.stalled and not stalled.saturated and stalled.state() == "STALLED"
     assert "woke late for 20% of the point" in stalled.reason()
     lagging = ClientHealth(BUSY_SHARE + 0.1, 1.0, 10, 1000, LAG_LIMIT * 2, 0.05, 100)
     assert lagging.saturated and "event-loop lag" in lagging.reason()
-    assert lagging.verdict() == "SATURATED" and lagging.unreliable
+    assert lagging.state() == "SATURATED" and lagging.unreliable
     busy = ClientHealth(CPU_LIMIT + 0.05, 1.0, 10, 1000, 0.001, 0.002, 100)
     assert busy.saturated and "client CPU" in busy.reason()
 

@@ -10,7 +10,6 @@ import pytest
 
 from pytest_ddtree.checks.invariants import check
 from pytest_ddtree.measure.load import (
-    Endpoint,
     LoadError,
     LoadPoint,
     LoadTester,
@@ -20,6 +19,7 @@ from pytest_ddtree.measure.load import (
 from pytest_ddtree.measure.load.runner import run_point
 from pytest_ddtree.reference import spawn_reference_server, tokenizer_path
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS, optimal_schedule
+from pytest_ddtree.wire.protocol import EndpointConfig
 from pytest_ddtree.wire.tokens import load_counter
 
 PROMPTS = list(DEFAULT_PROMPTS)
@@ -28,7 +28,7 @@ PROMPTS = list(DEFAULT_PROMPTS)
 def _tester(server: Any, **kw: Any) -> LoadTester:
     counter = load_counter(str(tokenizer_path()))
     return LoadTester(
-        Endpoint(server.base_url),
+        EndpointConfig(server.base_url),
         judge=lambda c, **e: check(c, counter=counter, **e),
         counter=counter,
         **kw,
@@ -91,7 +91,7 @@ def test_slo_breach_fails(fast_server: Any) -> None:
 
 
 def test_a_saturated_client_is_flagged(fast_server: Any) -> None:
-    ep = Endpoint(fast_server.base_url)
+    ep = EndpointConfig(fast_server.base_url)
     specs = [ep.spec(p, tree_budget=16, max_tokens=64) for p in PROMPTS * 2]
 
     async def busy_client() -> Any:
@@ -113,7 +113,7 @@ def test_a_saturated_client_is_flagged(fast_server: Any) -> None:
 
 def test_transport_failures_are_reported_not_dropped() -> None:
     # nothing listens on this port: every request fails and is counted as invalid
-    ep = Endpoint("http://127.0.0.1:9/v1")
+    ep = EndpointConfig("http://127.0.0.1:9/v1")
     tester = LoadTester(ep, judge=None, concurrencies=[2])
     with pytest.raises(LoadError) as info:
         tester(["hello"], requests=3)
@@ -146,7 +146,7 @@ def test_a_request_the_loop_stalled_in_has_its_speed_claim_withheld() -> None:
         return check(c, counter=counter, **e)
 
     with spawn_reference_server(simulated_latency=True, faults=("stats-inflated",)) as server:
-        ep = Endpoint(server.base_url)
+        ep = EndpointConfig(server.base_url)
         specs = [ep.spec(p, tree_budget=16, max_tokens=96) for p in PROMPTS[:4]]
         raws, wall0, perf0, _ = asyncio.run(run_point(ep, specs, LoadPoint("concurrency", 1)))
     point = LoadPoint("concurrency", 1)
@@ -180,7 +180,7 @@ def test_a_saturated_client_withholds_only_its_timing_checks() -> None:
         return check(c, counter=counter, **e)
 
     with spawn_reference_server(simulated_latency=True, faults=("stats-inflated",)) as server:
-        ep = Endpoint(server.base_url)
+        ep = EndpointConfig(server.base_url)
         specs = [ep.spec(p, tree_budget=16, max_tokens=96) for p in PROMPTS[:4]]
         raws, wall0, perf0, _health = asyncio.run(run_point(ep, specs, LoadPoint("concurrency", 1)))
     point = LoadPoint("concurrency", 1)
@@ -209,7 +209,7 @@ def test_a_stale_keep_alive_connection_is_retried_once_on_a_fresh_one() -> None:
     from hardening._hostile import HostileServer
 
     with HostileServer("stale") as server:
-        ep = Endpoint(server.base_url)
+        ep = EndpointConfig(server.base_url)
         specs = [ep.spec(p, tree_budget=16, max_tokens=32) for p in PROMPTS[:3]]
         raws, *_, health = asyncio.run(run_point(ep, specs, LoadPoint("concurrency", 1)))
     # each later request found its connection closed, and was sent once more, fresh

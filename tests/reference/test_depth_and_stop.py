@@ -144,7 +144,7 @@ def test_early_eos_names_the_id_that_fired(
         d = Diagnoser(None).diagnose(c, found, lambda x: check(x, counter=counter))
     assert early.evidence["stop"] == f"token {model.eos} '<|im_end|>' (choices[0].stop_reason)"
     assert early.evidence["stop_kind"] == "template-token"
-    assert d.verdict == "template"
+    assert d.blame == "template"
     assert "ended the answer: the stop list holds a template token" in d.reason
 
 

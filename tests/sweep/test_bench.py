@@ -123,7 +123,7 @@ def test_invalid_round_raises_inside_the_timed_target_and_drops_timings() -> Non
 
 
 def test_diagnosis_is_appended_to_the_failure_and_names_the_samples_blame() -> None:
-    from pytest_ddtree.checks.verdict import Diagnosis
+    from pytest_ddtree.checks.blame import Diagnosis
 
     call, validate = _calls(False)
     seen: list[list[Violation]] = []

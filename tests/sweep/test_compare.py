@@ -25,7 +25,7 @@ def _run(scale: float = 1.0, seed: int = 0, **meta: object) -> SweepRun:
 def test_same_performance_is_not_a_regression() -> None:
     result = compare_runs(_run(seed=1), _run(seed=2))
     assert result.regressions == []
-    assert {r.verdict for r in result.rows} <= {
+    assert {r.outcome for r in result.rows} <= {
         "no significant change",
         "worse (within threshold)",
         "better",
@@ -45,7 +45,7 @@ def test_twenty_percent_slower_regresses_at_ten_percent_threshold() -> None:
 def test_significant_but_small_slowdown_is_within_threshold() -> None:
     result = compare_runs(_run(seed=1), _run(0.95, seed=2), threshold=0.10)
     assert result.regressions == []
-    assert "worse (within threshold)" in {r.verdict for r in result.rows}
+    assert "worse (within threshold)" in {r.outcome for r in result.rows}
 
 
 def test_ttft_metric_treats_higher_as_worse() -> None:
@@ -65,14 +65,14 @@ def test_newly_invalid_budget_is_a_regression_and_setup_change_warns() -> None:
     cand = _run(seed=2, model="other")
     cand.samples.append(SweepSample(64, "essay", 9, False, codes=("early-stop",)))
     result = compare_runs(_run(seed=1), cand)
-    assert [(r.tree_budget, r.verdict) for r in result.regressions] == [(64, "now invalid")]
+    assert [(r.tree_budget, r.outcome) for r in result.regressions] == [(64, "now invalid")]
     assert any("setups differ: model: 'm' vs 'other'" in ln for ln in result.lines())
 
 
 def test_budgets_in_one_file_only() -> None:
     cand = SweepRun([s for s in _run(seed=2).samples if s.tree_budget != 256], {})
     result = compare_runs(_run(seed=1), cand)
-    verdicts = {r.tree_budget: r.verdict for r in result.rows}
+    verdicts = {r.tree_budget: r.outcome for r in result.rows}
     assert verdicts[256] == "only in baseline"
     # a budget the candidate did not measure fails the comparison
     assert [r.tree_budget for r in result.regressions] == [256]
@@ -134,4 +134,4 @@ def test_the_drift_checks_requests_are_not_compared() -> None:
     drifted = SweepRun([*_run(seed=2).samples, *drift], {"model": "m"})
     row = next(r for r in compare_runs(base, drifted).rows if r.tree_budget == 64)
     assert (row.baseline_n, row.candidate_n) == (9, 9)
-    assert row.verdict == "no significant change"
+    assert row.outcome == "no significant change"

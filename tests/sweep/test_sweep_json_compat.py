@@ -68,3 +68,20 @@ def test_compare_reads_two_old_files(capsys: pytest.CaptureFixture[str]) -> None
     out = capsys.readouterr().out
     assert code == 0, out
     assert "16" in out and "64" in out
+
+
+@pytest.mark.parametrize("blame", ["template", "server", "speculation", "undetermined", "near-tie"])
+def test_a_diagnosis_reads_its_blame_from_the_key_older_files_have(blame: str) -> None:
+    from pytest_ddtree.measure.sweep import DiagnosisRecord
+
+    record = DiagnosisRecord.from_json({"nodeid": "t.py::a", "verdict": blame})
+    assert record.blame == blame and record.to_json()["verdict"] == blame
+
+
+def test_a_diagnosis_with_a_blame_outside_its_literal_is_refused_in_one_line() -> None:
+    from pytest_ddtree.measure.sweep import DiagnosisRecord
+
+    refused = r"^diagnosis: field 'verdict': the budget not in .*'near-tie'"
+    with pytest.raises(ValueError, match=refused) as info:
+        DiagnosisRecord.from_json({"nodeid": "t.py::a", "verdict": "the budget"})
+    assert "\n" not in str(info.value)

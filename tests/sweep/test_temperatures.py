@@ -249,7 +249,7 @@ def test_compare_never_compares_across_temperatures() -> None:
     slow = [replace(s, decode_tokens_per_second=10.0) for s in _samples(0.7, 16)]
     candidate = SweepRun(samples=_samples(0.0, 64) + slow)
     result = compare_runs(baseline, candidate)
-    rows = {(r.temperature, r.tree_budget): r.verdict for r in result.rows}
+    rows = {(r.temperature, r.tree_budget): r.outcome for r in result.rows}
     assert rows[(0.0, 64)] == rows[(0.0, 16)] == "no significant change"
     assert rows[(0.7, 64)] == rows[(0.7, 16)] == "only in candidate"
     assert not result.regressions

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     )
     from pytest_ddtree.measure.load.recommend import Choice, Schedule, recommend
     from pytest_ddtree.measure.load.record import LoadRecord, LoadTestResult, merge_records
-    from pytest_ddtree.measure.load.runner import Endpoint
     from pytest_ddtree.measure.load.tester import (
         LoadError,
         LoadResult,
@@ -52,7 +51,6 @@ _EXPORTS = {
     "LoadRecord": "record",
     "LoadTestResult": "record",
     "merge_records": "record",
-    "Endpoint": "runner",
     "SLO": "pytest_ddtree.core.slo",
     "parse_slo": "pytest_ddtree.core.slo",
     "LoadError": "tester",
@@ -66,7 +64,6 @@ __all__ = [
     "SLO",
     "Choice",
     "ClientHealth",
-    "Endpoint",
     "LoadError",
     "LoadPoint",
     "LoadRecord",

@@ -206,7 +206,7 @@ class ClientHealth:
         """The latencies may hold the client's own delay (saturated or stalled)."""
         return self.saturated or self.stalled
 
-    def verdict(self) -> str:
+    def state(self) -> str:
         """``SATURATED``, ``STALLED`` or ``ok``."""
         return "SATURATED" if self.saturated else "STALLED" if self.stalled else "ok"
 

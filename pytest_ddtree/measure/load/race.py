@@ -125,7 +125,7 @@ class PointRace:
         """Requests not spent against the point's budget (the exhaustive cost)."""
         return self.max_requests - self.requests
 
-    def verdict(self) -> str:
+    def line(self) -> str:
         """One line: decided after how many requests, or undecided and why."""
         spent = f"{self.requests} of {self.max_requests} requests"
         if self.discarded:
@@ -198,7 +198,7 @@ jsonmodel.register(
     derived={
         "saved": lambda r: r.saved,
         "decided": lambda r: r.decided,
-        "verdict": PointRace.verdict,
+        "verdict": PointRace.line,  # the key older files have
     },
     order=(
         *("point", "budgets", "chunk", "min_n", "equivalence", "confidence", "max_requests"),

@@ -38,20 +38,14 @@ from pytest_ddtree.wire.protocol import (
     Attempts,
     EndpointConfig,
     Exchange,
-    Messages,
     StallGuard,
     StreamDecoder,
     assemble,
     classify_transport,
 )
 
-#: the former name of ``Messages`` here, kept for code that imports it
-Prompt = Messages
+__all__ = ["RawRequest", "completion_of", "run_point", "validate"]
 
-__all__ = ["Endpoint", "Prompt", "RawRequest", "completion_of", "run_point", "validate"]
-
-#: the load runner's name for the endpoint configuration (one class for both clients)
-Endpoint = EndpointConfig
 #: the lag monitor's timer period
 LAG_INTERVAL = 0.005
 #: the codes of requests that failed on the client's limits, not on the server's output
@@ -176,7 +170,9 @@ async def _lag_monitor(lags: list[float], stop: asyncio.Event, log: StallLog) ->
         log.tick(due, now)
 
 
-def _client(endpoint: Endpoint, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
+def _client(
+    endpoint: EndpointConfig, transport: httpx.AsyncBaseTransport | None
+) -> httpx.AsyncClient:
     return httpx.AsyncClient(
         headers=endpoint.headers(EVENT_STREAM),
         timeout=endpoint.httpx_timeout(),
@@ -197,7 +193,10 @@ class _Pool:
     """
 
     def __init__(
-        self, endpoint: Endpoint, limit: int, transport: httpx.AsyncBaseTransport | None = None
+        self,
+        endpoint: EndpointConfig,
+        limit: int,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.limit = limit
@@ -252,7 +251,7 @@ class _Pool:
 
 
 async def run_point(
-    endpoint: Endpoint,
+    endpoint: EndpointConfig,
     specs: Sequence[RequestSpec],
     point: LoadPoint,
     *,
@@ -322,7 +321,7 @@ async def run_point(
 
 
 async def _send(
-    raw: RawRequest, pool: _Pool, endpoint: Endpoint, local: StallGuard, halt: list[str]
+    raw: RawRequest, pool: _Pool, endpoint: EndpointConfig, local: StallGuard, halt: list[str]
 ) -> None:
     """One request over a pooled connection, unless the point's guard refuses it."""
     refused = local.blocked()
@@ -394,7 +393,7 @@ def _health(
 
 
 async def _attempts(
-    pool: _Pool, http: httpx.AsyncClient, raw: RawRequest, endpoint: Endpoint, halt: list[str]
+    pool: _Pool, http: httpx.AsyncClient, raw: RawRequest, endpoint: EndpointConfig, halt: list[str]
 ) -> httpx.AsyncClient:
     """Send ``raw``, again where ``protocol.Attempts`` says so; returns the client it ended on."""
     attempts = Attempts(endpoint)

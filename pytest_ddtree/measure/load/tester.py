@@ -12,6 +12,7 @@ from typing import Any
 
 from pytest_ddtree.core.settings import Settings, budget_label
 from pytest_ddtree.core.slo import SLO
+from pytest_ddtree.core.wording import percent
 from pytest_ddtree.measure.load.arrivals import LoadPoint
 from pytest_ddtree.measure.load.metrics import (
     ClientHealth,
@@ -28,12 +29,11 @@ from pytest_ddtree.measure.load.recommend import NO_VALID, Choice, Schedule, rec
 from pytest_ddtree.measure.load.runner import (
     CLIENT_TIMEOUT,
     NOT_SENT,
-    Endpoint,
     run_point,
     validate,
 )
 from pytest_ddtree.measure.sweep.race import DEFAULT_EQUIVALENCE, DEFAULT_MIN_N
-from pytest_ddtree.wire.protocol import Messages, StallGuard
+from pytest_ddtree.wire.protocol import EndpointConfig, Messages, StallGuard
 from pytest_ddtree.wire.servermetrics import Counts, GroupWatch
 
 __all__ = ["LoadError", "LoadResult", "LoadTester", "analyse", "render_table"]
@@ -160,7 +160,7 @@ def _client_cell(s: PointStats) -> str:
     cpt = s.client.cpu_per_token
     client = f"{cpt * 1e6:.0f}us/tok" if cpt else "ok"
     if s.client.unreliable:
-        client = f"{s.client.verdict()}: {s.client.reason()}"
+        client = f"{s.client.state()}: {s.client.reason()}"
     if s.withheld:
         client += f"; timing checks withheld on {s.withheld} request(s)"
     if s.client.retries:
@@ -217,18 +217,18 @@ def _raced_line(c: Choice, race: PointRace) -> str:
     """A raced point: the race's pick (or undecided), then who left the race when and why."""
     warn = " (UNRELIABLE: client saturated or stalled)" if c.unreliable else ""
     if not c.chosen:
-        head = f"best at {c.point.label}: undecided; {race.verdict()}{warn}"
+        head = f"best at {c.point.label}: undecided; {race.line()}{warn}"
     else:
         ci = f" [{c.ci_ms[0]:.2f}, {c.ci_ms[1]:.2f}]" if c.ci_ms else ""
         why = (
             "the leader"
             if race.recommended == race.leader
-            else f"the smallest within {race.equivalence:.0%} of the leader "
+            else f"the smallest within {percent(race.equivalence)} of the leader "
             f"{budget_label(race.leader)}"
         )
         head = (
             f"best at {c.point.label}: {c.label} (TPOT p50 {c.tpot_ms or 0:.2f} ms{ci} "
-            f"n={c.n}; {why}); {race.verdict()}{warn}"
+            f"n={c.n}; {why}); {race.line()}{warn}"
         )
     return "\n".join([head, *(f"  race at {c.point.label}: {line}" for line in race.lines())])
 
@@ -258,7 +258,7 @@ def render_table(stats: Sequence[PointStats], schedule: Schedule) -> str:
         spent, full = sum(r.requests for r in races), sum(r.max_requests for r in races)
         lines.append(
             f"raced points: {spent} requests of the {full} sent in full "
-            f"({1 - spent / full:.0%} saved); margin {races[0].equivalence:.0%}, "
+            f"({1 - spent / full:.0%} saved); margin {percent(races[0].equivalence)}, "
             f"minimum n {races[0].min_n}"
         )
     return "\n".join(lines)
@@ -283,7 +283,7 @@ class LoadTester:
 
     def __init__(
         self,
-        endpoint: Endpoint,
+        endpoint: EndpointConfig,
         *,
         judge: Callable[..., Sequence[Any]] | None,
         tree_budgets: Sequence[int | None] = (None,),
@@ -637,7 +637,7 @@ CLIENT_LIMIT_CODES = frozenset({CLIENT_TIMEOUT, NOT_SENT})
 
 
 def _client_limit_message(
-    samples: Sequence[LoadSample], total: int, endpoint: Endpoint | None
+    samples: Sequence[LoadSample], total: int, endpoint: EndpointConfig | None
 ) -> str:
     """The client's own limits, said as such: no verdict on the server's outputs."""
     timed_out = [s for s in samples if CLIENT_TIMEOUT in s.codes]
@@ -670,7 +670,7 @@ def _where(sample: LoadSample) -> str:
 
 def failure_message(
     stats: Sequence[PointStats],
-    endpoint: Endpoint | None = None,
+    endpoint: EndpointConfig | None = None,
     samples: Sequence[LoadSample] = (),
 ) -> str:
     """Why a load run fails (invalid requests first, then SLO misses); empty when it passes.
@@ -719,8 +719,8 @@ def failure_message(
             )
             if s.unreliable:
                 assert s.client is not None
-                held.add(s.client.verdict())
-                withheld.append(f"{line}; client {s.client.verdict().lower()}: {s.client.reason()}")
+                held.add(s.client.state())
+                withheld.append(f"{line}; client {s.client.state().lower()}: {s.client.reason()}")
             else:
                 misses.append(line)
     if misses:

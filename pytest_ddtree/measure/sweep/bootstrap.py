@@ -12,10 +12,27 @@ import random
 import statistics
 from collections.abc import Callable, Sequence
 
+from pytest_ddtree.core.wording import percent
+
 #: Resamples per bootstrap; 2,000 keeps a 95% percentile interval stable to a
 #: few tenths of a percent while a 7-budget report stays well under a second.
 BOOTSTRAP_RESAMPLES = 2000
+#: Confidence of every interval of a median (None below: this, read when used).
 CONFIDENCE = 0.95
+
+
+def _confidence(confidence: float | None) -> float:
+    return CONFIDENCE if confidence is None else confidence
+
+
+def confidence_text(confidence: float | None = None) -> str:
+    """``95%``: the confidence of an interval (None: :data:`CONFIDENCE`), as text shows it."""
+    return percent(_confidence(confidence))
+
+
+def ci_name(confidence: float | None = None) -> str:
+    """``95% CI``: an interval named by its confidence (None: :data:`CONFIDENCE`)."""
+    return f"{confidence_text(confidence)} CI"
 
 
 def quantile(data: Sequence[float], q: float) -> float:
@@ -72,7 +89,7 @@ def bootstrap_ci(
     *,
     seed: int = 0,
     resamples: int = BOOTSTRAP_RESAMPLES,
-    confidence: float = CONFIDENCE,
+    confidence: float | None = None,
     salt: object = "",
     strata: Sequence[str] | None = None,
 ) -> tuple[float, float] | None:
@@ -85,7 +102,7 @@ def bootstrap_ci(
     rng = _rng(seed, "ci", salt)
     draw = _resampler(data, strata)
     values = sorted(statistic(draw(rng)) for _ in range(resamples))
-    alpha = (1.0 - confidence) / 2.0
+    alpha = (1.0 - _confidence(confidence)) / 2.0
     return quantile(values, alpha), quantile(values, 1.0 - alpha)
 
 
@@ -94,7 +111,7 @@ def bootstrap_median_ci(
     *,
     seed: int = 0,
     resamples: int = BOOTSTRAP_RESAMPLES,
-    confidence: float = CONFIDENCE,
+    confidence: float | None = None,
     salt: object = "",
     strata: Sequence[str] | None = None,
 ) -> tuple[float, float] | None:
@@ -116,7 +133,7 @@ def bootstrap_median_difference(
     *,
     seed: int = 0,
     resamples: int = BOOTSTRAP_RESAMPLES,
-    confidence: float = CONFIDENCE,
+    confidence: float | None = None,
     relative: bool = False,
     salt: object = "",
     strata_a: Sequence[str] | None = None,
@@ -149,6 +166,6 @@ def bootstrap_median_difference(
     if not diffs:
         return None
     diffs.sort()
-    alpha = (1.0 - confidence) / 2.0
+    alpha = (1.0 - _confidence(confidence)) / 2.0
     estimate = (mb / ma - 1.0) if relative else (mb - ma)
     return estimate, quantile(diffs, alpha), quantile(diffs, 1.0 - alpha)

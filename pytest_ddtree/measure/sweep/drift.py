@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_ddtree.core.settings import budget_label
-from pytest_ddtree.measure.sweep.bootstrap import bootstrap_median_ci
+from pytest_ddtree.core.wording import percent
+from pytest_ddtree.measure.sweep.bootstrap import bootstrap_median_ci, ci_name
 from pytest_ddtree.measure.sweep.race import signed_percent
 from pytest_ddtree.measure.sweep.samples import SweepSample
 
@@ -45,12 +46,21 @@ DRIFT_PAIRS = 8
 DRIFT_CONFIDENCE = 0.99
 
 
+def drift_rule_text() -> str:
+    """The rule in words, from its constants: what follows "the sweep is drifting when"."""
+    return (
+        f"the {percent(DRIFT_CONFIDENCE)} bootstrap interval of the median end/start ratio of "
+        f"decode tokens/s excludes 1 and that ratio is more than {percent(DRIFT_MARGIN)} away "
+        "from 1"
+    )
+
+
 @dataclass(frozen=True)
 class DriftCheck:
     """The first budget measured at the start and again at the end of a sweep.
 
     ``ratio`` is the median of the paired end/start ratios of decode
-    tokens/s, ``ci`` its 99% bootstrap interval (None with fewer than
+    tokens/s, ``ci`` its bootstrap interval at :data:`DRIFT_CONFIDENCE` (None with fewer than
     :data:`DRIFT_PAIRS` pairs);
     ``drifting`` applies the rule of this module.
     """
@@ -85,7 +95,8 @@ class DriftCheck:
         change = signed_percent(self.ratio - 1.0, 0)
         what = (
             f"tree_budget={label} measured again at the end: median decode {change} "
-            f"(ratio {self.ratio:.2f}, 99% CI {self.ci[0]:.2f}-{self.ci[1]:.2f}, "
+            f"(ratio {self.ratio:.2f}, {ci_name(DRIFT_CONFIDENCE)} "
+            f"{self.ci[0]:.2f}-{self.ci[1]:.2f}, "
             f"{len(self.start)} pairs)"
         )
         if self.drifting:
@@ -94,7 +105,10 @@ class DriftCheck:
                 "tenant, a restart?), so the budgets measured at different times are not "
                 "comparable"
             )
-        return f"no drift: {what}; within the rule (interval includes 1 or change <= 5%)"
+        return (
+            f"no drift: {what}; within the rule (interval includes 1 or change <= "
+            f"{percent(DRIFT_MARGIN)})"
+        )
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form for ``sweep.json``."""

@@ -34,20 +34,12 @@ def budget_ignored(samples: Sequence[SweepSample], skip_checks: Sequence[str]) -
     return list(check_budget_ignored(usable))
 
 
-IGNORED_VERDICT = (
-    "No budget is recommended: the server does not use the tree budget it is sent "
-    "([budget-ignored], the failure of ddtree::sweep), so the sweep timed one configuration "
-    "under several labels; whichever looked fastest, its lead is noise."
-)
-
-
 def ignoring_budget(summary: SweepSummary) -> SweepSummary:
     """A sweep whose server ignores the budget recommends none: its table keeps what was
     measured, and no budget's cell calls it best (the budgets are one configuration)."""
     rec = summary.recommendation
-    drift = " The server also drifted during the sweep." if rec.drifting else ""
     budgets = tuple(
-        replace(st, verdict="budget ignored") if st.all_valid else st for st in summary.budgets
+        replace(st, place="budget ignored") if st.all_valid else st for st in summary.budgets
     )
     verdict = replace(
         rec,
@@ -59,6 +51,5 @@ def ignoring_budget(summary: SweepSummary) -> SweepSummary:
         either=(),
         decided=False,
         budget_ignored=True,
-        message=IGNORED_VERDICT + drift,
     )
     return replace(summary, budgets=budgets, recommendation=verdict)

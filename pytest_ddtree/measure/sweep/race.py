@@ -66,6 +66,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.settings import DEFAULT_MIN_N, Settings
+from pytest_ddtree.core.wording import percent
 
 __all__ = [
     "DEFAULT_CONFIDENCE",
@@ -559,10 +560,10 @@ def _standing(
     close = d[2] - d[1] < m
     if d[1] > m or (close and d[0] > m):
         how = "more than the" if d[1] > m else "an interval narrower than the"
-        why = f"slower than the leader by {where}, {how} {m:.0%} margin"
+        why = f"slower than the leader by {where}, {how} {percent(m)} margin"
         return Standing(key, n, median, "out", d, why)
     if (-m < d[1] and d[2] < m) or close:
-        why = f"within the {m:.0%} margin of the leader: {where}"
+        why = f"within the {percent(m)} margin of the leader: {where}"
         return Standing(key, n, median, "as fast", d, why)
     return Standing(key, n, median, "in contention", d, f"{where} crosses the margin")
 

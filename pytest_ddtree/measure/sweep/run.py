@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from pytest_ddtree.checks.blame import RecordedBlame
 from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.measure.sweep.samples import SweepSample
 from pytest_ddtree.measure.sweep.statistics import SweepSummary, summarize
@@ -154,7 +155,8 @@ class DiagnosisRecord(_ReadsAsMapping):
     """
 
     nodeid: str
-    verdict: str
+    #: the layer blamed (JSON ``verdict``, the key older files have)
+    blame: RecordedBlame
     codes: tuple[str, ...] = ()
     tree_budget: int | None = None
     prompt_id: str | None = None
@@ -178,7 +180,7 @@ class DiagnosisRecord(_ReadsAsMapping):
 
 
 # a record that reads like a mapping is still read and written field by field
-jsonmodel.register(DiagnosisRecord)
+jsonmodel.register(DiagnosisRecord, blame=jsonmodel.override(rename="verdict"))
 
 
 @dataclass

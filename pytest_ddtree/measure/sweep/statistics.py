@@ -16,11 +16,12 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
+from pytest_ddtree.core.wording import percent
 from pytest_ddtree.measure.sweep.bootstrap import (
     BOOTSTRAP_RESAMPLES as BOOTSTRAP_RESAMPLES,
 )
@@ -36,6 +37,7 @@ from pytest_ddtree.measure.sweep.bootstrap import (
 from pytest_ddtree.measure.sweep.bootstrap import (
     bootstrap_median_difference as bootstrap_median_difference,
 )
+from pytest_ddtree.measure.sweep.bootstrap import ci_name
 from pytest_ddtree.measure.sweep.bootstrap import (
     quantile as quantile,
 )
@@ -61,6 +63,37 @@ from pytest_ddtree.measure.sweep.race import (
 from pytest_ddtree.measure.sweep.samples import SweepSample
 from pytest_ddtree.measure.tally import SpecTally, TalliedSpeculation
 
+#: A budget's place under the rule: what the verdict column says of it (and its colour).
+Place = Literal[
+    "best",
+    "smallest as fast",
+    "leads, undecided",
+    "leads within the margin",
+    "as fast",
+    "slower",
+    "in contention",
+    "excluded",
+    "invalid",
+    "no timings",
+    "not raced",
+    "budget ignored",
+]
+#: how each place is written in the verdict column ("invalid" names its codes)
+PLACE_TEXT: Mapping[Place, str] = {
+    "best": "best",
+    "smallest as fast": "best (smallest as fast)",
+    "leads, undecided": "leads, undecided",
+    "leads within the margin": "leads within the margin",
+    "as fast": "as fast",
+    "slower": "slower",
+    "in contention": "in contention",
+    "excluded": "excluded",
+    "invalid": "INVALID",
+    "no timings": "no timings",
+    "not raced": "not raced",
+    "budget ignored": "budget ignored",
+}
+
 
 @dataclass(frozen=True)
 class BudgetStats(TalliedSpeculation):
@@ -69,9 +102,8 @@ class BudgetStats(TalliedSpeculation):
     Timing and acceptance statistics use valid samples only: an invalid
     response measured nothing worth reporting. ``acceptance_ci`` is a
     bootstrap interval of the mean acceptance length. ``codes`` counts the
-    violation codes of the invalid samples. ``verdict`` is filled by
-    :func:`summarize` once every budget is known (``best``, ``tied``,
-    ``slower``, ``invalid``, ``no timings``).
+    violation codes of the invalid samples. ``place`` (and ``left_after``, ``drifting``)
+    is filled by :func:`summarize` once every budget is known; :attr:`verdict` words it.
     """
 
     tree_budget: int | None
@@ -93,7 +125,12 @@ class BudgetStats(TalliedSpeculation):
     server_client_ratio: float | None
     echoed_mismatch: int
     concurrent: bool
-    verdict: str = ""
+    #: the budget's place under the rule (None until :func:`summarize` judged every budget)
+    place: Place | None = None
+    #: the round after which a raced budget left as slower (None: it did not leave)
+    left_after: int | None = None
+    #: the server changed while this budget was measured again (the drift check)
+    drifting: bool = False
     # accepted / drafted tokens: shown only where the length is unknown (llama.cpp)
     mean_acceptance_rate: float | None = None
     #: the speculation figures, counted as the load counts them
@@ -105,6 +142,22 @@ class BudgetStats(TalliedSpeculation):
     def all_valid(self) -> bool:
         """True when every request at this budget passed the invariants."""
         return self.total > 0 and self.valid == self.total
+
+    @property
+    def verdict(self) -> str:
+        """The verdict cell: the budget's place in words, then what qualifies it."""
+        if self.place is None:
+            return ""
+        if self.place == "invalid":
+            return f"INVALID ({', '.join(sorted(self.codes)) or 'invalid'})"
+        text = PLACE_TEXT[self.place]
+        if self.place == "budget ignored":
+            return text
+        if self.place == "slower" and self.left_after is not None:
+            text += f", left after round {self.left_after}"
+        if self.echoed_mismatch and self.all_valid:
+            text += " (echoed budget differs)"
+        return text + (" (DRIFTING)" if self.drifting else "")
 
     @property
     def decode_iqr(self) -> float | None:
@@ -209,6 +262,14 @@ def budget_stats(
     )
 
 
+#: What a sweep whose server ignores the tree budget answers.
+BUDGET_IGNORED_TEXT = (
+    "No budget is recommended: the server does not use the tree budget it is sent "
+    "([budget-ignored], the failure of ddtree::sweep), so the sweep timed one configuration "
+    "under several labels; whichever looked fastest, its lead is noise."
+)
+
+
 @dataclass(frozen=True)
 class Recommendation:
     """Which budget to deploy, and how sure the sweep is about it.
@@ -228,10 +289,13 @@ class Recommendation:
     decode_ci: tuple[float, float] | None
     tied: tuple[int | None, ...]
     excluded: tuple[int | None, ...]
-    message: str
+    #: the rule's answer in words (:attr:`message` adds what qualifies it)
+    finding: str
+    #: the run was interrupted: its answer covers what ran
     partial: bool = False
-    #: the server changed during the sweep (see :mod:`~pytest_ddtree.measure.sweep.drift`)
-    drifting: bool = False
+    #: the first drift check that found the server changed during the sweep (see
+    #: :mod:`~pytest_ddtree.measure.sweep.drift`); None: no drift
+    drift: DriftCheck | None = None
     #: the rule reached a verdict (False: more requests were needed, or none was valid)
     decided: bool = True
     #: the budget with the best measured figure (recommended or not)
@@ -247,6 +311,43 @@ class Recommendation:
     #: the server does not use the tree budget (``budget-ignored``): no budget is recommended,
     #: whatever the table measured
     budget_ignored: bool = False
+    #: budgets found invalid after their race, which did not see it: its verdict is set
+    #: aside and every sample judged by the exhaustive rule
+    set_aside_for: tuple[int | None, ...] = ()
+    #: the races whose samples were pooled at this temperature (0 or 1: none pooled)
+    pooled_races: int = 0
+    #: why nothing was timed (None: something was)
+    nothing_timed: str | None = None
+
+    @property
+    def drifting(self) -> bool:
+        """The server changed during the sweep."""
+        return self.drift is not None
+
+    @property
+    def message(self) -> str:
+        """The recommendation in words: the rule's finding and what qualifies it."""
+        if self.nothing_timed is not None:
+            text = f"No recommendation: nothing was timed ({self.nothing_timed})."
+        elif self.budget_ignored:
+            text = BUDGET_IGNORED_TEXT
+            text += " The server also drifted during the sweep." if self.drifting else ""
+        else:
+            text = self.finding
+            if self.set_aside_for:
+                text += (
+                    " The race's own verdict is set aside: it did not see the invalid "
+                    f"responses at tree_budget={_names(self.set_aside_for)}; every sample is "
+                    "judged by the exhaustive rule."
+                )
+            text += drift_message(() if self.drift is None else (self.drift,))
+            if self.pooled_races > 1:
+                text += (
+                    f" {self.pooled_races} races ran at this temperature; their samples "
+                    "together are judged by the exhaustive rule (each race judged its own "
+                    "test's samples alone)."
+                )
+        return f"Partial run (interrupted): {text}" if self.partial else text
 
     @property
     def decisive(self) -> bool:
@@ -266,7 +367,17 @@ jsonmodel.register(
     # written only when the sweep names a set (older readers never see the key otherwise)
     either=jsonmodel.override(omit_if_default=True),
     budget_ignored=jsonmodel.override(omit_if_default=True),
-    derived={"decisive": lambda r: r.decisive},
+    finding=jsonmodel.override(omit=True),
+    drift=jsonmodel.override(omit=True),
+    set_aside_for=jsonmodel.override(omit=True),
+    pooled_races=jsonmodel.override(omit=True),
+    nothing_timed=jsonmodel.override(omit=True),
+    derived={
+        "decisive": lambda r: r.decisive,
+        "drifting": lambda r: r.drifting,
+        "message": lambda r: r.message,
+    },
+    read=False,  # recomputed from the samples when a file is read
     order=(
         *("tree_budget", "decode_median", "decode_ci95", "n", "leader", "decided"),
         *("equivalence", "tied", "either", "excluded", "decisive", "partial", "drifting"),
@@ -371,7 +482,7 @@ def recommend(
     best = by_budget[j.recommended]
     n = len(best.decode)
     ci = best.decode_ci
-    ci_text = "" if ci is None else f", 95% CI [{_fmt_rate(ci[0])}, {_fmt_rate(ci[1])}]"
+    ci_text = "" if ci is None else f", {ci_name()} [{_fmt_rate(ci[0])}, {_fmt_rate(ci[1])}]"
     message = (
         f"Recommended tree_budget={budget_label(best.tree_budget)}: median decode "
         f"{_fmt_rate(best.decode_median)} tok/s{ci_text} (n={n})"
@@ -388,11 +499,11 @@ def recommend(
             for s in same
         )
         message += (
-            f" Equivalent within {m:.0%}: {names}; the smallest is recommended, as a "
+            f" Equivalent within {percent(m)}: {names}; the smallest is recommended, as a "
             "bigger tree costs more verification under load."
         )
     if any(s.status == "out" for s in others):
-        message += f" Every other valid budget is slower by more than the {m:.0%} margin."
+        message += f" Every other valid budget is slower by more than the {percent(m)} margin."
     elif not others:
         message += " It is the only budget with valid timings."
     message += f" ({_rule_text(record, alone=n if not others else None)}.){tail}"
@@ -413,7 +524,7 @@ def _rule_text(record: RaceRecord[int | None], alone: int | None = None) -> str:
     """The mode that ran and its rule; ``alone``: the n of a budget that had no other to be
     compared with, which the rule's margin and minimum n (a comparison's) do not judge."""
     r = record.judgement.rule
-    what = f"{r.equivalence:.0%} margin, min n {r.min_n}, {r.confidence:.0%} confidence"
+    what = f"{percent(r.equivalence)} margin, min n {r.min_n}, {percent(r.confidence)} confidence"
     if record.mode == "adaptive":
         budget = "" if r.max_requests is None else f" of {r.max_requests}"
         mode = f"adaptive sweep, {record.requests}{budget} requests"
@@ -454,7 +565,7 @@ def _undecided(
         names = " or ".join(budget_label(b) for b in sorted(either, key=budget_order))
         message = (
             f"Either tree_budget={names}: {parts} cannot be told apart from the leader "
-            f"within the {j.rule.equivalence:.0%} margin; every other valid budget is slower "
+            f"within the {percent(j.rule.equivalence)} margin; every other valid budget is slower "
             f"by more than the margin; tree_budget={budget_label(j.leader)} led with median "
             f"decode {_fmt_rate(lead.decode_median)} tok/s (n={n}). Deploy either one (the "
             f"smaller verifies less under load); to name one: {why} ({_rule_text(record)}).{tail}"
@@ -463,7 +574,7 @@ def _undecided(
         message = (
             f"Undecided: tree_budget={budget_label(j.leader)} leads with median decode "
             f"{_fmt_rate(lead.decode_median)} tok/s (n={n}), but {parts or 'no budget'} "
-            f"cannot yet be told within the {j.rule.equivalence:.0%} margin or clearly "
+            f"cannot yet be told within the {percent(j.rule.equivalence)} margin or clearly "
             f"slower; {why}. No budget is recommended ({_rule_text(record)}).{tail}"
         )
     return Recommendation(
@@ -579,26 +690,29 @@ class SweepSummary:
         return out
 
 
-def _verdict(st: BudgetStats, record: RaceRecord[int | None] | None, rec: Recommendation) -> str:
-    """The verdict cell of one budget: the rule's standing in words."""
+def _place(
+    st: BudgetStats, record: RaceRecord[int | None] | None, rec: Recommendation
+) -> tuple[Place, int | None]:
+    """One budget's place under the rule, and the round it left after (if it left)."""
     if not st.all_valid:
-        return f"INVALID ({', '.join(sorted(st.codes)) or 'invalid'})"
+        return "invalid", None
     if st.decode_median is None or record is None:
-        return "no timings"
+        return "no timings", None
     try:
         s = record.judgement.standing(st.tree_budget)
     except KeyError:
-        return "not raced"
+        return "not raced", None
     if rec.decided and st.tree_budget == rec.tree_budget:
-        return "best" if s.status == "leader" else "best (smallest as fast)"
+        return ("best" if s.status == "leader" else "smallest as fast"), None
     gone = record.exit_of(st.tree_budget)
-    return {
+    place: Place = {
         "leader": "leads, undecided" if not rec.decided else "leads within the margin",
         "as fast": "as fast",
-        "out": "slower" if gone is None else f"slower, left after round {gone.lap}",
+        "out": "slower",
         "in contention": "in contention",
         "excluded": "excluded",
     }[s.status]
+    return place, (gone.lap if place == "slower" and gone is not None else None)
 
 
 def _unseen_invalid(
@@ -642,23 +756,12 @@ def summarize(
         rule, race = race.judgement.rule, None
     record = race or judge_stats(raw, rule)
     rec = recommend(raw, seed=seed, race=record)
-    if unseen:
-        rec = replace(
-            rec,
-            message=rec.message + f" The race's own verdict is set aside: it did not see the "
-            f"invalid responses at tree_budget={_names(unseen)}; every sample is judged by "
-            "the exhaustive rule.",
-        )
     drift = check_drift(samples, seed=seed)
-    drifted = {c.tree_budget for c in drift if c.drifting}
-    if drifted:
-        rec = replace(rec, drifting=True, message=rec.message + drift_message(drift))
-    with_verdicts: list[BudgetStats] = []
+    drifted = [c for c in drift if c.drifting]
+    rec = replace(rec, set_aside_for=tuple(unseen), drift=drifted[0] if drifted else None)
+    placed: list[BudgetStats] = []
     for st in raw:
-        verdict = _verdict(st, record, rec)
-        if st.echoed_mismatch and st.all_valid:
-            verdict += " (echoed budget differs)"
-        if st.tree_budget in drifted:
-            verdict += " (DRIFTING)"
-        with_verdicts.append(replace(st, verdict=verdict))
-    return SweepSummary(tuple(with_verdicts), rec, drift, record)
+        place, left_after = _place(st, record, rec)
+        drifting = any(c.tree_budget == st.tree_budget for c in drifted)
+        placed.append(replace(st, place=place, left_after=left_after, drifting=drifting))
+    return SweepSummary(tuple(placed), rec, drift, record)

@@ -50,10 +50,6 @@ from pytest_ddtree.wire.protocol.sse import (
 )
 from pytest_ddtree.wire.protocol.stall import StallGuard
 
-#: the former name of ``Messages``, kept for code that imports it (``core.prompts.Prompt`` is
-#: the prompt-set entry)
-Prompt = Messages
-
 __all__ = [
     "EVENT_STREAM",
     "KEEPALIVE_EXPIRY",
@@ -68,7 +64,6 @@ __all__ = [
     "ErrorKind",
     "Exchange",
     "Messages",
-    "Prompt",
     "Retry",
     "StallGuard",
     "StreamDecoder",

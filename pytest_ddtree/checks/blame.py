@@ -1,4 +1,4 @@
-"""The verdict vocabulary: which layer a failure is blamed on, and what to do about it.
+"""The blame vocabulary: which layer a failure is blamed on, and what to do about it.
 
 ``Diagnosis`` and the advice sentences shared by the differential diagnosis
 (``diagnose``) and the losslessness comparison (``lossless``).
@@ -16,28 +16,32 @@ from pytest_ddtree.checks.comparable import SHAPING_OPTIONS
 from pytest_ddtree.checks.invariants import LAYERS
 from pytest_ddtree.core import jsonmodel
 
-Verdict = Literal["template", "server", "speculation", "undetermined"]
+#: The layer a failure is blamed on ("undetermined": no layer could be told).
+Blame = Literal["template", "server", "speculation", "undetermined"]
+#: What a recorded diagnosis says: a blame, or a temperature-0 divergence at a numerical
+#: near-tie (tolerated: no layer is blamed).
+RecordedBlame = Literal["template", "server", "speculation", "undetermined", "near-tie"]
 
-VERDICT_TITLES: dict[str, str] = {**LAYERS, "undetermined": "undetermined"}
+BLAME_TITLES: dict[str, str] = {**LAYERS, "undetermined": "undetermined"}
 
 
 @dataclass(frozen=True)
 class Diagnosis:
     """Which layer is at fault for one failing request, and what to do."""
 
-    verdict: Verdict
+    blame: Blame
     reason: str
     advice: str
     baseline_codes: tuple[str, ...] = ()
     cached: bool = False
-    #: where the answer left the target-only baseline's, when that decided the verdict:
+    #: where the answer left the target-only baseline's, when that decided the blame:
     #: the target's margin there (``Margin.to_json``), a near-tie or a confident token
     margin: Mapping[str, Any] | None = None
 
     @property
     def title(self) -> str:
-        """Human name of the verdict."""
-        return VERDICT_TITLES[self.verdict]
+        """Human name of the blamed layer."""
+        return BLAME_TITLES[self.blame]
 
     def render(self) -> str:
         """Two lines appended to a failure message."""
@@ -51,6 +55,7 @@ class Diagnosis:
 jsonmodel.register(
     Diagnosis,
     cached=jsonmodel.override(omit=True),
+    blame=jsonmodel.override(rename="verdict"),  # the key older files have
     derived={"title": lambda d: d.title},
     order=("verdict", "title"),
 )
