@@ -59,7 +59,8 @@ def make_completion(
             sent=sent,
             headers=sent + 0.001,
             first_content=first,
-            done=times[-1] + 0.001,
+            # a length stop: the last byte comes with the last content event
+            done=times[-1],
             chunk_times=times,
             chunk_tokens=counts,
         ),

@@ -11,7 +11,9 @@ Conventions (those of the common serving benchmarks):
 - ITL: the gaps between consecutive content events, pooled over requests. A
   speculative server sends several tokens per event, so this is the gap a
   reader sees, not a per-token figure.
-- TPOT: ``(e2e - TTFT) / (output tokens - 1)`` per request, first token excluded.
+- TPOT: the inverse of the decode rate, ``(e2e - TTFT) / (output tokens - tokens of the
+  first content event)`` per request (``wire.completion.decode_rate``, the sweep's formula
+  too); None with fewer than two content events.
 - e2e: request sent to the last byte.
 - Achieved concurrency: the time-weighted number of requests in flight over the
   window from the first send to the last byte (the sum of e2e over the span).
@@ -38,6 +40,7 @@ from pytest_ddtree.measure.load.arrivals import LoadPoint
 from pytest_ddtree.measure.sweep import quantile
 from pytest_ddtree.measure.sweep.statistics import acceptance_text, no_spec_stats_line
 from pytest_ddtree.measure.tally import SpecTally, TalliedSpeculation
+from pytest_ddtree.wire.completion import decode_rate
 
 __all__ = [
     "PERCENTILES",
@@ -101,6 +104,8 @@ class LoadSample:
     #: whether the speculative statistics asked for came back (None: not asked, or the
     #: request failed)
     spec_reported: bool | None = None
+    #: tokens the first content event carried (None: not counted, taken as one)
+    first_event_tokens: int | None = None
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -116,10 +121,12 @@ class LoadSample:
 
     @property
     def tpot(self) -> float | None:
-        """Time per output token after the first; None with fewer than two tokens."""
-        if self.ttft is None or self.output_tokens is None or self.output_tokens < 2:
-            return None
-        return (self.e2e - self.ttft) / (self.output_tokens - 1)
+        """Seconds per output token after the first content event: the inverse of the one
+        decode rate (``wire.completion.decode_rate``); None where it has none (fewer than
+        two content events, or no token after the first event)."""
+        seconds = self.e2e - self.ttft if self.ttft is not None and self.gaps else None
+        rate = decode_rate(self.output_tokens, self.first_event_tokens, seconds)
+        return None if rate is None else 1.0 / rate
 
     @property
     def max_gap(self) -> float | None:
@@ -140,7 +147,8 @@ class LoadSample:
         return jsonmodel.from_json(cls, data, source="load sample")
 
 
-jsonmodel.register(LoadSample)
+# written only when counted, so a sample reads as it did before the count joined it
+jsonmodel.register(LoadSample, first_event_tokens=jsonmodel.override(omit_if_default=True))
 
 
 @dataclass(frozen=True)

@@ -511,6 +511,7 @@ def validate(
                 ttft=c.ttft,
                 gaps=tuple(b - a for a, b in pairwise(times)),
                 output_tokens=c.completion_tokens,
+                first_event_tokens=c.timings.first_chunk_tokens,
                 valid=not codes,
                 codes=codes,
                 error=c.error,
