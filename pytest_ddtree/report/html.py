@@ -28,8 +28,8 @@ from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.measure.sweep import (
     BudgetStats,
     DiagnosisRecord,
+    Sample,
     SweepRun,
-    SweepSample,
     SweepSummary,
     budget_label,
 )
@@ -233,7 +233,7 @@ def _invalid_strip(
         )
 
 
-def _offsets(samples: Sequence[SweepSample], key: Callable[[SweepSample], object]) -> list[float]:
+def _offsets(samples: Sequence[Sample], key: Callable[[Sample], object]) -> list[float]:
     """Deterministic horizontal spread of a budget's dots, in fractions of a column.
 
     Dots go either side of the centre, never on it, so the median mark and its
@@ -251,14 +251,14 @@ def _offsets(samples: Sequence[SweepSample], key: Callable[[SweepSample], object
     return offsets
 
 
-def _by_budget(samples: Sequence[SweepSample]) -> dict[int | None, list[SweepSample]]:
-    groups: dict[int | None, list[SweepSample]] = {}
+def _by_budget(samples: Sequence[Sample]) -> dict[int | None, list[Sample]]:
+    groups: dict[int | None, list[Sample]] = {}
     for s in samples:
         groups.setdefault(s.tree_budget, []).append(s)
     return groups
 
 
-def _tip(s: SweepSample) -> str:
+def _tip(s: Sample) -> str:
     parts = [f"tree_budget={budget_label(s.tree_budget)}", f"prompt={s.prompt_id}"]
     parts.append(f"round {s.round}")
     if s.decode_tokens_per_second is not None:
@@ -274,7 +274,7 @@ def _tip(s: SweepSample) -> str:
     return " · ".join(parts)
 
 
-def _invalid_marks(samples: Sequence[SweepSample]) -> list[_Invalid]:
+def _invalid_marks(samples: Sequence[Sample]) -> list[_Invalid]:
     marks: list[_Invalid] = []
     # the budget's own invalid requests (a failure blamed elsewhere leaves its budget alone)
     for budget, group in _by_budget([s for s in samples if s.against_budget]).items():
@@ -347,7 +347,7 @@ def _charts(run: SweepRun, summary: SweepSummary, colors: dict[str, str]) -> lis
     valid = [s for s in samples if s.valid and s.drift_mark is None]
     groups = _by_budget(valid)
 
-    def points(value: Callable[[SweepSample], float | None], scale: float = 1.0) -> list[_Point]:
+    def points(value: Callable[[Sample], float | None], scale: float = 1.0) -> list[_Point]:
         pts: list[_Point] = []
         for group in groups.values():
             with_value = [s for s in group if value(s) is not None]
@@ -536,7 +536,7 @@ def _machine_section(run: SweepRun) -> str:
     )
 
 
-def _invalid_table(samples: Sequence[SweepSample]) -> str:
+def _invalid_table(samples: Sequence[Sample]) -> str:
     bad = [s for s in samples if not s.valid]
     if not bad:
         return ""

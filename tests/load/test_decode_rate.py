@@ -13,7 +13,7 @@ import pytest
 
 from pytest_ddtree.measure.load import LoadPoint
 from pytest_ddtree.measure.load.runner import RawRequest, completion_of, validate
-from pytest_ddtree.measure.sweep import SweepSample
+from pytest_ddtree.measure.sample import SERIAL, Sample
 from pytest_ddtree.reference import tokenizer_path
 from pytest_ddtree.wire.completion import RequestSpec, decode_rate
 from pytest_ddtree.wire.tokens import load_counter
@@ -74,10 +74,26 @@ def test_the_decode_rate_counts_the_first_events_tokens_and_the_stop_tokens_time
     # former sweep figure, 3 / 0.2 s = 15, left the stop token's time out; the former
     # load figure, (first + 2) / 0.3 s, counted the first event's tokens but one)
     assert completion.decode_tokens_per_second == pytest.approx(10.0)
-    sweep = SweepSample.from_completion(completion, [], round=0)
+    sweep = Sample.from_completion(completion, [], round=0)
     (load,) = validate([raw], LoadPoint("concurrency", 1), 0.0, 0.0, judge=None, counter=counter)
     assert sweep.decode_tokens_per_second == pytest.approx(10.0)
     assert load.tpot == pytest.approx(0.1)
+
+
+def test_the_sweep_and_the_load_record_one_request_as_the_same_sample() -> None:
+    counter = load_counter(str(tokenizer_path()))
+    raw = _raw(counter.count(FIRST) + 3)
+    completion = completion_of(raw, dialect="none", counter=counter)
+    sweep = Sample.from_completion(completion, [], round=0)
+    c1 = LoadPoint("concurrency", 1)
+    (load,) = validate([raw], c1, 0.0, 0.0, judge=None, counter=counter, dialect="none")
+    # the load's own figures apart, one request is one sample, under one set of names
+    own = {"point", "start", "gaps", "error", "evidence", "server_ttft", "withheld", "worker"}
+    assert {k: v for k, v in vars(load).items() if k not in own} == {
+        k: v for k, v in vars(sweep).items() if k not in own
+    }
+    assert load.load_point == c1 == sweep.load_point == SERIAL
+    assert load.end_to_end == pytest.approx(0.8) and load.point is not None
 
 
 def test_a_stream_of_one_content_event_has_no_decode_rate() -> None:

@@ -1,10 +1,10 @@
-"""Builders of realistic Completion and SweepSample values for the sweep tests."""
+"""Builders of realistic Completion and Sample values for the sweep tests."""
 
 from __future__ import annotations
 
 import random
 
-from pytest_ddtree.measure.sweep import SweepSample
+from pytest_ddtree.measure.sweep import Sample
 from pytest_ddtree.wire.completion import Completion, RequestSpec, SpecStats, Timings, Usage
 
 
@@ -75,7 +75,7 @@ def synthetic_sweep(
     rounds: int = 3,
     spread: float = 20.0,
     seed: int = 0,
-) -> list[SweepSample]:
+) -> list[Sample]:
     """Valid samples with normally distributed decode rates around ``means``."""
     rng = random.Random(seed)
     out = []
@@ -83,7 +83,7 @@ def synthetic_sweep(
         for r in range(rounds):
             for p in prompts:
                 out.append(
-                    SweepSample(
+                    Sample(
                         tree_budget=budget,
                         prompt_id=p,
                         round=r,

@@ -1,4 +1,4 @@
-"""Raw per-request load samples and the statistics of one budget × load point.
+"""The statistics of one budget × load point.
 
 Everything is computed from raw samples, never from other summaries: xdist
 workers send their samples, the controller concatenates them and computes the
@@ -37,15 +37,14 @@ from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.core.slo import SLO
 from pytest_ddtree.measure.load.arrivals import LoadPoint
+from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep import quantile
 from pytest_ddtree.measure.sweep.statistics import acceptance_text, no_spec_stats_line
 from pytest_ddtree.measure.tally import SpecTally, TalliedSpeculation
-from pytest_ddtree.wire.completion import decode_rate
 
 __all__ = [
     "PERCENTILES",
     "ClientHealth",
-    "LoadSample",
     "Percentiles",
     "PointStats",
     "acceptance_cell",
@@ -73,82 +72,6 @@ BUSY_SHARE = 0.50
 #: late for more than this share of the point's wall time, summed over the lag samples
 #: (each sample's lateness beyond the timer slack, ``wire.health.SLACK``)
 STALL_SHARE = 0.05
-
-
-@dataclass(frozen=True)
-class LoadSample:
-    """One request of a load run, as measured (seconds; ``start`` is wall-clock epoch)."""
-
-    point: LoadPoint
-    tree_budget: int | None
-    start: float
-    e2e: float
-    ttft: float | None
-    gaps: tuple[float, ...]
-    output_tokens: int | None
-    valid: bool
-    codes: tuple[str, ...] = ()
-    error: str | None = None
-    evidence: str = ""
-    acceptance: float | None = None
-    server_ttft: float | None = None
-    prompt_id: str | None = None
-    worker: str = "main"
-    #: timing-based checks not judged because the client was saturated at this point
-    withheld: tuple[str, ...] = ()
-    #: draft tokens the server reported making and accepting (None: not reported)
-    drafted: int | None = None
-    accepted: int | None = None
-    #: which run of its budget at this point (a raced budget is sent in several runs)
-    run: int = 0
-    #: whether the speculative statistics asked for came back (None: not asked, or the
-    #: request failed)
-    spec_reported: bool | None = None
-    #: tokens the first content event carried (None: not counted, taken as one)
-    first_event_tokens: int | None = None
-
-    @property
-    def acceptance_rate(self) -> float | None:
-        """Accepted over drafted tokens; None when nothing was drafted or a count is unknown."""
-        if self.drafted is None or self.accepted is None or self.drafted <= 0:
-            return None
-        return self.accepted / self.drafted
-
-    @property
-    def end(self) -> float:
-        """Wall-clock time of the last byte."""
-        return self.start + self.e2e
-
-    @property
-    def tpot(self) -> float | None:
-        """Seconds per output token after the first content event: the inverse of the one
-        decode rate (``wire.completion.decode_rate``); None where it has none (fewer than
-        two content events, or no token after the first event)."""
-        seconds = self.e2e - self.ttft if self.ttft is not None and self.gaps else None
-        rate = decode_rate(self.output_tokens, self.first_event_tokens, seconds)
-        return None if rate is None else 1.0 / rate
-
-    @property
-    def max_gap(self) -> float | None:
-        """The request's worst inter-event gap (its ITL against an SLO)."""
-        return max(self.gaps) if self.gaps else None
-
-    def slo_metrics(self) -> dict[str, float | None]:
-        """The per-request values an SLO judges."""
-        return {"ttft": self.ttft, "itl": self.max_gap, "tpot": self.tpot, "e2e": self.e2e}
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain JSON (for xdist transport and sweep.json)."""
-        return jsonmodel.to_json(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> LoadSample:
-        """Inverse of ``to_json``; a bad value raises one ``ValueError`` line."""
-        return jsonmodel.from_json(cls, data, source="load sample")
-
-
-# written only when counted, so a sample reads as it did before the count joined it
-jsonmodel.register(LoadSample, first_event_tokens=jsonmodel.override(omit_if_default=True))
 
 
 @dataclass(frozen=True)
@@ -431,7 +354,7 @@ class PointStats(TalliedSpeculation):
 
 
 def summarize_point(
-    samples: Sequence[LoadSample],
+    samples: Sequence[Sample],
     *,
     slo: SLO | None = None,
     client: ClientHealth | None = None,
@@ -441,13 +364,13 @@ def summarize_point(
         raise ValueError("summarize_point: no samples")
     # a fixed order whatever order the processes' samples were merged in: the bootstrap
     # of the recommendation then gives the same interval for the same samples
-    samples = sorted(samples, key=lambda s: (s.start, s.worker, s.e2e, s.prompt_id or ""))
-    point, budget = samples[0].point, samples[0].tree_budget
+    samples = sorted(samples, key=lambda s: (s.start, s.worker or "", s.seconds, s.prompt_id))
+    point, budget = samples[0].load_point, samples[0].tree_budget
     for s in samples:
-        if s.point != point or s.tree_budget != budget:
+        if s.load_point != point or s.tree_budget != budget:
             raise ValueError(
                 f"summarize_point: mixed points {point.label}/{budget} and "
-                f"{s.point.label}/{s.tree_budget}"
+                f"{s.load_point.label}/{s.tree_budget}"
             )
     valid = [s for s in samples if s.valid]
     codes: Counter[str] = Counter()
@@ -459,14 +382,14 @@ def summarize_point(
                 first_evidence = s.evidence or (s.error or "")
     # a raced budget is sent in runs with other budgets' runs in between: its span is the
     # sum of its runs' spans, each from its first send to its last byte
-    runs: dict[int, list[LoadSample]] = {}
+    runs: dict[int, list[Sample]] = {}
     for s in samples:
-        runs.setdefault(s.run, []).append(s)
+        runs.setdefault(s.round, []).append(s)
     span = max(
         math.fsum(max(s.end for s in r) - min(s.start for s in r) for r in runs.values()), 1e-9
     )
-    busy = math.fsum(s.e2e for s in samples)  # exact: the order of merged samples is moot
-    tokens = sum(s.output_tokens or 0 for s in valid)
+    busy = math.fsum(s.seconds for s in samples)  # exact: the order of merged samples is moot
+    tokens = sum(s.completion_tokens or 0 for s in valid)
     tpots = [t for s in valid if (t := s.tpot) is not None]
     good = 0
     if slo is not None:
@@ -474,7 +397,7 @@ def summarize_point(
     offsets = [
         s.ttft - s.server_ttft for s in valid if s.ttft is not None and s.server_ttft is not None
     ]
-    accept = [s.acceptance for s in valid if s.acceptance is not None]
+    accept = [a for s in valid if (a := s.mean_acceptance_length) is not None]
     rates = [r for s in valid if (r := s.acceptance_rate) is not None]
     return PointStats(
         point=point,
@@ -486,7 +409,7 @@ def summarize_point(
         ttft=percentiles(s.ttft for s in valid if s.ttft is not None),
         itl=percentiles(g for s in valid for g in s.gaps),
         tpot=percentiles(tpots),
-        e2e=percentiles(s.e2e for s in valid),
+        e2e=percentiles(s.seconds for s in valid),
         duration=span,
         output_tokens_per_second=tokens / span,
         requests_per_second=len(valid) / span,
@@ -495,13 +418,13 @@ def summarize_point(
         good=good,
         mean_acceptance=statistics.fmean(accept) if accept else None,
         client=client,
-        workers=tuple(sorted({s.worker for s in samples})),
+        workers=tuple(sorted({s.worker or "main" for s in samples})),
         tpot_values=tuple(tpots),
         ttft_offset=percentiles(offsets),
         withheld=sum(1 for s in samples if s.withheld),
         mean_acceptance_rate=statistics.fmean(rates) if rates else None,
-        uncounted=sum(1 for s in valid if s.output_tokens is None),
-        spec=SpecTally.of((s.drafted for s in samples), (s.spec_reported for s in samples)),
+        uncounted=sum(1 for s in valid if s.completion_tokens is None),
+        spec=SpecTally.of((s.drafted_tokens for s in samples), (s.spec_reported for s in samples)),
     )
 
 

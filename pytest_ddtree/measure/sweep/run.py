@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pytest_ddtree.core import jsonmodel
-from pytest_ddtree.measure.sweep.samples import SweepSample
+from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep.statistics import SweepSummary, summarize
 
 _SECRET_QUERY_KEYS = frozenset(
@@ -185,7 +185,7 @@ class SweepRun:
     are read into :class:`RunMetadata` and :class:`DiagnosisRecord`.
     """
 
-    samples: list[SweepSample] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
     metadata: RunMetadata = field(default_factory=RunMetadata)
     seed: int = 0
     diagnoses: list[DiagnosisRecord] = field(default_factory=list)

@@ -21,6 +21,7 @@ from typing import Any
 from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
+from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep.bootstrap import (
     BOOTSTRAP_RESAMPLES as BOOTSTRAP_RESAMPLES,
 )
@@ -58,7 +59,6 @@ from pytest_ddtree.measure.sweep.race import (
     judge,
     signed_percent,
 )
-from pytest_ddtree.measure.sweep.samples import SweepSample
 from pytest_ddtree.measure.tally import SpecTally, TalliedSpeculation
 
 
@@ -156,7 +156,7 @@ def _mean(values: Iterable[float | int | None]) -> float | None:
 
 
 def budget_stats(
-    tree_budget: int | None, samples: Sequence[SweepSample], *, seed: int = 0
+    tree_budget: int | None, samples: Sequence[Sample], *, seed: int = 0
 ) -> BudgetStats:
     """Statistics of the samples of one budget (callers group by budget)."""
     valid = [s for s in samples if s.valid]
@@ -616,7 +616,7 @@ def _unseen_invalid(
 
 
 def summarize(
-    samples: Sequence[SweepSample],
+    samples: Sequence[Sample],
     *,
     seed: int = 0,
     rule: RaceRule | None = None,
@@ -627,10 +627,10 @@ def summarize(
     ``rule`` is the race's rule for an exhaustive sweep's verdict (default margin
     2%); ``race`` an adaptive sweep's own record, whose verdict is kept as raced.
     A budget's statistics count its valid requests and the invalid ones held against it
-    (``SweepSample.against_budget``): a failure blamed on the prompt or the serving stack,
+    (``Sample.against_budget``): a failure blamed on the prompt or the serving stack,
     or an untimed smoke request's, leaves the budget its timings (the report still lists it).
     """
-    groups: dict[int | None, list[SweepSample]] = {}
+    groups: dict[int | None, list[Sample]] = {}
     for s in without_repeats(samples):
         if s.valid or s.against_budget:
             groups.setdefault(s.tree_budget, []).append(s)
