@@ -542,3 +542,26 @@ def test_a_withheld_slo_verdict_advises_by_what_held_the_client() -> None:
     queued = failure_message([replace(stats[0], client=busy)])
     assert "(lower the concurrency or spread the load over processes with -n):" in queued
     assert "; client saturated: " in queued
+
+
+@pytest.mark.parametrize(
+    ("drafted", "reported"),
+    [((0, 0, 0), (True, True, True)), ((None, None, None), (False, False, False))],
+    ids=["never-drafted", "no-spec-stats"],
+)
+def test_a_budget_and_a_load_point_count_the_same_samples_speculation_alike(
+    drafted: tuple[int | None, ...], reported: tuple[bool, ...]
+) -> None:
+    from pytest_ddtree.measure.sweep import budget_stats
+
+    c1 = LoadPoint("concurrency", 1)
+    samples = [
+        load_sample(c1, 16, float(i), 1.0, 0.1, (0.01,), 50, True, drafted_tokens=d)
+        for i, d in enumerate(drafted)
+    ]
+    samples = [replace(s, spec_reported=r) for s, r in zip(samples, reported, strict=True)]
+    keys = ("drafted_tokens", "draft_reports", "never_drafted", "stats_asked", "spec_reports")
+    keys += ("no_speculative_statistics",)
+    point, budget = summarize_point(samples).to_json(), budget_stats(16, samples).to_json()
+    assert {k: point[k] for k in keys} == {k: budget[k] for k in keys}
+    assert point["never_drafted"] or point["no_speculative_statistics"]

@@ -340,13 +340,8 @@ class PointStats(TalliedSpeculation):
             "slo_met": self.slo_met,
             "mean_acceptance_length": self.mean_acceptance,
             "mean_acceptance_rate": self.mean_acceptance_rate,
-            "drafted_tokens": self.drafted_tokens,
-            "draft_reports": self.draft_reports,
-            "never_drafted": self.never_drafted,
+            **self.spec_json(),
             "uncounted": self.uncounted,
-            "stats_asked": self.stats_asked,
-            "spec_reports": self.spec_reports,
-            "no_speculative_statistics": self.no_spec_stats,
             "client": jsonmodel.to_json(self.client) if self.client is not None else None,
             "unreliable": self.unreliable,
             "workers": list(self.workers),
@@ -424,7 +419,7 @@ def summarize_point(
         withheld=sum(1 for s in samples if s.withheld),
         mean_acceptance_rate=statistics.fmean(rates) if rates else None,
         uncounted=sum(1 for s in valid if s.completion_tokens is None),
-        spec=SpecTally.of((s.drafted_tokens for s in samples), (s.spec_reported for s in samples)),
+        spec=SpecTally.of(samples),
     )
 
 

@@ -140,12 +140,7 @@ class BudgetStats(TalliedSpeculation):
             "concurrent": self.concurrent,
             "verdict": self.verdict,
             "mean_acceptance_rate": self.mean_acceptance_rate,
-            "drafted_tokens": self.drafted_tokens,
-            "draft_reports": self.draft_reports,
-            "never_drafted": self.never_drafted,
-            "stats_asked": self.stats_asked,
-            "spec_reports": self.spec_reports,
-            "no_speculative_statistics": self.no_spec_stats,
+            **self.spec_json(),
             "acceptance_by_depth": None if self.depth is None else self.depth.to_json(),
         }
 
@@ -204,7 +199,7 @@ def budget_stats(
         ),
         concurrent=any(s.concurrent for s in samples),
         mean_acceptance_rate=_mean(s.acceptance_rate for s in valid),
-        spec=SpecTally.of((s.drafted_tokens for s in samples), (s.spec_reported for s in samples)),
+        spec=SpecTally.of(samples),
         depth=depth_profile(valid),
     )
 
