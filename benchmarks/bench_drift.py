@@ -15,18 +15,18 @@ from __future__ import annotations
 import argparse
 import random
 
-from pytest_ddtree.measure.sweep import SweepPlan, SweepSample
+from pytest_ddtree.measure.sweep import Sample, SweepPlan
 from pytest_ddtree.measure.sweep.statistics import check_drift
 
 NOISE = (0.01, 0.1, 0.3)
 FACTORS = (1.0, 0.9, 0.75, 0.5)
 
 
-def _blocks(prompts: int, noise: float, factor: float, rng: random.Random) -> list[SweepSample]:
+def _blocks(prompts: int, noise: float, factor: float, rng: random.Random) -> list[Sample]:
     ids = tuple(f"p{i}" for i in range(prompts))
     plan = SweepPlan((16, 64), ids, rounds=1, warmup_rounds=0, recheck=True)
     speed = {p: 100.0 * (1 + i / 5) for i, p in enumerate(ids)}
-    out: list[SweepSample] = []
+    out: list[Sample] = []
     for item in plan:
         if item.drift_mark is None:
             continue
@@ -34,7 +34,7 @@ def _blocks(prompts: int, noise: float, factor: float, rng: random.Random) -> li
         if item.drift_mark == "end":
             rate *= factor
         out.append(
-            SweepSample(
+            Sample(
                 item.tree_budget,
                 item.prompt_id,
                 item.round,

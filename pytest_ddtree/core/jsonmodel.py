@@ -148,6 +148,7 @@ def register(
     order: Sequence[str] = (),
     localns: Mapping[str, Any] | None = None,
     read: bool = True,
+    upgrade: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
     **fields: Any,
 ) -> None:
     """Read and write ``cls`` from its fields, with ``fields`` overrides (``override(...)``):
@@ -157,7 +158,9 @@ def register(
     ignores them); ``order``: the JSON keys that come first, in this order (the form an
     older version wrote), the others after them in field order; ``localns``: the names
     the annotations use that the record's module imports only for type checking;
-    ``read=False``: written only (a generic record, recomputed when a file is read)."""
+    ``read=False``: written only (a generic record, recomputed when a file is read);
+    ``upgrade``: turns the form an older version wrote (former keys) into today's, before
+    it is read."""
     if localns is not None:  # resolved here, once: cattrs then reads the fields' types
         hints = typing.get_type_hints(cls, localns=dict(localns))
         for f in dataclasses.fields(cls):
@@ -179,8 +182,17 @@ def register(
     converter.register_unstructure_hook(cls, unstructure if extra or first else plain)
     # an error names the JSON key a user sees in the file, not the field's name
     _KEYS[cls] = {n: o.rename for n, o in fields.items() if getattr(o, "rename", None)}
-    if read:
-        converter.register_structure_hook(cls, make_dict_structure_fn(cls, converter, **fields))
+    if not read:
+        return
+    today = make_dict_structure_fn(cls, converter, **fields)
+    if upgrade is None:
+        converter.register_structure_hook(cls, today)
+        return
+
+    def structure(data: Any, tp: Any) -> Any:
+        return today(upgrade(data) if isinstance(data, Mapping) else data, tp)
+
+    converter.register_structure_hook(cls, structure)
 
 
 def plain_unstructure_fn(cls: type[Any], *, omit: tuple[str, ...] = ()) -> Callable[[Any], Any]:
@@ -252,6 +264,7 @@ _SCHEMAS: dict[Any, dict[str, Any]] = {
     bool: {"type": "boolean"},
     tuple[int, ...]: {"type": "array", "items": {"type": "integer", "minimum": 0}},
     tuple[str, ...]: {"type": "array", "items": {"type": "string"}},
+    tuple[float, ...]: {"type": "array", "items": {"type": "number"}},
 }
 
 
@@ -264,10 +277,10 @@ def json_schema(cls: type[Any]) -> dict[str, Any]:
         tp = hints[f.name]
         inner = _optional_inner(tp)
         if inner is not None:
-            schema = dict(_SCHEMAS[inner])
+            schema = dict(_schema(inner))
             schema["type"] = [schema["type"], "null"]
         else:
-            schema = _SCHEMAS[tp]
+            schema = _schema(tp)
         properties[f.name] = schema
     required = [
         f.name
@@ -275,6 +288,13 @@ def json_schema(cls: type[Any]) -> dict[str, Any]:
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     ]
     return {"type": "object", "required": required, "properties": properties}
+
+
+def _schema(tp: Any) -> dict[str, Any]:
+    """The schema of one plain field; a nested record is an object."""
+    if dataclasses.is_dataclass(tp):
+        return {"type": "object"}
+    return _SCHEMAS[tp]
 
 
 def _hints(cls: type[Any]) -> Mapping[str, Any]:

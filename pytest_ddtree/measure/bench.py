@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_ddtree.core.budget import Budget
 from pytest_ddtree.core.settings import Settings
 from pytest_ddtree.core.violation import InvariantError, Violation
-from pytest_ddtree.measure.sweep import SweepSample, redact_endpoint
+from pytest_ddtree.measure.sweep import Sample, redact_endpoint
 from pytest_ddtree.wire.completion import Completion
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class GatedResult:
     """
 
     completions: list[Completion] = field(default_factory=list)
-    samples: list[SweepSample] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
 
     @property
     def completion(self) -> Completion:
@@ -107,7 +107,7 @@ def run_gated(
     first_round: int = 0,
     group: str | None = None,
     extra_info_base: Mapping[str, Any] | None = None,
-    on_sample: Callable[[SweepSample], None] | None = None,
+    on_sample: Callable[[Sample], None] | None = None,
     worker: str | None = None,
     concurrent: bool = False,
     diagnose: Callable[[Completion, list[Violation]], Diagnosis] | None = None,
@@ -118,7 +118,7 @@ def run_gated(
     raises :class:`InvariantError` from inside the timed target, naming the
     round, so the benchmark is errored and nothing of it is recorded. Warm-up
     rounds are validated too (a broken server cannot hide there). ``on_sample``
-    receives a :class:`SweepSample` for each timed round and for each invalid
+    receives a :class:`Sample` for each timed round and for each invalid
     round (warm-up included); the timed rounds' numbers start at ``first_round``
     (a later pass of the same test's prompt and budget follows the earlier ones).
 
@@ -150,7 +150,7 @@ def run_gated(
         violations = list(validate(completion))
         found = diagnose(completion, violations) if violations and diagnose is not None else None
         if violations or not warmup:
-            sample = SweepSample.from_completion(
+            sample = Sample.from_completion(
                 completion,
                 violations,
                 round=sample_round,

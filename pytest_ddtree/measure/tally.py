@@ -4,12 +4,19 @@ How many draft tokens the requests reported, how many requests reported a count,
 answers were read for speculative statistics and how many carried some. The sweep's
 ``BudgetStats`` and the load's ``PointStats`` each hold one (``spec``), so the two tables
 and ``sweep.json`` count and name them the same way.
+
+The one home of ``spec_reported``, ``never_drafted`` and ``no_spec_stats``: counted from the
+samples (``SpecTally.of``), judged (``SpecTally.never_drafted``, ``SpecTally.no_spec_stats``)
+and written (``TalliedSpeculation.spec_json``) here only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
+
+from pytest_ddtree.measure.sample import Sample
 
 __all__ = ["SpecTally", "TalliedSpeculation", "silent"]
 
@@ -31,11 +38,12 @@ class SpecTally:
     spec_reports: int = 0
 
     @classmethod
-    def of(cls, drafted: Iterable[int | None], reported: Iterable[bool | None]) -> SpecTally:
-        """Count per-request draft counts (None: not reported) and whether the statistics
-        asked for came back (None: not asked)."""
-        counted = [d for d in drafted if d is not None]
-        answers = [r for r in reported if r is not None]
+    def of(cls, samples: Iterable[Sample]) -> SpecTally:
+        """Count the samples' draft counts (None: not reported) and whether the statistics
+        asked for came back (``spec_reported``; None: not asked)."""
+        samples = list(samples)
+        counted = [d for s in samples if (d := s.drafted_tokens) is not None]
+        answers = [r for s in samples if (r := s.spec_reported) is not None]
         return cls(
             drafted_tokens=sum(counted),
             draft_reports=len(counted),
@@ -90,3 +98,15 @@ class TalliedSpeculation:
     def never_drafted(self) -> bool:
         """Requests reported their draft counts and not one drafted a token: no speculation."""
         return self.spec.never_drafted
+
+    def spec_json(self) -> dict[str, Any]:
+        """The speculation figures as ``sweep.json`` writes them, for a budget and a load
+        point alike."""
+        return {
+            "drafted_tokens": self.drafted_tokens,
+            "draft_reports": self.draft_reports,
+            "never_drafted": self.never_drafted,
+            "stats_asked": self.stats_asked,
+            "spec_reports": self.spec_reports,
+            "no_speculative_statistics": self.no_spec_stats,
+        }

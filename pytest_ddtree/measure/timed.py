@@ -18,7 +18,7 @@ from typing import Any
 from pytest_ddtree.checks.sampling import request_seed
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.core.violation import InvariantError, Violation, codes_of
-from pytest_ddtree.measure.sweep import SweepSample, SweepSummary
+from pytest_ddtree.measure.sweep import Sample, SweepSummary
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Api, Completion
 from pytest_ddtree.wire.protocol import Messages
@@ -92,9 +92,9 @@ def inconsistency_error(watch: GroupWatch, skip_checks: Sequence[str]) -> Invari
 
 def refused_sample(
     found: list[Violation], budget: int | None, pid: str, temperature: float
-) -> SweepSample:
+) -> Sample:
     """The record of a budget not timed because the server does not sample as asked."""
-    return SweepSample(
+    return Sample(
         tree_budget=budget,
         prompt_id=pid,
         round=0,

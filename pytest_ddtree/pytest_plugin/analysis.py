@@ -18,8 +18,8 @@ from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.measure.sweep import (
     DiagnosisRecord,
     RunMetadata,
+    Sample,
     SweepRun,
-    SweepSample,
     SweepSummary,
     redact_endpoint,
     summarize,
@@ -134,19 +134,19 @@ def _slowdown_note(settings: Settings) -> str:
 class Conclusion:
     """What the session measured, once analysed."""
 
-    samples: list[SweepSample]
+    samples: list[Sample]
     budget_ignored: list[Violation]
     #: one summary per temperature, lowest first (empty when nothing counted)
     summaries: Mapping[float, SweepSummary] = field(default_factory=dict)
 
 
-def _with_lossy(samples: list[SweepSample], lossy: Mapping[int | None, str]) -> list[SweepSample]:
+def _with_lossy(samples: list[Sample], lossy: Mapping[int | None, str]) -> list[Sample]:
     """Mark every sample of a lossy budget invalid; report a lossy budget never timed."""
     if not lossy:
         return samples
     timed = {s.tree_budget for s in samples}
     untimed = [
-        SweepSample(
+        Sample(
             tree_budget=budget,
             prompt_id="(losslessness)",
             round=0,
@@ -166,7 +166,7 @@ def _with_lossy(samples: list[SweepSample], lossy: Mapping[int | None, str]) -> 
 
 
 def conclude(
-    samples: list[SweepSample],
+    samples: list[Sample],
     lossy: Mapping[int | None, str],
     *,
     seed: int,
@@ -201,7 +201,7 @@ def conclude(
 
 
 def _summary(
-    samples: Sequence[SweepSample],
+    samples: Sequence[Sample],
     *,
     seed: int,
     rule: RaceRule | None,
@@ -234,7 +234,7 @@ def conclude_load(records: Sequence[LoadRecord], *, seed: int) -> list[LoadTestR
 
 
 def sweep_run(
-    samples: Sequence[SweepSample],
+    samples: Sequence[Sample],
     metadata: RunMetadata | None,
     seed: int,
     conclusion: Conclusion,

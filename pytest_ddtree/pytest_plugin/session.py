@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from pytest_ddtree.core.violation import Violation
     from pytest_ddtree.measure.load import LoadRecord, LoadTestResult
     from pytest_ddtree.measure.machine import ProbeResult
-    from pytest_ddtree.measure.sweep import DiagnosisRecord, RunMetadata, SweepSample, SweepSummary
+    from pytest_ddtree.measure.sweep import DiagnosisRecord, RunMetadata, Sample, SweepSummary
     from pytest_ddtree.measure.sweep.benchrace import BenchRace
     from pytest_ddtree.measure.sweep.race import RaceRecord
 
@@ -142,10 +142,10 @@ class DDTreeSession:
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
         self.settings = settings
-        self.samples: list[SweepSample] = []
+        self.samples: list[Sample] = []
         # samples of the test phase running now; kept only once the phase ends,
         # so a test interrupted by Ctrl-C leaves nothing half-measured behind
-        self.pending: list[SweepSample] = []
+        self.pending: list[Sample] = []
         self.outcomes = Outcomes()
         self.diagnoses: list[DiagnosisRecord] = []
         # budgets whose temperature-0 output differed from the reference, and where:
@@ -241,7 +241,7 @@ class DDTreeSession:
 
     # ------------------------------------------------------------ recording
 
-    def record(self, sample: SweepSample) -> None:
+    def record(self, sample: Sample) -> None:
         """Keep a sample of the running test phase (committed when the phase ends)."""
         self.pending.append(sample)
 
@@ -412,7 +412,7 @@ SESSION_KEY = pytest.StashKey[DDTreeSession]()
 class WorkerPayload:
     """What one xdist worker recorded, as the controller receives it."""
 
-    samples: list[SweepSample] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
     metadata: RunMetadata | None = None
     failed: list[str] = field(default_factory=list)
     lossy: dict[int | None, str] = field(default_factory=dict)
@@ -469,12 +469,12 @@ def _read_load(doc: Any, _: Any) -> list[LoadRecord]:
 def _payload_form() -> None:
     """Register :class:`WorkerPayload` with the converter, once, on first use (its record
     types are imported then): lossy budgets as ``[budget, nodeid]`` pairs."""
-    from pytest_ddtree.measure.sweep import DiagnosisRecord, RunMetadata, SweepSample
+    from pytest_ddtree.measure.sweep import DiagnosisRecord, RunMetadata, Sample
 
     jsonmodel.register(
         WorkerPayload,
         localns={
-            "SweepSample": SweepSample,
+            "Sample": Sample,
             "RunMetadata": RunMetadata,
             "DiagnosisRecord": DiagnosisRecord,
             "LoadRecord": Any,

@@ -27,8 +27,8 @@ from typing import Any, Literal
 from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.measure.sweep import (
     RunMetadata,
+    Sample,
     SweepRun,
-    SweepSample,
     SweepSummary,
     bootstrap_median_difference,
     budget_label,
@@ -43,7 +43,7 @@ Metric = Literal["decode", "ttft"]
 _METRIC_TITLE = {"decode": "decode tok/s", "ttft": "TTFT ms"}
 
 
-def _values(samples: Sequence[SweepSample], metric: Metric) -> tuple[list[float], list[str]]:
+def _values(samples: Sequence[Sample], metric: Metric) -> tuple[list[float], list[str]]:
     """The metric of every valid sample that has it, and each one's prompt; the drift check's
     blocks are left out, as from the sweep's own statistics."""
     values: list[float] = []
@@ -212,8 +212,8 @@ def compare_runs(
         raise ValueError(f"metric must be 'decode' or 'ttft', got {metric!r}")
     # Higher decode throughput is better; higher TTFT is worse.
     sign = 1.0 if metric == "decode" else -1.0
-    groups_a: dict[tuple[float, int | None], list[SweepSample]] = {}
-    groups_b: dict[tuple[float, int | None], list[SweepSample]] = {}
+    groups_a: dict[tuple[float, int | None], list[Sample]] = {}
+    groups_b: dict[tuple[float, int | None], list[Sample]] = {}
     for s in baseline.samples:
         groups_a.setdefault((s.temperature, s.tree_budget), []).append(s)
     for s in candidate.samples:

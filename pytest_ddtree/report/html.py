@@ -29,8 +29,8 @@ from pytest_ddtree.core.wording import percent
 from pytest_ddtree.measure.sweep import (
     DiagnosisRecord,
     RunMetadata,
+    Sample,
     SweepRun,
-    SweepSample,
     SweepSummary,
     budget_label,
 )
@@ -205,7 +205,7 @@ def _machine_section(run: SweepRun) -> str:
     )
 
 
-def _invalid_table(samples: Sequence[SweepSample]) -> str:
+def _invalid_table(samples: Sequence[Sample]) -> str:
     bad = [s for s in samples if not s.valid]
     if not bad:
         return ""

@@ -13,7 +13,7 @@ Version 1 layout::
       "created": "2026-01-01T00:00:00+00:00",
       "seed": 0,
       "metadata": {"endpoint": ..., "model": ..., "dialect": ..., ...},
-      "samples": [SweepSample.to_json(), ...],
+      "samples": [Sample.to_json(), ...],
       "diagnoses": [{"nodeid", "tree_budget", "prompt_id", "codes", "verdict", ...}],
       "budgets": [BudgetStats.to_json(), ...],
       "recommendation": Recommendation.to_json(),
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import jsonschema
 
 from pytest_ddtree.core import __version__
-from pytest_ddtree.measure.sweep import DiagnosisRecord, RunMetadata, SweepRun, SweepSample
+from pytest_ddtree.measure.sweep import DiagnosisRecord, RunMetadata, Sample, SweepRun
 from pytest_ddtree.measure.sweep.temperature import (
     Summaries,
     only_summary,
@@ -66,7 +66,7 @@ SWEEP_JSON_SCHEMA: dict[str, Any] = {
         "created": {"type": "string"},
         "seed": {"type": "integer"},
         "metadata": {"type": "object"},
-        "samples": {"type": "array", "items": SweepSample.json_schema()},
+        "samples": {"type": "array", "items": Sample.json_schema()},
         "diagnoses": {
             "type": "array",
             "items": {
@@ -172,7 +172,7 @@ def sweep_from_json(doc: Any, *, source: str = "sweep.json") -> SweepRun:
         where = "/".join(str(p) for p in first.absolute_path) or "(root)"
         raise ValueError(f"{source}: {where}: {first.message}")
     samples = [
-        SweepSample.from_json(item, source=f"{source}: samples[{i}]")
+        Sample.from_json(item, source=f"{source}: samples[{i}]")
         for i, item in enumerate(doc["samples"])
     ]
     return SweepRun(

@@ -11,8 +11,8 @@ from html import escape
 
 from pytest_ddtree.measure.sweep import (
     BudgetStats,
+    Sample,
     SweepRun,
-    SweepSample,
     SweepSummary,
     budget_label,
 )
@@ -197,7 +197,7 @@ def _invalid_strip(
         )
 
 
-def _offsets(samples: Sequence[SweepSample], key: Callable[[SweepSample], object]) -> list[float]:
+def _offsets(samples: Sequence[Sample], key: Callable[[Sample], object]) -> list[float]:
     """Deterministic horizontal spread of a budget's dots, in fractions of a column.
 
     Dots go either side of the centre, never on it, so the median mark and its
@@ -215,14 +215,14 @@ def _offsets(samples: Sequence[SweepSample], key: Callable[[SweepSample], object
     return offsets
 
 
-def _by_budget(samples: Sequence[SweepSample]) -> dict[int | None, list[SweepSample]]:
-    groups: dict[int | None, list[SweepSample]] = {}
+def _by_budget(samples: Sequence[Sample]) -> dict[int | None, list[Sample]]:
+    groups: dict[int | None, list[Sample]] = {}
     for s in samples:
         groups.setdefault(s.tree_budget, []).append(s)
     return groups
 
 
-def _tip(s: SweepSample) -> str:
+def _tip(s: Sample) -> str:
     parts = [f"tree_budget={budget_label(s.tree_budget)}", f"prompt={s.prompt_id}"]
     parts.append(f"round {s.round}")
     if s.decode_tokens_per_second is not None:
@@ -238,7 +238,7 @@ def _tip(s: SweepSample) -> str:
     return " · ".join(parts)
 
 
-def _invalid_marks(samples: Sequence[SweepSample]) -> list[_Invalid]:
+def _invalid_marks(samples: Sequence[Sample]) -> list[_Invalid]:
     marks: list[_Invalid] = []
     # the budget's own invalid requests (a failure blamed elsewhere leaves its budget alone)
     for budget, group in _by_budget([s for s in samples if s.against_budget]).items():
@@ -300,8 +300,8 @@ def _ttft_mark(st: BudgetStats) -> _Mark | None:
 
 
 def _points(
-    groups: dict[int | None, list[SweepSample]],
-    value: Callable[[SweepSample], float | None],
+    groups: dict[int | None, list[Sample]],
+    value: Callable[[Sample], float | None],
     colors: dict[str, str],
     scale: float = 1.0,
 ) -> list[_Point]:

@@ -191,23 +191,47 @@ class Timings:
         """Gaps between consecutive content-carrying events."""
         return tuple(b - a for a, b in pairwise(self.chunk_times))
 
-    def decode_tokens_per_second(self, completion_tokens: int | None) -> float | None:
-        """Tokens after the first event over the time after the first event.
-
-        Needs a streamed request with at least two content events; the tokens
-        of the first event are excluded because their time is TTFT, not decode.
-        """
-        if completion_tokens is None or len(self.chunk_times) < 2:
-            return None
+    @property
+    def first_event_tokens(self) -> int:
+        """Tokens the first content event carried: counted when a counter was there, else 1."""
         if self.first_chunk_tokens is not None:
-            first = self.first_chunk_tokens
-        else:
-            first = self.chunk_tokens[0] if self.chunk_tokens else 1
-        span = self.chunk_times[-1] - self.chunk_times[0]
-        later = completion_tokens - first
-        if span <= 0 or later <= 0:
+            return self.first_chunk_tokens
+        return self.chunk_tokens[0] if self.chunk_tokens else 1
+
+    @property
+    def decode_seconds(self) -> float | None:
+        """Seconds from the first content event to the last byte (None: fewer than two
+        content events, so no decoding was seen; see ``decode_rate``)."""
+        if len(self.chunk_times) < 2 or self.first_content is None:
             return None
-        return later / span
+        return self.done - self.first_content
+
+    def decode_tokens_per_second(self, completion_tokens: int | None) -> float | None:
+        """The decode rate of this stream (``decode_rate``); None without one."""
+        return decode_rate(completion_tokens, self.first_event_tokens, self.decode_seconds)
+
+
+def decode_rate(
+    tokens: int | None, first_event_tokens: int | None, decode_seconds: float | None
+) -> float | None:
+    """The one decode-rate formula (tokens per second), for the sweep and the load alike.
+
+    ``(tokens - first_event_tokens) / decode_seconds``: the tokens generated after the first
+    content event, over the seconds from that event to the last byte (``Timings.
+    decode_seconds``). The first event's tokens are left out, counted rather than assumed to
+    be one (a speculative server may send several in it), because their time is TTFT. The
+    time runs to the last byte, not to the last content event, because ``tokens`` (the
+    server's usage) includes a stop token that carries no text: it is decoded after the last
+    content event, and leaving its time out while counting it inflates the rate of a short
+    answer by one token in n (docs/sweep.md, "The decode rate"). The load's TPOT is its
+    inverse. None when a figure is missing or nothing was decoded after the first event.
+    """
+    if tokens is None or decode_seconds is None:
+        return None
+    later = tokens - (1 if first_event_tokens is None else first_event_tokens)
+    if later <= 0 or decode_seconds <= 0:
+        return None
+    return later / decode_seconds
 
 
 @dataclass(frozen=True)

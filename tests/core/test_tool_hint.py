@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from pytest_ddtree.checks.diagnose import Diagnoser
 from pytest_ddtree.checks.blame import SERVER_FEATURE_ADVICE, Diagnosis, tool_call_advice
+from pytest_ddtree.checks.diagnose import Diagnoser
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.reference import ReferenceServer
 from pytest_ddtree.wire.client import DDTreeClient

@@ -23,7 +23,7 @@ import pytest
 from pytest_ddtree.checks.invariants import Expectation, check, unstated
 from pytest_ddtree.measure.load import LoadPoint
 from pytest_ddtree.measure.load.runner import completion_of, run_point
-from pytest_ddtree.measure.sweep import SweepSample, summarize
+from pytest_ddtree.measure.sweep import Sample, summarize
 from pytest_ddtree.measure.sweep.statistics import speculation_warnings
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion
@@ -258,7 +258,7 @@ def test_recorded_target_only_server_is_named_as_sending_no_statistics() -> None
             # asked (the stream for its usage chunk too), and nothing came back
             assert c.speculation_reported is False, name
             assert stats_codes(c) == []
-            samples.append(SweepSample.from_completion(c, check(c), round=i))
+            samples.append(Sample.from_completion(c, check(c), round=i))
     budgets = summarize(samples).budgets
     assert [b.no_spec_stats for b in budgets] == [True]
     assert speculation_warnings(budgets)[0].startswith(

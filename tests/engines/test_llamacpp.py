@@ -285,7 +285,7 @@ def test_endpoints_mode_sweeps_draft_lengths_and_shows_the_rate(
     draft: engines.LlamaCppServer, draft8: engines.LlamaCppServer, http: httpx.Client
 ) -> None:
     """One server per draft length (this build ignores a per-request speculative.n_max)."""
-    from pytest_ddtree.measure.sweep import SweepSample, summarize
+    from pytest_ddtree.measure.sweep import Sample, summarize
     from pytest_ddtree.report.terminal import table_lines
 
     client = DDTreeClient(
@@ -306,7 +306,7 @@ def test_endpoints_mode_sweeps_draft_lengths_and_shows_the_rate(
                 )
                 found = check(c, counter=client.counter)
                 assert found == [], [v.message for v in found]
-                samples.append(SweepSample.from_completion(c, found, round=i, prompt_id=f"p{i}"))
+                samples.append(Sample.from_completion(c, found, round=i, prompt_id=f"p{i}"))
     finally:
         client.close()
     summary = summarize(samples)

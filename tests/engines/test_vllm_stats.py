@@ -19,7 +19,7 @@ import pytest
 from pytest_ddtree.checks.invariants import check
 from pytest_ddtree.measure.load import LoadPoint
 from pytest_ddtree.measure.load.runner import completion_of, run_point
-from pytest_ddtree.measure.sweep import SweepSample, summarize
+from pytest_ddtree.measure.sweep import Sample, summarize
 from pytest_ddtree.measure.sweep.statistics import speculation_warnings
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion
@@ -128,7 +128,7 @@ def test_live_target_only_server_is_named_as_sending_no_statistics(
 ) -> None:
     answers = _answers(vllm_target)
     assert all(c.stats is None and c.speculation_reported is False for c in answers)
-    samples = [SweepSample.from_completion(c, check(c), round=i) for i, c in enumerate(answers)]
+    samples = [Sample.from_completion(c, check(c), round=i) for i, c in enumerate(answers)]
     budgets = summarize(samples).budgets
     assert [b.no_spec_stats for b in budgets] == [True]
     assert speculation_warnings(budgets) == [

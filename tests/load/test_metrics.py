@@ -13,7 +13,7 @@ from pytest_ddtree.measure.load import (
     SLO,
     ClientHealth,
     LoadPoint,
-    LoadSample,
+    Sample,
     analyse,
     arrival_offsets,
     parse_concurrencies,
@@ -24,22 +24,24 @@ from pytest_ddtree.measure.load import (
 )
 from pytest_ddtree.measure.load.metrics import BUSY_SHARE, CPU_LIMIT, LAG_LIMIT
 
+from ._samples import load_sample
+
 C4 = LoadPoint("concurrency", 4)
 
 
-def sample(start: float, e2e: float, ttft: float, tokens: int, **kw: object) -> LoadSample:
+def sample(start: float, e2e: float, ttft: float, tokens: int, **kw: object) -> Sample:
     args: dict[str, object] = {
         "point": C4,
         "tree_budget": 64,
         "start": start,
-        "e2e": e2e,
+        "end_to_end": e2e,
         "ttft": ttft,
         "gaps": (0.01, 0.02),
-        "output_tokens": tokens,
+        "completion_tokens": tokens,
         "valid": True,
     }
     args.update(kw)
-    return LoadSample(**args)  # type: ignore[arg-type]
+    return load_sample(**args)  # type: ignore[arg-type]
 
 
 def test_percentiles_match_statistics() -> None:
@@ -185,12 +187,12 @@ def test_client_saturation_flag() -> None:
     assert busy.saturated and "client CPU" in busy.reason()
 
 
-def _tpot_samples(point: LoadPoint, budget: int, tpot: float, n: int = 12) -> list[LoadSample]:
+def _tpot_samples(point: LoadPoint, budget: int, tpot: float, n: int = 12) -> list[Sample]:
     rng = random.Random(f"{point.label}{budget}")
     out = []
     for i in range(n):
         t = tpot * (1 + rng.uniform(-0.02, 0.02))
-        out.append(LoadSample(point, budget, float(i), 0.05 + 99 * t, 0.05, (t,), 100, True))
+        out.append(load_sample(point, budget, float(i), 0.05 + 99 * t, 0.05, (t,), 100, True))
     return out
 
 
@@ -206,7 +208,7 @@ def test_schedule_follows_the_fastest_valid_budget() -> None:
     )
     # a faster budget with one invalid request is excluded
     bad = _tpot_samples(c32, 64, 0.001)
-    bad[0] = LoadSample(c32, 64, 0.0, 0.1, 0.05, (), 100, False, ("role-leak",))
+    bad[0] = load_sample(c32, 64, 0.0, 0.1, 0.05, (), 100, False, ("role-leak",))
     stats, schedule = analyse(samples + bad)
     assert [c.tree_budget for c in schedule.choices] == [128, 128, 16]
     assert schedule.choices[2].excluded == (64,)
@@ -249,7 +251,7 @@ def test_merge_of_split_samples_equals_one_run() -> None:
     point = LoadPoint("concurrency", 4)
     rng = random.Random(5)
     whole = [
-        LoadSample(
+        load_sample(
             point,
             32,
             rng.uniform(0, 5),
@@ -264,7 +266,7 @@ def test_merge_of_split_samples_equals_one_run() -> None:
     ]
     a = [s for s in whole if s.worker == "gw0"]
     b = [s for s in whole if s.worker == "gw1"]
-    merged = [LoadSample.from_json(s.to_json()) for s in b + a]
+    merged = [Sample.from_json(s.to_json()) for s in b + a]
     one, _ = analyse(whole)
     two, _ = analyse(merged)
     assert one[0].to_json() == two[0].to_json()
@@ -280,7 +282,7 @@ def test_table_columns_stay_apart_for_every_budget_label() -> None:
 
     c1, c16 = LoadPoint("concurrency", 1), LoadPoint("concurrency", 16)
     samples = [
-        LoadSample(p, None, float(i), 24.0 + i, 0.128, (0.0229,), 128, True)
+        load_sample(p, None, float(i), 24.0 + i, 0.128, (0.0229,), 128, True)
         for p in (c1, c16)
         for i in range(4)
     ]
@@ -308,7 +310,7 @@ def test_the_servers_own_budget_is_a_choice_not_no_budget() -> None:
     text = render_table(stats, schedule)
     assert "best at C=1: server-default (TPOT p50" in text and "no budget" not in text
     # an invalid point is "none", never the server's budget
-    bad = [LoadSample(c1, None, 0.0, 1.0, 0.1, (), 10, False, ("role-leak",))]
+    bad = [load_sample(c1, None, 0.0, 1.0, 0.1, (), 10, False, ("role-leak",))]
     _, schedule = analyse(bad)
     assert not schedule.choices[0].chosen and schedule.choices[0].label is None
     assert schedule.text() == "no valid budget"
@@ -321,14 +323,18 @@ def test_acceptance_rate_and_never_drafted_are_shown() -> None:
 
     c1 = LoadPoint("concurrency", 1)
     drafted = [
-        LoadSample(c1, 8, float(i), 1.0, 0.1, (0.01,), 50, True, drafted=10, accepted=k)
+        load_sample(
+            c1, 8, float(i), 1.0, 0.1, (0.01,), 50, True, drafted_tokens=10, accepted_tokens=k
+        )
         for i, k in enumerate((4, 6))
     ]
     idle = [
-        LoadSample(c1, 16, float(i), 1.0, 0.1, (0.01,), 50, True, drafted=0, accepted=0)
+        load_sample(
+            c1, 16, float(i), 1.0, 0.1, (0.01,), 50, True, drafted_tokens=0, accepted_tokens=0
+        )
         for i in range(3)
     ]
-    unknown = [LoadSample(c1, 32, 0.0, 1.0, 0.1, (0.01,), 50, True)]
+    unknown = [load_sample(c1, 32, 0.0, 1.0, 0.1, (0.01,), 50, True)]
     stats, schedule = analyse(drafted + idle + unknown)
     by_budget = {s.tree_budget: s for s in stats}
     assert by_budget[8].mean_acceptance_rate == pytest.approx(0.5)
@@ -344,8 +350,8 @@ def test_acceptance_rate_and_never_drafted_are_shown() -> None:
         "decoding"
     ]
     assert by_budget[16].to_json()["never_drafted"] is True
-    back = LoadSample.from_json(drafted[0].to_json())
-    assert (back.drafted, back.accepted) == (10, 4)
+    back = Sample.from_json(drafted[0].to_json())
+    assert (back.drafted_tokens, back.accepted_tokens) == (10, 4)
 
 
 def test_html_keeps_the_servers_budget_apart_and_marks_no_drafts() -> None:
@@ -357,7 +363,9 @@ def test_html_keeps_the_servers_budget_apart_and_marks_no_drafts() -> None:
 
     c1 = LoadPoint("concurrency", 1)
     samples = [
-        LoadSample(c1, None, float(i), 1.0, 0.1, (0.01,), 50, True, drafted=0, accepted=0)
+        load_sample(
+            c1, None, float(i), 1.0, 0.1, (0.01,), 50, True, drafted_tokens=0, accepted_tokens=0
+        )
         for i in range(4)
     ]
     stats, schedule = analyse(samples)
@@ -378,7 +386,9 @@ def test_no_best_budget_says_why_in_the_terminal_the_json_and_the_html() -> None
     c1 = LoadPoint("concurrency", 1)
     # every request valid, none counted (no usage, the counter failed): no TPOT to rank
     uncounted = [
-        LoadSample(c1, b, float(i), 1.0, 0.1, (0.01,), None, True) for b in (16, 64) for i in (0, 1)
+        load_sample(c1, b, float(i), 1.0, 0.1, (0.01,), None, True)
+        for b in (16, 64)
+        for i in (0, 1)
     ]
     stats, schedule = analyse(uncounted)
     assert all(s.valid == s.requests == 2 and s.uncounted == 2 for s in stats)
@@ -391,7 +401,7 @@ def test_no_best_budget_says_why_in_the_terminal_the_json_and_the_html() -> None
     )
     assert f"<li>C=1: none ({why})" in page and "every request valid" not in page
     # an invalid budget beside an uncounted one: both are said
-    bad = [LoadSample(c1, 32, 5.0, 1.0, 0.1, (), 10, False, ("role-leak",))]
+    bad = [load_sample(c1, 32, 5.0, 1.0, 0.1, (), 10, False, ("role-leak",))]
     stats, schedule = analyse(uncounted + bad)
     assert schedule.choices[0].why_none == f"{why}; the other 1 budget(s) had invalid requests"
     # only invalid budgets: the old reason, which is then true
@@ -409,7 +419,7 @@ def test_a_load_point_without_speculative_statistics_is_named() -> None:
 
     c1, c4 = LoadPoint("concurrency", 1), LoadPoint("concurrency", 4)
     silent = [
-        LoadSample(p, None, float(i), 1.0, 0.1, (0.01,), 50, True, spec_reported=False)
+        load_sample(p, None, float(i), 1.0, 0.1, (0.01,), 50, True, spec_reported=False)
         for p in (c1, c4)
         for i in range(2)
     ]
@@ -433,9 +443,12 @@ def test_a_load_point_without_speculative_statistics_is_named() -> None:
     )
     assert "<td>server-default (no speculative statistics)</td>" in page
     assert escape(speculation_warnings(stats)[0]) in page
-    assert LoadSample.from_json(silent[0].to_json()).spec_reported is False
+    assert Sample.from_json(silent[0].to_json()).spec_reported is False
     # one answer with statistics is enough: nothing is claimed
-    told = [*silent[:1], LoadSample(c1, None, 5.0, 1.0, 0.1, (0.01,), 50, True, spec_reported=True)]
+    told = [
+        *silent[:1],
+        load_sample(c1, None, 5.0, 1.0, 0.1, (0.01,), 50, True, spec_reported=True),
+    ]
     assert not any(s.no_spec_stats for s in analyse(told)[0])
 
 
@@ -448,7 +461,7 @@ def test_load_tables_are_sorted_by_budget_then_load_point() -> None:
     points = [LoadPoint("concurrency", c) for c in (8, 1, 16, 2)]
     budgets: list[int | None] = [64, None, 16, 1024]
     samples = [
-        LoadSample(p, b, float(i), 1.0, 0.1, (0.01,), 50, True)
+        load_sample(p, b, float(i), 1.0, 0.1, (0.01,), 50, True)
         for p in points
         for b in budgets
         for i in range(2)
@@ -488,7 +501,7 @@ def test_load_charts_share_the_reports_scale_and_say_when_empty() -> None:
     assert ticks[:6] == ["0 ms", "5 ms", "10 ms", "15 ms", "20 ms", "25 ms"], ticks
     assert not any("e+" in t for t in ticks), ticks
     # every request invalid: no figure to draw, and the page says so in words
-    bad = [LoadSample(c1, 16, 0.0, 1.0, 0.1, (), 10, False, ("role-leak",))]
+    bad = [load_sample(c1, 16, 0.0, 1.0, 0.1, (), 10, False, ("role-leak",))]
     stats, _ = analyse(bad)
     empty = latency_chart(stats, "tpot", "TPOT vs load")
     assert "<svg" not in empty and "nothing to draw" in empty and "TPOT vs load" in empty
@@ -529,3 +542,26 @@ def test_a_withheld_slo_verdict_advises_by_what_held_the_client() -> None:
     queued = failure_message([replace(stats[0], client=busy)])
     assert "(lower the concurrency or spread the load over processes with -n):" in queued
     assert "; client saturated: " in queued
+
+
+@pytest.mark.parametrize(
+    ("drafted", "reported"),
+    [((0, 0, 0), (True, True, True)), ((None, None, None), (False, False, False))],
+    ids=["never-drafted", "no-spec-stats"],
+)
+def test_a_budget_and_a_load_point_count_the_same_samples_speculation_alike(
+    drafted: tuple[int | None, ...], reported: tuple[bool, ...]
+) -> None:
+    from pytest_ddtree.measure.sweep import budget_stats
+
+    c1 = LoadPoint("concurrency", 1)
+    samples = [
+        load_sample(c1, 16, float(i), 1.0, 0.1, (0.01,), 50, True, drafted_tokens=d)
+        for i, d in enumerate(drafted)
+    ]
+    samples = [replace(s, spec_reported=r) for s, r in zip(samples, reported, strict=True)]
+    keys = ("drafted_tokens", "draft_reports", "never_drafted", "stats_asked", "spec_reports")
+    keys += ("no_speculative_statistics",)
+    point, budget = summarize_point(samples).to_json(), budget_stats(16, samples).to_json()
+    assert {k: point[k] for k in keys} == {k: budget[k] for k in keys}
+    assert point["never_drafted"] or point["no_speculative_statistics"]

@@ -182,7 +182,7 @@ def test_xdist_merge_equals_one_process_on_the_same_samples(
     pytester: pytest.Pytester, fast_server: Any
 ) -> None:
     """The controller recomputes percentiles from the workers' raw samples."""
-    from pytest_ddtree.measure.load import LoadSample, analyse
+    from pytest_ddtree.measure.load import Sample, analyse
 
     pytester.makepyfile(test_load=TEST_FILE)
     report = pytester.path / "report"
@@ -200,7 +200,7 @@ def test_xdist_merge_equals_one_process_on_the_same_samples(
         )
     ).assert_outcomes(passed=2)
     (test,) = json.loads((report / "sweep.json").read_text())["load"]["tests"]
-    samples = [LoadSample.from_json(s) for s in test["samples"]]
+    samples = [Sample.from_json(s) for s in test["samples"]]
     stats, schedule = analyse(samples)
     again_schedule = schedule.to_json()
     assert again_schedule["schedule"] == test["schedule"]["schedule"]

@@ -6,11 +6,13 @@ import random
 
 import pytest
 
-from pytest_ddtree.measure.load import LoadPoint, LoadRecord, LoadSample, analyse, summarize_point
+from pytest_ddtree.measure.load import LoadPoint, LoadRecord, Sample, analyse, summarize_point
 from pytest_ddtree.measure.load.metrics import ClientHealth, chain_health
 from pytest_ddtree.measure.load.race import PointRace, PointRacer, Run, chunk_size, race_point
 from pytest_ddtree.measure.load.runner import CLIENT_TIMEOUT
 from pytest_ddtree.measure.load.tester import render_table
+
+from ._samples import load_sample
 
 C1, C4, C16 = (LoadPoint("concurrency", c) for c in (1, 4, 16))
 
@@ -32,7 +34,7 @@ class Server:
         self.invalid: set[int | None] = set()
         self.codes: tuple[str, ...] = ("early-stop",)
         self.clock = 0.0
-        self.samples: list[LoadSample] = []
+        self.samples: list[Sample] = []
         self.saturated_runs = 0  # the next runs the client is saturated in
 
     def __call__(self, budget: int | None, count: int) -> Run:
@@ -43,7 +45,7 @@ class Server:
             tpot = shared * self.truth[budget] * self.rng.gauss(1.0, self.cv)
             bad = budget in self.invalid and i == 0
             out.append(
-                LoadSample(
+                load_sample(
                     self.point,
                     budget,
                     self.clock + i,
@@ -186,7 +188,7 @@ def test_a_race_survives_its_json_and_the_record_carries_it() -> None:
 
 
 def test_a_raced_budgets_span_is_its_runs_not_the_gaps_between_them() -> None:
-    one = [LoadSample(C4, 64, float(i // 4), 1.0, 0.1, (0.1,), 10, True) for i in range(8)]
+    one = [load_sample(C4, 64, float(i // 4), 1.0, 0.1, (0.1,), 10, True) for i in range(8)]
     # the same two waves sent as two runs, 100 s apart (other budgets ran in between)
     two = [s if s.start < 1 else _later(s, 100.0) for s in one]
     a, b = summarize_point(one), summarize_point(two)
@@ -202,10 +204,10 @@ def test_runs_one_after_another_add_their_wall_time() -> None:
     assert both.requests == 8 and both.workers == 1 and chain_health([h]) is h
 
 
-def _later(s: LoadSample, by: float) -> LoadSample:
+def _later(s: Sample, by: float) -> Sample:
     from dataclasses import replace
 
-    return replace(s, start=s.start + by, run=1)
+    return replace(s, start=s.start + by, round=1)
 
 
 def test_too_few_requests_for_a_race_stop_before_anything_is_sent() -> None:

@@ -15,30 +15,32 @@ from pytest_ddtree.measure.load import (
     ClientHealth,
     LoadPoint,
     LoadRecord,
-    LoadSample,
+    Sample,
     analyse,
     merge_records,
 )
 from pytest_ddtree.pytest_plugin.session import WorkerPayload
 
+from ._samples import load_sample
+
 POINT = LoadPoint("concurrency", 4)
 
 
-def _samples(worker: str, n: int, seed: int) -> tuple[LoadSample, ...]:
+def _samples(worker: str, n: int, seed: int) -> tuple[Sample, ...]:
     rng = random.Random(seed)
     out = []
     for i in range(n):
         ttft = rng.uniform(0.002, 0.01)
         gaps = tuple(rng.uniform(0.001, 0.004) for _ in range(5))
         out.append(
-            LoadSample(
+            load_sample(
                 point=POINT,
                 tree_budget=(16, 64)[i % 2],
                 start=1000.0 + i * 0.05,
-                e2e=ttft + sum(gaps),
+                end_to_end=ttft + sum(gaps),
                 ttft=ttft,
                 gaps=gaps,
-                output_tokens=18,
+                completion_tokens=18,
                 valid=i != 3,
                 codes=() if i != 3 else ("early-stop",),
                 evidence="" if i != 3 else "[early-stop] stopped at 2 tokens",
@@ -115,13 +117,15 @@ def test_importing_the_plugin_does_not_load_the_load_package() -> None:
     assert out.strip() == "[]"
 
 
-OLD_PAYLOAD = (
-    Path(__file__).parent.parent / "fixtures" / "worker_payload" / "v0.1.0-4a107e8-payload.json"
-)
+PAYLOADS = Path(__file__).parent.parent / "fixtures" / "worker_payload"
+#: written before the sweep and the load shared one sample type (the load's former names)
+OLD_PAYLOAD = PAYLOADS / "v0.1.0-4a107e8-payload.json"
+#: the same payload, written since
+PAYLOAD = PAYLOADS / "v0.1.0-aeca0b9-sample-payload.json"
 
 
-def test_an_old_worker_payload_reads_and_writes_back_byte_for_byte() -> None:
-    text = OLD_PAYLOAD.read_text()
+def test_a_worker_payload_reads_and_writes_back_byte_for_byte() -> None:
+    text = PAYLOAD.read_text()
     payload = WorkerPayload.from_json(json.loads(text))
     assert (
         len(payload.load_records) == 2
@@ -132,8 +136,17 @@ def test_an_old_worker_payload_reads_and_writes_back_byte_for_byte() -> None:
     assert json.dumps(payload.to_json(), indent=2) + "\n" == text
 
 
+def test_an_old_worker_payload_reads_its_load_samples_under_their_former_names() -> None:
+    old = WorkerPayload.from_json(json.loads(OLD_PAYLOAD.read_text()))
+    assert old == WorkerPayload.from_json(json.loads(PAYLOAD.read_text()))
+    (first, *_) = old.load_records[0].samples
+    assert first.end_to_end is not None and first.completion_tokens == 18
+
+
 def test_a_bad_load_record_in_a_payload_is_one_line_naming_where() -> None:
-    doc = json.loads(OLD_PAYLOAD.read_text())
-    doc["load"][0]["samples"][3]["e2e"] = "slow"
-    with pytest.raises(ValueError, match=r"^xdist worker: field 'load\[0\]\.samples\[3\]\.e2e'"):
+    doc = json.loads(PAYLOAD.read_text())
+    doc["load"][0]["samples"][3]["end_to_end"] = "slow"
+    with pytest.raises(
+        ValueError, match=r"^xdist worker: field 'load\[0\]\.samples\[3\]\.end_to_end'"
+    ):
         WorkerPayload.from_json(doc)

@@ -1,10 +1,10 @@
-"""Builders of realistic Completion and SweepSample values for the sweep tests."""
+"""Builders of realistic Completion and Sample values for the sweep tests."""
 
 from __future__ import annotations
 
 import random
 
-from pytest_ddtree.measure.sweep import SweepSample
+from pytest_ddtree.measure.sweep import Sample
 from pytest_ddtree.wire.completion import Completion, RequestSpec, SpecStats, Timings, Usage
 
 
@@ -59,7 +59,8 @@ def make_completion(
             sent=sent,
             headers=sent + 0.001,
             first_content=first,
-            done=times[-1] + 0.001,
+            # a length stop: the last byte comes with the last content event
+            done=times[-1],
             chunk_times=times,
             chunk_tokens=counts,
         ),
@@ -74,7 +75,7 @@ def synthetic_sweep(
     rounds: int = 3,
     spread: float = 20.0,
     seed: int = 0,
-) -> list[SweepSample]:
+) -> list[Sample]:
     """Valid samples with normally distributed decode rates around ``means``."""
     rng = random.Random(seed)
     out = []
@@ -82,7 +83,7 @@ def synthetic_sweep(
         for r in range(rounds):
             for p in prompts:
                 out.append(
-                    SweepSample(
+                    Sample(
                         tree_budget=budget,
                         prompt_id=p,
                         round=r,

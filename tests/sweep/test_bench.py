@@ -15,7 +15,7 @@ from pytest_ddtree.measure.bench import (
     machine_info_extra,
     run_gated,
 )
-from pytest_ddtree.measure.sweep import SweepSample
+from pytest_ddtree.measure.sweep import Sample
 from pytest_ddtree.wire.completion import Completion
 
 from ._factory import make_completion
@@ -86,7 +86,7 @@ def _calls(
 def test_valid_rounds_are_timed_grouped_and_described() -> None:
     bench = FakeBenchmark()
     call, validate = _calls(True, True, True, True)
-    got: list[SweepSample] = []
+    got: list[Sample] = []
     result = run_gated(
         bench,
         call,
@@ -111,7 +111,7 @@ def test_valid_rounds_are_timed_grouped_and_described() -> None:
 def test_invalid_round_raises_inside_the_timed_target_and_drops_timings() -> None:
     bench = FakeBenchmark()
     call, validate = _calls(True, True, False, True)
-    got: list[SweepSample] = []
+    got: list[Sample] = []
     with pytest.raises(InvariantError) as info:
         run_gated(bench, call, validate, rounds=3, warmup_rounds=1, on_sample=got.append)
     assert bench.has_error
@@ -127,7 +127,7 @@ def test_diagnosis_is_appended_to_the_failure_and_names_the_samples_blame() -> N
 
     call, validate = _calls(False)
     seen: list[list[Violation]] = []
-    got: list[SweepSample] = []
+    got: list[Sample] = []
 
     def diagnose(c: Completion, vs: list[Violation]) -> Diagnosis:
         seen.append(vs)
@@ -162,7 +162,7 @@ def test_invalid_warmup_fails_too() -> None:
 def test_disabled_benchmark_still_runs_and_validates_every_round() -> None:
     bench = FakeBenchmark(disabled=True)
     call, validate = _calls(True, True, True)
-    got: list[SweepSample] = []
+    got: list[Sample] = []
     result = run_gated(
         bench,
         call,

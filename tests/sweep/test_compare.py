@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ddtree.measure.sweep import SweepRun, SweepSample
+from pytest_ddtree.measure.sweep import Sample, SweepRun
 from pytest_ddtree.report import write_sweep_json
 from pytest_ddtree.report.compare import compare_runs, main, parse_threshold
 
@@ -52,7 +52,7 @@ def test_ttft_metric_treats_higher_as_worse() -> None:
     base = _run(seed=1)
     slow = SweepRun(
         [
-            SweepSample(s.tree_budget, s.prompt_id, s.round, True, ttft=(s.ttft or 0) * 1.5)
+            Sample(s.tree_budget, s.prompt_id, s.round, True, ttft=(s.ttft or 0) * 1.5)
             for s in base.samples
         ],
         {},
@@ -63,7 +63,7 @@ def test_ttft_metric_treats_higher_as_worse() -> None:
 
 def test_newly_invalid_budget_is_a_regression_and_setup_change_warns() -> None:
     cand = _run(seed=2, model="other")
-    cand.samples.append(SweepSample(64, "essay", 9, False, codes=("early-stop",)))
+    cand.samples.append(Sample(64, "essay", 9, False, codes=("early-stop",)))
     result = compare_runs(_run(seed=1), cand)
     assert [(r.tree_budget, r.outcome) for r in result.regressions] == [(64, "now invalid")]
     assert any("setups differ: model: 'm' vs 'other'" in ln for ln in result.lines())
@@ -128,7 +128,7 @@ def test_the_drift_checks_requests_are_not_compared() -> None:
     # its first budget, and half as fast at the end); so does the comparison of two runs
     base = _run(seed=1)
     drift = [
-        SweepSample(64, "essay", -1, True, decode_tokens_per_second=rate, drift_mark=mark)
+        Sample(64, "essay", -1, True, decode_tokens_per_second=rate, drift_mark=mark)
         for mark, rate in [("start", 900.0), ("end", 450.0)] * 9
     ]
     drifted = SweepRun([*_run(seed=2).samples, *drift], {"model": "m"})

@@ -12,7 +12,7 @@ import pytest
 
 from pytest_ddtree.core.options import resolve
 from pytest_ddtree.core.settings import SettingsError
-from pytest_ddtree.measure.sweep import SweepPlan, SweepSample, summarize
+from pytest_ddtree.measure.sweep import Sample, SweepPlan, summarize
 from pytest_ddtree.measure.sweep.drift import DRIFT_MARGIN, DRIFT_PAIRS
 from pytest_ddtree.measure.sweep.statistics import check_drift
 from pytest_ddtree.reference import ServerOptions, start_reference_server, tokenizer_path
@@ -32,7 +32,7 @@ def _samples(end_factor: float, *, noise: float, prompts: tuple[str, ...] = PROM
 
     def sample(budget: int, p: str, r: int, factor: float = 1.0, mark: str | None = None) -> Any:
         rate = speed[p] * factor * (1 + rng.uniform(-noise, noise))
-        return SweepSample(budget, p, r, True, decode_tokens_per_second=rate, drift_mark=mark)
+        return Sample(budget, p, r, True, decode_tokens_per_second=rate, drift_mark=mark)
 
     out = [sample(16, p, 0, mark="start") for _ in range(repeats) for p in prompts]
     out += [sample(b, p, r) for r in range(3) for b in (16, 64) for p in prompts]
@@ -120,7 +120,7 @@ def test_no_repeat_no_drift_check() -> None:
 
 def test_drift_survives_the_json_round_trip() -> None:
     samples = _samples(0.5, noise=0.05)
-    again = [SweepSample.from_json(json.loads(json.dumps(s.to_json()))) for s in samples]
+    again = [Sample.from_json(json.loads(json.dumps(s.to_json()))) for s in samples]
     assert summarize(again).drift == summarize(samples).drift
 
 

@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_ddtree.measure.sweep import SweepRun, SweepSample, summarize
+from pytest_ddtree.measure.sweep import Sample, SweepRun, summarize
 from pytest_ddtree.report import render_html, table_lines
 from pytest_ddtree.report.compare import compare_runs
 from pytest_ddtree.report.jsonfile import sweep_from_json, sweep_to_json
@@ -17,7 +17,7 @@ _text = st.text(max_size=20)
 
 samples = st.lists(
     st.builds(
-        SweepSample,
+        Sample,
         tree_budget=st.one_of(st.none(), st.sampled_from([1, 16, 64, 1024, 4096])),
         prompt_id=st.sampled_from(["a", "b", "<c&'\">"]),
         round=st.integers(-2, 5),
@@ -43,7 +43,7 @@ samples = st.lists(
 @settings(max_examples=60, deadline=None)
 @given(samples)
 def test_summary_table_html_and_json_never_raise_and_are_deterministic(
-    data: list[SweepSample],
+    data: list[Sample],
 ) -> None:
     first = summarize(data, seed=1).to_json()
     assert summarize(data, seed=1).to_json() == first
@@ -63,6 +63,6 @@ def test_summary_table_html_and_json_never_raise_and_are_deterministic(
 
 @settings(max_examples=40, deadline=None)
 @given(samples, samples)
-def test_compare_never_raises(a: list[SweepSample], b: list[SweepSample]) -> None:
+def test_compare_never_raises(a: list[Sample], b: list[Sample]) -> None:
     result = compare_runs(SweepRun(a), SweepRun(b))
     assert result.lines()[-1].startswith(("OK", "FAIL"))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_ddtree.checks.invariants import check
-from pytest_ddtree.measure.sweep import DepthProfile, SweepRun, SweepSample, deeper_line
+from pytest_ddtree.measure.sweep import DepthProfile, Sample, SweepRun, deeper_line
 from pytest_ddtree.reference import ReferenceServer
 from pytest_ddtree.report import (
     SCHEMA_VERSION,
@@ -41,7 +41,7 @@ def _run(with_invalid: bool = True) -> SweepRun:
     samples = synthetic_sweep({16: 500.0, 64: 900.0, 256: 700.0}, spread=15.0)
     if with_invalid:
         samples.append(
-            SweepSample(
+            Sample(
                 256,
                 "essay",
                 1,
@@ -67,9 +67,7 @@ def test_table_has_a_row_per_budget_and_the_recommendation() -> None:
 
 def test_concurrent_timings_are_labelled() -> None:
     run = _run(False)
-    run.samples[0] = SweepSample(
-        16, "essay", 0, True, decode_tokens_per_second=500.0, concurrent=True
-    )
+    run.samples[0] = Sample(16, "essay", 0, True, decode_tokens_per_second=500.0, concurrent=True)
     assert any("concurrently" in ln for ln in table_lines(run.summary()))
 
 
@@ -156,7 +154,7 @@ def test_html_log2_axis_spaces_doublings_evenly() -> None:
 
 
 def test_html_without_any_valid_sample_still_renders() -> None:
-    run = SweepRun([SweepSample(16, "a", 0, False, codes=("empty",))], {"model": "m"})
+    run = SweepRun([Sample(16, "a", 0, False, codes=("empty",))], {"model": "m"})
     html = render_html(run)
     # the cards say there is no recommendation and no valid request to take a figure from
     assert (
@@ -244,11 +242,11 @@ def test_report_files_are_readable_as_the_umask_allows(tmp_path: Path) -> None:
 
 
 def test_acceptance_rate_is_shown_where_the_length_is_unknown() -> None:
-    from pytest_ddtree.measure.sweep import SweepSample, budget_stats, summarize
+    from pytest_ddtree.measure.sweep import Sample, budget_stats, summarize
     from pytest_ddtree.report.terminal import acceptance_cell, table_lines
 
     samples = [
-        SweepSample(
+        Sample(
             tree_budget=None,
             prompt_id="p",
             round=r,
@@ -263,7 +261,7 @@ def test_acceptance_rate_is_shown_where_the_length_is_unknown() -> None:
     assert st.mean_acceptance_length is None and st.mean_acceptance_rate == pytest.approx(0.85)
     assert acceptance_cell(st) == "rate 0.85"
     assert any("rate 0.85" in line for line in table_lines(summarize(samples)))
-    again = SweepSample.from_json(samples[0].to_json())
+    again = Sample.from_json(samples[0].to_json())
     assert again.acceptance_rate == 0.8
 
 
@@ -271,7 +269,7 @@ def test_a_sweep_that_never_drafted_says_so() -> None:
     from pytest_ddtree.measure.sweep import summarize
 
     samples = [
-        SweepSample(
+        Sample(
             budget,
             "p",
             r,
@@ -297,7 +295,7 @@ def test_a_sweep_that_never_drafted_says_so() -> None:
     assert escape(warning.removeprefix("WARNING: ")) in render_html(SweepRun(samples=samples))
     only_idle = summarize([s for s in samples if s.tree_budget == 16])
     assert any("at every budget 16" in ln for ln in table_lines(only_idle))
-    assert SweepSample.from_json(samples[3].to_json()).drafted_tokens == 5
+    assert Sample.from_json(samples[3].to_json()).drafted_tokens == 5
 
 
 def test_terminal_table_has_a_legend() -> None:
@@ -328,7 +326,7 @@ def _depth_run(reference_server: ReferenceServer) -> SweepRun:
         for budget in (2, 16, 256):
             for i, prompt in enumerate(("Write a long essay about rivers.", "Explain tides.")):
                 c = client.chat(prompt, max_tokens=96, tree_budget=budget, prompt_id=f"p{i}")
-                samples.append(SweepSample.from_completion(c, check(c), round=0))
+                samples.append(Sample.from_completion(c, check(c), round=0))
     return SweepRun(samples=samples, metadata=dict(META, budgets=[2, 16, 256]), seed=5)
 
 
@@ -402,7 +400,7 @@ def test_a_sweep_whose_server_sent_no_speculative_statistics_says_so() -> None:
     # budget 16: three answers read for statistics, none carried any (a server without
     # speculation); budget 64: they came back; budget 128: none were asked for
     samples = [
-        SweepSample(
+        Sample(
             budget,
             "p",
             r,
@@ -434,21 +432,23 @@ def test_a_sweep_whose_server_sent_no_speculative_statistics_says_so() -> None:
     assert summary.budgets[1].to_json()["no_speculative_statistics"] is False
     assert summary.budgets[2].to_json()["no_speculative_statistics"] is False
     assert escape(warning.removeprefix("WARNING: ")) in render_html(SweepRun(samples=samples))
-    assert SweepSample.from_json(samples[0].to_json()).spec_reported is False
+    assert Sample.from_json(samples[0].to_json()).spec_reported is False
     with pytest.raises(ValueError, match="'spec_reported' must be true, false or null"):
-        SweepSample.from_json({**samples[0].to_json(), "spec_reported": "no"})
+        Sample.from_json({**samples[0].to_json(), "spec_reported": "no"})
 
 
 def test_every_chart_of_the_page_has_one_size_and_font_scale(
     reference_server: ReferenceServer,
 ) -> None:
-    from pytest_ddtree.measure.load import LoadPoint, LoadSample, analyse
+    from load._samples import load_sample
+
+    from pytest_ddtree.measure.load import LoadPoint, analyse
     from pytest_ddtree.measure.load.record import LoadTestResult
     from pytest_ddtree.report.charts import HEIGHT, NARROW, WIDE
 
     points = (LoadPoint("concurrency", 1), LoadPoint("concurrency", 4))
     samples = [
-        LoadSample(p, b, float(i), 1.0, 0.1 + 0.01 * i, (0.01, 0.02), 50, True)
+        load_sample(p, b, float(i), 1.0, 0.1 + 0.01 * i, (0.01, 0.02), 50, True)
         for p in points
         for b in (None, 16)
         for i in range(3)
@@ -521,7 +521,9 @@ def test_the_load_table_fits_a_1200_px_window(
     # stalled client). The load table was 1,268 px in a 1,022 px card.
     from dataclasses import replace
 
-    from pytest_ddtree.measure.load import LoadPoint, LoadSample, analyse
+    from load._samples import load_sample
+
+    from pytest_ddtree.measure.load import LoadPoint, analyse
     from pytest_ddtree.measure.load.metrics import LAG_LIMIT, ClientHealth
     from pytest_ddtree.measure.load.record import LoadTestResult
 
@@ -529,7 +531,7 @@ def test_the_load_table_fits_a_1200_px_window(
     assert browser is not None
     points = [LoadPoint("concurrency", c) for c in (1, 4, 8)]
     samples = [
-        LoadSample(p, b, float(i), 0.12118 + 0.001 * i, 0.02572, (0.00325, 0.00528), 96, True)
+        load_sample(p, b, float(i), 0.12118 + 0.001 * i, 0.02572, (0.00325, 0.00528), 96, True)
         for p in points
         for b in (16, 32, 64)
         for i in range(4)

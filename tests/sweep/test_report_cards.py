@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from pytest_ddtree.measure.sweep import SweepRun, SweepSample, SweepSummary, summarize
+from pytest_ddtree.measure.sweep import Sample, SweepRun, SweepSummary, summarize
 from pytest_ddtree.pytest_plugin.analysis import _partial
 from pytest_ddtree.report import render_html
 from pytest_ddtree.report.html import card_state
@@ -14,7 +14,7 @@ from ._factory import synthetic_sweep
 from .test_drift import _samples as drift_samples
 
 
-def _badge(summary: SweepSummary, samples: list[SweepSample]) -> str:
+def _badge(summary: SweepSummary, samples: list[Sample]) -> str:
     html = render_html(SweepRun(samples, {"model": "m"}), summary)
     found = re.findall(r'<span class="badge">([^<]*)</span>', html)
     assert len(found) == 1, found
@@ -73,7 +73,7 @@ def test_drifting() -> None:
 
 
 def test_no_valid_timing() -> None:
-    samples = [SweepSample(16, "a", 0, False, codes=("empty",))]
+    samples = [Sample(16, "a", 0, False, codes=("empty",))]
     assert _badge(summarize(samples), samples) == "no recommendation"
 
 

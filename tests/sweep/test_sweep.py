@@ -9,8 +9,8 @@ import pytest
 
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.measure.sweep import (
+    Sample,
     SweepPlan,
-    SweepSample,
     bootstrap_median_ci,
     bootstrap_median_difference,
     budget_stats,
@@ -30,7 +30,7 @@ from ._factory import make_completion, synthetic_sweep
 
 def test_sample_from_completion_carries_timings_and_stats() -> None:
     c = make_completion(tree_budget=128, prompt_id="code", decode_rate=640.0, acceptance=5.5)
-    s = SweepSample.from_completion(c, [], round=2, worker="gw1", concurrent=True)
+    s = Sample.from_completion(c, [], round=2, worker="gw1", concurrent=True)
     assert s.valid and s.codes == ()
     assert (s.tree_budget, s.prompt_id, s.round, s.worker, s.concurrent) == (
         128,
@@ -54,7 +54,7 @@ def test_sample_drops_non_finite_server_figures() -> None:
     odd = replace(
         c, stats=replace(c.stats, server_tokens_per_second=float("nan"), decode_rounds=None)
     )
-    s = SweepSample.from_completion(odd, [], round=0)
+    s = Sample.from_completion(odd, [], round=0)
     assert s.server_tokens_per_second is None and s.decode_rounds is None
     assert json.dumps(s.to_json(), allow_nan=False)
 
@@ -66,21 +66,21 @@ def test_invalid_sample_keeps_distinct_codes_in_order() -> None:
         Violation("role-leak", "user:"),
         Violation("early-stop", "x"),
     ]
-    s = SweepSample.from_completion(c, vs, round=0)
+    s = Sample.from_completion(c, vs, round=0)
     assert not s.valid
     assert s.codes == ("early-stop", "role-leak")
     assert len(s.messages) == 3
 
 
 def test_sample_json_round_trip_and_bad_field_message() -> None:
-    s = SweepSample.from_completion(make_completion(), [Violation("x", "y")], round=1, worker="gw0")
-    again = SweepSample.from_json(json.loads(json.dumps(s.to_json())))
+    s = Sample.from_completion(make_completion(), [Violation("x", "y")], round=1, worker="gw0")
+    again = Sample.from_json(json.loads(json.dumps(s.to_json())))
     assert again == s
     bad = s.to_json() | {"round": "one"}
     with pytest.raises(
         ValueError, match=r"samples\[3\]: field 'round' must be an integer, got 'one'"
     ):
-        SweepSample.from_json(bad, source="samples[3]")
+        Sample.from_json(bad, source="samples[3]")
 
 
 def test_plan_interleaves_shuffled_budgets_deterministically() -> None:
@@ -165,9 +165,7 @@ def test_quantile_and_bootstrap_basics() -> None:
 
 def test_stats_use_valid_samples_only() -> None:
     samples = synthetic_sweep({64: 900.0}, spread=1.0)
-    bad = SweepSample(
-        64, "essay", 3, False, codes=("early-stop",), decode_tokens_per_second=50000.0
-    )
+    bad = Sample(64, "essay", 3, False, codes=("early-stop",), decode_tokens_per_second=50000.0)
     st = budget_stats(64, [*samples, bad])
     assert (st.valid, st.total) == (9, 10)
     assert not st.all_valid
@@ -242,7 +240,7 @@ def test_no_faster_claim_below_the_minimum_n() -> None:
 
 def test_invalid_budget_is_never_recommended_even_if_fastest() -> None:
     samples = synthetic_sweep({32: 700.0, 64: 900.0, 128: 2000.0}, spread=10.0)
-    samples.append(SweepSample(128, "essay", 0, False, codes=("early-stop",)))
+    samples.append(Sample(128, "essay", 0, False, codes=("early-stop",)))
     summary = summarize(samples)
     assert summary.recommendation.tree_budget == 64
     assert summary.recommendation.excluded == (128,)
@@ -251,7 +249,7 @@ def test_invalid_budget_is_never_recommended_even_if_fastest() -> None:
 
 
 def test_no_valid_budget_gives_plain_no_recommendation() -> None:
-    samples = [SweepSample(16, "a", 0, False, codes=("empty",))]
+    samples = [Sample(16, "a", 0, False, codes=("empty",))]
     rec = summarize(samples).recommendation
     assert rec.tree_budget is None
     assert rec.message.startswith("No recommendation: no budget produced valid timed requests")
@@ -261,11 +259,11 @@ def test_rank_breaks_throughput_ties_by_acceptance_length_not_rate() -> None:
     # Equal medians: the budget with the longer acceptance length ranks first,
     # although its acceptance *rate* (length / budget) is lower.
     a = [
-        SweepSample(32, "p", r, True, decode_tokens_per_second=800.0, mean_acceptance_length=3.0)
+        Sample(32, "p", r, True, decode_tokens_per_second=800.0, mean_acceptance_length=3.0)
         for r in range(3)
     ]
     b = [
-        SweepSample(256, "p", r, True, decode_tokens_per_second=800.0, mean_acceptance_length=6.0)
+        Sample(256, "p", r, True, decode_tokens_per_second=800.0, mean_acceptance_length=6.0)
         for r in range(3)
     ]
     ranked = rank([budget_stats(32, a), budget_stats(256, b)])
@@ -279,15 +277,15 @@ def test_recommendation_is_deterministic_and_seeded() -> None:
 
 
 def test_merge_is_independent_of_worker_finish_order() -> None:
-    w0 = [SweepSample(64, "a", 0, True, worker="gw0"), SweepSample(16, "b", 1, True, worker="gw0")]
-    w1 = [SweepSample(16, "a", 0, True, worker="gw1")]
+    w0 = [Sample(64, "a", 0, True, worker="gw0"), Sample(16, "b", 1, True, worker="gw0")]
+    w1 = [Sample(16, "a", 0, True, worker="gw1")]
     assert merge_samples(w0, w1) == merge_samples(w1, w0)
     assert [(s.round, s.tree_budget) for s in merge_samples(w0, w1)] == [(0, 16), (0, 64), (1, 16)]
 
 
 def test_echoed_budget_mismatch_is_flagged_in_verdict() -> None:
     samples = [
-        SweepSample(64, "a", r, True, decode_tokens_per_second=900.0 + r, echoed_tree_budget=16)
+        Sample(64, "a", r, True, decode_tokens_per_second=900.0 + r, echoed_tree_budget=16)
         for r in range(3)
     ]
     st = summarize(samples).budgets[0]
@@ -313,7 +311,7 @@ def test_stratified_bootstrap_separates_budgets_that_prompt_spread_would_blur() 
     # on every prompt: resampling within prompts sees it, pooled resampling does not.
     prompt_speed = {"essay": 0.85, "code": 1.0, "list": 1.15}
     samples = [
-        SweepSample(b, p, r, True, decode_tokens_per_second=mu * f * (1 + 0.002 * r))
+        Sample(b, p, r, True, decode_tokens_per_second=mu * f * (1 + 0.002 * r))
         for b, mu in ((32, 1000.0), (64, 1040.0))
         for p, f in prompt_speed.items()
         for r in range(3)
@@ -332,7 +330,7 @@ def test_stratified_bootstrap_separates_budgets_that_prompt_spread_would_blur() 
 def test_the_server_s_own_budget_alone_is_recommended_with_its_n() -> None:
     # --ddtree-budget-mode none: one arm, keyed None; nothing to race it against
     samples = [
-        SweepSample(None, p, r, True, decode_tokens_per_second=100.0 + r)
+        Sample(None, p, r, True, decode_tokens_per_second=100.0 + r)
         for p in ("a", "b", "c")
         for r in range(3)
     ]
@@ -342,7 +340,7 @@ def test_the_server_s_own_budget_alone_is_recommended_with_its_n() -> None:
     assert rec.message.startswith("Recommended tree_budget=server-default")
     assert "only budget with valid timings" in rec.message
     assert summary.budgets[0].verdict == "best"
-    invalid = [*samples, SweepSample(None, "a", 3, False, codes=("empty",))]
+    invalid = [*samples, Sample(None, "a", 3, False, codes=("empty",))]
     bad = summarize(invalid).recommendation
     assert not bad.decided and bad.message.startswith("No recommendation")
     assert summarize(invalid).budgets[0].verdict.startswith("INVALID")
@@ -369,15 +367,15 @@ def test_a_budget_as_fast_as_the_leader_keeps_the_set_from_being_the_answer() ->
 # ------------------------------------------- which invalid requests count against a budget
 
 
-def _timed(budget: int, rate: float, round_: int) -> SweepSample:
+def _timed(budget: int, rate: float, round_: int) -> Sample:
     completion = make_completion(tree_budget=budget, decode_rate=rate)
-    return SweepSample.from_completion(completion, [], round=round_)
+    return Sample.from_completion(completion, [], round=round_)
 
 
-def _broken(budget: int, blame: str | None, *, smoke: bool = False, round_: int = 0) -> SweepSample:
+def _broken(budget: int, blame: str | None, *, smoke: bool = False, round_: int = 0) -> Sample:
     completion = make_completion(tree_budget=budget, prompt_id="cite")
     found = [Violation("no-source", "the answer cites no source")]
-    return SweepSample.from_completion(
+    return Sample.from_completion(
         completion, found, round=-1 if smoke else round_, blame=blame, smoke=smoke
     )
 
@@ -400,7 +398,7 @@ def _broken(budget: int, blame: str | None, *, smoke: bool = False, round_: int 
     ],
 )
 def test_an_invalid_request_counts_against_its_budget_only_when_it_is_the_budgets(
-    broken: SweepSample, held: bool
+    broken: Sample, held: bool
 ) -> None:
     assert broken.against_budget is held
     samples = [_timed(16, 900.0, r) for r in range(6)] + [_timed(64, 800.0, r) for r in range(6)]
@@ -422,8 +420,8 @@ def test_a_smoke_request_alone_at_a_budget_makes_no_row() -> None:
 
 def test_the_blame_and_the_smoke_mark_survive_the_json() -> None:
     sample = _broken(16, "template", smoke=True)
-    again = SweepSample.from_json(json.loads(json.dumps(sample.to_json())))
+    again = Sample.from_json(json.loads(json.dumps(sample.to_json())))
     assert (again.blame, again.smoke, again.round) == ("template", True, -1)
     # a report written before them reads as before: not blamed, timed
     old = {k: v for k, v in sample.to_json().items() if k not in ("blame", "smoke")}
-    assert (SweepSample.from_json(old).blame, SweepSample.from_json(old).smoke) == (None, False)
+    assert (Sample.from_json(old).blame, Sample.from_json(old).smoke) == (None, False)

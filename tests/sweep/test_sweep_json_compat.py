@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from pytest_ddtree.measure.load.metrics import LoadSample
+from pytest_ddtree.core import jsonmodel
+from pytest_ddtree.measure.sample import FORMER_LOAD_NAMES, Sample
 from pytest_ddtree.report.compare import main as compare_main
 from pytest_ddtree.report.jsonfile import read_sweep_json, sweep_to_json, write_sweep_json
 
@@ -55,11 +56,17 @@ def test_the_whole_rewritten_document_keeps_its_key_order(path: Path) -> None:
     assert json.dumps(new, indent=2) == json.dumps(old, indent=2)
 
 
-def test_old_load_samples_read_and_write_back_the_same() -> None:
+def test_old_load_samples_read_under_their_former_names() -> None:
     doc = json.loads((FIXTURES / "v0.1.0-32c2eab-load.json").read_text())
     (test,) = doc["load"]["tests"]
     for raw in test["samples"]:
-        assert json.dumps(LoadSample.from_json(raw).to_json()) == json.dumps(raw)
+        sample = Sample.from_json(raw)
+        for key, value in raw.items():
+            name = FORMER_LOAD_NAMES.get(key, key)
+            assert jsonmodel.converter.unstructure(getattr(sample, name)) == value, key
+        # written today under today's names, and read back the same
+        assert not FORMER_LOAD_NAMES.keys() & sample.to_json().keys()
+        assert Sample.from_json(sample.to_json()) == sample
 
 
 def test_compare_reads_two_old_files(capsys: pytest.CaptureFixture[str]) -> None:

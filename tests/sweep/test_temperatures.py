@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from pytest_ddtree.checks.sampling import check_sampling, request_seed
-from pytest_ddtree.measure.sweep import SweepSample, summarize
+from pytest_ddtree.measure.sweep import Sample, summarize
 from pytest_ddtree.measure.sweep.temperature import summarize_temperatures
 from pytest_ddtree.reference import tokenizer_path
 from pytest_ddtree.report import read_sweep_json
@@ -82,18 +82,18 @@ def test_sampling_check_draws_no_verdict_when_a_probe_request_fails(server_facto
 
 def test_old_samples_without_temperature_read_as_zero_and_round_trip() -> None:
     old = {"tree_budget": 16, "prompt_id": "p", "round": 0, "valid": True}
-    assert SweepSample.from_json(old).temperature == 0.0
-    hot = SweepSample(16, "p", 0, True, temperature=0.7, seed=123)
-    assert SweepSample.from_json(json.loads(json.dumps(hot.to_json()))) == hot
+    assert Sample.from_json(old).temperature == 0.0
+    hot = Sample(16, "p", 0, True, temperature=0.7, seed=123)
+    assert Sample.from_json(json.loads(json.dumps(hot.to_json()))) == hot
     with pytest.raises(ValueError, match="field 'temperature' must be a finite number"):
-        SweepSample.from_json({**old, "temperature": "hot"})
+        Sample.from_json({**old, "temperature": "hot"})
 
 
-def _samples(temperature: float, fast: int) -> list[SweepSample]:
+def _samples(temperature: float, fast: int) -> list[Sample]:
     rates = {16: 100.0, 64: 100.0}
     rates[fast] = 150.0
     return [
-        SweepSample(b, p, r, True, decode_tokens_per_second=rates[b] + r, temperature=temperature)
+        Sample(b, p, r, True, decode_tokens_per_second=rates[b] + r, temperature=temperature)
         for b in (16, 64)
         for p in ("p0", "p1")
         for r in range(3)

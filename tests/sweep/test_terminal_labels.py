@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from pytest_ddtree.measure.sweep import SweepSample, summarize
+from pytest_ddtree.measure.sweep import Sample, summarize
 from pytest_ddtree.report import table_lines
 
 from ._factory import synthetic_sweep
@@ -55,7 +55,7 @@ def test_the_headers_and_legend_say_what_each_interval_is_in_one_format() -> Non
 
 def test_one_budget_says_so_and_the_n_it_had_not_a_minimum_n_it_did_not_need() -> None:
     samples = [
-        SweepSample(64, p, 0, True, decode_tokens_per_second=900.0 + i)
+        Sample(64, p, 0, True, decode_tokens_per_second=900.0 + i)
         for i, p in enumerate(("essay", "code", "list"))
     ]
     rec = summarize(samples).recommendation
@@ -70,11 +70,11 @@ def test_one_budget_says_so_and_the_n_it_had_not_a_minimum_n_it_did_not_need() -
 def test_a_budget_left_alone_by_invalid_ones_names_the_sweep_and_its_n() -> None:
     samples = [
         *(
-            SweepSample(64, p, r, True, decode_tokens_per_second=900.0 + r)
+            Sample(64, p, r, True, decode_tokens_per_second=900.0 + r)
             for p in ("essay", "code")
             for r in range(2)
         ),
-        SweepSample(256, "essay", 0, False, codes=("role-leak",)),
+        Sample(256, "essay", 0, False, codes=("role-leak",)),
     ]
     rec = summarize(samples).recommendation
     assert rec.decided and rec.tree_budget == 64, rec.message

@@ -304,7 +304,7 @@ def _check_rate(ctx: Context) -> Iterator[Violation]:
         client_decode_tokens_per_second=round(client_tps, 2),
         ratio=round(ratio, 3),
         chunks=len(times),
-        decode_seconds=round(span, 4),
+        decode_seconds=round(timings.decode_seconds or span, 4),
         client_stalled_seconds=round(stall.stalled, 4) if stall is not None else None,
     )
 

@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from pytest_ddtree.measure.load.arrivals import LoadPoint, arrival_offsets
     from pytest_ddtree.measure.load.metrics import (
         ClientHealth,
-        LoadSample,
         PointStats,
         percentiles,
         summarize_point,
@@ -34,6 +33,7 @@ if TYPE_CHECKING:
         analyse,
         render_table,
     )
+    from pytest_ddtree.measure.sample import Sample
 
 _EXPORTS = {
     "LoadPoint": "arrivals",
@@ -41,7 +41,7 @@ _EXPORTS = {
     "parse_concurrencies": "pytest_ddtree.core.settings",
     "parse_rates": "pytest_ddtree.core.settings",
     "ClientHealth": "metrics",
-    "LoadSample": "metrics",
+    "Sample": "pytest_ddtree.measure.sample",
     "PointStats": "metrics",
     "percentiles": "metrics",
     "summarize_point": "metrics",
@@ -68,10 +68,10 @@ __all__ = [
     "LoadPoint",
     "LoadRecord",
     "LoadResult",
-    "LoadSample",
     "LoadTestResult",
     "LoadTester",
     "PointStats",
+    "Sample",
     "Schedule",
     "analyse",
     "arrival_offsets",

@@ -1,4 +1,4 @@
-"""Raw per-request load samples and the statistics of one budget × load point.
+"""The statistics of one budget × load point.
 
 Everything is computed from raw samples, never from other summaries: xdist
 workers send their samples, the controller concatenates them and computes the
@@ -11,7 +11,9 @@ Conventions (those of the common serving benchmarks):
 - ITL: the gaps between consecutive content events, pooled over requests. A
   speculative server sends several tokens per event, so this is the gap a
   reader sees, not a per-token figure.
-- TPOT: ``(e2e - TTFT) / (output tokens - 1)`` per request, first token excluded.
+- TPOT: the inverse of the decode rate, ``(e2e - TTFT) / (output tokens - tokens of the
+  first content event)`` per request (``wire.completion.decode_rate``, the sweep's formula
+  too); None with fewer than two content events.
 - e2e: request sent to the last byte.
 - Achieved concurrency: the time-weighted number of requests in flight over the
   window from the first send to the last byte (the sum of e2e over the span).
@@ -35,6 +37,7 @@ from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.core.slo import SLO
 from pytest_ddtree.measure.load.arrivals import LoadPoint
+from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep import quantile
 from pytest_ddtree.measure.sweep.statistics import acceptance_text, no_spec_stats_line
 from pytest_ddtree.measure.tally import SpecTally, TalliedSpeculation
@@ -42,7 +45,6 @@ from pytest_ddtree.measure.tally import SpecTally, TalliedSpeculation
 __all__ = [
     "PERCENTILES",
     "ClientHealth",
-    "LoadSample",
     "Percentiles",
     "PointStats",
     "acceptance_cell",
@@ -70,77 +72,6 @@ BUSY_SHARE = 0.50
 #: late for more than this share of the point's wall time, summed over the lag samples
 #: (each sample's lateness beyond the timer slack, ``wire.health.SLACK``)
 STALL_SHARE = 0.05
-
-
-@dataclass(frozen=True)
-class LoadSample:
-    """One request of a load run, as measured (seconds; ``start`` is wall-clock epoch)."""
-
-    point: LoadPoint
-    tree_budget: int | None
-    start: float
-    e2e: float
-    ttft: float | None
-    gaps: tuple[float, ...]
-    output_tokens: int | None
-    valid: bool
-    codes: tuple[str, ...] = ()
-    error: str | None = None
-    evidence: str = ""
-    acceptance: float | None = None
-    server_ttft: float | None = None
-    prompt_id: str | None = None
-    worker: str = "main"
-    #: timing-based checks not judged because the client was saturated at this point
-    withheld: tuple[str, ...] = ()
-    #: draft tokens the server reported making and accepting (None: not reported)
-    drafted: int | None = None
-    accepted: int | None = None
-    #: which run of its budget at this point (a raced budget is sent in several runs)
-    run: int = 0
-    #: whether the speculative statistics asked for came back (None: not asked, or the
-    #: request failed)
-    spec_reported: bool | None = None
-
-    @property
-    def acceptance_rate(self) -> float | None:
-        """Accepted over drafted tokens; None when nothing was drafted or a count is unknown."""
-        if self.drafted is None or self.accepted is None or self.drafted <= 0:
-            return None
-        return self.accepted / self.drafted
-
-    @property
-    def end(self) -> float:
-        """Wall-clock time of the last byte."""
-        return self.start + self.e2e
-
-    @property
-    def tpot(self) -> float | None:
-        """Time per output token after the first; None with fewer than two tokens."""
-        if self.ttft is None or self.output_tokens is None or self.output_tokens < 2:
-            return None
-        return (self.e2e - self.ttft) / (self.output_tokens - 1)
-
-    @property
-    def max_gap(self) -> float | None:
-        """The request's worst inter-event gap (its ITL against an SLO)."""
-        return max(self.gaps) if self.gaps else None
-
-    def slo_metrics(self) -> dict[str, float | None]:
-        """The per-request values an SLO judges."""
-        return {"ttft": self.ttft, "itl": self.max_gap, "tpot": self.tpot, "e2e": self.e2e}
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain JSON (for xdist transport and sweep.json)."""
-        return jsonmodel.to_json(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> LoadSample:
-        """Inverse of ``to_json``; a bad value raises one ``ValueError`` line."""
-        return jsonmodel.from_json(cls, data, source="load sample")
-
-
-jsonmodel.register(LoadSample)
 
 
 @dataclass(frozen=True)
@@ -409,13 +340,8 @@ class PointStats(TalliedSpeculation):
             "slo_met": self.slo_met,
             "mean_acceptance_length": self.mean_acceptance,
             "mean_acceptance_rate": self.mean_acceptance_rate,
-            "drafted_tokens": self.drafted_tokens,
-            "draft_reports": self.draft_reports,
-            "never_drafted": self.never_drafted,
+            **self.spec_json(),
             "uncounted": self.uncounted,
-            "stats_asked": self.stats_asked,
-            "spec_reports": self.spec_reports,
-            "no_speculative_statistics": self.no_spec_stats,
             "client": jsonmodel.to_json(self.client) if self.client is not None else None,
             "unreliable": self.unreliable,
             "workers": list(self.workers),
@@ -423,7 +349,7 @@ class PointStats(TalliedSpeculation):
 
 
 def summarize_point(
-    samples: Sequence[LoadSample],
+    samples: Sequence[Sample],
     *,
     slo: SLO | None = None,
     client: ClientHealth | None = None,
@@ -433,13 +359,13 @@ def summarize_point(
         raise ValueError("summarize_point: no samples")
     # a fixed order whatever order the processes' samples were merged in: the bootstrap
     # of the recommendation then gives the same interval for the same samples
-    samples = sorted(samples, key=lambda s: (s.start, s.worker, s.e2e, s.prompt_id or ""))
-    point, budget = samples[0].point, samples[0].tree_budget
+    samples = sorted(samples, key=lambda s: (s.start, s.worker or "", s.seconds, s.prompt_id))
+    point, budget = samples[0].load_point, samples[0].tree_budget
     for s in samples:
-        if s.point != point or s.tree_budget != budget:
+        if s.load_point != point or s.tree_budget != budget:
             raise ValueError(
                 f"summarize_point: mixed points {point.label}/{budget} and "
-                f"{s.point.label}/{s.tree_budget}"
+                f"{s.load_point.label}/{s.tree_budget}"
             )
     valid = [s for s in samples if s.valid]
     codes: Counter[str] = Counter()
@@ -451,14 +377,14 @@ def summarize_point(
                 first_evidence = s.evidence or (s.error or "")
     # a raced budget is sent in runs with other budgets' runs in between: its span is the
     # sum of its runs' spans, each from its first send to its last byte
-    runs: dict[int, list[LoadSample]] = {}
+    runs: dict[int, list[Sample]] = {}
     for s in samples:
-        runs.setdefault(s.run, []).append(s)
+        runs.setdefault(s.round, []).append(s)
     span = max(
         math.fsum(max(s.end for s in r) - min(s.start for s in r) for r in runs.values()), 1e-9
     )
-    busy = math.fsum(s.e2e for s in samples)  # exact: the order of merged samples is moot
-    tokens = sum(s.output_tokens or 0 for s in valid)
+    busy = math.fsum(s.seconds for s in samples)  # exact: the order of merged samples is moot
+    tokens = sum(s.completion_tokens or 0 for s in valid)
     tpots = [t for s in valid if (t := s.tpot) is not None]
     good = 0
     if slo is not None:
@@ -466,7 +392,7 @@ def summarize_point(
     offsets = [
         s.ttft - s.server_ttft for s in valid if s.ttft is not None and s.server_ttft is not None
     ]
-    accept = [s.acceptance for s in valid if s.acceptance is not None]
+    accept = [a for s in valid if (a := s.mean_acceptance_length) is not None]
     rates = [r for s in valid if (r := s.acceptance_rate) is not None]
     return PointStats(
         point=point,
@@ -478,7 +404,7 @@ def summarize_point(
         ttft=percentiles(s.ttft for s in valid if s.ttft is not None),
         itl=percentiles(g for s in valid for g in s.gaps),
         tpot=percentiles(tpots),
-        e2e=percentiles(s.e2e for s in valid),
+        e2e=percentiles(s.seconds for s in valid),
         duration=span,
         output_tokens_per_second=tokens / span,
         requests_per_second=len(valid) / span,
@@ -487,13 +413,13 @@ def summarize_point(
         good=good,
         mean_acceptance=statistics.fmean(accept) if accept else None,
         client=client,
-        workers=tuple(sorted({s.worker for s in samples})),
+        workers=tuple(sorted({s.worker or "main" for s in samples})),
         tpot_values=tuple(tpots),
         ttft_offset=percentiles(offsets),
         withheld=sum(1 for s in samples if s.withheld),
         mean_acceptance_rate=statistics.fmean(rates) if rates else None,
-        uncounted=sum(1 for s in valid if s.output_tokens is None),
-        spec=SpecTally.of((s.drafted for s in samples), (s.spec_reported for s in samples)),
+        uncounted=sum(1 for s in valid if s.completion_tokens is None),
+        spec=SpecTally.of(samples),
     )
 
 

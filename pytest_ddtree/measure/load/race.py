@@ -37,8 +37,8 @@ from typing import Any, Literal
 from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.measure.load.arrivals import LoadPoint
-from pytest_ddtree.measure.load.metrics import LoadSample
 from pytest_ddtree.measure.load.runner import CLIENT_TIMEOUT, NOT_SENT
+from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep.race import Race, RaceRule, Standing
 
 __all__ = ["Left", "PointRace", "PointRacer", "Run", "chunk_size", "race_point", "race_rule"]
@@ -208,7 +208,7 @@ jsonmodel.register(
 )
 
 
-def _exclusion(samples: Sequence[LoadSample]) -> str:
+def _exclusion(samples: Sequence[Sample]) -> str:
     """Why a run's invalid requests exclude its budget (the client's limits said as such)."""
     bad = [s for s in samples if not s.valid]
     codes = sorted({c for s in bad for c in (s.codes or ("error",))})
@@ -225,7 +225,7 @@ class Run:
     """One run of one budget at a point: its validated samples, and whether the client was
     saturated meanwhile (its own queueing may then be in the timings)."""
 
-    samples: Sequence[LoadSample]
+    samples: Sequence[Sample]
     saturated: bool = False
 
 

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.slo import SLO, parse_slo
 from pytest_ddtree.measure.load.arrivals import LoadPoint
-from pytest_ddtree.measure.load.metrics import ClientHealth, LoadSample, PointStats
+from pytest_ddtree.measure.load.metrics import ClientHealth, PointStats
 from pytest_ddtree.measure.load.race import PointRace
 from pytest_ddtree.measure.load.recommend import Schedule
+from pytest_ddtree.measure.sample import Sample
 
 if TYPE_CHECKING:
     from pytest_ddtree.measure.load.tester import LoadResult
@@ -33,7 +34,7 @@ class LoadRecord:
     """The raw samples and client health of one ``ddtree_load`` call in one process."""
 
     nodeid: str
-    samples: tuple[LoadSample, ...]
+    samples: tuple[Sample, ...]
     health: tuple[HealthEntry, ...] = ()
     shares: int = 1
     partial: bool = False
@@ -98,7 +99,7 @@ class LoadTestResult:
     partial: bool
     stats: tuple[PointStats, ...]
     schedule: Schedule
-    samples: tuple[LoadSample, ...]
+    samples: tuple[Sample, ...]
     #: the sampling temperature of the test's calls
     temperature: float = 0.0
     #: ``adaptive`` when some call raced its budgets, else ``exhaustive``; and why not, if not
@@ -166,7 +167,7 @@ def merge_records(records: Iterable[LoadRecord], *, seed: int) -> list[LoadTestR
             LoadTestResult(
                 nodeid=nodeid,
                 processes=max(r.shares for r in group),
-                workers=tuple(sorted({s.worker for s in samples})),
+                workers=tuple(sorted({s.worker or "main" for s in samples})),
                 partial=any(r.partial for r in group),
                 stats=stats,
                 schedule=schedule,

@@ -27,7 +27,8 @@ import httpx
 
 from pytest_ddtree.core.settings import Settings
 from pytest_ddtree.measure.load.arrivals import LoadPoint, arrival_offsets
-from pytest_ddtree.measure.load.metrics import ClientHealth, LoadSample
+from pytest_ddtree.measure.load.metrics import ClientHealth
+from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep import quantile
 from pytest_ddtree.wire.clock import WireClock, with_connect
 from pytest_ddtree.wire.completion import STALL_KINDS, Completion, ErrorKind, RequestSpec
@@ -485,8 +486,8 @@ def validate(
     counter: Any = None,
     worker: str = "main",
     client_saturated: bool = False,
-) -> list[LoadSample]:
-    """Parse and judge every raw request; one ``LoadSample`` each, valid or not.
+) -> list[Sample]:
+    """Parse and judge every raw request; one ``Sample`` each, valid or not.
 
     ``judge(completion, **expect)`` returns the violations of a completion (the
     project's invariants), ``expect`` being the request's own expectations; None
@@ -495,32 +496,22 @@ def validate(
     (a server decode rate above the client-measured one) are withheld, never
     judged: a late client would make an honest server look inflated.
     """
-    out: list[LoadSample] = []
+    out: list[Sample] = []
     for raw in raws:
         c = completion_of(raw, dialect=dialect, stats_map=stats_map, counter=counter)
         codes, evidence, withheld = _judged(c, raw.expect, judge, client_saturated)
-        times = c.timings.chunk_times
-        stats = c.stats
+        measured = Sample.from_completion(c, (), round=0, worker=worker)
         out.append(
-            LoadSample(
-                point=point,
-                tree_budget=raw.spec.tree_budget,
-                start=wall0 + (raw.sent - perf0),
-                e2e=raw.done - raw.sent,
-                ttft=c.ttft,
-                gaps=tuple(b - a for a, b in pairwise(times)),
-                output_tokens=c.completion_tokens,
+            replace(
+                measured,
                 valid=not codes,
                 codes=codes,
+                point=point,
+                start=wall0 + (raw.sent - perf0),
+                gaps=tuple(b - a for a, b in pairwise(c.timings.chunk_times)),
                 error=c.error,
                 evidence=evidence,
-                acceptance=stats.mean_acceptance_length if stats is not None else None,
-                drafted=stats.num_draft_tokens if stats is not None else None,
-                accepted=stats.num_accepted_draft_tokens if stats is not None else None,
-                spec_reported=c.speculation_reported,
                 server_ttft=_server_ttft(c.raw) if isinstance(c.raw, list) else None,
-                prompt_id=raw.spec.prompt_id,
-                worker=worker,
                 withheld=withheld,
             )
         )

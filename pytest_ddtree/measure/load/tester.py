@@ -16,7 +16,6 @@ from pytest_ddtree.core.wording import percent
 from pytest_ddtree.measure.load.arrivals import LoadPoint
 from pytest_ddtree.measure.load.metrics import (
     ClientHealth,
-    LoadSample,
     PointStats,
     acceptance_cell,
     chain_health,
@@ -32,6 +31,7 @@ from pytest_ddtree.measure.load.runner import (
     run_point,
     validate,
 )
+from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep.race import DEFAULT_EQUIVALENCE, DEFAULT_MIN_N
 from pytest_ddtree.wire.protocol import EndpointConfig, Messages, StallGuard
 from pytest_ddtree.wire.servermetrics import Counts, GroupWatch
@@ -71,7 +71,7 @@ class LoadError(AssertionError):
 class LoadResult:
     """Samples, per-point statistics and the budget schedule of one load run."""
 
-    samples: tuple[LoadSample, ...]
+    samples: tuple[Sample, ...]
     stats: tuple[PointStats, ...]
     schedule: Schedule
     health: Mapping[Key, ClientHealth] = field(default_factory=dict)
@@ -92,7 +92,7 @@ class LoadResult:
         raise KeyError(f"{point.label} tree_budget={tree_budget}")
 
     @property
-    def invalid(self) -> list[LoadSample]:
+    def invalid(self) -> list[Sample]:
         """Every request that was not valid."""
         return [s for s in self.samples if not s.valid]
 
@@ -102,7 +102,7 @@ class LoadResult:
 
 
 def analyse(
-    samples: Sequence[LoadSample],
+    samples: Sequence[Sample],
     health: Mapping[Key, Sequence[ClientHealth]] | None = None,
     *,
     slo: SLO | None = None,
@@ -113,9 +113,9 @@ def analyse(
 
     ``races``: the points whose budgets were raced; their choice is the race's.
     """
-    groups: dict[Key, list[LoadSample]] = {}
+    groups: dict[Key, list[Sample]] = {}
     for s in samples:
-        groups.setdefault((s.point, s.tree_budget), []).append(s)
+        groups.setdefault((s.load_point, s.tree_budget), []).append(s)
     stats = []
     for key in sorted(groups, key=lambda k: (k[0].mode, k[0].value, k[0].burstiness, k[1] or 0)):
         parts = list((health or {}).get(key, ()))
@@ -436,7 +436,7 @@ class LoadTester:
         )
         slo = slo if slo is not None else self.slo
         self._check_race(call)
-        samples: list[LoadSample] = []
+        samples: list[Sample] = []
         health: dict[Key, list[ClientHealth]] = {}
         try:
             self._run(call, samples, health)
@@ -506,7 +506,7 @@ class LoadTester:
     def _result(
         self,
         call: _Call,
-        samples: list[LoadSample],
+        samples: list[Sample],
         health: dict[Key, list[ClientHealth]],
         slo: SLO | None,
         *,
@@ -529,7 +529,7 @@ class LoadTester:
         )
 
     def _run(
-        self, call: _Call, samples: list[LoadSample], health: dict[Key, list[ClientHealth]]
+        self, call: _Call, samples: list[Sample], health: dict[Key, list[ClientHealth]]
     ) -> None:
         rng = random.Random(f"ddtree-load:{self.seed}")
         for whole in self.points(call.concurrencies, call.rates):
@@ -553,7 +553,7 @@ class LoadTester:
         call: _Call,
         whole: LoadPoint,
         point: LoadPoint,
-        samples: list[LoadSample],
+        samples: list[Sample],
         health: dict[Key, list[ClientHealth]],
         budget: int | None,
         count: int,
@@ -610,11 +610,11 @@ class LoadTester:
         )
         runs = health.setdefault((whole, budget), [])
         if runs:  # a later run of a raced budget: its own span (see summarize_point)
-            got = [replace(s, run=len(runs)) for s in got]
-        tokens = sum(s.output_tokens or 0 for s in got)
+            got = [replace(s, round=len(runs)) for s in got]
+        tokens = sum(s.completion_tokens or 0 for s in got)
         h = replace(h, tokens=tokens, validation_cpu_seconds=time.thread_time() - cpu0)
         if self.watch is not None:
-            counts = [Counts(s.drafted, s.accepted) for s in got]
+            counts = [Counts(s.drafted_tokens, s.accepted_tokens) for s in got]
             self.watch.end(0, budget, counts, label=whole.label)
         samples.extend(got)
         runs.append(h)
@@ -637,7 +637,7 @@ CLIENT_LIMIT_CODES = frozenset({CLIENT_TIMEOUT, NOT_SENT})
 
 
 def _client_limit_message(
-    samples: Sequence[LoadSample], total: int, endpoint: EndpointConfig | None
+    samples: Sequence[Sample], total: int, endpoint: EndpointConfig | None
 ) -> str:
     """The client's own limits, said as such: no verdict on the server's outputs."""
     timed_out = [s for s in samples if CLIENT_TIMEOUT in s.codes]
@@ -664,14 +664,14 @@ def _client_limit_message(
     return "\n".join(lines) + (f"\nfirst:\n{first}" if first else "")
 
 
-def _where(sample: LoadSample) -> str:
-    return f"{sample.point.label} tree_budget={sample.tree_budget}"
+def _where(sample: Sample) -> str:
+    return f"{sample.load_point.label} tree_budget={sample.tree_budget}"
 
 
 def failure_message(
     stats: Sequence[PointStats],
     endpoint: EndpointConfig | None = None,
-    samples: Sequence[LoadSample] = (),
+    samples: Sequence[Sample] = (),
 ) -> str:
     """Why a load run fails (invalid requests first, then SLO misses); empty when it passes.
 

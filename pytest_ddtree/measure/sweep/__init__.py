@@ -1,11 +1,12 @@
 """The tree-budget sweep: samples, plan, statistics and the run record.
 
 Nothing here knows about pytest or pytest-benchmark. A sweep is a list of
-:class:`SweepSample` (one per timed request, valid or not); the statistics and
+:class:`Sample` (one per timed request, valid or not); the statistics and
 the recommendation are computed from the samples alone, so a ``sweep.json``
 written on one machine can be re-analysed, merged or compared anywhere.
 
-- :mod:`~pytest_ddtree.measure.sweep.samples`: :class:`SweepSample` and its JSON form;
+- :mod:`~pytest_ddtree.measure.sample`: :class:`Sample` (the load test's too) and its JSON
+  form; :mod:`~pytest_ddtree.measure.sweep.samples`: their order, :func:`merge_samples`;
 - :mod:`~pytest_ddtree.measure.sweep.plan`: :class:`SweepPlan` and :func:`run_sweep`;
 - :mod:`~pytest_ddtree.measure.sweep.statistics`: bootstrap intervals, per-budget
   statistics and the recommendation;
@@ -18,10 +19,11 @@ written on one machine can be re-analysed, merged or compared anywhere.
 from __future__ import annotations
 
 from pytest_ddtree.core.settings import budget_label
+from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep.depth import DepthProfile, deeper_line, depth_profile
 from pytest_ddtree.measure.sweep.plan import PlannedRequest, SweepOrder, SweepPlan, run_sweep
 from pytest_ddtree.measure.sweep.run import DiagnosisRecord, RunMetadata, SweepRun, redact_endpoint
-from pytest_ddtree.measure.sweep.samples import SweepSample, merge_samples
+from pytest_ddtree.measure.sweep.samples import merge_samples
 from pytest_ddtree.measure.sweep.statistics import (
     BOOTSTRAP_RESAMPLES,
     CONFIDENCE,
@@ -47,10 +49,10 @@ __all__ = [
     "PlannedRequest",
     "Recommendation",
     "RunMetadata",
+    "Sample",
     "SweepOrder",
     "SweepPlan",
     "SweepRun",
-    "SweepSample",
     "SweepSummary",
     "bootstrap_ci",
     "bootstrap_median_ci",

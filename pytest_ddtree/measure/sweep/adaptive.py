@@ -15,9 +15,9 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from pytest_ddtree.core.violation import Violation
+from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep.plan import GroupWatch, PlannedRequest, SweepPlan, seed_key
 from pytest_ddtree.measure.sweep.race import Race, RaceRule
-from pytest_ddtree.measure.sweep.samples import SweepSample
 from pytest_ddtree.wire.completion import Completion
 
 #: ``--ddtree-sweep-requests auto``: what an exhaustive sweep of this many rounds sends.
@@ -39,16 +39,16 @@ class _Runner:
         request: Callable[[int, str], Completion],
         validate: Callable[[Completion], Sequence[Violation]],
         worker: str | None,
-        on_sample: Callable[[SweepSample], None] | None,
+        on_sample: Callable[[Sample], None] | None,
         watch: GroupWatch | None,
         seeded: Callable[[int, str, str], Completion] | None = None,
     ) -> None:
         self.request, self.validate, self.seeded = request, validate, seeded
         self.drift_seen: dict[tuple[str, str], int] = {}
         self.worker, self.on_sample, self.watch = worker, on_sample, watch
-        self.samples: list[SweepSample] = []
+        self.samples: list[Sample] = []
 
-    def group(self, items: Iterable[PlannedRequest]) -> list[tuple[SweepSample, bool]]:
+    def group(self, items: Iterable[PlannedRequest]) -> list[tuple[Sample, bool]]:
         """One round's visit of one budget (or a drift block); (sample, valid) for each."""
         items = list(items)
         if not items:
@@ -57,7 +57,7 @@ class _Runner:
         if self.watch is not None:
             self.watch.start(*key)
         sent: list[Completion] = []
-        out: list[tuple[SweepSample, bool]] = []
+        out: list[tuple[Sample, bool]] = []
         for planned in items:
             if self.seeded is None:
                 completion = self.request(planned.tree_budget, planned.prompt_id)
@@ -66,7 +66,7 @@ class _Runner:
                 completion = self.seeded(planned.tree_budget, planned.prompt_id, seed_at)
             sent.append(completion)
             violations = list(self.validate(completion))
-            sample = SweepSample.from_completion(
+            sample = Sample.from_completion(
                 completion,
                 violations,
                 round=planned.round,
@@ -96,11 +96,11 @@ def run_adaptive_sweep(
     validate: Callable[[Completion], Sequence[Violation]],
     *,
     worker: str | None = None,
-    on_sample: Callable[[SweepSample], None] | None = None,
+    on_sample: Callable[[Sample], None] | None = None,
     watch: GroupWatch | None = None,
     seeded: Callable[[int, str, str], Completion] | None = None,
     excluded: Mapping[int | None, str] | None = None,
-) -> tuple[list[SweepSample], Race[int | None]]:
+) -> tuple[list[Sample], Race[int | None]]:
     """Race ``plan.budgets`` under ``rule``; the samples and the finished race.
 
     ``plan.rounds`` is not used: the race stops when it is decided or when
@@ -146,5 +146,5 @@ def run_adaptive_sweep(
     return run.samples, race
 
 
-def _invalid(sample: SweepSample) -> str:
+def _invalid(sample: Sample) -> str:
     return f"invalid response at {sample.prompt_id} ({', '.join(sample.codes) or 'invalid'})"

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_ddtree.measure.sweep.samples import SweepSample
+from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.wire.completion import conditional_acceptance, rounds_reaching
 
 #: a conditional acceptance is judged only where at least this many rounds got there
@@ -88,7 +88,7 @@ class DepthProfile:
         }
 
 
-def depth_profile(samples: Iterable[SweepSample]) -> DepthProfile | None:
+def depth_profile(samples: Iterable[Sample]) -> DepthProfile | None:
     """The pooled histogram of the valid ``samples`` that carry one, or None."""
     pooled: list[int] = []
     requests = 0

@@ -34,9 +34,9 @@ from typing import Any
 
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.core.wording import percent
+from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep.bootstrap import bootstrap_median_ci, ci_name
 from pytest_ddtree.measure.sweep.race import signed_percent
-from pytest_ddtree.measure.sweep.samples import SweepSample
 
 #: The practical margin: a change of the decode median smaller than this is not drift.
 DRIFT_MARGIN = 0.05
@@ -124,7 +124,7 @@ class DriftCheck:
         }
 
 
-def without_repeats(samples: Sequence[SweepSample]) -> list[SweepSample]:
+def without_repeats(samples: Sequence[Sample]) -> list[Sample]:
     """The samples that count in the budget statistics: the valid drift blocks are left out.
 
     An invalid answer in them stays: a broken answer is broken whenever it came.
@@ -146,7 +146,7 @@ def drift_message(checks: Sequence[DriftCheck]) -> str:
     )
 
 
-def _drift_pairs(samples: Sequence[SweepSample]) -> list[tuple[float, float]]:
+def _drift_pairs(samples: Sequence[Sample]) -> list[tuple[float, float]]:
     """The i-th start and i-th end request of each prompt (and worker), both valid and timed."""
     blocks: dict[tuple[str, str, str], list[float | None]] = {}
     for s in samples:
@@ -163,7 +163,7 @@ def _drift_pairs(samples: Sequence[SweepSample]) -> list[tuple[float, float]]:
     return pairs
 
 
-def check_drift(samples: Sequence[SweepSample], *, seed: int = 0) -> tuple[DriftCheck, ...]:
+def check_drift(samples: Sequence[Sample], *, seed: int = 0) -> tuple[DriftCheck, ...]:
     """One drift check per budget measured again at the end (none without drift blocks).
 
     See :mod:`~pytest_ddtree.measure.sweep.drift` for the rule: the ratios are paired by prompt.

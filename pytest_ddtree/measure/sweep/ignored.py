@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from pytest_ddtree.core.violation import Violation
-from pytest_ddtree.measure.sweep.samples import SweepSample
+from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep.statistics import SweepSummary
 
 
-def budget_ignored(samples: Sequence[SweepSample], skip_checks: Sequence[str]) -> list[Violation]:
+def budget_ignored(samples: Sequence[Sample], skip_checks: Sequence[str]) -> list[Violation]:
     """The sweep-level check: does the server's speed depend on the budget at all?"""
     if "budget-ignored" in skip_checks:
         return []

@@ -10,8 +10,8 @@ from typing import Literal, Protocol
 
 from pytest_ddtree.core.settings import Settings
 from pytest_ddtree.core.violation import Violation
+from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep.drift import DRIFT_PAIRS
-from pytest_ddtree.measure.sweep.samples import SweepSample
 from pytest_ddtree.wire.completion import Completion
 
 SweepOrder = Literal["shuffled", "fixed"]
@@ -145,10 +145,10 @@ def run_sweep(
     *,
     worker: str | None = None,
     concurrent: bool = False,
-    on_sample: Callable[[SweepSample], None] | None = None,
+    on_sample: Callable[[Sample], None] | None = None,
     watch: GroupWatch | None = None,
     seeded: Callable[[int, str, str], Completion] | None = None,
-) -> list[SweepSample]:
+) -> list[Sample]:
     """Run ``plan`` with ``request(tree_budget, prompt_id)`` and validate each answer.
 
     Warm-up requests are validated too (an invalid warm-up is recorded as an
@@ -160,7 +160,7 @@ def run_sweep(
     ``"drift-2"`` for the third request of a prompt in a drift block, so the end
     block samples as the start block did.
     """
-    samples: list[SweepSample] = []
+    samples: list[Sample] = []
     drift_seen: dict[tuple[str, str], int] = {}
     group: list[Completion] = []
     key: tuple[int, int] | None = None
@@ -179,7 +179,7 @@ def run_sweep(
         violations = list(validate(completion))
         if planned.warmup and not violations:
             continue
-        sample = SweepSample.from_completion(
+        sample = Sample.from_completion(
             completion,
             violations,
             round=planned.round,

@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pytest_ddtree.checks.blame import RecordedBlame
 from pytest_ddtree.core import jsonmodel
-from pytest_ddtree.measure.sweep.samples import SweepSample
+from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep.statistics import SweepSummary, summarize
 
 _SECRET_QUERY_KEYS = frozenset(
@@ -191,7 +191,7 @@ class SweepRun:
     are read into :class:`RunMetadata` and :class:`DiagnosisRecord`.
     """
 
-    samples: list[SweepSample] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
     metadata: RunMetadata = field(default_factory=RunMetadata)
     seed: int = 0
     diagnoses: list[DiagnosisRecord] = field(default_factory=list)

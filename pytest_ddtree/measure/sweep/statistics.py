@@ -22,6 +22,7 @@ from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.core.wording import percent
+from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep.bootstrap import (
     BOOTSTRAP_RESAMPLES as BOOTSTRAP_RESAMPLES,
 )
@@ -60,7 +61,6 @@ from pytest_ddtree.measure.sweep.race import (
     judge,
     signed_percent,
 )
-from pytest_ddtree.measure.sweep.samples import SweepSample
 from pytest_ddtree.measure.tally import SpecTally, TalliedSpeculation
 
 #: A budget's place under the rule: what the verdict column says of it (and its colour).
@@ -193,12 +193,7 @@ class BudgetStats(TalliedSpeculation):
             "concurrent": self.concurrent,
             "verdict": self.verdict,
             "mean_acceptance_rate": self.mean_acceptance_rate,
-            "drafted_tokens": self.drafted_tokens,
-            "draft_reports": self.draft_reports,
-            "never_drafted": self.never_drafted,
-            "stats_asked": self.stats_asked,
-            "spec_reports": self.spec_reports,
-            "no_speculative_statistics": self.no_spec_stats,
+            **self.spec_json(),
             "acceptance_by_depth": None if self.depth is None else self.depth.to_json(),
         }
 
@@ -209,7 +204,7 @@ def _mean(values: Iterable[float | int | None]) -> float | None:
 
 
 def budget_stats(
-    tree_budget: int | None, samples: Sequence[SweepSample], *, seed: int = 0
+    tree_budget: int | None, samples: Sequence[Sample], *, seed: int = 0
 ) -> BudgetStats:
     """Statistics of the samples of one budget (callers group by budget)."""
     valid = [s for s in samples if s.valid]
@@ -257,7 +252,7 @@ def budget_stats(
         ),
         concurrent=any(s.concurrent for s in samples),
         mean_acceptance_rate=_mean(s.acceptance_rate for s in valid),
-        spec=SpecTally.of((s.drafted_tokens for s in samples), (s.spec_reported for s in samples)),
+        spec=SpecTally.of(samples),
         depth=depth_profile(valid),
     )
 
@@ -730,7 +725,7 @@ def _unseen_invalid(
 
 
 def summarize(
-    samples: Sequence[SweepSample],
+    samples: Sequence[Sample],
     *,
     seed: int = 0,
     rule: RaceRule | None = None,
@@ -741,10 +736,10 @@ def summarize(
     ``rule`` is the race's rule for an exhaustive sweep's verdict (default margin
     2%); ``race`` an adaptive sweep's own record, whose verdict is kept as raced.
     A budget's statistics count its valid requests and the invalid ones held against it
-    (``SweepSample.against_budget``): a failure blamed on the prompt or the serving stack,
+    (``Sample.against_budget``): a failure blamed on the prompt or the serving stack,
     or an untimed smoke request's, leaves the budget its timings (the report still lists it).
     """
-    groups: dict[int | None, list[SweepSample]] = {}
+    groups: dict[int | None, list[Sample]] = {}
     for s in without_repeats(samples):
         if s.valid or s.against_budget:
             groups.setdefault(s.tree_budget, []).append(s)

@@ -11,23 +11,23 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from pytest_ddtree.core.settings import temperature_label
-from pytest_ddtree.measure.sweep.samples import SweepSample
+from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep.statistics import SweepSummary, summarize
 
 #: the codes of a server found to ignore sampling parameters (see ``pytest_ddtree.checks.sampling``)
 SAMPLING_CODES = ("temperature-ignored", "seed-ignored")
 
 
-def by_temperature(samples: Sequence[SweepSample]) -> dict[float, list[SweepSample]]:
+def by_temperature(samples: Sequence[Sample]) -> dict[float, list[Sample]]:
     """The samples grouped by temperature, lowest first."""
-    groups: dict[float, list[SweepSample]] = {}
+    groups: dict[float, list[Sample]] = {}
     for s in samples:
         groups.setdefault(s.temperature, []).append(s)
     return {t: groups[t] for t in sorted(groups)}
 
 
 def summarize_temperatures(
-    samples: Sequence[SweepSample], *, seed: int = 0
+    samples: Sequence[Sample], *, seed: int = 0
 ) -> dict[float, SweepSummary]:
     """One summary per temperature, lowest first (empty without samples)."""
     return {t: summarize(group, seed=seed) for t, group in by_temperature(samples).items()}
@@ -51,7 +51,7 @@ Summaries = Mapping[float, SweepSummary] | SweepSummary
 
 
 def summaries_of(
-    samples: Sequence[SweepSample],
+    samples: Sequence[Sample],
     given: Summaries | None = None,
     *,
     seed: int = 0,
@@ -73,7 +73,7 @@ def heading(temperature: float) -> str:
     return f"temperature {temperature_label(temperature)}"
 
 
-def sampling_problems(samples: Sequence[SweepSample]) -> list[str]:
+def sampling_problems(samples: Sequence[Sample]) -> list[str]:
     """The distinct messages of samples that found the server ignoring temperature or seed."""
     found: dict[str, None] = {}
     for s in samples:
