@@ -414,6 +414,9 @@ class _Baseline:
     def replay(self, spec: Any) -> Completion:
         return dataclasses.replace(self.reply, request=spec)
 
+    def props(self) -> None:  # says nothing of its chat template (no GET /props)
+        return None
+
 
 def _diagnosis(ours: Completion, theirs: Completion) -> Diagnosis:
     validate = lambda c: list(check(c, min_tokens=1))  # noqa: E731
