@@ -221,7 +221,7 @@ def _summary(
 
 
 def _partial(summary: SweepSummary) -> SweepSummary:
-    return replace(summary, recommendation=replace(summary.recommendation, partial=True))
+    return replace(summary, recommendation=summary.recommendation.flagged(partial=True))
 
 
 def conclude_load(records: Sequence[LoadRecord], *, seed: int) -> list[LoadTestResult]:

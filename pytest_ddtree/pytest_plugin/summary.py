@@ -444,22 +444,23 @@ def write_answer(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
 def answer_lines(session: DDTreeSession) -> list[str]:
     """The recommendation of each temperature, then each load test's schedule joined to it."""
     from pytest_ddtree.measure.sweep.temperature import zero_only
+    from pytest_ddtree.report.decision_text import sweep_answer
 
     lines: list[str] = []
-    sweep_answer: str | None = None
+    sweep_pick: str | None = None
     for t, summary in session.summaries.items():
         rec = summary.recommendation
         at = "" if zero_only(session.summaries) else f"at temperature {t:g}: "
-        lines.append(f"{at}{rec.message}")
+        lines.append(f"{at}{sweep_answer(summary)}")
         if t == 0:
             if rec.tree_budget is not None or (rec.decided and rec.decode_median is not None):
-                sweep_answer = budget_label(rec.tree_budget)
+                sweep_pick = budget_label(rec.tree_budget)
             elif rec.either:
-                sweep_answer = " or ".join(
+                sweep_pick = " or ".join(
                     budget_label(b) for b in sorted(rec.either, key=budget_order)
                 )
     for test in session.load_results:
-        lines.append(load_answer(test.nodeid, test.schedule, sweep_answer))
+        lines.append(load_answer(test.nodeid, test.schedule, sweep_pick))
     return lines
 
 

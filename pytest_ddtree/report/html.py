@@ -48,6 +48,7 @@ from pytest_ddtree.measure.sweep.temperature import (
 from pytest_ddtree.report._atomic import write_text_atomic
 from pytest_ddtree.report.charts import PALETTE
 from pytest_ddtree.report.counters_html import server_counters_section
+from pytest_ddtree.report.decision_text import sweep_answer
 from pytest_ddtree.report.depth_chart import depth_section
 from pytest_ddtree.report.html_style import CSS
 from pytest_ddtree.report.sweep_charts import budget_charts
@@ -376,7 +377,8 @@ def _cards(run: SweepRun, summary: SweepSummary) -> str:
         '<section class="cards">'
         f'<div class="card rec {rec_cls}"><div class="label">Recommended tree_budget '
         f'<span class="badge">{badge}</span></div><div class="big">{big}</div>'
-        f'<div class="sub">{escape(sub)}</div><p class="rec-msg">{escape(rec.message)}</p></div>'
+        f'<div class="sub">{escape(sub)}</div>'
+        f'<p class="rec-msg">{escape(sweep_answer(summary))}</p></div>'
         f'<div class="card {valid_cls}"><div class="label">Valid requests</div>'
         f'<div class="big">{n_valid}<span class="of">/{total}</span></div>'
         f'<div class="sub">{escape(valid_sub)}</div></div>'

@@ -40,6 +40,7 @@ import jsonschema
 
 from pytest_ddtree.core import __version__
 from pytest_ddtree.measure.sweep import DiagnosisRecord, RunMetadata, Sample, SweepRun
+from pytest_ddtree.measure.sweep.statistics import SweepSummary
 from pytest_ddtree.measure.sweep.temperature import (
     Summaries,
     only_summary,
@@ -48,6 +49,7 @@ from pytest_ddtree.measure.sweep.temperature import (
     zero_only,
 )
 from pytest_ddtree.report._atomic import write_text_atomic
+from pytest_ddtree.report.decision_text import sweep_answer
 
 if TYPE_CHECKING:
     from pytest_ddtree.measure.load import LoadTestResult
@@ -104,6 +106,13 @@ def _validator() -> Any:
     return cls(SWEEP_JSON_SCHEMA)
 
 
+def _summary_json(summary: SweepSummary) -> dict[str, Any]:
+    """A summary's JSON, with the recommendation's human text (worded by the report)."""
+    doc = summary.to_json()
+    doc["recommendation"]["message"] = sweep_answer(summary)
+    return doc
+
+
 def sweep_to_json(
     run: SweepRun,
     summaries: Summaries | None = None,
@@ -126,12 +135,12 @@ def sweep_to_json(
         "diagnoses": [d.to_json() for d in run.diagnoses],
     }
     if zero_only(summaries):
-        doc.update(only_summary(summaries, seed=run.seed).to_json())
+        doc.update(_summary_json(only_summary(summaries, seed=run.seed)))
     else:
         doc["temperatures"] = [
             {
                 "temperature": t,
-                **s.to_json(),
+                **_summary_json(s),
                 "sampling": sampling_problems([x for x in run.samples if x.temperature == t]),
             }
             for t, s in summaries.items()

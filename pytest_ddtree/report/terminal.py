@@ -17,11 +17,8 @@ from pytest_ddtree.measure.sweep import (
 )
 from pytest_ddtree.measure.sweep.bootstrap import ci_name
 from pytest_ddtree.measure.sweep.race import RaceRecord, RaceRule
-from pytest_ddtree.measure.sweep.statistics import (
-    acceptance_text,
-    speculation_warnings,
-    standing_text,
-)
+from pytest_ddtree.measure.sweep.statistics import acceptance_text, speculation_warnings
+from pytest_ddtree.report.decision_text import standing_text, sweep_answer
 
 
 def headers() -> tuple[str, ...]:
@@ -170,7 +167,7 @@ def table_lines(
     lines.extend(drift_lines(summary))
     lines.extend(shared_server_lines(shared))
     lines.extend(race_lines(summary.race))
-    lines.append(summary.recommendation.message)
+    lines.append(sweep_answer(summary))
     lines.extend(shared_recommendation(shared))
     deeper = deeper_line([(st.tree_budget, st.depth) for st in summary.budgets if st.depth])
     if deeper is not None:

@@ -12,6 +12,7 @@ import pytest
 from pytest_ddtree.measure.sweep import SweepPlan
 from pytest_ddtree.reference import tokenizer_path
 from pytest_ddtree.report import read_sweep_json
+from pytest_ddtree.report.decision_text import sweep_answer
 
 PROMPT = "Write a long essay about rivers and the valleys they shape."
 
@@ -103,7 +104,7 @@ def test_valid_sweep_records_one_group_per_budget(
     assert run.metadata["model"] == machine["model"] and run.metadata["dialect"] == "ddtree"
     html = (report / "sweep.html").read_text()
     assert html.count('<svg class="chart"') == 3
-    assert run.summary().recommendation.message in html.replace("&#x27;", "'")
+    assert sweep_answer(run.summary()) in html.replace("&#x27;", "'")
 
 
 @pytest.mark.parametrize(

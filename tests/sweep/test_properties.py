@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from pytest_ddtree.measure.sweep import Sample, SweepRun, summarize
 from pytest_ddtree.report import render_html, table_lines
 from pytest_ddtree.report.compare import compare_runs
+from pytest_ddtree.report.decision_text import sweep_answer
 from pytest_ddtree.report.jsonfile import sweep_from_json, sweep_to_json
 
 _rate = st.one_of(st.none(), st.floats(min_value=0.0, max_value=1e6, allow_nan=False))
@@ -50,7 +51,7 @@ def test_summary_table_html_and_json_never_raise_and_are_deterministic(
     run = SweepRun(samples=data, metadata={"model": "<m>"}, seed=1)
     summary = run.summary()
     lines = table_lines(summary)
-    assert lines[-1] == summary.recommendation.message
+    assert lines[-1] == sweep_answer(summary)
     html = render_html(run, summary)
     assert html.startswith("<!DOCTYPE html>") and "<m>" not in html
     doc = json.loads(json.dumps(sweep_to_json(run, summary), allow_nan=False))

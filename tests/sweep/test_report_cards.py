@@ -8,6 +8,7 @@ from dataclasses import replace
 from pytest_ddtree.measure.sweep import Sample, SweepRun, SweepSummary, summarize
 from pytest_ddtree.pytest_plugin.analysis import _partial
 from pytest_ddtree.report import render_html
+from pytest_ddtree.report.decision_text import sweep_answer
 from pytest_ddtree.report.html import card_state
 
 from ._factory import synthetic_sweep
@@ -33,15 +34,15 @@ def test_equivalent_within_the_margin_recommends_the_smaller() -> None:
     samples = synthetic_sweep({32: 1000.0, 64: 1004.0, 256: 600.0}, spread=2.0, rounds=4)
     summary = summarize(samples)
     rec = summary.recommendation
-    assert rec.decided and rec.tree_budget == 32 and rec.tied == (64,), rec.message
-    assert "Equivalent within 2%: tree_budget=64 (leads" in rec.message
+    assert rec.decided and rec.tree_budget == 32 and rec.tied == (64,), sweep_answer(summary)
+    assert "Equivalent within 2%: tree_budget=64 (leads" in sweep_answer(summary)
     assert _badge(summary, samples) == "equivalent within 2%"
 
 
 def test_undecided() -> None:
     samples = synthetic_sweep({32: 1000.0, 64: 1030.0}, spread=80.0, rounds=2)
     summary = summarize(samples)
-    assert not summary.recommendation.decided, summary.recommendation.message
+    assert not summary.recommendation.decided, sweep_answer(summary)
     assert _badge(summary, samples) == "undecided"
 
 

@@ -17,12 +17,12 @@ from pytest_ddtree.measure.sweep import (
     merge_samples,
     quantile,
     rank,
-    recommend,
     redact_endpoint,
     run_sweep,
     summarize,
 )
 from pytest_ddtree.measure.sweep.race import RaceRule
+from pytest_ddtree.report.decision_text import sweep_answer
 from pytest_ddtree.wire.completion import Completion
 
 from ._factory import make_completion, synthetic_sweep
@@ -179,10 +179,11 @@ def test_recommend_picks_peak_and_says_when_decisive() -> None:
     means = {16: 500.0, 32: 700.0, 64: 900.0, 128: 650.0, 256: 400.0}
     summary = summarize(synthetic_sweep(means, spread=10.0))
     rec = summary.recommendation
+    said = sweep_answer(summary)
     assert rec.tree_budget == 64 and rec.n == 9
     assert rec.decisive and rec.tied == ()
-    assert "(n=9)" in rec.message
-    assert "Every other valid budget is slower by more than the 2% margin" in rec.message
+    assert "(n=9)" in said
+    assert "Every other valid budget is slower by more than the 2% margin" in said
     verdicts = {b.tree_budget: b.verdict for b in summary.budgets}
     assert verdicts[64] == "best" and verdicts[32] == "slower"
     assert summary.race is not None and summary.race.mode == "exhaustive"
@@ -193,14 +194,15 @@ def test_an_undecided_sweep_names_the_budgets_it_cannot_tell_apart() -> None:
     # 32 is clearly slower, so the answer is known: 64 or 128, either one
     summary = summarize(synthetic_sweep({32: 700.0, 64: 905.0, 128: 900.0}, spread=40.0))
     rec = summary.recommendation
+    said = sweep_answer(summary)
     assert rec.tree_budget is None and not rec.decided and not rec.decisive
     assert rec.leader in (64, 128)
     assert set(rec.tied) == {64, 128} - {rec.leader}
     assert rec.either == (rec.leader, *rec.tied), rec
-    assert rec.message.startswith("Either tree_budget=64 or 128: "), rec.message
-    assert "every other valid budget is slower by more than the margin" in rec.message
-    assert f"tree_budget={rec.leader} led with median decode" in rec.message
-    assert "n=9" in rec.message and "No budget is recommended" not in rec.message
+    assert said.startswith("Either tree_budget=64 or 128: "), said
+    assert "every other valid budget is slower by more than the margin" in said
+    assert f"tree_budget={rec.leader} led with median decode" in said
+    assert "n=9" in said and "No budget is recommended" not in sweep_answer(summary)
     assert any(b.verdict == "in contention" for b in summary.budgets)
     # the JSON says so too
     assert summary.to_json()["recommendation"]["either"] == list(rec.either)
@@ -210,17 +212,19 @@ def test_an_undecided_sweep_that_excludes_nothing_names_no_budget() -> None:
     # the same two budgets alone: nothing was shown slower, so nothing is known
     summary = summarize(synthetic_sweep({64: 905.0, 128: 900.0}, spread=40.0))
     rec = summary.recommendation
+    said = sweep_answer(summary)
     assert rec.either == () and rec.tree_budget is None
-    assert rec.message.startswith("Undecided:") and "No budget is recommended" in rec.message
+    assert said.startswith("Undecided:") and "No budget is recommended" in said
 
 
 def test_the_smallest_budget_within_the_margin_is_recommended() -> None:
     # 128 is 0.6% faster than 64: inside the 2% margin, so the smaller tree wins
     summary = summarize(synthetic_sweep({32: 700.0, 64: 900.0, 128: 905.0}, spread=2.0))
     rec = summary.recommendation
-    assert rec.tree_budget == 64 and rec.leader == 128 and rec.decided, rec.message
+    said = sweep_answer(summary)
+    assert rec.tree_budget == 64 and rec.leader == 128 and rec.decided, said
     assert rec.tied == (128,)
-    assert "Equivalent within 2%: tree_budget=128 (leads" in rec.message
+    assert "Equivalent within 2%: tree_budget=128 (leads" in said
     verdicts = {b.tree_budget: b.verdict for b in summary.budgets}
     assert verdicts[64] == "best (smallest as fast)"
     assert verdicts[128] == "leads within the margin"
@@ -234,8 +238,9 @@ def test_the_smallest_budget_within_the_margin_is_recommended() -> None:
 def test_no_faster_claim_below_the_minimum_n() -> None:
     # one round (n=3 a budget): a huge difference, but no interval below two values a prompt
     samples = synthetic_sweep({32: 500.0, 64: 900.0}, spread=1.0, rounds=1)
-    rec = summarize(samples).recommendation
-    assert rec.tree_budget is None and rec.leader == 64 and "n=3" in rec.message
+    summary = summarize(samples)
+    rec = summary.recommendation
+    assert rec.tree_budget is None and rec.leader == 64 and "n=3" in sweep_answer(summary)
 
 
 def test_invalid_budget_is_never_recommended_even_if_fastest() -> None:
@@ -244,15 +249,18 @@ def test_invalid_budget_is_never_recommended_even_if_fastest() -> None:
     summary = summarize(samples)
     assert summary.recommendation.tree_budget == 64
     assert summary.recommendation.excluded == (128,)
-    assert "Excluded for invalid responses: 128" in summary.recommendation.message
+    assert "Excluded for invalid responses: 128" in sweep_answer(summary)
     assert summary.budgets[-1].verdict == "INVALID (early-stop)"
 
 
 def test_no_valid_budget_gives_plain_no_recommendation() -> None:
     samples = [Sample(16, "a", 0, False, codes=("empty",))]
-    rec = summarize(samples).recommendation
+    summary = summarize(samples)
+    rec = summary.recommendation
     assert rec.tree_budget is None
-    assert rec.message.startswith("No recommendation: no budget produced valid timed requests")
+    assert sweep_answer(summary).startswith(
+        "No recommendation: no budget produced valid timed requests"
+    )
 
 
 def test_rank_breaks_throughput_ties_by_acceptance_length_not_rate() -> None:
@@ -273,7 +281,7 @@ def test_rank_breaks_throughput_ties_by_acceptance_length_not_rate() -> None:
 def test_recommendation_is_deterministic_and_seeded() -> None:
     samples = synthetic_sweep({32: 880.0, 64: 900.0}, spread=30.0)
     assert summarize(samples, seed=3).to_json() == summarize(samples, seed=3).to_json()
-    assert recommend(summarize(samples).budgets).leader == 64
+    assert summarize(samples).recommendation.leader == 64
 
 
 def test_merge_is_independent_of_worker_finish_order() -> None:
@@ -316,8 +324,9 @@ def test_stratified_bootstrap_separates_budgets_that_prompt_spread_would_blur() 
         for p, f in prompt_speed.items()
         for r in range(3)
     ]
-    rec = summarize(samples).recommendation
-    assert rec.tree_budget == 64 and rec.decisive, rec.message
+    summary = summarize(samples)
+    rec = summary.recommendation
+    assert rec.tree_budget == 64 and rec.decisive, sweep_answer(summary)
     a = [s.decode_tokens_per_second or 0.0 for s in samples if s.tree_budget == 32]
     b = [s.decode_tokens_per_second or 0.0 for s in samples if s.tree_budget == 64]
     pooled = bootstrap_median_difference(a, b)
@@ -336,19 +345,21 @@ def test_the_server_s_own_budget_alone_is_recommended_with_its_n() -> None:
     ]
     summary = summarize(samples)
     rec = summary.recommendation
-    assert rec.decided and rec.tree_budget is None and rec.n == 9, rec.message
-    assert rec.message.startswith("Recommended tree_budget=server-default")
-    assert "only budget with valid timings" in rec.message
+    said = sweep_answer(summary)
+    assert rec.decided and rec.tree_budget is None and rec.n == 9, said
+    assert said.startswith("Recommended tree_budget=server-default")
+    assert "only budget with valid timings" in said
     assert summary.budgets[0].verdict == "best"
     invalid = [*samples, Sample(None, "a", 3, False, codes=("empty",))]
-    bad = summarize(invalid).recommendation
-    assert not bad.decided and bad.message.startswith("No recommendation")
+    bad = summarize(invalid)
+    assert not bad.recommendation.decided
+    assert sweep_answer(bad).startswith("No recommendation")
     assert summarize(invalid).budgets[0].verdict.startswith("INVALID")
 
 
 def test_a_budget_as_fast_as_the_leader_keeps_the_set_from_being_the_answer() -> None:
+    from pytest_ddtree.measure.sweep.decision import decide
     from pytest_ddtree.measure.sweep.race import Judgement, Standing
-    from pytest_ddtree.measure.sweep.statistics import _either
 
     rule = RaceRule()
 
@@ -358,10 +369,11 @@ def test_a_budget_as_fast_as_the_leader_keeps_the_set_from_being_the_answer() ->
     lead, open_ = standing(64, "leader"), [standing(256, "in contention")]
     slower = standing(512, "out")
     both = (lead, open_[0], slower)
-    assert _either(Judgement(both, 64, False, None, rule), open_) == (64, 256)
+    tied = decide(Judgement(both, 64, False, None, rule))
+    assert tied.status == "tied" and tied.arms == (64, 256)
     # 128 as fast as the leader but not in the set: "every other budget is slower" is false
     fast = (lead, standing(128, "as fast"), open_[0], slower)
-    assert _either(Judgement(fast, 64, False, None, rule), open_) == ()
+    assert decide(Judgement(fast, 64, False, None, rule)).status == "undecided"
 
 
 # ------------------------------------------- which invalid requests count against a budget
@@ -407,7 +419,7 @@ def test_an_invalid_request_counts_against_its_budget_only_when_it_is_the_budget
     assert (sixteen.valid, sixteen.total) == ((6, 7) if held else (6, 6))
     assert dict(sixteen.codes) == ({"no-source": 1} if held else {})
     assert (summary.recommendation.tree_budget == 64) is held
-    assert ("Excluded for invalid responses: 16" in summary.recommendation.message) is held
+    assert ("Excluded for invalid responses: 16" in sweep_answer(summary)) is held
 
 
 def test_a_smoke_request_alone_at_a_budget_makes_no_row() -> None:

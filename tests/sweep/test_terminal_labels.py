@@ -7,6 +7,7 @@ import re
 
 from pytest_ddtree.measure.sweep import Sample, summarize
 from pytest_ddtree.report import table_lines
+from pytest_ddtree.report.decision_text import sweep_answer
 
 from ._factory import synthetic_sweep
 
@@ -49,7 +50,7 @@ def test_the_headers_and_legend_say_what_each_interval_is_in_one_format() -> Non
     assert len(intervals) >= 4, rows  # three medians' CIs, a slowdown's at least
     # every interval [low, high]: a rate's as a slowdown's (a dash reads as a minus)
     assert all(re.fullmatch(r"\[[-+]?[\d,.]+%?, [-+]?[\d,.]+%?\]", i) for i in intervals), rows
-    rec = summary.recommendation.message
+    rec = sweep_answer(summary)
     assert re.search(r"median decode [\d,]+ tok/s, 95% CI \[[\d,]+, [\d,]+\] \(n=9\)", rec), rec
 
 
@@ -58,13 +59,15 @@ def test_one_budget_says_so_and_the_n_it_had_not_a_minimum_n_it_did_not_need() -
         Sample(64, p, 0, True, decode_tokens_per_second=900.0 + i)
         for i, p in enumerate(("essay", "code", "list"))
     ]
-    rec = summarize(samples).recommendation
-    assert rec.decided and rec.tree_budget == 64 and rec.n == 3, rec.message
-    assert rec.message.endswith(
+    summary = summarize(samples)
+    rec = summary.recommendation
+    said = sweep_answer(summary)
+    assert rec.decided and rec.tree_budget == 64 and rec.n == 3, said
+    assert said.endswith(
         "(one budget, n=3: nothing to compare it with, so no margin or minimum n applies; "
         "a comparison needs n >= 6 a budget.)"
-    ), rec.message
-    assert "min n 6" not in rec.message and "exhaustive" not in rec.message
+    ), said
+    assert "min n 6" not in said and "exhaustive" not in said
 
 
 def test_a_budget_left_alone_by_invalid_ones_names_the_sweep_and_its_n() -> None:
@@ -76,12 +79,14 @@ def test_a_budget_left_alone_by_invalid_ones_names_the_sweep_and_its_n() -> None
         ),
         Sample(256, "essay", 0, False, codes=("role-leak",)),
     ]
-    rec = summarize(samples).recommendation
-    assert rec.decided and rec.tree_budget == 64, rec.message
-    assert "(exhaustive sweep, n=4: nothing to compare it with" in rec.message, rec.message
-    assert "Excluded for invalid responses: 256" in rec.message
+    summary = summarize(samples)
+    rec = summary.recommendation
+    said = sweep_answer(summary)
+    assert rec.decided and rec.tree_budget == 64, said
+    assert "(exhaustive sweep, n=4: nothing to compare it with" in said, said
+    assert "Excluded for invalid responses: 256" in said
 
 
 def test_a_decided_comparison_keeps_its_rule_and_n() -> None:
-    rec = _summary().recommendation
-    assert "(n=9)" in rec.message and "(exhaustive sweep, 2% margin, min n 6, " in rec.message
+    said = sweep_answer(_summary())
+    assert "(n=9)" in said and "(exhaustive sweep, 2% margin, min n 6, " in said

@@ -41,15 +41,5 @@ def ignoring_budget(summary: SweepSummary) -> SweepSummary:
     budgets = tuple(
         replace(st, place="budget ignored") if st.all_valid else st for st in summary.budgets
     )
-    verdict = replace(
-        rec,
-        tree_budget=None,
-        decode_median=None,
-        decode_ci=None,
-        n=None,
-        tied=(),
-        either=(),
-        decided=False,
-        budget_ignored=True,
-    )
+    verdict = replace(rec.flagged(budget_ignored=True), decode_median=None, decode_ci=None)
     return replace(summary, budgets=budgets, recommendation=verdict)

@@ -21,7 +21,6 @@ from typing import Any, Literal
 from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
-from pytest_ddtree.core.wording import percent
 from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep.bootstrap import (
     BOOTSTRAP_RESAMPLES as BOOTSTRAP_RESAMPLES,
@@ -38,28 +37,21 @@ from pytest_ddtree.measure.sweep.bootstrap import (
 from pytest_ddtree.measure.sweep.bootstrap import (
     bootstrap_median_difference as bootstrap_median_difference,
 )
-from pytest_ddtree.measure.sweep.bootstrap import ci_name
 from pytest_ddtree.measure.sweep.bootstrap import (
     quantile as quantile,
 )
+from pytest_ddtree.measure.sweep.decision import Decision, Flags, decide_record, judge_samples
 from pytest_ddtree.measure.sweep.depth import DepthProfile, depth_profile
 from pytest_ddtree.measure.sweep.drift import (
     DriftCheck,
-    drift_message,
     without_repeats,
 )
 from pytest_ddtree.measure.sweep.drift import (
     check_drift as check_drift,
 )
 from pytest_ddtree.measure.sweep.race import (
-    DEFAULT_EQUIVALENCE,
-    Judgement,
     RaceRecord,
     RaceRule,
-    Standing,
-    exhaustive_record,
-    judge,
-    signed_percent,
 )
 from pytest_ddtree.measure.tally import SpecTally, TalliedSpeculation
 
@@ -257,55 +249,22 @@ def budget_stats(
     )
 
 
-#: What a sweep whose server ignores the tree budget answers.
-BUDGET_IGNORED_TEXT = (
-    "No budget is recommended: the server does not use the tree budget it is sent "
-    "([budget-ignored], the failure of ddtree::sweep), so the sweep timed one configuration "
-    "under several labels; whichever looked fastest, its lead is noise."
-)
-
-
 @dataclass(frozen=True)
 class Recommendation:
     """Which budget to deploy, and how sure the sweep is about it.
 
-    The rule is the race's (:mod:`~pytest_ddtree.measure.sweep.race`), for an exhaustive
-    sweep as for an adaptive one: among the valid budgets as fast as the leader
-    within the margin, the smallest (``tree_budget``, with its median decode
-    throughput, its interval and its ``n``). ``tied`` lists the other budgets
-    as fast as it (decided) or still in contention with the leader
-    (undecided); ``excluded`` the budgets with an invalid request. When the
-    sweep is undecided, ``tree_budget`` is None (no forced winner) and
-    ``leader`` says which budget leads.
+    The one rule's :class:`~pytest_ddtree.measure.sweep.decision.Decision` (the race's, for an
+    exhaustive sweep as for an adaptive one), with the figures of the budget it names: its
+    median decode throughput and interval (the leader's when it names none). The words are
+    the report's (``report.decision_text``); the properties read the decision.
     """
 
-    tree_budget: int | None
-    decode_median: float | None
-    decode_ci: tuple[float, float] | None
-    tied: tuple[int | None, ...]
-    excluded: tuple[int | None, ...]
-    #: the rule's answer in words (:attr:`message` adds what qualifies it)
-    finding: str
-    #: the run was interrupted: its answer covers what ran
-    partial: bool = False
+    decision: Decision[int | None]
+    decode_median: float | None = None
+    decode_ci: tuple[float, float] | None = None
     #: the first drift check that found the server changed during the sweep (see
     #: :mod:`~pytest_ddtree.measure.sweep.drift`); None: no drift
     drift: DriftCheck | None = None
-    #: the rule reached a verdict (False: more requests were needed, or none was valid)
-    decided: bool = True
-    #: the budget with the best measured figure (recommended or not)
-    leader: int | None = None
-    #: the recommended budget's timed requests
-    n: int | None = None
-    #: the practical margin of the rule
-    equivalence: float = DEFAULT_EQUIVALENCE
-    #: an undecided sweep that still knows the answer: the budgets that cannot be told
-    #: apart (the leader first), every other valid budget being clearly slower; deploy
-    #: either one (empty when the sweep knows less, or decided)
-    either: tuple[int | None, ...] = ()
-    #: the server does not use the tree budget (``budget-ignored``): no budget is recommended,
-    #: whatever the table measured
-    budget_ignored: bool = False
     #: budgets found invalid after their race, which did not see it: its verdict is set
     #: aside and every sample judged by the exhaustive rule
     set_aside_for: tuple[int | None, ...] = ()
@@ -315,69 +274,108 @@ class Recommendation:
     nothing_timed: str | None = None
 
     @property
-    def drifting(self) -> bool:
-        """The server changed during the sweep."""
-        return self.drift is not None
+    def tree_budget(self) -> int | None:
+        """The recommended budget (None: the server's own, or none: see ``decided``)."""
+        return self.decision.chosen
 
     @property
-    def message(self) -> str:
-        """The recommendation in words: the rule's finding and what qualifies it."""
-        if self.nothing_timed is not None:
-            text = f"No recommendation: nothing was timed ({self.nothing_timed})."
-        elif self.budget_ignored:
-            text = BUDGET_IGNORED_TEXT
-            text += " The server also drifted during the sweep." if self.drifting else ""
-        else:
-            text = self.finding
-            if self.set_aside_for:
-                text += (
-                    " The race's own verdict is set aside: it did not see the invalid "
-                    f"responses at tree_budget={_names(self.set_aside_for)}; every sample is "
-                    "judged by the exhaustive rule."
-                )
-            text += drift_message(() if self.drift is None else (self.drift,))
-            if self.pooled_races > 1:
-                text += (
-                    f" {self.pooled_races} races ran at this temperature; their samples "
-                    "together are judged by the exhaustive rule (each race judged its own "
-                    "test's samples alone)."
-                )
-        return f"Partial run (interrupted): {text}" if self.partial else text
+    def decided(self) -> bool:
+        """The rule named one budget to deploy."""
+        return self.decision.names_one
+
+    @property
+    def leader(self) -> int | None:
+        """The budget with the best measured figure (recommended or not)."""
+        return self.decision.leader
+
+    @property
+    def n(self) -> int | None:
+        """The timed requests of the budget named (the leader when none is)."""
+        ok = self.decision.has_leader and not self.budget_ignored
+        return self.decision.n if ok else None
+
+    @property
+    def tied(self) -> tuple[int | None, ...]:
+        """Decided: the other budgets as fast as the recommended one; else the budgets
+        still in contention with the leader."""
+        d = self.decision
+        if self.budget_ignored:
+            return ()
+        if d.status == "recommended":
+            return d.as_fast
+        return tuple(a for a in d.arms if a != d.leader)
+
+    @property
+    def either(self) -> tuple[int | None, ...]:
+        """An undecided sweep that still knows the answer: the set to deploy either of."""
+        d = self.decision
+        return d.arms if d.status == "tied" and not self.budget_ignored else ()
+
+    @property
+    def excluded(self) -> tuple[int | None, ...]:
+        """Budgets with an invalid request, never recommended."""
+        return self.decision.excluded
+
+    @property
+    def equivalence(self) -> float:
+        """The practical margin of the rule."""
+        return self.decision.margin
+
+    @property
+    def partial(self) -> bool:
+        """The run was interrupted: its answer covers what ran."""
+        return self.decision.flags.partial
+
+    @property
+    def drifting(self) -> bool:
+        """The server changed during the sweep."""
+        return self.decision.flags.drifting
+
+    @property
+    def budget_ignored(self) -> bool:
+        """The server does not use the tree budget: no budget is recommended."""
+        return self.decision.flags.budget_ignored
 
     @property
     def decisive(self) -> bool:
         """True when the rule decided on a budget (the server's own one included), the run
         is complete and did not drift."""
-        return (
-            self.decode_median is not None
-            and self.decided
-            and not self.partial
-            and not self.drifting
-        )
+        return self.decode_median is not None and self.decision.decisive
+
+    def flagged(self, **flags: bool) -> Recommendation:
+        """The same recommendation with decision flags set (``partial=True``, ...)."""
+        return replace(self, decision=self.decision.flagged(**flags))
 
 
 jsonmodel.register(
     Recommendation,
+    decision=jsonmodel.override(omit=True),
     decode_ci=jsonmodel.override(rename="decode_ci95"),
-    # written only when the sweep names a set (older readers never see the key otherwise)
-    either=jsonmodel.override(omit_if_default=True),
-    budget_ignored=jsonmodel.override(omit_if_default=True),
-    finding=jsonmodel.override(omit=True),
     drift=jsonmodel.override(omit=True),
     set_aside_for=jsonmodel.override(omit=True),
     pooled_races=jsonmodel.override(omit=True),
     nothing_timed=jsonmodel.override(omit=True),
     derived={
+        "tree_budget": lambda r: r.tree_budget,
+        "n": lambda r: r.n,
+        "leader": lambda r: r.leader,
+        "decided": lambda r: r.decided,
+        "equivalence": lambda r: r.equivalence,
+        "tied": lambda r: list(r.tied),
+        "either": lambda r: list(r.either),
+        "excluded": lambda r: list(r.excluded),
         "decisive": lambda r: r.decisive,
+        "partial": lambda r: r.partial,
         "drifting": lambda r: r.drifting,
-        "message": lambda r: r.message,
+        "budget_ignored": lambda r: r.budget_ignored,
+        "status": lambda r: r.decision.status,
+        "decision": lambda r: jsonmodel.to_json(r.decision),
     },
     read=False,  # recomputed from the samples when a file is read
     order=(
         *("tree_budget", "decode_median", "decode_ci95", "n", "leader", "decided"),
         *("equivalence", "tied", "either", "excluded", "decisive", "partial", "drifting"),
         "budget_ignored",
-        "message",
     ),
 )
 
@@ -400,210 +398,21 @@ def rank(stats: Sequence[BudgetStats]) -> list[BudgetStats]:
     )
 
 
-def _fmt_rate(x: float | None) -> str:
-    return "-" if x is None else f"{x:,.0f}"
-
-
-def judge_stats(
-    stats: Sequence[BudgetStats], rule: RaceRule | None = None
-) -> RaceRecord[int | None]:
-    """The race's verdict on an exhaustive sweep: every valid timed budget, every sample."""
-    samples = {
-        st.tree_budget: list(zip(st.decode, st.decode_prompts, strict=True))
-        for st in stats
-        if st.all_valid and st.decode
-    }
-    excluded = {st.tree_budget: "invalid responses" for st in stats if not st.all_valid}
-    return exhaustive_record(judge(samples, rule, excluded=excluded))
-
-
-def _pct(x: float) -> str:
-    return signed_percent(x)
-
-
-def standing_text(s: Standing[int | None]) -> str:
-    """``+7.1% [+4.0%, +9.9%] n=9``: a budget's slowdown against the leader, with its n."""
-    if s.slowdown is None:
-        return f"n={s.n}"
-    est, lo, hi = s.slowdown
-    return f"{_pct(est)} [{_pct(lo)}, {_pct(hi)}] n={s.n}"
-
-
-def _names(keys: Iterable[int | None]) -> str:
-    return ", ".join(budget_label(b) for b in sorted(keys, key=budget_order))
-
-
 def recommend(
-    stats: Sequence[BudgetStats],
-    *,
-    seed: int = 0,
-    rule: RaceRule | None = None,
-    race: RaceRecord[int | None] | None = None,
+    stats: Sequence[BudgetStats], record: RaceRecord[int | None], flags: Flags | None = None
 ) -> Recommendation:
-    """The recommendation by the race's rule (``race``: an adaptive sweep's own record).
-
-    A budget with any invalid request is never recommended. Among the budgets as
-    fast as the leader within the margin, the smallest is recommended; below the
-    rule's minimum n, or while a budget's interval still crosses the margin, the
-    sweep is undecided and says so, with n, instead of naming a winner.
-    """
-    del seed  # the rule's interval is deterministic
+    """The recommendation of ``record`` (the race's verdict on ``stats``' budgets) by the
+    one rule (:func:`~pytest_ddtree.measure.sweep.decision.decide`), with the figures of the
+    budget it names. A budget with any invalid request is never recommended; below the
+    rule's minimum n, or while a budget's interval still crosses the margin, no budget is
+    named (no forced winner)."""
+    decision = decide_record(record, flags)
     by_budget = {st.tree_budget: st for st in stats}
-    if race is not None and any(s.n and s.key not in by_budget for s in race.judgement.standings):
-        # a raced budget's samples were dropped (e.g. its test failed after its timing):
-        # the kept samples are judged alone, by the same rule
-        rule, race = rule or race.judgement.rule, None
-    record = race or judge_stats(stats, rule)
-    j = record.judgement
-    m = j.rule.equivalence
-    excluded = tuple(s.tree_budget for s in stats if s.total > 0 and not s.all_valid)
-    tail = f" Excluded for invalid responses: {_names(excluded)}." if excluded else ""
-    if not any(s.status == "leader" for s in j.standings):
-        why = "no budget produced valid timed requests"
-        if excluded:
-            why += f" (invalid requests at {_names(excluded)})"
-        return Recommendation(
-            None,
-            None,
-            None,
-            (),
-            excluded,
-            f"No recommendation: {why}.",
-            decided=False,
-            equivalence=m,
-        )
-    if not j.decided:
-        return _undecided(record, by_budget, excluded, tail)
-    best = by_budget[j.recommended]
-    n = len(best.decode)
-    ci = best.decode_ci
-    ci_text = "" if ci is None else f", {ci_name()} [{_fmt_rate(ci[0])}, {_fmt_rate(ci[1])}]"
-    message = (
-        f"Recommended tree_budget={budget_label(best.tree_budget)}: median decode "
-        f"{_fmt_rate(best.decode_median)} tok/s{ci_text} (n={n})"
-    )
-    if best.mean_acceptance_length is not None:
-        message += f", mean acceptance length {best.mean_acceptance_length:.2f}"
-    message += "."
-    others = [s for s in j.standings if s.key != j.recommended and s.status != "excluded"]
-    same = [s for s in others if s.status in ("leader", "as fast")]
-    if same:
-        names = ", ".join(
-            f"tree_budget={budget_label(s.key)} ({'leads' if s.status == 'leader' else 'as fast'}"
-            f"{'' if s.slowdown is None else ': ' + standing_text(s)})"
-            for s in same
-        )
-        message += (
-            f" Equivalent within {percent(m)}: {names}; the smallest is recommended, as a "
-            "bigger tree costs more verification under load."
-        )
-    if any(s.status == "out" for s in others):
-        message += f" Every other valid budget is slower by more than the {percent(m)} margin."
-    elif not others:
-        message += " It is the only budget with valid timings."
-    message += f" ({_rule_text(record, alone=n if not others else None)}.){tail}"
-    return Recommendation(
-        best.tree_budget,
-        best.decode_median,
-        best.decode_ci,
-        tuple(s.key for s in same),
-        excluded,
-        message,
-        leader=j.leader,
-        n=n,
-        equivalence=m,
-    )
-
-
-def _rule_text(record: RaceRecord[int | None], alone: int | None = None) -> str:
-    """The mode that ran and its rule; ``alone``: the n of a budget that had no other to be
-    compared with, which the rule's margin and minimum n (a comparison's) do not judge."""
-    r = record.judgement.rule
-    what = f"{percent(r.equivalence)} margin, min n {r.min_n}, {percent(r.confidence)} confidence"
-    if record.mode == "adaptive":
-        budget = "" if r.max_requests is None else f" of {r.max_requests}"
-        mode = f"adaptive sweep, {record.requests}{budget} requests"
-    elif len(record.judgement.standings) < 2:
-        mode = "one budget"
-    else:
-        mode = "exhaustive sweep"
-    if alone is not None:
-        return (
-            f"{mode}, n={alone}: nothing to compare it with, so no margin or minimum n "
-            f"applies; a comparison needs n >= {r.min_n} a budget"
-        )
-    return f"{mode}, {what}"
-
-
-def _undecided(
-    record: RaceRecord[int | None],
-    by_budget: Mapping[int | None, BudgetStats],
-    excluded: tuple[int | None, ...],
-    tail: str,
-) -> Recommendation:
-    j = record.judgement
-    lead = by_budget[j.leader]
-    n = len(lead.decode)
-    open_ = [s for s in j.standings if s.status == "in contention"]
-    parts = ", ".join(f"tree_budget={budget_label(s.key)} ({standing_text(s)})" for s in open_)
-    if record.spent:
-        why = f"the request budget ({record.max_requests}) was spent first"
-    elif record.mode == "adaptive":
-        why = (
-            "the benchmark tests ran out first: more passes over the sweep prompts "
-            "(--ddtree-sweep-passes) would decide"
-        )
-    else:
-        why = "more rounds (--ddtree-rounds) or --ddtree-sweep adaptive would decide"
-    either = _either(j, open_)
-    if either:
-        names = " or ".join(budget_label(b) for b in sorted(either, key=budget_order))
-        message = (
-            f"Either tree_budget={names}: {parts} cannot be told apart from the leader "
-            f"within the {percent(j.rule.equivalence)} margin; every other valid budget is slower "
-            f"by more than the margin; tree_budget={budget_label(j.leader)} led with median "
-            f"decode {_fmt_rate(lead.decode_median)} tok/s (n={n}). Deploy either one (the "
-            f"smaller verifies less under load); to name one: {why} ({_rule_text(record)}).{tail}"
-        )
-    else:
-        message = (
-            f"Undecided: tree_budget={budget_label(j.leader)} leads with median decode "
-            f"{_fmt_rate(lead.decode_median)} tok/s (n={n}), but {parts or 'no budget'} "
-            f"cannot yet be told within the {percent(j.rule.equivalence)} margin or clearly "
-            f"slower; {why}. No budget is recommended ({_rule_text(record)}).{tail}"
-        )
-    return Recommendation(
-        None,
-        lead.decode_median,
-        lead.decode_ci,
-        tuple(s.key for s in open_),
-        excluded,
-        message,
-        decided=False,
-        leader=j.leader,
-        n=n,
-        equivalence=j.rule.equivalence,
-        either=either,
-    )
-
-
-def _either(
-    j: Judgement[int | None], open_: Sequence[Standing[int | None]]
-) -> tuple[int | None, ...]:
-    """The budgets an undecided sweep can still name together: the leader and those in
-    contention with it, when each had the rule's minimum n and every other valid budget
-    left as clearly slower (so the set excludes something); else ()."""
-    rest = [s for s in j.standings if s.key != j.leader and s not in open_]
-    # every other valid budget left as slower: one as fast but not in the set means the set
-    # is not the answer (and nothing shown slower means nothing is known)
-    if not open_ or not rest or any(s.status not in ("out", "excluded") for s in rest):
-        return ()
-    if not any(s.status == "out" for s in rest):
-        return ()
-    lead = next(s for s in j.standings if s.key == j.leader)
-    if any(s.n < j.rule.min_n for s in (lead, *open_)):
-        return ()
-    return (j.leader, *sorted((s.key for s in open_), key=budget_order))
+    named = decision.arms[0] if decision.status == "recommended" else decision.leader
+    best = by_budget.get(named) if decision.has_leader else None
+    if best is None:
+        return Recommendation(decision)
+    return Recommendation(decision, best.decode_median, best.decode_ci)
 
 
 #: the warning's opening, on every engine and in every table's legend
@@ -678,6 +487,10 @@ class SweepSummary:
             "budgets": [b.to_json() for b in self.budgets],
             "recommendation": jsonmodel.to_json(self.recommendation),
         }
+        rec = out["recommendation"]
+        for key in ("either", "budget_ignored"):  # written only when set (as older versions)
+            if not rec[key]:
+                del rec[key]
         if self.race is not None:
             out["race"] = self.race.to_json()
         if self.drift:
@@ -739,20 +552,27 @@ def summarize(
     (``Sample.against_budget``): a failure blamed on the prompt or the serving stack,
     or an untimed smoke request's, leaves the budget its timings (the report still lists it).
     """
+    kept = [s for s in without_repeats(samples) if s.valid or s.against_budget]
     groups: dict[int | None, list[Sample]] = {}
-    for s in without_repeats(samples):
-        if s.valid or s.against_budget:
-            groups.setdefault(s.tree_budget, []).append(s)
+    for s in kept:
+        groups.setdefault(s.tree_budget, []).append(s)
     raw = [budget_stats(b, groups[b], seed=seed) for b in sorted(groups, key=budget_order)]
     unseen = _unseen_invalid(raw, race)
-    if race is not None and unseen:
+    if race is not None and (
+        unseen or any(s.n and s.key not in groups for s in race.judgement.standings)
+    ):
         # found invalid after the race (a temperature-0 divergence marks its budget's
-        # samples): the race's verdict may name it, so every sample is judged afresh
+        # samples), or a raced budget's samples were dropped (its test failed after its
+        # timing): the race's verdict may name it, so every kept sample is judged afresh
         rule, race = race.judgement.rule, None
-    record = race or judge_stats(raw, rule)
-    rec = recommend(raw, seed=seed, race=record)
+    record = race or judge_samples(kept, rule)
     drift = check_drift(samples, seed=seed)
     drifted = [c for c in drift if c.drifting]
+    flags = Flags(
+        drifting=bool(drifted),
+        no_speculative_statistics=bool(raw) and all(st.no_spec_stats for st in raw),
+    )
+    rec = recommend(raw, record, flags)
     rec = replace(rec, set_aside_for=tuple(unseen), drift=drifted[0] if drifted else None)
     placed: list[BudgetStats] = []
     for st in raw:
