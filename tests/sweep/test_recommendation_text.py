@@ -43,7 +43,8 @@ def test_the_json_flags_and_the_json_message_agree() -> None:
     summary = replace(summary, recommendation=summary.recommendation.flagged(partial=True))
     doc = sweep_to_json(SweepRun(samples=samples, metadata={}, seed=0), summary)["recommendation"]
     assert doc["drifting"] is True and doc["partial"] is True and doc["decisive"] is False
-    assert doc["decision"]["flags"]["partial"] is True and doc["status"] == summary.recommendation.decision.status
+    assert doc["decision"]["flags"]["partial"] is True
+    assert doc["status"] == summary.recommendation.decision.status
     assert doc["message"] == sweep_answer(summary) and doc["message"].startswith(PARTIAL)
     assert "finding" not in doc and "drift" not in doc  # the words are in "message" only
     assert "message" not in jsonmodel.to_json(summary.recommendation)  # data, no words
