@@ -224,13 +224,15 @@ def _partial(summary: SweepSummary) -> SweepSummary:
     return replace(summary, recommendation=summary.recommendation.flagged(partial=True))
 
 
-def conclude_load(records: Sequence[LoadRecord], *, seed: int) -> list[LoadTestResult]:
+def conclude_load(
+    records: Sequence[LoadRecord], *, seed: int, equivalence: float
+) -> list[LoadTestResult]:
     """Per load test, the statistics and schedule of the raw samples of every process."""
     if not records:
         return []  # the load package is loaded only when a load test ran
     from pytest_ddtree.measure.load.record import merge_records
 
-    return merge_records(records, seed=seed)
+    return merge_records(records, seed=seed, equivalence=equivalence)
 
 
 def sweep_run(

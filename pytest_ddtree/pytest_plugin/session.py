@@ -363,7 +363,9 @@ class DDTreeSession:
         self.samples, self.summaries = outcome.samples, dict(outcome.summaries)
         self.budget_ignored = outcome.budget_ignored
         # the load tests: merged from the raw samples of every process, analysed once
-        self.load_results = analysis.conclude_load(self.load_records, seed=seed)
+        self.load_results = analysis.conclude_load(
+            self.load_records, seed=seed, equivalence=self.settings.equivalence
+        )
         if self.budget_ignored:
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED

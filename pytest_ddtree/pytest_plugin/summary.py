@@ -25,7 +25,7 @@ from pytest_ddtree.pytest_plugin.runtime import Runtime
 from pytest_ddtree.pytest_plugin.session import DDTreeSession
 
 if TYPE_CHECKING:
-    from pytest_ddtree.measure.load.recommend import Schedule
+    from pytest_ddtree.measure.sweep.decision import Decision
 
 #: the regressions a ``--benchmark-compare-fail`` gate found (name, why), once taken
 REGRESSIONS_KEY = pytest.StashKey[list[tuple[str, str]]]()
@@ -281,7 +281,7 @@ def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     if not session.load_results:
         return
     from pytest_ddtree.measure.load.metrics import speculation_warnings
-    from pytest_ddtree.measure.load.tester import render_table
+    from pytest_ddtree.report.load_text import load_lines
 
     tr.write_sep("-", "pytest-ddtree load")
     for test in session.load_results:
@@ -291,7 +291,7 @@ def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
         if test.note:
             tr.write_line(f"  note: {test.note}")
         width = int(getattr(getattr(tr, "_tw", None), "fullwidth", 80))
-        for line in render_table(test.stats, test.schedule).splitlines():
+        for line in load_lines(test.stats, test.schedule):
             if line.startswith("("):  # the legend, wrapped to the terminal's width
                 for part in textwrap.wrap(line, width=max(40, width - 2), break_on_hyphens=False):
                     tr.write_line("  " + part)
@@ -445,22 +445,18 @@ def answer_lines(session: DDTreeSession) -> list[str]:
     """The recommendation of each temperature, then each load test's schedule joined to it."""
     from pytest_ddtree.measure.sweep.temperature import zero_only
     from pytest_ddtree.report.decision_text import sweep_answer
+    from pytest_ddtree.report.load_text import load_answer
 
     lines: list[str] = []
-    sweep_pick: str | None = None
+    sweep: Decision[int | None] | None = None
     for t, summary in session.summaries.items():
         rec = summary.recommendation
         at = "" if zero_only(session.summaries) else f"at temperature {t:g}: "
         lines.append(f"{at}{sweep_answer(summary)}")
-        if t == 0:
-            if rec.tree_budget is not None or (rec.decided and rec.decode_median is not None):
-                sweep_pick = budget_label(rec.tree_budget)
-            elif rec.either:
-                sweep_pick = " or ".join(
-                    budget_label(b) for b in sorted(rec.either, key=budget_order)
-                )
+        if t == 0 and rec.decode_median is not None:
+            sweep = rec.decision
     for test in session.load_results:
-        lines.append(load_answer(test.nodeid, test.schedule, sweep_pick))
+        lines.append(load_answer(test.nodeid, test.schedule, sweep))
     return lines
 
 
@@ -519,39 +515,6 @@ def _short(warning: str) -> str:
         if char == ":" and depth == 0:
             return warning[:i]
     return warning
-
-
-def load_answer(nodeid: str, schedule: Schedule, sweep: str | None) -> str:
-    """One sentence joining a load test's schedule to the sweep's single-stream answer."""
-    picks = [c for c in schedule.choices if c.chosen]
-    text = schedule.text()
-    if not picks:
-        return f"under load ({nodeid}): {text}"
-    shaky = (
-        " Its points marked UNRELIABLE had a saturated or stalled client: run it again on a "
-        "quieter client before acting on them."
-        if any(c.unreliable for c in picks)
-        else ""
-    )
-    labels = {c.label for c in picks}
-    if sweep is not None and " or " in sweep and labels <= set(sweep.split(" or ")):
-        return (
-            f"under load ({nodeid}): {text}, one of the sweep's tree_budget={sweep} at every "
-            f"load point.{shaky}"
-        )
-    if sweep is None:
-        return f"under load ({nodeid}): {text} (by median TPOT at each load point).{shaky}"
-    if labels == {sweep}:
-        return (
-            f"under load ({nodeid}): tree_budget={sweep} at every load point too ({text}).{shaky}"
-        )
-    differ = next((c for c in picks if c.label != sweep), picks[0])
-    return (
-        f"under load ({nodeid}): {text}. The sweep ranks the budgets by the decode rate of one "
-        f"request at a time and answers {sweep}; the load test ranks them by median TPOT at each "
-        f"load point and answers {differ.label} at {differ.point.label}: where the two differ, "
-        f"the load test's answer is the one for that load.{shaky}"
-    )
 
 
 def _skip_reasons(tr: pytest.TerminalReporter) -> list[str]:

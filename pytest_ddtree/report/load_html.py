@@ -15,11 +15,8 @@ from pytest_ddtree.measure.load.metrics import (
     speculation_warnings,
     table_order,
 )
-from pytest_ddtree.measure.load.race import PointRace
-from pytest_ddtree.measure.load.recommend import NO_VALID, Choice
+from pytest_ddtree.measure.load.recommend import Choice
 from pytest_ddtree.measure.load.record import LoadTestResult
-from pytest_ddtree.measure.sweep.bootstrap import ci_name
-from pytest_ddtree.measure.sweep.race import signed_percent
 from pytest_ddtree.report.charts import (
     HEIGHT,
     PALETTE,
@@ -30,6 +27,7 @@ from pytest_ddtree.report.charts import (
     fmt_num,
     nice_ticks,
 )
+from pytest_ddtree.report.load_text import point_detail, point_line
 
 __all__ = ["latency_chart", "render_load_section"]
 
@@ -164,36 +162,9 @@ def _table(stats: Sequence[PointStats]) -> str:
 
 
 def _choice_item(c: Choice) -> str:
-    if c.race is not None:
-        return _raced_item(c, c.race)
-    if not c.chosen:
-        text = f"none ({escape(c.why_none or NO_VALID)})"
-    else:
-        text = f"{c.label} (TPOT p50 {c.tpot_ms or 0:.2f} ms"
-        text += f", {ci_name()} [{c.ci_ms[0]:.2f}, {c.ci_ms[1]:.2f}]" if c.ci_ms else ""
-        text += f", n={c.n}"
-        if c.has_runner_up and c.margin is not None:
-            text += (
-                f"; runner-up {c.runner_up_label} {signed_percent(c.margin[0])} "
-                f"[{signed_percent(c.margin[1])}, {signed_percent(c.margin[2])}], n={c.runner_up_n}"
-            )
-        text += ")" if c.decisive else "; a tie with the runner-up at this noise)"
-    text += " — UNRELIABLE: client saturated or stalled" if c.unreliable else ""
-    return f"<li>{escape(c.point.label)}: {escape(text)}</li>"
-
-
-def _raced_item(c: Choice, race: PointRace) -> str:
-    """A raced point: the pick (or undecided), the verdict, and each budget's part in the race."""
-    if c.chosen:
-        text = f"{c.label} (TPOT p50 {c.tpot_ms or 0:.2f} ms"
-        text += f", {ci_name()} [{c.ci_ms[0]:.2f}, {c.ci_ms[1]:.2f}]" if c.ci_ms else ""
-        text += f", n={c.n}); "
-    else:
-        text = "undecided; "
-    text += race.line()
-    text += " — UNRELIABLE: client saturated or stalled" if c.unreliable else ""
-    budgets = "".join(f"<li>{escape(line)}</li>" for line in race.lines())
-    return f"<li>{escape(c.point.label)}: {escape(text)}<ul>{budgets}</ul></li>"
+    """A load point's answer, in the terminal's words (the race's account under it)."""
+    detail = "".join(f"<li>{escape(line)}</li>" for line in point_detail(c))
+    return f"<li>{escape(point_line(c))}{f'<ul>{detail}</ul>' if detail else ''}</li>"
 
 
 def _never_drafted(stats: Sequence[PointStats]) -> str:

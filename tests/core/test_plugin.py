@@ -602,21 +602,26 @@ def test_a_server_that_has_answered_is_never_stopped_as_dead() -> None:
 def test_the_load_answer_joins_the_schedule_to_the_sweep() -> None:
     from pytest_ddtree.measure.load.arrivals import LoadPoint
     from pytest_ddtree.measure.load.recommend import Choice, Schedule
-    from pytest_ddtree.pytest_plugin.summary import load_answer
+    from pytest_ddtree.measure.sweep.decision import Decision
+    from pytest_ddtree.report.load_text import load_answer
+
+    def decision(*arms: int, status: str = "recommended") -> Decision[int | None]:
+        return Decision(status, arms, arms[0], 9, 0.02, 0.95, 6)  # type: ignore[arg-type]
 
     def pick(c: int, budget: int, unreliable: bool = False) -> Choice:
-        return Choice(LoadPoint("concurrency", c), budget, 1.0, None, unreliable=unreliable)
+        return Choice(LoadPoint("concurrency", c), decision(budget), 1.0, unreliable=unreliable)
 
     same = Schedule((pick(1, 64), pick(4, 64)))
-    assert load_answer("t::load", same, "64") == (
+    assert load_answer("t::load", same, decision(64)) == (
         "under load (t::load): tree_budget=64 at every load point too (all C: 64)."
     )
     apart = Schedule((pick(1, 64), pick(4, 16, unreliable=True)))
-    line = load_answer("t::load", apart, "64")
-    assert line.startswith("under load (t::load): C<=1: 64, C>1: 16. The sweep ranks"), line
-    assert "answers 16 at C=4" in line and "UNRELIABLE" in line, line
+    line = load_answer("t::load", apart, decision(64))
+    assert line.startswith("under load (t::load): C<=1: 64, C>1: 16. The same rule"), line
+    assert "and 16 at C=4, where requests share the server" in line, line
+    assert "the data differ" in line and "UNRELIABLE" in line, line
     # the sweep's answer is a set: a load pick inside it agrees with it
-    inside = load_answer("t::load", same, "64 or 128")
+    inside = load_answer("t::load", same, decision(64, 128, status="tied"))
     assert inside == (
         "under load (t::load): all C: 64, one of the sweep's tree_budget=64 or 128 at every "
         "load point."

@@ -222,28 +222,30 @@ def test_schedule_follows_the_fastest_valid_budget() -> None:
 
 def test_the_schedules_words_count_the_points_a_race_left_undecided() -> None:
     from dataclasses import replace
-    from types import SimpleNamespace
 
-    from pytest_ddtree.measure.load.recommend import Schedule
+    from pytest_ddtree.measure.load.recommend import Choice, Schedule
 
     c1, c4 = (LoadPoint("concurrency", c) for c in (1, 4))
     samples = _tpot_samples(c1, 16, 0.010) + _tpot_samples(c4, 16, 0.010)
     samples += _tpot_samples(c1, 64, 0.006) + _tpot_samples(c4, 64, 0.012)
     _, schedule = analyse(samples)
     assert schedule.how() == "changes with load"
-    same = Schedule(tuple(replace(c, tree_budget=16) for c in schedule.choices))
+
+    def as_(c: Choice, status: str, arms: tuple[int | None, ...]) -> Choice:
+        return replace(c, decision=replace(c.decision, status=status, arms=arms))
+
+    same = Schedule(tuple(as_(c, "recommended", (16,)) for c in schedule.choices))
     assert same.how() == "same at every load point"
     # a race that spent its requests without a winner at C=1 (the run load.md shows): the
     # schedule reads "C<=1: undecided, C>1: 16", which is not "the same at every point"
-    undecided = SimpleNamespace(decided=False)
-    first = replace(same.choices[0], chosen=False, race=undecided)
+    first = as_(same.choices[0], "undecided", (16, 64))
     partly = Schedule((first, same.choices[1]))
     assert partly.text() == "C<=1: undecided, C>1: 16"
     assert partly.how() == "same at every decided load point; undecided at 1 of 2"
-    second = replace(same.choices[1], chosen=False, race=undecided)
+    second = as_(same.choices[1], "undecided", (16, 64))
     assert Schedule((first, second)).how() == "undecided at every load point"
-    # no race ran and nothing was valid: said as such, never "undecided"
-    invalid = replace(same.choices[0], chosen=False)
+    # nothing was valid: said as such, never "undecided"
+    invalid = as_(same.choices[0], "nothing valid", ())
     assert Schedule((invalid,)).how() == "no point has a valid budget"
 
 
@@ -278,7 +280,7 @@ def _cells(line: str) -> list[str]:
 
 
 def test_table_columns_stay_apart_for_every_budget_label() -> None:
-    from pytest_ddtree.measure.load import render_table
+    from pytest_ddtree.report.load_text import load_lines
 
     c1, c16 = LoadPoint("concurrency", 1), LoadPoint("concurrency", 16)
     samples = [
@@ -287,7 +289,7 @@ def test_table_columns_stay_apart_for_every_budget_label() -> None:
         for i in range(4)
     ]
     stats, schedule = analyse(samples)
-    lines = render_table(stats, schedule).splitlines()
+    lines = load_lines(stats, schedule)
     head, rows = _cells(lines[0]), [_cells(line) for line in lines[1:3]]
     assert all(len(r) == len(head) for r in rows), lines
     assert [r[1] for r in rows] == ["server-default", "server-default"]
@@ -305,9 +307,9 @@ def test_the_servers_own_budget_is_a_choice_not_no_budget() -> None:
     assert schedule.text() == "all C: server-default"
     assert schedule.to_json()["points"][0]["budget_label"] == "server-default"
     assert schedule.to_json()["points"][0]["chosen"] is True
-    from pytest_ddtree.measure.load import render_table
+    from pytest_ddtree.report.load_text import load_lines
 
-    text = render_table(stats, schedule)
+    text = "\n".join(load_lines(stats, schedule))
     assert "best at C=1: server-default (TPOT p50" in text and "no budget" not in text
     # an invalid point is "none", never the server's budget
     bad = [load_sample(c1, None, 0.0, 1.0, 0.1, (), 10, False, ("role-leak",))]
@@ -318,8 +320,8 @@ def test_the_servers_own_budget_is_a_choice_not_no_budget() -> None:
 
 
 def test_acceptance_rate_and_never_drafted_are_shown() -> None:
-    from pytest_ddtree.measure.load import render_table
     from pytest_ddtree.measure.load.metrics import speculation_warnings
+    from pytest_ddtree.report.load_text import load_lines
 
     c1 = LoadPoint("concurrency", 1)
     drafted = [
@@ -341,7 +343,7 @@ def test_acceptance_rate_and_never_drafted_are_shown() -> None:
     assert not by_budget[8].never_drafted
     assert by_budget[16].never_drafted and by_budget[16].draft_reports == 3
     assert not by_budget[32].never_drafted  # no count reported: nothing is claimed
-    lines = render_table(stats, schedule).splitlines()
+    lines = load_lines(stats, schedule)
     rows = {r[1]: r for r in (_cells(x) for x in lines[1:4])}
     assert (rows["8"][11], rows["16"][11], rows["32"][11]) == ("rate 0.50", "no drafts", "-")
     assert speculation_warnings(stats) == [
@@ -372,16 +374,16 @@ def test_html_keeps_the_servers_budget_apart_and_marks_no_drafts() -> None:
     page = render_load_section(
         [LoadTestResult("t.py::test_load", 1, ("main",), False, stats, schedule, tuple(samples))]
     )
-    assert "<li>C=1: server-default (TPOT p50" in page
+    assert "<li>best at C=1: server-default (TPOT p50" in page  # the terminal's words
     assert "no valid budget" not in page
     assert "<td>server-default (never drafted)</td>" in page and "<td>no drafts</td>" in page
     assert escape(speculation_warnings(stats)[0]) in page
 
 
 def test_no_best_budget_says_why_in_the_terminal_the_json_and_the_html() -> None:
-    from pytest_ddtree.measure.load import render_table
     from pytest_ddtree.measure.load.record import LoadTestResult
     from pytest_ddtree.report.load_html import render_load_section
+    from pytest_ddtree.report.load_text import load_lines
 
     c1 = LoadPoint("concurrency", 1)
     # every request valid, none counted (no usage, the counter failed): no TPOT to rank
@@ -392,30 +394,31 @@ def test_no_best_budget_says_why_in_the_terminal_the_json_and_the_html() -> None
     ]
     stats, schedule = analyse(uncounted)
     assert all(s.valid == s.requests == 2 and s.uncounted == 2 for s in stats)
-    text = render_table(stats, schedule)
+    text = "\n".join(load_lines(stats, schedule))
     why = "no token counts: the server sent no usage and no token counter counted the answers"
     assert f"best at C=1: none ({why})" in text and "every request valid" not in text
     assert schedule.to_json()["points"][0]["why_none"] == why
     page = render_load_section(
         [LoadTestResult("t.py::test_load", 1, ("main",), False, stats, schedule, tuple(uncounted))]
     )
-    assert f"<li>C=1: none ({why})" in page and "every request valid" not in page
+    assert f"<li>best at C=1: none ({why})" in page and "every request valid" not in page
     # an invalid budget beside an uncounted one: both are said
     bad = [load_sample(c1, 32, 5.0, 1.0, 0.1, (), 10, False, ("role-leak",))]
     stats, schedule = analyse(uncounted + bad)
     assert schedule.choices[0].why_none == f"{why}; the other 1 budget(s) had invalid requests"
     # only invalid budgets: the old reason, which is then true
     _, schedule = analyse(bad)
-    assert "best at C=1: none (no budget had every request valid)" in render_table(*analyse(bad))
+    lines = load_lines(*analyse(bad))
+    assert "best at C=1: none (no budget had every request valid)" in lines
 
 
 def test_a_load_point_without_speculative_statistics_is_named() -> None:
     from html import escape
 
-    from pytest_ddtree.measure.load import render_table
     from pytest_ddtree.measure.load.metrics import speculation_warnings
     from pytest_ddtree.measure.load.record import LoadTestResult
     from pytest_ddtree.report.load_html import render_load_section
+    from pytest_ddtree.report.load_text import load_lines
 
     c1, c4 = LoadPoint("concurrency", 1), LoadPoint("concurrency", 4)
     silent = [
@@ -425,7 +428,7 @@ def test_a_load_point_without_speculative_statistics_is_named() -> None:
     ]
     stats, schedule = analyse(silent)
     assert all(s.no_spec_stats and not s.never_drafted for s in stats)
-    rows = [_cells(x) for x in render_table(stats, schedule).splitlines()[1:3]]
+    rows = [_cells(x) for x in load_lines(stats, schedule)[1:3]]
     assert [r[11] for r in rows] == ["no stats", "no stats"]
     assert speculation_warnings(stats) == [
         "no speculative statistics came back: is speculation on? 4 answer(s) at budget "
@@ -454,9 +457,9 @@ def test_a_load_point_without_speculative_statistics_is_named() -> None:
 
 def test_load_tables_are_sorted_by_budget_then_load_point() -> None:
     """The run visits load point by load point; both tables read budget by budget."""
-    from pytest_ddtree.measure.load import render_table
     from pytest_ddtree.measure.load.record import LoadTestResult
     from pytest_ddtree.report.load_html import render_load_section
+    from pytest_ddtree.report.load_text import load_lines
 
     points = [LoadPoint("concurrency", c) for c in (8, 1, 16, 2)]
     budgets: list[int | None] = [64, None, 16, 1024]
@@ -468,7 +471,7 @@ def test_load_tables_are_sorted_by_budget_then_load_point() -> None:
     ]
     random.Random(7).shuffle(samples)
     stats, schedule = analyse(samples)
-    lines = render_table(stats, schedule).splitlines()
+    lines = load_lines(stats, schedule)
     rows = [_cells(x) for x in lines[1 : 1 + len(points) * len(budgets)]]
     order = ["C=1", "C=2", "C=8", "C=16"]
     expected = [(p, b) for b in ("server-default", "16", "64", "1024") for p in order]

@@ -10,7 +10,7 @@ from pytest_ddtree.measure.load import LoadPoint, LoadRecord, Sample, analyse, s
 from pytest_ddtree.measure.load.metrics import ClientHealth, chain_health
 from pytest_ddtree.measure.load.race import PointRace, PointRacer, Run, chunk_size, race_point
 from pytest_ddtree.measure.load.runner import CLIENT_TIMEOUT
-from pytest_ddtree.measure.load.tester import render_table
+from pytest_ddtree.report.load_text import load_lines
 
 from ._samples import load_sample
 
@@ -113,8 +113,9 @@ def test_a_spent_budget_is_undecided_and_forces_no_winner() -> None:
     (choice,) = raced.choices
     assert not choice.chosen and choice.undecided and choice.label is None
     assert raced.text() == "all C: undecided"
-    assert schedule.choices[0].chosen  # the same samples, judged in full, pick one
-    table = render_table(stats, raced)
+    # the same samples judged in full, by the same rule, force no winner either
+    assert schedule.choices[0].decision.status == "undecided"
+    table = "\n".join(load_lines(stats, raced))
     assert "best at C=1: undecided; race undecided after" in table
     assert "race at C=1: 16 " in table and "race at C=1: 32 " in table
 
@@ -156,13 +157,16 @@ def test_the_choice_is_the_races_not_the_best_median() -> None:
     samples = server.samples
     _, full = analyse(samples)
     _, raced = analyse(samples, races=[race])
-    assert full.best(C1) == 128 and raced.best(C1) == 32
+    # the one rule, in full as raced: the smallest within the margin of the leader (the
+    # former exhaustive rule took the lowest median, 128, where the race took 32)
+    assert full.best(C1) == 32 and raced.best(C1) == 32
+    assert full.choice(C1).decision.leader == 128 == raced.choice(C1).decision.leader
     choice = raced.choice(C1)
     assert choice.n == server.sent(32) and choice.race is race
     doc = raced.to_json()["points"][0]
     assert doc["race"]["recommended"] == 32 and doc["n"] == choice.n
     assert doc["race"]["left"] == [] and doc["undecided"] is False
-    line = render_table(analyse(samples)[0], raced).splitlines()
+    line = load_lines(analyse(samples)[0], raced)
     assert any(
         "best at C=1: 32 (TPOT p50" in x and "within 5% of the leader 128" in x for x in line
     )
@@ -232,10 +236,11 @@ def test_no_budget_is_called_faster_below_the_minimum_n() -> None:
         server(budget, 4)
     stats, schedule = analyse(server.samples)
     choice = schedule.choice(C1)
-    assert choice.tree_budget == 64 and choice.n == choice.runner_up_n == 4
-    assert choice.margin is not None and choice.margin[1] > 0  # the interval alone would claim
-    assert not choice.decisive
-    assert "n=4 (too few requests for a claim: n < 6)" in render_table(stats, schedule)
+    # 64 leads clearly, but on 4 requests a budget no claim is made: no forced winner
+    assert not choice.chosen and choice.decision.leader == 64 and choice.n == 4
+    assert choice.decision.status == "undecided" and not choice.decisive
+    line = "\n".join(load_lines(stats, schedule))
+    assert "best at C=1: undecided (too few requests for a claim: n < 6); 64 leads" in line
 
 
 def test_runs_with_a_saturated_client_count_but_do_not_race() -> None:

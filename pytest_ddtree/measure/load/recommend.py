@@ -1,19 +1,15 @@
 """The best tree budget at each load point, and the schedule they make.
 
-At each load point the valid budgets (every request valid, none excluded) are
-ranked by median TPOT, lower first: at a fixed concurrency the per-request
-decode rate and the aggregate throughput rank budgets the same way. The best
-budget comes with a bootstrap confidence interval of its median TPOT, and with
-the relative difference to the runner-up; when that interval includes zero the
-choice is a tie at this noise and says so, and so it does below the race's
-minimum n (no claim of a faster budget on a handful of requests). Statistics
-reuse ``sweep``'s seeded bootstrap helpers, so the same samples always give the
-same schedule.
-
-Where the budgets were raced (``--ddtree-sweep adaptive``, see ``load.race``)
-the choice is the race's: the smallest budget within the practical margin of
-the leader once the race is decided, and none ("undecided") when the point's
-request budget was spent first.
+Each load point is decided by the one rule (:mod:`pytest_ddtree.measure.sweep.decision`),
+as the serial sweep is: the budgets' decode rates (whose inverse the tables show as TPOT)
+are judged by the race's rule, a point measured in full at one look
+(:func:`~pytest_ddtree.measure.sweep.decision.judge_samples`) and a raced point
+(``--ddtree-sweep adaptive``, see ``load.race``) by its race's last look. Among the budgets
+with every request valid, the smallest as fast as the leader within the margin is
+recommended; below the rule's minimum n, or while a budget's interval still crosses the
+margin, no budget is named (undecided, never a forced winner). The same samples give the
+same decision on the serial and the loaded path. No words here: ``report.decision_text``
+says them.
 """
 
 from __future__ import annotations
@@ -28,62 +24,80 @@ from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.measure.load.arrivals import LoadPoint
 from pytest_ddtree.measure.load.metrics import PointStats
 from pytest_ddtree.measure.load.race import PointRace
-from pytest_ddtree.measure.sweep import bootstrap_median_ci, bootstrap_median_difference
-from pytest_ddtree.measure.sweep.race import DEFAULT_MIN_N
+from pytest_ddtree.measure.sample import Sample
+from pytest_ddtree.measure.sweep import bootstrap_median_ci
+from pytest_ddtree.measure.sweep.decision import Decision, Flags, decide, judge_samples
+from pytest_ddtree.measure.sweep.race import (
+    DEFAULT_EQUIVALENCE,
+    Judgement,
+    RaceRule,
+    Standing,
+)
 
 __all__ = ["Choice", "Schedule", "recommend"]
 
 
 @dataclass(frozen=True)
 class Choice:
-    """The recommendation at one load point.
+    """The decision at one load point, with the figures of the budget it names.
 
-    ``tree_budget`` None is the server's own budget (``--ddtree-budget-mode none``)
-    when ``chosen``; ``chosen`` False means no budget had every request valid
-    there. The runner-up is told apart the same way by ``has_runner_up``.
+    ``decision`` is the one rule's; ``tpot_ms`` and ``ci_ms`` the median TPOT of the budget
+    it names (the leader's when it names none) and its interval; ``standings`` each
+    budget's place against the leader (a point run in full; a raced point's are in
+    ``race``); ``why_none`` why no budget could be ranked at all.
     """
 
     point: LoadPoint
-    tree_budget: int | None
-    tpot_ms: float | None
-    ci_ms: tuple[float, float] | None
-    runner_up: int | None = None
-    margin: tuple[float, float, float] | None = None
-    excluded: tuple[int | None, ...] = ()
+    decision: Decision[int | None]
+    tpot_ms: float | None = None
+    ci_ms: tuple[float, float] | None = None
     unreliable: bool = False
-    chosen: bool = True
-    has_runner_up: bool = False
-    #: TPOT values behind the chosen budget's interval, and behind the runner-up's
-    n: int = 0
-    runner_up_n: int = 0
     #: the race at this point (``--ddtree-sweep adaptive``); None when run in full
     race: PointRace | None = None
     #: why no budget was chosen (empty when one was): the summary says it as it is
     why_none: str = ""
+    standings: tuple[Standing[int | None], ...] = ()
+
+    @property
+    def chosen(self) -> bool:
+        """The rule named one budget here."""
+        return self.decision.names_one
+
+    @property
+    def tree_budget(self) -> int | None:
+        """The chosen budget (None: the server's own, or none: see ``chosen``)."""
+        return self.decision.chosen
+
+    @property
+    def n(self) -> int:
+        """The timed values behind the named budget (the leader's when none is named)."""
+        return self.decision.n
+
+    @property
+    def excluded(self) -> tuple[int | None, ...]:
+        """Budgets with a request against them here."""
+        return self.decision.excluded
 
     @property
     def undecided(self) -> bool:
-        """The point's race spent its request budget (or was interrupted) without a winner."""
-        return self.race is not None and not self.race.decided
+        """Valid budgets that the rule could not tell apart yet (a tied set included)."""
+        return self.decision.status in ("undecided", "tied")
 
     @property
     def label(self) -> str | None:
-        """The chosen budget as tables name it (``64``, ``server-default``); None if none."""
-        return budget_label(self.tree_budget) if self.chosen else None
-
-    @property
-    def runner_up_label(self) -> str | None:
-        """The runner-up as tables name it; None when there is none."""
-        return budget_label(self.runner_up) if self.has_runner_up else None
+        """The answer as tables name it: ``64``, ``server-default``, ``16 or 64`` (a tied
+        set); None when no budget is named."""
+        d = self.decision
+        if d.names_one:
+            return budget_label(d.chosen)
+        if d.status == "tied":
+            return " or ".join(budget_label(b) for b in d.arms)
+        return None
 
     @property
     def decisive(self) -> bool:
-        """True when the runner-up is slower beyond the confidence interval (or absent)."""
-        if not self.has_runner_up:
-            return self.chosen
-        if min(self.n, self.runner_up_n) < DEFAULT_MIN_N:
-            return False  # too few requests for any claim
-        return self.margin is not None and self.margin[1] > 0
+        """One budget named, on a whole run with a steady server and client."""
+        return self.decision.decisive and not self.unreliable
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON."""
@@ -96,14 +110,12 @@ class Choice:
             "tpot_ms": self.tpot_ms,
             "ci_ms": list(self.ci_ms) if self.ci_ms else None,
             "n": self.n,
-            "runner_up": self.runner_up,
-            "runner_up_label": self.runner_up_label,
-            "runner_up_slower": list(self.margin) if self.margin else None,
-            "runner_up_n": self.runner_up_n,
             "decisive": self.decisive,
             "excluded": list(self.excluded),
             "unreliable": self.unreliable,
             "undecided": self.undecided,
+            "decision": jsonmodel.to_json(self.decision),
+            "standings": [jsonmodel.to_json(s) for s in self.standings],
             "race": self.race.to_json() if self.race is not None else None,
             "why_none": self.why_none or None,
         }
@@ -181,46 +193,84 @@ class Schedule:
         }
 
 
-def _eligible(s: PointStats) -> bool:
-    return s.invalid == 0 and s.tpot is not None and len(s.tpot_values) >= 1
+def _race_judgement(race: PointRace) -> Judgement[int | None]:
+    """A raced point's last look, from its record (the race is over: its standings hold)."""
+    rule = RaceRule(
+        equivalence=race.equivalence,
+        min_n=race.min_n,
+        confidence=race.confidence,
+        max_requests=race.max_requests or None,
+    )
+    standings = tuple(
+        Standing(b, n, None, status, None, reason)  # type: ignore[arg-type]
+        for b, n, status, reason in race.standing
+    )
+    decided = race.outcome != "undecided" and race.recommended is not None
+    return Judgement(standings, race.leader, decided, race.recommended, rule)
+
+
+def _decision(
+    point: LoadPoint,
+    group: Sequence[Sample],
+    race: PointRace | None,
+    rule: RaceRule,
+    flags: Flags,
+) -> tuple[Decision[int | None], tuple[Standing[int | None], ...]]:
+    if race is not None:
+        d = decide(
+            _race_judgement(race),
+            mode="adaptive",
+            requests=race.requests,
+            spent=race.outcome == "undecided",
+            flags=flags,
+        )
+        return d, ()
+    record = judge_samples(group, rule)
+    return decide(record.judgement, requests=record.requests, flags=flags), (
+        record.judgement.standings
+    )
 
 
 def recommend(
-    stats: Sequence[PointStats], *, seed: int = 0, races: Sequence[PointRace] = ()
+    stats: Sequence[PointStats],
+    samples: Sequence[Sample],
+    *,
+    seed: int = 0,
+    races: Sequence[PointRace] = (),
+    equivalence: float = DEFAULT_EQUIVALENCE,
 ) -> Schedule:
-    """The best budget at each load point (see the module docstring)."""
+    """The decision at each load point (see the module docstring)."""
     by_point: dict[LoadPoint, list[PointStats]] = {}
     for s in stats:
         by_point.setdefault(s.point, []).append(s)
     raced = {r.point: r for r in races}
+    rule = RaceRule(equivalence=equivalence)
     choices: list[Choice] = []
     for point in sorted(by_point, key=lambda p: (p.mode, p.value, p.burstiness)):
         group = by_point[point]
-        ok = [s for s in group if _eligible(s)]
-        excluded = tuple(s.tree_budget for s in group if not _eligible(s))
-        unreliable = any(s.unreliable for s in group)
         race = raced.get(point)
-        ranked = sorted(ok, key=_by_median)
-        if race is not None:
-            ranked = [s for s in ok if s.tree_budget == race.recommended] if race.decided else []
-            ranked += sorted((s for s in ok if s not in ranked), key=_by_median)
-        if not ranked or (race is not None and not race.decided):
-            choices.append(
-                Choice(
-                    point,
-                    None,
-                    None,
-                    None,
-                    excluded=excluded,
-                    unreliable=unreliable,
-                    chosen=False,
-                    race=race,
-                    why_none=_why_none(group) if not ranked else "",
-                )
-            )
-            continue
-        choices.append(_choice(point, ranked, excluded, unreliable, race, seed))
+        flags = Flags(
+            partial=race is not None and race.outcome == "interrupted",
+            client_saturated=any(s.unreliable for s in group),
+            no_speculative_statistics=all(s.no_spec_stats for s in group),
+        )
+        mine = [s for s in samples if s.load_point == point]
+        d, standings = _decision(point, mine, race, rule, flags)
+        named = d.arms[0] if d.status == "recommended" else d.leader
+        best = next((s for s in group if s.tree_budget == named), None)
+        tpot, ci = _tpot(best, seed) if d.has_leader and best is not None else (None, None)
+        why = "" if d.has_leader else _why_none(group)
+        choices.append(Choice(point, d, tpot, ci, flags.client_saturated, race, why, standings))
     return Schedule(tuple(choices))
+
+
+def _tpot(best: PointStats, seed: int) -> tuple[float | None, tuple[float, float] | None]:
+    """The median TPOT of ``best`` (ms) and its interval."""
+    if not best.tpot_values:
+        return None, None
+    med = statistics.median(best.tpot_values)
+    ci = bootstrap_median_ci(best.tpot_values, seed=seed, salt=("load", best.point.label))
+    return med * 1000, (ci[0] * 1000, ci[1] * 1000) if ci else None
 
 
 #: why no budget is best at a point, by what the budgets lacked
@@ -230,7 +280,7 @@ NO_TPOT = "no TPOT: no valid answer had a token after its first event"
 
 
 def _why_none(group: Sequence[PointStats]) -> str:
-    """Why none of a point's budgets could be ranked (none was eligible)."""
+    """Why none of a point's budgets could be ranked (none had valid timings)."""
     whole = [s for s in group if s.invalid == 0]
     if not whole:
         return NO_VALID
@@ -238,45 +288,3 @@ def _why_none(group: Sequence[PointStats]) -> str:
     if len(whole) < len(group):
         why += f"; the other {len(group) - len(whole)} budget(s) had invalid requests"
     return why
-
-
-def _by_median(s: PointStats) -> tuple[float, int]:
-    return statistics.median(s.tpot_values), -(s.tree_budget or 0)
-
-
-def _choice(
-    point: LoadPoint,
-    ranked: Sequence[PointStats],
-    excluded: tuple[int | None, ...],
-    unreliable: bool,
-    race: PointRace | None,
-    seed: int,
-) -> Choice:
-    """The choice of ``ranked[0]``, its median's interval, and its difference to ``ranked[1]``."""
-    best = ranked[0]
-    med = statistics.median(best.tpot_values)
-    ci = bootstrap_median_ci(best.tpot_values, seed=seed, salt=("load", point.label))
-    runner = ranked[1] if len(ranked) > 1 else None
-    margin = None
-    if runner is not None:
-        margin = bootstrap_median_difference(
-            best.tpot_values,
-            runner.tpot_values,
-            seed=seed,
-            relative=True,
-            salt=("load-diff", point.label),
-        )
-    return Choice(
-        point,
-        best.tree_budget,
-        med * 1000,
-        (ci[0] * 1000, ci[1] * 1000) if ci else None,
-        runner.tree_budget if runner is not None else None,
-        margin,
-        excluded,
-        unreliable,
-        has_runner_up=runner is not None,
-        n=len(best.tpot_values),
-        runner_up_n=len(runner.tpot_values) if runner is not None else 0,
-        race=race,
-    )

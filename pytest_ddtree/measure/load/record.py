@@ -19,6 +19,7 @@ from pytest_ddtree.measure.load.metrics import ClientHealth, PointStats
 from pytest_ddtree.measure.load.race import PointRace
 from pytest_ddtree.measure.load.recommend import Schedule
 from pytest_ddtree.measure.sample import Sample
+from pytest_ddtree.measure.sweep.race import DEFAULT_EQUIVALENCE
 
 if TYPE_CHECKING:
     from pytest_ddtree.measure.load.tester import LoadResult
@@ -145,7 +146,9 @@ class LoadTestResult:
         }
 
 
-def merge_records(records: Iterable[LoadRecord], *, seed: int) -> list[LoadTestResult]:
+def merge_records(
+    records: Iterable[LoadRecord], *, seed: int, equivalence: float = DEFAULT_EQUIVALENCE
+) -> list[LoadTestResult]:
     """One analysis per test, from the raw samples of every process that ran it."""
     from pytest_ddtree.measure.load.tester import analyse
 
@@ -162,7 +165,14 @@ def merge_records(records: Iterable[LoadRecord], *, seed: int) -> list[LoadTestR
             for point, budget, h in record.health:
                 health.setdefault((point, budget), []).append(h)
         races = [race for r in group for race in r.races]
-        stats, schedule = analyse(samples, health, slo=group[0].slo, seed=seed, races=races)
+        stats, schedule = analyse(
+            samples,
+            health,
+            slo=group[0].slo,
+            seed=seed,
+            races=races,
+            equivalence=equivalence,
+        )
         out.append(
             LoadTestResult(
                 nodeid=nodeid,

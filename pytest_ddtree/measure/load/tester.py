@@ -12,7 +12,6 @@ from typing import Any
 
 from pytest_ddtree.core.settings import Settings, budget_label
 from pytest_ddtree.core.slo import SLO
-from pytest_ddtree.core.wording import percent
 from pytest_ddtree.measure.load.arrivals import LoadPoint
 from pytest_ddtree.measure.load.metrics import (
     ClientHealth,
@@ -24,7 +23,7 @@ from pytest_ddtree.measure.load.metrics import (
     table_order,
 )
 from pytest_ddtree.measure.load.race import PointRace, PointRacer, Run
-from pytest_ddtree.measure.load.recommend import NO_VALID, Choice, Schedule, recommend
+from pytest_ddtree.measure.load.recommend import Schedule, recommend
 from pytest_ddtree.measure.load.runner import (
     CLIENT_TIMEOUT,
     NOT_SENT,
@@ -32,7 +31,7 @@ from pytest_ddtree.measure.load.runner import (
     validate,
 )
 from pytest_ddtree.measure.sample import Sample
-from pytest_ddtree.measure.sweep.race import DEFAULT_EQUIVALENCE, DEFAULT_MIN_N
+from pytest_ddtree.measure.sweep.race import DEFAULT_EQUIVALENCE
 from pytest_ddtree.wire.protocol import EndpointConfig, Messages, StallGuard
 from pytest_ddtree.wire.servermetrics import Counts, GroupWatch
 
@@ -97,8 +96,8 @@ class LoadResult:
         return [s for s in self.samples if not s.valid]
 
     def table(self) -> str:
-        """The terminal table."""
-        return render_table(self.stats, self.schedule)
+        """The terminal table of figures (the answers' words are the report's)."""
+        return render_table(self.stats)
 
 
 def analyse(
@@ -108,10 +107,12 @@ def analyse(
     slo: SLO | None = None,
     seed: int = 0,
     races: Sequence[PointRace] = (),
+    equivalence: float = DEFAULT_EQUIVALENCE,
 ) -> tuple[tuple[PointStats, ...], Schedule]:
     """Statistics of raw samples (from any number of processes), and the schedule.
 
-    ``races``: the points whose budgets were raced; their choice is the race's.
+    ``races``: the points whose budgets were raced; their choice is the race's;
+    ``equivalence``: the rule's margin for the points run in full.
     """
     groups: dict[Key, list[Sample]] = {}
     for s in samples:
@@ -120,7 +121,7 @@ def analyse(
     for key in sorted(groups, key=lambda k: (k[0].mode, k[0].value, k[0].burstiness, k[1] or 0)):
         parts = list((health or {}).get(key, ()))
         stats.append(summarize_point(groups[key], slo=slo, client=merge_health(parts)))
-    return tuple(stats), recommend(stats, seed=seed, races=races)
+    return tuple(stats), recommend(stats, samples, seed=seed, races=races, equivalence=equivalence)
 
 
 def _ms(p: Any, attr: str) -> str:
@@ -190,50 +191,7 @@ def _cells(s: PointStats) -> tuple[str, ...]:
     )
 
 
-def _choice_line(c: Choice) -> str:
-    if c.race is not None:
-        return _raced_line(c, c.race)
-    if not c.chosen:
-        return f"best at {c.point.label}: none ({c.why_none or NO_VALID})"
-    ci = f" [{c.ci_ms[0]:.2f}, {c.ci_ms[1]:.2f}]" if c.ci_ms else ""
-    tpot = f"TPOT p50 {c.tpot_ms:.2f} ms{ci} n={c.n}" if c.tpot_ms is not None else "no TPOT"
-    vs = ""
-    if c.has_runner_up and c.margin is not None:
-        vs = (
-            f"; runner-up {c.runner_up_label} is {c.margin[0]:+.1%} slower "
-            f"[{c.margin[1]:+.1%}, {c.margin[2]:+.1%}] n={c.runner_up_n}"
-        )
-        if min(c.n, c.runner_up_n) < DEFAULT_MIN_N:
-            vs += f" (too few requests for a claim: n < {DEFAULT_MIN_N})"
-        elif not c.decisive:
-            vs += " (a tie at this noise)"
-    elif not c.has_runner_up:
-        vs = "; the only valid budget"
-    warn = " (UNRELIABLE: client saturated or stalled)" if c.unreliable else ""
-    return f"best at {c.point.label}: {c.label} ({tpot}){vs}{warn}"
-
-
-def _raced_line(c: Choice, race: PointRace) -> str:
-    """A raced point: the race's pick (or undecided), then who left the race when and why."""
-    warn = " (UNRELIABLE: client saturated or stalled)" if c.unreliable else ""
-    if not c.chosen:
-        head = f"best at {c.point.label}: undecided; {race.line()}{warn}"
-    else:
-        ci = f" [{c.ci_ms[0]:.2f}, {c.ci_ms[1]:.2f}]" if c.ci_ms else ""
-        why = (
-            "the leader"
-            if race.recommended == race.leader
-            else f"the smallest within {percent(race.equivalence)} of the leader "
-            f"{budget_label(race.leader)}"
-        )
-        head = (
-            f"best at {c.point.label}: {c.label} (TPOT p50 {c.tpot_ms or 0:.2f} ms{ci} "
-            f"n={c.n}; {why}); {race.line()}{warn}"
-        )
-    return "\n".join([head, *(f"  race at {c.point.label}: {line}" for line in race.lines())])
-
-
-def render_table(stats: Sequence[PointStats], schedule: Schedule) -> str:
+def render_table(stats: Sequence[PointStats]) -> str:
     """Per budget × load point, by budget then load point: latencies (ms, p50/p99), rates,
     concurrency, goodput.
 
@@ -251,16 +209,6 @@ def render_table(stats: Sequence[PointStats], schedule: Schedule) -> str:
         ]
         lines.append("  ".join(cells).rstrip())
     lines.append(f"({LEGEND})")
-    lines.extend(_choice_line(c) for c in schedule.choices)
-    lines.append(f"schedule: {schedule.text()} ({schedule.how()})")
-    races = [c.race for c in schedule.choices if c.race is not None]
-    if races:
-        spent, full = sum(r.requests for r in races), sum(r.max_requests for r in races)
-        lines.append(
-            f"raced points: {spent} requests of the {full} sent in full "
-            f"({1 - spent / full:.0%} saved); margin {percent(races[0].equivalence)}, "
-            f"minimum n {races[0].min_n}"
-        )
     return "\n".join(lines)
 
 
@@ -515,7 +463,9 @@ class LoadTester:
         races = tuple(call.races)
         chained = {k: chain_health(v) for k, v in health.items()}  # a raced budget's runs
         merged = {k: [h] for k, h in chained.items()}
-        stats, schedule = analyse(samples, merged, slo=slo, seed=self.seed, races=races)
+        stats, schedule = analyse(
+            samples, merged, slo=slo, seed=self.seed, races=races, equivalence=self.equivalence
+        )
         return LoadResult(
             tuple(samples),
             stats,

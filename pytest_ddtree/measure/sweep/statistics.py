@@ -483,14 +483,14 @@ class SweepSummary:
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form for ``sweep.json``."""
-        out = {
-            "budgets": [b.to_json() for b in self.budgets],
-            "recommendation": jsonmodel.to_json(self.recommendation),
-        }
-        rec = out["recommendation"]
+        rec: dict[str, Any] = jsonmodel.to_json(self.recommendation)
         for key in ("either", "budget_ignored"):  # written only when set (as older versions)
             if not rec[key]:
                 del rec[key]
+        out: dict[str, Any] = {
+            "budgets": [b.to_json() for b in self.budgets],
+            "recommendation": rec,
+        }
         if self.race is not None:
             out["race"] = self.race.to_json()
         if self.drift:

@@ -1,0 +1,160 @@
+"""The load test's decisions in words: each load point's line, the schedule, and how the
+load's answer joins the serial sweep's. The terminal and the HTML report say the same
+lines, built here from each point's ``Decision`` (``measure.load.recommend.Choice``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pytest_ddtree.core.settings import budget_label
+from pytest_ddtree.core.wording import percent
+from pytest_ddtree.measure.load.metrics import PointStats
+from pytest_ddtree.measure.load.recommend import NO_VALID, Choice, Schedule
+from pytest_ddtree.measure.load.tester import render_table
+from pytest_ddtree.measure.sweep.decision import Decision
+from pytest_ddtree.report.decision_text import standing_text
+
+__all__ = ["UNRELIABLE", "load_answer", "load_lines", "point_detail", "point_line"]
+
+#: what a point measured while the client was saturated adds to its line
+UNRELIABLE = " (UNRELIABLE: client saturated or stalled)"
+
+
+def _rule(d: Decision[int | None]) -> str:
+    return f"{percent(d.margin)} margin, min n {d.min_n}, {percent(d.confidence)} confidence"
+
+
+def _tpot(c: Choice) -> str:
+    if c.tpot_ms is None:
+        return f"no TPOT, n={c.n}"
+    ci = f" [{c.ci_ms[0]:.2f}, {c.ci_ms[1]:.2f}]" if c.ci_ms else ""
+    return f"TPOT p50 {c.tpot_ms:.2f} ms{ci} n={c.n}"
+
+
+def _others(c: Choice) -> str:
+    """``; as fast: 128 (...); slower: 32 (...)``: the other budgets of a point run in full."""
+    d = c.decision
+    groups: dict[str, list[str]] = {"as fast": [], "in contention": [], "slower": []}
+    for s in c.standings:
+        if s.key in d.arms:
+            continue
+        if s.key == d.leader:
+            groups["as fast"].append(f"{budget_label(s.key)} (leads, n={s.n})")
+        elif s.status in ("as fast", "in contention"):
+            groups[s.status].append(f"{budget_label(s.key)} ({standing_text(s)})")
+        elif s.status == "out":
+            groups["slower"].append(f"{budget_label(s.key)} ({standing_text(s)})")
+    return "".join(f"; {k}: {', '.join(v)}" for k, v in groups.items() if v)
+
+
+def point_line(c: Choice) -> str:
+    """One load point's answer in one line."""
+    d = c.decision
+    at = f"best at {c.point.label}"
+    warn = UNRELIABLE if c.unreliable else ""
+    if c.race is not None:
+        return _raced_line(c) + warn
+    if not d.has_leader:
+        return f"{at}: none ({c.why_none or NO_VALID})"
+    rule = f"({_rule(d)})"
+    if d.status == "recommended":
+        alone = not d.as_fast and not d.slower
+        if alone:
+            return f"{at}: {c.label} ({_tpot(c)}); the only valid budget{warn}"
+        return f"{at}: {c.label} ({_tpot(c)}){_others(c)} {rule}{warn}"
+    lead = budget_label(d.leader)
+    if d.status == "tied":
+        return (
+            f"{at}: either {c.label} (they cannot be told apart within the "
+            f"{percent(d.margin)} margin; every other valid budget is slower; {lead} led "
+            f"with {_tpot(c)}){_others(c)} {rule}{warn}"
+        )
+    few = min(s.n for s in c.standings if s.key in d.arms) < d.min_n
+    why = f"too few requests for a claim: n < {d.min_n}" if few else "a tie at this noise"
+    return f"{at}: undecided ({why}); {lead} leads with {_tpot(c)}{_others(c)} {rule}{warn}"
+
+
+def _raced_line(c: Choice) -> str:
+    """A raced point: the race's pick (or undecided), and the race in one line."""
+    race, d = c.race, c.decision
+    assert race is not None
+    if not d.names_one:
+        return f"best at {c.point.label}: undecided; {race.line()}"
+    why = (
+        "the leader"
+        if d.chosen == d.leader
+        else f"the smallest within {percent(d.margin)} of the leader {budget_label(d.leader)}"
+    )
+    return f"best at {c.point.label}: {c.label} ({_tpot(c)}; {why}); {race.line()}"
+
+
+def point_detail(c: Choice) -> list[str]:
+    """Under a raced point's line: who left the race when and why, who was as fast."""
+    return c.race.lines() if c.race is not None else []
+
+
+def load_lines(stats: Sequence[PointStats], schedule: Schedule) -> list[str]:
+    """The load table, then each point's answer, the schedule and what racing saved."""
+    lines = render_table(stats).splitlines()
+    for c in schedule.choices:
+        lines.append(point_line(c))
+        lines.extend(f"  race at {c.point.label}: {x}" for x in point_detail(c))
+    lines.append(f"schedule: {schedule.text()} ({schedule.how()})")
+    races = [c.race for c in schedule.choices if c.race is not None]
+    if races:
+        spent, full = sum(r.requests for r in races), sum(r.max_requests for r in races)
+        lines.append(
+            f"raced points: {spent} requests of the {full} sent in full "
+            f"({1 - spent / full:.0%} saved); margin {percent(races[0].equivalence)}, "
+            f"minimum n {races[0].min_n}"
+        )
+    return lines
+
+
+def load_answer(nodeid: str, schedule: Schedule, sweep: Decision[int | None] | None) -> str:
+    """One sentence joining a load test's schedule to the serial sweep's decision.
+
+    Both are the one rule's; where their answers differ, the data differ: the load point's
+    requests share the server with each other, the sweep's ran one at a time.
+    """
+    picks = [c for c in schedule.choices if c.label is not None]
+    text = schedule.text()
+    if not picks:
+        return f"under load ({nodeid}): {text}"
+    shaky = (
+        " Its points marked UNRELIABLE had a saturated or stalled client: run it again on a "
+        "quieter client before acting on them."
+        if any(c.unreliable for c in picks)
+        else ""
+    )
+    said = _sweep_label(sweep)
+    if said is None:
+        return f"under load ({nodeid}): {text} (by the same rule at each load point).{shaky}"
+    labels = {c.label for c in picks}
+    if labels == {said}:
+        return f"under load ({nodeid}): tree_budget={said} at every load point too ({text}).{shaky}"
+    if sweep is not None and sweep.status == "tied":
+        within = {budget_label(b) for b in sweep.arms}
+        if all(c.decision.names_one and c.label in within for c in picks):
+            return (
+                f"under load ({nodeid}): {text}, one of the sweep's tree_budget={said} at every "
+                f"load point.{shaky}"
+            )
+    differ = next((c for c in picks if c.label != said), picks[0])
+    return (
+        f"under load ({nodeid}): {text}. The same rule answers {said} on the sweep's requests, "
+        f"sent one at a time, and {differ.label} at {differ.point.label}, where requests share "
+        f"the server: the data differ, so for that load the load test's answer is the one."
+        f"{shaky}"
+    )
+
+
+def _sweep_label(d: Decision[int | None] | None) -> str | None:
+    """The sweep's answer as the schedule names it (None: it names none)."""
+    if d is None or d.flags.budget_ignored:
+        return None
+    if d.names_one:
+        return budget_label(d.chosen)
+    if d.status == "tied":
+        return " or ".join(budget_label(b) for b in d.arms)
+    return None
