@@ -411,6 +411,15 @@ OPTIONS: tuple[OptionDef, ...] = (
         metavar="N",
     ),
     OptionDef(
+        "context",
+        "Prompt depths in tokens (e.g. 512,2048,8192), or auto: 512 and doubling up to the "
+        "server's context length (from GET /models). Each depth gets its own prompts of "
+        "exactly that many tokens by the run's tokenizer, chat template included: passages "
+        "of a public-domain book shipped with the plugin, each behind a prefix of its own.",
+        metavar="N,N,...|auto",
+        env=("DDTREE_CONTEXT",),
+    ),
+    OptionDef(
         "metrics-url",
         "The server's Prometheus page, scraped before and after each budget group and load "
         "point (counter deltas, shared-server warnings), or off. Default: the endpoint "

@@ -27,6 +27,8 @@ MAX_TEMPERATURE = 2.0
 # Sane bounds: past them a value is a typo, not a setting. No speculative tree verifies a
 # million nodes a round, and no served model writes a million tokens in one answer.
 MAX_BUDGET = 1_048_576
+#: the deepest prompt --ddtree-context takes, in tokens
+MAX_CONTEXT = 16_777_216
 MAX_MAX_TOKENS = 1_048_576
 MAX_RETRY_429 = 10
 _SIZE_UNITS = {
@@ -178,27 +180,52 @@ def parse_url(raw: str, source: str, name: str) -> str:
 
 def parse_budgets(raw: str, source: str, name: str) -> tuple[int, ...]:
     """Comma-separated positive integers, kept in the given order, no repeats."""
+    return _positive_ints(
+        raw,
+        source,
+        name,
+        "16,64,256",
+        MAX_BUDGET,
+        f"beyond any sane tree budget (at most {MAX_BUDGET})",
+    )
+
+
+def _positive_ints(
+    raw: str, source: str, name: str, example: str, maximum: int, beyond: str
+) -> tuple[int, ...]:
+    """Comma-separated integers from 1 to ``maximum`` (past it: ``beyond``), kept in the
+    given order, no repeats; ``example`` shows a good value."""
     items = [p.strip() for p in raw.split(",")]
     if not any(items):
-        raise fail(name, raw, source, "expected a comma-separated list like 16,64,256")
+        raise fail(name, raw, source, f"expected a comma-separated list like {example}")
     if "" in items:  # 16,,64 or 16,64, is a typo, not a shorter list
         where = items.index("") + 1
-        raise fail(name, raw, source, f"item {where} is empty (expected e.g. 16,64,256)")
+        raise fail(name, raw, source, f"item {where} is empty (expected e.g. {example})")
     out: list[int] = []
     for item in items:
         if not re.fullmatch(r"\d+", item) or int(item) < 1:
             raise fail(name, raw, source, f"{item!r} is not a positive integer")
-        if int(item) > MAX_BUDGET:
-            raise fail(
-                name,
-                raw,
-                source,
-                f"{item} is beyond any sane tree budget (at most {MAX_BUDGET})",
-            )
+        if int(item) > maximum:
+            raise fail(name, raw, source, f"{item} is {beyond}")
         if int(item) in out:
             raise fail(name, raw, source, f"{item} is listed twice")
         out.append(int(item))
     return tuple(out)
+
+
+def parse_context(raw: str, source: str, name: str) -> tuple[int, ...] | Literal["auto"]:
+    """``auto`` (doubling depths up to the server's context length), or comma-separated
+    prompt depths in tokens (``512,2048,8192``), kept in the given order, no repeats."""
+    if str(raw).strip().lower() == "auto":
+        return "auto"
+    return _positive_ints(
+        str(raw),
+        source,
+        name,
+        "512,2048,8192 or auto",
+        MAX_CONTEXT,
+        f"deeper than any model's context (at most {MAX_CONTEXT} tokens)",
+    )
 
 
 def parse_temperatures(raw: str, source: str, name: str) -> tuple[float, ...]:
@@ -779,6 +806,8 @@ class Settings:
     load_rate: tuple[float, ...] = setting(None, parse_load_rate, unset=())
     load_burstiness: float = setting("1", parse_burstiness)
     load_requests: int | None = setting("auto", parse_load_requests)
+    #: prompt depths in tokens, "auto" (doubling up to the server's context), or () (off)
+    context: tuple[int, ...] | Literal["auto"] = setting(None, parse_context, unset=())
     max_response_bytes: int = setting("8MiB", parse_size)
     retry_429: int = setting("0", partial(parse_positive_int, minimum=0, maximum=MAX_RETRY_429))
     prompts: Any = setting(None, parse_prompts)  # pytest_ddtree.core.prompts.PromptSet

@@ -101,6 +101,8 @@ def options_from_args(ns: argparse.Namespace) -> ServerOptions:
         verify_quadratic_ms=ns.verify_quadratic_ms,
         prefill_ms_per_token=ns.prefill_ms_per_token,
         slowdown=ns.slowdown,
+        verify_context_ms=ns.verify_context_ms,
+        context_free_tokens=ns.context_free_tokens,
     )
     return ServerOptions(
         host=ns.host,
@@ -118,6 +120,8 @@ def options_from_args(ns: argparse.Namespace) -> ServerOptions:
         slowdown_after=ns.slowdown_after,
         slowdown_factor=ns.slowdown_factor,
         jitter=ns.jitter,
+        draft_context=ns.draft_context,
+        draft_halflife=ns.draft_halflife,
     )
 
 

@@ -9,6 +9,12 @@ Concurrent requests share one simulated accelerator (``Accelerator``), as a batc
 GPU: a verification pass covers the tree nodes of every request in flight, so its cost
 grows with the total. A budget that wins alone loses under load, and the optimum at a
 concurrency C stays computable (``optimal_budget(..., concurrency=C)``, ``optimal_schedule``).
+
+A long prompt weighs on speculation twice, as on real deployments: every verified position
+(each tree node and the target's own token) attends to the prompt, so a big tree pays that
+attention many times over (``CostModel.context_seconds``), and the drafter, trained on short
+contexts, loses track of a long one (``draft_keep``). Both start past a knee, so a prompt of
+a few dozen tokens costs exactly what it did, and past some depth the target alone is faster.
 """
 
 from __future__ import annotations
@@ -17,15 +23,18 @@ import math
 import random
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pytest_ddtree.core.settings import Settings
 
 __all__ = [
     "DEFAULT_PROMPTS",
+    "DRAFT_CONTEXT",
+    "DRAFT_HALFLIFE",
     "Accelerator",
     "CostModel",
     "check_jitter",
+    "draft_keep",
     "jitter_factor",
     "optimal_budget",
     "optimal_schedule",
@@ -41,6 +50,10 @@ class CostModel:
     costs ``verify_per_node_ms``, plus ``verify_quadratic_ms`` per squared node count for
     attention within the tree. ``slowdown`` multiplies every figure (a slower machine, or
     a deliberate regression).
+
+    The prompt's attention: past ``context_free_tokens`` prompt tokens (below them the
+    attention hides behind reading the weights), each verified position costs
+    ``verify_context_ms`` per 1000 further prompt tokens (``context_seconds``).
     """
 
     draft_ms: float = 0.8
@@ -50,6 +63,8 @@ class CostModel:
     verify_quadratic_ms: float = 0.0
     prefill_ms_per_token: float = 0.02
     slowdown: float = 1.0
+    verify_context_ms: float = 0.01
+    context_free_tokens: int = 512
 
     def __post_init__(self) -> None:
         for name in (
@@ -58,13 +73,15 @@ class CostModel:
             "verify_per_node_ms",
             "verify_quadratic_ms",
             "prefill_ms_per_token",
+            "verify_context_ms",
         ):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"CostModel.{name}: must be a number >= 0, got {value!r}")
-        vf = self.verify_free_nodes
-        if not isinstance(vf, int) or isinstance(vf, bool) or vf < 0:
-            raise ValueError(f"CostModel.verify_free_nodes: must be an integer >= 0, got {vf!r}")
+        for name in ("verify_free_nodes", "context_free_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"CostModel.{name}: must be an integer >= 0, got {value!r}")
         sd = self.slowdown
         if not isinstance(sd, (int, float)) or not math.isfinite(sd) or sd <= 0:
             raise ValueError(f"CostModel.slowdown: must be a number > 0, got {self.slowdown!r}")
@@ -91,11 +108,38 @@ class CostModel:
         """Cost of one plain target decoding step (no drafter, a single token)."""
         return self.verify_seconds(0)
 
+    def context_seconds(self, positions: int, prompt_tokens: int) -> float:
+        """Cost of ``positions`` verified positions (a tree's nodes plus the target's own
+        token; 1 without a tree) attending to a prompt of ``prompt_tokens`` tokens: nothing
+        up to ``context_free_tokens``, then linear in the tokens past it."""
+        past = max(0, prompt_tokens - self.context_free_tokens)
+        return self.verify_context_ms * positions * past / 1000.0 * self.slowdown / 1000.0
+
     def prefill_seconds(self, prompt_tokens: int) -> float:
         """Cost of the prefill pass that also yields the first token, over the
         ``prompt_tokens`` it computes (the server's prefix cache spares the ones it holds)."""
         ms = self.prefill_ms_per_token * prompt_tokens + self.verify_base_ms
         return ms * self.slowdown / 1000.0
+
+
+#: prompt tokens the drafter handles as well as a short prompt (its training context)
+DRAFT_CONTEXT = 512
+#: prompt tokens past ``DRAFT_CONTEXT`` over which the drafter's per-token acceptance halves
+DRAFT_HALFLIFE = 2048
+
+
+def draft_keep(
+    prompt_tokens: int, context: int = DRAFT_CONTEXT, halflife: int = DRAFT_HALFLIFE
+) -> float:
+    """The chance that the drafter keeps track of each token the target would accept, after
+    a prompt of ``prompt_tokens`` tokens: 1 up to ``context`` tokens, then halving every
+    ``halflife`` tokens past it (``halflife`` 0: it never decays). A drafted token it loses
+    is rejected, so acceptance falls with the prompt's length while the text stays the
+    target's (lossless)."""
+    past = prompt_tokens - context
+    if halflife <= 0 or past <= 0:
+        return 1.0
+    return float(0.5 ** (past / halflife))
 
 
 def check_jitter(cv: object) -> float:
@@ -191,12 +235,16 @@ def optimal_budget(
     max_tokens: int = Settings.max_tokens,
     block_size: int = 16,
     concurrency: int = 1,
+    draft_context: int = DRAFT_CONTEXT,
+    draft_halflife: int = DRAFT_HALFLIFE,
 ) -> tuple[int, dict[int, dict[str, float]]]:
     """The budget with the highest expected decode throughput under ``cost``.
 
     ``concurrency`` C: C requests at the same budget share the accelerator, so
     each verification pass also covers the other C - 1 requests' trees (their
-    mean tree size); the per-request rate is what one of them sees.
+    mean tree size); the per-request rate is what one of them sees. A long prompt is
+    weighed as the server weighs it: its attention (``CostModel.context_seconds``) and a
+    drafter that loses track of it (``draft_keep`` with ``draft_context``, ``draft_halflife``).
 
     Runs the model (no waiting) on ``prompts`` at each budget, temperature 0, measures the
     mean acceptance length of the decode rounds (the prefill round excluded, as a client's
@@ -215,10 +263,12 @@ def optimal_budget(
     for budget in budgets:
         tokens = rounds = nodes = 0
         seconds = 0.0
-        trees: list[int] = []
+        trees: list[tuple[int, int]] = []  # (nodes, prompt tokens) of each decode round
         for text in texts:
             rendered = model.render_chat([("user", text)], False)
-            plan = model.plan(text, rendered)
+            prompt_tokens = len(model.encode(rendered))
+            keep = draft_keep(prompt_tokens, draft_context, draft_halflife)
+            plan = replace(model.plan(text, rendered), draft_keep=keep)
             produced = 0
             for i, rd in enumerate(model.generate(plan, max_tokens, budget, block_size)):
                 take = min(len(rd.tokens), max_tokens - produced)
@@ -230,10 +280,11 @@ def optimal_budget(
                 tokens += take
                 rounds += 1
                 nodes += rd.nodes
-                trees.append(rd.nodes)
+                trees.append((rd.nodes, prompt_tokens))
         others = (concurrency - 1) * (nodes / rounds if rounds else 0.0)
-        for n in trees:
+        for n, context in trees:
             seconds += cost.draft_seconds() + cost.verify_seconds(round(n + others))
+            seconds += cost.context_seconds(n + 1, context)
         tau = tokens / rounds if rounds else 1.0
         table[budget] = {
             "tau": tau,

@@ -89,6 +89,46 @@ ARGUMENTS: tuple[tuple[str, str | None, dict[str, Any]], ...] = (
         {"type": float, "help": "prefill cost per prompt token"},
     ),
     (
+        "--verify-context-ms",
+        "cost.verify_context_ms",
+        {
+            "type": float,
+            "help": "verification cost per verified position (tree node or the target's own "
+            "token) per 1000 prompt tokens past --context-free-tokens: a long prompt makes a "
+            "big tree dear (0: prompts cost nothing past prefill)",
+        },
+    ),
+    (
+        "--context-free-tokens",
+        "cost.context_free_tokens",
+        {
+            "type": int,
+            "help": "prompt tokens whose attention costs nothing during decoding "
+            "(default %(default)s)",
+        },
+    ),
+    (
+        "--draft-context",
+        "server.draft_context",
+        {
+            "type": int,
+            "metavar": "TOKENS",
+            "help": "prompt tokens the drafter handles as well as a short prompt "
+            "(default %(default)s); past them it loses track of the context",
+        },
+    ),
+    (
+        "--draft-halflife",
+        "server.draft_halflife",
+        {
+            "type": int,
+            "metavar": "TOKENS",
+            "help": "past --draft-context, each drafted token the target would accept is "
+            "kept with probability 0.5^(tokens past / this), so acceptance falls with the "
+            "prompt's length (default %(default)s; 0: never)",
+        },
+    ),
+    (
         "--slowdown",
         "cost.slowdown",
         {"type": float, "help": "multiply every simulated cost by this factor"},

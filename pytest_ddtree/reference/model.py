@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 from tokenizers import Tokenizer
 
 from ._corpus import TOPICS
-from ._state import _ANSWER, _FORCED, _FRESH, _THINK, _State
+from ._state import _ANSWER, _FORCED, _FRESH, _THINK, _State, _unit
 from ._tables import ANSWER_START, DRAFT_TABLE, TABLE_NAMES, NGramTables, encode_key
 from .verify import ForwardPass, FreeTarget, GrammarTarget, decode
 
@@ -145,6 +145,9 @@ class GenerationPlan:
     faults: frozenset[str] = frozenset()
     think_requested: bool = False
     start_context: tuple[int, int, int] | None = None  # stale context (state-leak fault)
+    #: the chance the drafter keeps track of each token the target would accept (a long
+    #: prompt lowers it: ``cost.draft_keep``); 1 at a short prompt
+    draft_keep: float = 1.0
 
 
 @dataclass
@@ -730,11 +733,6 @@ def _max_sentences(
     ):
         return 1 + (h >> 3) % 2
     return 5 + (h >> 5) % 4
-
-
-def _unit(*parts: int) -> float:
-    """A number in (0, 1) hashed from ``parts`` (integers hash alike in every process)."""
-    return ((hash(parts) & 0xFFFFFFFF) + 0.5) / 4294967296.0
 
 
 _MODEL: ReferenceModel | None = None

@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
-from ._state import _ANSWER, _FORCED, _THINK, _free, _State
+from ._state import _ANSWER, _FORCED, _THINK, _free, _State, _unit
 
 if TYPE_CHECKING:
     from .grammar import Constraint
@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 # the draft-confidence fault accepts a drafted token the drafter gives at least this probability
 _CONFIDENT = 0.5
+# the hash slot of the drafter's draw of losing track (see ``FreeTarget.loses_track``)
+_LOST_SLOT = -2
 
 
 class ForwardPass(NamedTuple):
@@ -90,6 +92,13 @@ class FreeTarget:
             self.lossy_armed = False
             return True
         return False
+
+    def loses_track(self, s: _State, depth: int) -> bool:
+        """Whether the drafter, after a long prompt, lost track at ``depth`` of the tree in
+        state ``s``: its token there is rejected though the target agrees (a fixed draw,
+        kept with ``plan.draft_keep``; the text is the target's either way)."""
+        keep = self.plan.draft_keep
+        return keep < 1.0 and _unit(self.plan.key, s[0], depth, _LOST_SLOT) >= keep
 
     def _liked(self, c2: int, c3: int, block_size: int) -> tuple[bool, ...]:
         """Per draft depth: does the drafter give its top token at least ``_CONFIDENT``?"""
@@ -218,7 +227,7 @@ def _verify(
             s = model.advance(plan, s, drafted)
             node = fc
             continue
-        if child is None:
+        if child is None or target.loses_track(s, len(out)):
             break
         out.append(tok)
         states.append(read)

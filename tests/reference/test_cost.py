@@ -147,11 +147,13 @@ def test_the_launch_arguments_reproduce_the_options() -> None:
         faults=tuple(FAULTS)[:2],
         simulated_latency=False,
         default_tree_budget=32,
-        cost=CostModel(draft_ms=1.5, slowdown=2.0),
+        cost=CostModel(draft_ms=1.5, slowdown=2.0, verify_context_ms=0.5, context_free_tokens=9),
         slowdown_after=4,
         slowdown_factor=2.5,
         jitter=0.1,
         model_id="m",
+        draft_context=100,
+        draft_halflife=0,
     )
     for opts in (ServerOptions(), changed):
         assert options_from_args(build_parser().parse_args(options_to_argv(opts))) == opts

@@ -248,11 +248,12 @@ class _Engine:
     def _generate(self, req: Request, faults: frozenset[str], result: _Result) -> Iterator[_Event]:
         """Generate, sleeping the simulated cost of each round; yield text per round."""
         model = self.model
-        plan = result.plan = self.make_plan(req, faults)
-        budget = result.tree_budget = self._budget(req, faults)
-        cost = self.cost_now()
         prompt_ids = model.encode(req.rendered)
         result.prompt_tokens = len(prompt_ids)
+        keep = self.options.draft_keep(result.prompt_tokens)
+        plan = result.plan = replace(self.make_plan(req, faults), draft_keep=keep)
+        budget = result.tree_budget = self._budget(req, faults)
+        cost = self.cost_now()
         result.prefill = self.prefix_cache.prefill(prompt_ids)
         text = _TextStream(model, req, hide_reasoning=plan.think and req.think, faults=faults)
         produced = 0
@@ -396,17 +397,20 @@ class _Engine:
     def _round_seconds(
         self, i: int, nodes: int, budget: int | None, cost: CostModel, result: _Result
     ) -> float:
-        """The simulated time of round ``i``: the prefill, then draft and verification."""
+        """The simulated time of round ``i``: the prefill, then draft and verification (each
+        verified position, the tree's nodes and the target's own token, attending to the
+        prompt: ``CostModel.context_seconds``; this request's own, not the batch's)."""
         if i == 0:
             self.accelerator.step(result.slot, 0)
             prefill = result.prefill
             computed = result.prompt_tokens if prefill is None else prefill.computed_tokens
             return cost.prefill_seconds(computed)
+        attention = cost.context_seconds(nodes + 1, result.prompt_tokens)
         if budget is None:
             # one token, no tree; the pass still carries the trees of the batch
-            return cost.verify_seconds(self.accelerator.step(result.slot, 0))
+            return cost.verify_seconds(self.accelerator.step(result.slot, 0)) + attention
         # the verification pass covers every tree in flight, this one included
-        verify = cost.verify_seconds(self.accelerator.step(result.slot, nodes))
+        verify = cost.verify_seconds(self.accelerator.step(result.slot, nodes)) + attention
         result.draft_seconds += cost.draft_seconds()
         result.verify_seconds += verify
         return cost.draft_seconds() + verify

@@ -10,7 +10,7 @@ from typing import Any
 from pytest_ddtree.core import dialects
 from pytest_ddtree.core.dialects.ddtree import DDTree
 
-from ..cost import CostModel, check_jitter
+from ..cost import DRAFT_CONTEXT, DRAFT_HALFLIFE, CostModel, check_jitter, draft_keep
 from ..faults import parse_faults
 from ..model import MODEL_ID
 from ..request import (
@@ -38,6 +38,9 @@ class ServerOptions:
     ``slowdown_factor`` (a server that degrades mid-run: throttling, another tenant).
     ``jitter``: the coefficient of variation of a seeded, multiplicative noise on each
     generation request's simulated costs (0: none; see :func:`~.cost.jitter_factor`).
+    ``draft_context``, ``draft_halflife``: past ``draft_context`` prompt tokens the drafter
+    loses track of the context, its per-token acceptance halving every ``draft_halflife``
+    tokens (0: never; see :func:`~.cost.draft_keep`).
     """
 
     host: str = "127.0.0.1"
@@ -55,9 +58,19 @@ class ServerOptions:
     slowdown_after: int | None = None
     slowdown_factor: float = 3.0
     jitter: float = 0.0
+    draft_context: int = DRAFT_CONTEXT
+    draft_halflife: int = DRAFT_HALFLIFE
+
+    def draft_keep(self, prompt_tokens: int) -> float:
+        """The drafter's per-token keep after a prompt of ``prompt_tokens`` tokens."""
+        return draft_keep(prompt_tokens, self.draft_context, self.draft_halflife)
 
     def __post_init__(self) -> None:
         _check_slowdown_after(self.slowdown_after, self.slowdown_factor)
+        for name in ("draft_context", "draft_halflife"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name}: must be an integer >= 0, got {value!r}")
         object.__setattr__(self, "jitter", check_jitter(self.jitter))
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ValueError(f"port: must be an integer in 0..65535, got {self.port!r}")
