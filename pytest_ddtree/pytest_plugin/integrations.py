@@ -235,6 +235,15 @@ class XdistIntegration:
         if isinstance(doc, Mapping):
             self.session.merge_worker(doc)
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: Any) -> None:
+        """Controller side: once every worker has collected, the load's common start."""
+        if getattr(self.session.config.option, "dist", "no") != "each":
+            return
+        from pytest_ddtree.pytest_plugin import remote
+
+        remote.collected(self._hosts(), node, len(node.nodemanager.specs))
+
     def _hosts(self) -> Hosts:
         if self.session.hosts is None:
             from pytest_ddtree.measure.load.hosts import Hosts

@@ -26,6 +26,9 @@ from pytest_ddtree.measure.load.hosts import LOCAL, ClockReading, HostClock, Hos
 ROUNDS = 8
 #: seconds to wait for a host's answer before its offset counts as unknown
 PROBE_TIMEOUT = 10.0
+#: the load starts this long after the last worker has collected (seconds): time for the
+#: instant to reach every host and for each to set up its first load test
+START_LEAD = 1.0
 
 
 def host_name(spec: Any, group: Any = None) -> str:
@@ -75,8 +78,28 @@ def node_up(hosts: Hosts, node: Any) -> None:
             f"{__version__}: install the same version on every host"
         )
     node.ddtree_clock = hello["clock"]
+    node.ddtree_start = hello.get("start")
     clock = None if name == LOCAL else HostClock(start=read_offset(hello["clock"]))
     hosts.add(worker, name, clock)
+
+
+def collected(hosts: Hosts, node: Any, nodes: int) -> None:
+    """Controller side, a worker has collected: once all ``nodes`` have, choose the instant
+    the load starts (``START_LEAD`` from now) and send it to each, on its host's clock."""
+    hosts.collected.append(node)
+    if len(hosts.collected) < nodes or hosts.start_at:
+        return
+    hosts.start_at = time.time() + START_LEAD
+    for each in hosts.collected:
+        channel = getattr(each, "ddtree_start", None)
+        host = hosts.by_worker.get(str(each.gateway.id))
+        if channel is None or host is None:
+            continue
+        offset = host.clock.offset_at(hosts.start_at) if host.clock is not None else 0.0
+        try:
+            channel.send(hosts.start_at + (offset or 0.0))
+        except Exception:  # gone already: node_down names it
+            continue
 
 
 def node_down(hosts: Hosts, node: Any, error: Any, start_error: str | None) -> None:

@@ -113,6 +113,7 @@ class Lab:
     namespaces: list[str] = field(default_factory=list)
     procs: list[Proc] = field(default_factory=list)
     subnet: int = 0
+    endpoint_ns: str = ""
 
     @staticmethod
     def unavailable() -> str:
@@ -158,10 +159,40 @@ class Lab:
         pre = ["ip", "-n", ns] if ns else ["ip"]
         run(*pre, "route", "add", f"{SERVICE}/32", "via", via)
 
+    def endpoint(self, *server_args: str) -> str:
+        """The namespace ``e`` serving the reference server on ``SERVICE``, reached from the
+        root namespace (the controller) over its own pair; its URL."""
+        ns = self.namespace("e")
+        run("ip", "-n", ns, "addr", "add", f"{SERVICE}/32", "dev", "lo")
+        _, there = self.link(None, ns)
+        self.route_to_service(None, there)
+        self.endpoint_ns = ns
+        home = self.directory / "endpoint"
+        home.mkdir(parents=True, exist_ok=True)
+        argv = ["ip", "netns", "exec", ns, sys.executable, "-m", "pytest_ddtree.reference"]
+        proc = start([*argv, "--host", SERVICE, "--port", "8000", *server_args], home / "log")
+        self.procs.append(proc)
+        proc.wait_for(re.compile(r"listening on (http://\S+)"))
+        return f"http://{SERVICE}:8000/v1"
+
+    def worker_host(self, name: str, *, reach_endpoint: bool = True) -> tuple[Proc, str]:
+        """A worker host: a namespace joined to the controller's (for execnet) and, unless
+        told otherwise, to the endpoint's; its socket server and ``host:port``."""
+        ns = self.namespace(name)
+        _, here = self.link(None, ns)
+        if reach_endpoint:
+            _, there = self.link(ns, self.endpoint_ns)
+            self.route_to_service(ns, there)
+        proc, address = socket_server(self.directory, name, f"{here}:8888", netns=ns)
+        self.procs.append(proc)
+        return proc, address
+
     def close(self) -> None:
         for proc in reversed(self.procs):
             with contextlib.suppress(Exception):
                 proc.stop()
+        for n in range(1, self.subnet + 1):  # the root namespace's ends, gone at once
+            subprocess.run(["ip", "link", "del", f"d{self.tag}{n}a"], capture_output=True)
         for ns in reversed(self.namespaces):  # takes its veths, their peers and routes along
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         self.procs.clear()
@@ -176,3 +207,93 @@ def lab(directory: Path) -> Iterator[Lab]:
         yield made
     finally:
         made.close()
+
+
+#: a tiny load: one budget, total concurrency 4, 16 requests, short answers
+LOAD_ARGS = (
+    "--pyargs",
+    "pytest_ddtree.suite",
+    "-k",
+    "test_load",
+    "--ddtree-budgets=16",
+    "--ddtree-load-concurrency=4",
+    "--ddtree-load-requests=16",
+    "--ddtree-max-tokens=32",
+    "-p",
+    "no:cacheprovider",
+)
+
+
+def run_load(directory: Path, url: str, name: str, *tx: str) -> tuple[str, dict[str, object]]:
+    """The bundled suite's load test against ``url`` from ``tx`` hosts (none: this process
+    alone); its terminal output and its ``load`` test from sweep.json."""
+    import json
+
+    report = directory / f"report-{name}"
+    spread = ["--dist=each", *(f"--tx=socket={t}" for t in tx)] if tx else []
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            *LOAD_ARGS,
+            f"--ddtree-endpoint={url}",
+            f"--ddtree-report={report}",
+            *spread,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=directory,
+        timeout=120,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"the {name} run failed ({done.returncode}):\n{done.stdout}{done.stderr}"
+        )
+    (test,) = json.loads((report / "sweep.json").read_text())["load"]["tests"]
+    return done.stdout, test
+
+
+def medians(test: dict[str, object]) -> dict[str, tuple[float, tuple[float, float]]]:
+    """Median TPOT and TTFT (ms) of a load test's valid samples, each with its 95% bootstrap
+    interval."""
+    import statistics
+
+    from pytest_ddtree.measure.sweep.bootstrap import bootstrap_median_ci
+
+    samples = [s for s in test["samples"] if s["valid"]]  # type: ignore[attr-defined]
+    figures = {
+        "TPOT": [
+            1000 / s["decode_tokens_per_second"]
+            for s in samples
+            if s.get("decode_tokens_per_second")
+        ],
+        "TTFT": [1000 * s["ttft"] for s in samples if s.get("ttft") is not None],
+    }
+    out = {}
+    for name, values in figures.items():
+        ci = bootstrap_median_ci(values, seed=0)
+        assert ci is not None
+        out[name] = (statistics.median(values), ci)
+    return out
+
+
+def agree(
+    a: dict[str, tuple[float, tuple[float, float]]], b: dict[str, tuple[float, tuple[float, float]]]
+) -> dict[str, bool]:
+    """Per figure: each run's median within the other's interval."""
+    return {
+        k: b[k][1][0] <= a[k][0] <= b[k][1][1] and a[k][1][0] <= b[k][0] <= a[k][1][1] for k in a
+    }
+
+
+def three_hosts_and_one(directory: Path) -> tuple[str, str, dict[str, object], dict[str, object]]:
+    """The same load from the controller plus two worker namespaces, then from the controller
+    alone, against one reference server in its own namespace: both outputs and tests."""
+    with lab(directory) as made:
+        url = made.endpoint()
+        _, a = made.worker_host("a")
+        _, b = made.worker_host("b")
+        spread_out, spread = run_load(directory, url, "three-hosts", a, b)
+        alone_out, alone = run_load(directory, url, "one-host")
+    return spread_out, alone_out, spread, alone

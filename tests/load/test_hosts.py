@@ -180,3 +180,20 @@ def test_a_host_with_another_version_is_refused_in_one_line(
     )
     assert result.stderr.lines.count(line) == 1 or result.stdout.lines.count(line) == 1
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+@pytest.mark.slow
+def test_three_hosts_in_namespaces_agree_with_one_host(tmp_path: Path) -> None:
+    """Two worker namespaces and the controller, then the controller alone, the same load on
+    one reference server in its own namespace: each host sends its share, with its clock read
+    over execnet. Whether the medians agree is measured, not asserted (a noisy machine):
+    ``benchmarks/bench_hosts.py`` prints both with their intervals."""
+    why = hostlab.Lab.unavailable()
+    if why:
+        pytest.skip(why)
+    spread_out, _, spread, alone = hostlab.three_hosts_and_one(tmp_path)
+    assert spread["requests"] == alone["requests"] == 16
+    hosts = {r["host"]: r for r in spread["hosts"]}
+    assert len(hosts) == 2 and all(r["requests"] == 8 and r["valid"] == 8 for r in hosts.values())
+    assert all(r["clock"]["start"] is not None for r in hosts.values())
+    assert "start skew:" in spread_out and not spread["absent_hosts"]

@@ -142,6 +142,8 @@ class Hosts:
     by_worker: dict[str, Host] = field(default_factory=dict)
     #: the controller's wall time the load's common start was chosen for (0: none)
     start_at: float = 0.0
+    #: the workers that have collected (the start is chosen once all have)
+    collected: list[Any] = field(default_factory=list)
 
     def add(self, worker: str, name: str, clock: HostClock | None) -> None:
         """A worker set up on host ``name`` (its clock read at the start, or the controller's)."""
