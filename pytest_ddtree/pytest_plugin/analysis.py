@@ -29,6 +29,7 @@ from pytest_ddtree.pytest_plugin.runtime import Runtime
 
 if TYPE_CHECKING:
     from pytest_ddtree.measure.load import LoadRecord, LoadTestResult
+    from pytest_ddtree.measure.load.hosts import Hosts
 
 INTERRUPTED_NOTE = (
     "interrupted: this is a partial run; tests that did not finish are left out "
@@ -225,14 +226,19 @@ def _partial(summary: SweepSummary) -> SweepSummary:
 
 
 def conclude_load(
-    records: Sequence[LoadRecord], *, seed: int, equivalence: float
+    records: Sequence[LoadRecord],
+    *,
+    seed: int,
+    equivalence: float,
+    hosts: Hosts | None = None,
 ) -> list[LoadTestResult]:
-    """Per load test, the statistics and schedule of the raw samples of every process."""
+    """Per load test, the statistics and schedule of the raw samples of every process
+    (``hosts``: the load hosts of a run over xdist gateways, see ``measure.load.hosts``)."""
     if not records:
         return []  # the load package is loaded only when a load test ran
     from pytest_ddtree.measure.load.record import merge_records
 
-    return merge_records(records, seed=seed, equivalence=equivalence)
+    return merge_records(records, seed=seed, hosts=hosts, equivalence=equivalence)
 
 
 def sweep_run(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Generator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 import pytest
@@ -29,6 +29,9 @@ from pytest_ddtree.measure.bench import (
     strip_budgets,
 )
 from pytest_ddtree.pytest_plugin.session import DIST_KEY, WORKER_OUTPUT_KEY, DDTreeSession
+
+if TYPE_CHECKING:
+    from pytest_ddtree.measure.load.hosts import Hosts
 
 
 def _group_sort_key(name: object) -> tuple[int, str]:
@@ -213,15 +216,40 @@ class XdistIntegration:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
-        """Controller side: tell each worker how tests are distributed (it runs with "no")."""
+        """Controller side: tell each worker how tests are distributed (it runs with "no");
+        check its host's version and read its clock (``remote``)."""
         node.workerinput[DIST_KEY] = str(getattr(self.session.config.option, "dist", "no"))
+        from pytest_ddtree.pytest_plugin import remote
+
+        remote.node_up(self._hosts(), node)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        """Controller side: take over a finished worker's records."""
+        """Controller side: take over a finished worker's records; its host's clock at the
+        end, or why it went down."""
         doc = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT_KEY)
+        start_error = doc.get("start_error") if isinstance(doc, Mapping) else None
+        from pytest_ddtree.pytest_plugin import remote
+
+        remote.node_down(self._hosts(), node, error, start_error)
         if isinstance(doc, Mapping):
             self.session.merge_worker(doc)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: Any) -> None:
+        """Controller side: once every worker has collected, the load's common start."""
+        if getattr(self.session.config.option, "dist", "no") != "each":
+            return
+        from pytest_ddtree.pytest_plugin import remote
+
+        remote.collected(self._hosts(), node, len(node.nodemanager.specs))
+
+    def _hosts(self) -> Hosts:
+        if self.session.hosts is None:
+            from pytest_ddtree.measure.load.hosts import Hosts
+
+            self.session.hosts = Hosts()
+        return self.session.hosts
 
 
 def _file_storage(config: pytest.Config) -> Path | None:
@@ -242,6 +270,10 @@ def register(config: pytest.Config, session: DDTreeSession) -> None:
         manager.register(BenchmarkIntegration(session), "ddtree-benchmark")
     if session.xdist and not manager.has_plugin("ddtree-xdist"):
         manager.register(XdistIntegration(session), "ddtree-xdist")
+        if not session.is_worker:
+            from pytest_ddtree.pytest_plugin import remote
+
+            remote.configure(config)
 
 
 def _slowdown_setup(slowdown: tuple[int, float] | None) -> dict[str, str]:

@@ -31,6 +31,7 @@ from pytest_ddtree.wire.client import EndpointError
 if TYPE_CHECKING:
     from pytest_ddtree.core.violation import Violation
     from pytest_ddtree.measure.load import LoadRecord, LoadTestResult
+    from pytest_ddtree.measure.load.hosts import Hosts
     from pytest_ddtree.measure.machine import ProbeResult
     from pytest_ddtree.measure.sweep import DiagnosisRecord, RunMetadata, Sample, SweepSummary
     from pytest_ddtree.measure.sweep.benchrace import BenchRace
@@ -173,6 +174,8 @@ class DDTreeSession:
         # one record of raw samples per ddtree_load call (and process); merged in finish()
         self.load_records: list[LoadRecord] = []
         self.load_results: list[LoadTestResult] = []
+        #: the controller's load hosts of a run over xdist gateways (``pytest_plugin.remote``)
+        self.hosts: Hosts | None = None
         # the machine's and the server's state (--ddtree-probe, /version): descriptive only
         self.probes: list[ProbeResult] = []
         self.server_info: dict[str, Any] | None = None
@@ -364,7 +367,7 @@ class DDTreeSession:
         self.budget_ignored = outcome.budget_ignored
         # the load tests: merged from the raw samples of every process, analysed once
         self.load_results = analysis.conclude_load(
-            self.load_records, seed=seed, equivalence=self.settings.equivalence
+            self.load_records, seed=seed, equivalence=self.settings.equivalence, hosts=self.hosts
         )
         if self.budget_ignored:
             if session.exitstatus == pytest.ExitCode.OK:
@@ -421,6 +424,8 @@ class WorkerPayload:
     diagnoses: list[DiagnosisRecord] = field(default_factory=list)
     #: raw samples of each ddtree_load call: the controller computes the percentiles once
     load_records: list[LoadRecord] = field(default_factory=list)
+    #: why the worker's runtime did not start (its host could not reach the endpoint)
+    start_error: str | None = None
 
     @classmethod
     def of(cls, session: DDTreeSession) -> WorkerPayload:
@@ -432,6 +437,7 @@ class WorkerPayload:
             lossy=dict(session.lossy),
             diagnoses=list(session.diagnoses),
             load_records=list(session.load_records),
+            start_error=session.start_error,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -493,4 +499,6 @@ def _payload_form() -> None:
             unstruct_hook=lambda records: [jsonmodel.to_json(r) for r in records],
             struct_hook=_read_load,
         ),
+        # written only when set: a payload of a worker that reached its endpoint is unchanged
+        start_error=jsonmodel.override(omit_if_default=True),
     )

@@ -280,14 +280,17 @@ def _tables(
 def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     if not session.load_results:
         return
+    from pytest_ddtree.measure.load.hosts import absent_line, render_hosts
     from pytest_ddtree.measure.load.metrics import speculation_warnings
     from pytest_ddtree.report.load_text import load_lines
 
     tr.write_sep("-", "pytest-ddtree load")
     for test in session.load_results:
-        cut = " (interrupted: partial results)" if test.partial else ""
+        cut = " (interrupted: partial results)" if test.partial and not test.absent else ""
         at = f" at temperature {test.temperature:g}" if test.temperature else ""
         tr.write_line(f"{test.nodeid}{at}: merged from {test.where}; total load per point{cut}")
+        if test.absent:
+            tr.write_line("  " + absent_line(test.absent), red=True)
         if test.note:
             tr.write_line(f"  note: {test.note}")
         width = int(getattr(getattr(tr, "_tw", None), "fullwidth", 80))
@@ -306,6 +309,10 @@ def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
                 "(spread the load with -n K --dist each; run the client on a quieter machine)",
                 yellow=True,
             )
+        if test.hosts:
+            tr.write_line("  per host:")
+            for line in render_hosts(test.hosts, test.clock_problems):
+                tr.write_line("  " + line, yellow=line.startswith("timeline approximate"))
 
 
 def take_regressions(config: pytest.Config) -> list[tuple[str, str]]:
@@ -485,6 +492,8 @@ def caveat_lines(session: DDTreeSession) -> list[str]:
         )
     for test in session.load_results:
         found.extend(_short(w) for w in load_warnings(test.stats))
+        found.extend(f"partial: {line}" for line in test.absent)
+        found.extend(f"timeline approximate: {line}" for line in test.clock_problems)
     if runtime is not None:
         log = runtime.server_metrics
         shared = log.shared_budgets() if log is not None else None

@@ -22,6 +22,7 @@ from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep.race import DEFAULT_EQUIVALENCE
 
 if TYPE_CHECKING:
+    from pytest_ddtree.measure.load.hosts import HostRow, Hosts
     from pytest_ddtree.measure.load.tester import LoadResult
 
 __all__ = ["LoadRecord", "LoadTestResult", "load_json", "merge_records"]
@@ -106,6 +107,12 @@ class LoadTestResult:
     #: ``adaptive`` when some call raced its budgets, else ``exhaustive``; and why not, if not
     mode: str = "exhaustive"
     note: str = ""
+    #: per load host (a run over ``--tx`` gateways): what it sent, its clock (see ``hosts``)
+    hosts: tuple[HostRow, ...] = ()
+    #: the hosts of a split test that sent none of its requests, each with why (it is partial)
+    absent: tuple[str, ...] = ()
+    #: the hosts whose clocks the concurrency timeline cannot place (it is approximate)
+    clock_problems: tuple[str, ...] = ()
 
     @property
     def races(self) -> tuple[PointRace, ...]:
@@ -143,14 +150,42 @@ class LoadTestResult:
             "points": [s.to_json() for s in self.stats],
             "schedule": self.schedule.to_json(),
             "samples": [s.to_json() for s in self.samples],
+            **self._hosts_json(),
+        }
+
+    def _hosts_json(self) -> dict[str, Any]:
+        """The hosts' part (only for a run over several hosts)."""
+        if not self.hosts:
+            return {}
+        from pytest_ddtree.measure.load.hosts import start_skew
+
+        origin = min((r.first_send for r in self.hosts if r.first_send is not None), default=None)
+        return {
+            "hosts": [r.to_json(origin) for r in self.hosts],
+            "absent_hosts": list(self.absent),
+            "start_skew_s": start_skew(self.hosts),
+            "timeline": "approximate" if self.clock_problems else "aligned",
+            "clock_problems": list(self.clock_problems),
         }
 
 
 def merge_records(
-    records: Iterable[LoadRecord], *, seed: int, equivalence: float = DEFAULT_EQUIVALENCE
+    records: Iterable[LoadRecord],
+    *,
+    seed: int,
+    hosts: Hosts | None = None,
+    equivalence: float = DEFAULT_EQUIVALENCE,
 ) -> list[LoadTestResult]:
-    """One analysis per test, from the raw samples of every process that ran it."""
+    """One analysis per test, from the raw samples of every process that ran it.
+
+    ``hosts``: the load hosts of a run over several machines: the send instants move onto
+    the controller's clock first, and each test gets its per-host table; ``equivalence``:
+    the rule's margin.
+    """
     from pytest_ddtree.measure.load.tester import analyse
+
+    if hosts is not None:
+        records = hosts.align(list(records))
 
     by_test: dict[tuple[str, float], list[LoadRecord]] = {}
     for record in records:  # calls at two temperatures are two analyses, never pooled
@@ -165,6 +200,7 @@ def merge_records(
             for point, budget, h in record.health:
                 health.setdefault((point, budget), []).append(h)
         races = [race for r in group for race in r.races]
+        extra = _host_fields(hosts, group)
         stats, schedule = analyse(
             samples,
             health,
@@ -178,16 +214,30 @@ def merge_records(
                 nodeid=nodeid,
                 processes=max(r.shares for r in group),
                 workers=tuple(sorted({s.worker or "main" for s in samples})),
-                partial=any(r.partial for r in group),
+                # a host that sent nothing leaves the test below its total load: partial
+                partial=any(r.partial for r in group) or bool(extra.get("absent")),
                 stats=stats,
                 schedule=schedule,
                 samples=samples,
                 temperature=group[0].temperature,
                 mode="adaptive" if any(r.mode == "adaptive" for r in group) else "exhaustive",
                 note=next((r.note for r in group if r.note), ""),
+                **extra,
             )
         )
     return out
+
+
+def _host_fields(hosts: Hosts | None, group: Sequence[LoadRecord]) -> dict[str, Any]:
+    """A test's per-host table, absent hosts (it is then partial) and clock problems."""
+    if hosts is None:
+        return {}
+    absent = tuple(hosts.absent_hosts(group))
+    fields: dict[str, Any] = {"absent": absent} if absent else {}
+    if hosts.spread:
+        fields["hosts"] = tuple(hosts.rows(group))
+        fields["clock_problems"] = tuple(hosts.timeline_problems())
+    return fields
 
 
 def load_json(tests: Sequence[LoadTestResult]) -> dict[str, Any]:

@@ -255,6 +255,7 @@ class LoadTester:
         before: Callable[[float], None] | None = None,
         sweep: str = "exhaustive",
         equivalence: float = DEFAULT_EQUIVALENCE,
+        start_gate: Callable[[], object] | None = None,
     ) -> None:
         self.endpoint = endpoint
         #: the server's counters around each load point (None: /metrics not read)
@@ -283,6 +284,8 @@ class LoadTester:
         #: ``adaptive``: race the budgets at each load point (see ``load.race``)
         self.sweep = sweep
         self.equivalence = equivalence
+        #: called once, before the first request: waits for the hosts' common start instant
+        self.start_gate = start_gate
 
     def points(
         self, concurrencies: Sequence[int] | None = None, rates: Sequence[float] | None = None
@@ -535,6 +538,9 @@ class LoadTester:
         ]
         if self.watch is not None:
             self.watch.start(0, budget)
+        gate, self.start_gate = self.start_gate, None
+        if gate is not None:
+            gate()
         raws, wall0, perf0, h = asyncio.run(
             run_point(
                 self.endpoint,

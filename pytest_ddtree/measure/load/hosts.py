@@ -1,0 +1,364 @@
+"""The load hosts of a run spread over machines: their clocks, their faults, their table.
+
+Under pytest-xdist with ``--tx`` gateways every worker lives on some host (``local`` for a
+``popen`` worker, the ``ssh=`` or ``socket=`` address otherwise). The controller estimates
+each remote host's wall-clock offset to its own, NTP-style, at the start and at the end of
+the run (``HostClock``), and keeps what went wrong with a host (``Host.fault``). With those:
+
+- latencies are measured on each host's monotonic clock and never corrected: only the
+  send instants (``Sample.start``, wall clock) move onto the controller's clock (``align``),
+  for the concurrency timeline;
+- a host whose offset is unknown or moved more than ``DRIFT_LIMIT`` during the run is named,
+  and the timeline is approximate (``timeline_problems``);
+- per load test, a table per host: requests, valid, client CPU, saturated or not, offset and
+  drift, when its first request went out (``host_rows``); a host that sent nothing is named
+  with its fault, and the answer is partial (``absent_hosts``).
+
+No pytest here; the execnet side is ``pytest_plugin.remote``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_ddtree.measure.load.record import LoadRecord
+
+__all__ = [
+    "DRIFT_LIMIT",
+    "LOCAL",
+    "ClockReading",
+    "Host",
+    "HostClock",
+    "HostRow",
+    "Hosts",
+    "render_hosts",
+]
+
+#: the name of the controller's own machine (``popen`` workers share its clock)
+LOCAL = "local"
+#: a host's offset may move this much (seconds) over the run, or be this uncertain (± RTT/2),
+#: before the concurrency timeline is called approximate: a millisecond-scale error is small
+#: beside the time-to-first-token of a loaded server, which the timeline is read against
+DRIFT_LIMIT = 0.005
+
+
+@dataclass(frozen=True)
+class ClockReading:
+    """One offset estimate: the host's wall clock minus the controller's, ± ``error``.
+
+    From the exchange with the smallest round trip of a few: the controller stamps ``sent``
+    and ``received``, the host its own ``remote`` time in between; the offset is
+    ``remote - (sent + received) / 2``, within half the round trip either way.
+    """
+
+    offset: float
+    error: float
+    #: the controller's wall time of the reading
+    at: float
+
+    @classmethod
+    def best(cls, exchanges: Iterable[tuple[float, float, float]]) -> ClockReading | None:
+        """The reading of the quickest ``(sent, remote, received)`` exchange (None: none)."""
+        done = sorted(exchanges, key=lambda e: e[2] - e[0])
+        if not done:
+            return None
+        sent, remote, received = done[0]
+        return cls(remote - (sent + received) / 2, (received - sent) / 2, (sent + received) / 2)
+
+
+@dataclass(frozen=True)
+class HostClock:
+    """A host's offset at the start and at the end of the run (None: not measured)."""
+
+    start: ClockReading | None = None
+    end: ClockReading | None = None
+
+    @property
+    def drift(self) -> float | None:
+        """How far the offset moved between the start and the end (seconds)."""
+        if self.start is None or self.end is None:
+            return None
+        return self.end.offset - self.start.offset
+
+    def offset_at(self, t: float) -> float | None:
+        """The offset at the controller's time ``t`` (linear between the two readings)."""
+        a, b = self.start, self.end
+        if a is None or b is None:
+            return (a or b).offset if (a or b) is not None else None  # type: ignore[union-attr]
+        if b.at <= a.at:
+            return b.offset
+        share = min(1.0, max(0.0, (t - a.at) / (b.at - a.at)))
+        return a.offset + share * (b.offset - a.offset)
+
+    def problem(self) -> str:
+        """Why the timeline cannot place this host within ``DRIFT_LIMIT`` (empty: it can)."""
+        if self.start is None and self.end is None:
+            return "clock offset unknown"
+        worst = max(r.error for r in (self.start, self.end) if r is not None)
+        if worst > DRIFT_LIMIT:
+            return f"clock offset uncertain by ±{worst * 1000:.1f} ms"
+        drift = self.drift
+        if drift is not None and abs(drift) > DRIFT_LIMIT:
+            return f"clock drifted {drift * 1000:+.1f} ms during the run"
+        return ""
+
+    def cells(self) -> tuple[str, str]:
+        """``offset ± error`` and drift, in milliseconds, for the table."""
+        first = self.start or self.end
+        offset = "?" if first is None else f"{first.offset * 1000:+.2f}±{first.error * 1000:.2f}"
+        drift = "?" if self.drift is None else f"{self.drift * 1000:+.2f}"
+        return offset, drift
+
+    def to_json(self) -> dict[str, Any]:
+        def reading(r: ClockReading | None) -> dict[str, float] | None:
+            return None if r is None else {"offset_s": r.offset, "error_s": r.error, "at": r.at}
+
+        return {"start": reading(self.start), "end": reading(self.end), "drift_s": self.drift}
+
+
+@dataclass(frozen=True)
+class Host:
+    """One load host: its workers, its clock (None: the controller's own), what went wrong."""
+
+    name: str
+    workers: tuple[str, ...]
+    clock: HostClock | None = None
+    #: one line: the host died mid-run, could not reach the endpoint ... (empty: none)
+    fault: str = ""
+
+    @property
+    def local(self) -> bool:
+        """True for the controller's machine (its clock, no offset)."""
+        return self.clock is None
+
+
+@dataclass
+class Hosts:
+    """The controller's ledger of hosts, by worker id."""
+
+    by_worker: dict[str, Host] = field(default_factory=dict)
+    #: the controller's wall time the load's common start was chosen for (0: none)
+    start_at: float = 0.0
+    #: the workers that have collected (the start is chosen once all have)
+    collected: list[Any] = field(default_factory=list)
+
+    def add(self, worker: str, name: str, clock: HostClock | None) -> None:
+        """A worker set up on host ``name`` (its clock read at the start, or the controller's)."""
+        known = self.host_of(name)
+        workers = (*known.workers, worker) if known else (worker,)
+        host = Host(name, workers, clock if known is None or known.clock is None else known.clock)
+        for w in workers:
+            self.by_worker[w] = host
+
+    def host_of(self, name: str) -> Host | None:
+        return next((h for h in self.by_worker.values() if h.name == name), None)
+
+    def update(self, worker: str, *, end: ClockReading | None = None, fault: str = "") -> None:
+        """The clock read at the end, or a fault, for the host of ``worker``."""
+        host = self.by_worker.get(worker)
+        if host is None:
+            return
+        clock = host.clock
+        if clock is not None and end is not None:
+            clock = replace(clock, end=end)
+        where = f"{fault} ({worker})" if fault and len(host.workers) > 1 else fault
+        new = replace(host, clock=clock, fault=host.fault or where)
+        for w in host.workers:
+            self.by_worker[w] = new
+
+    @property
+    def hosts(self) -> list[Host]:
+        """Each host once, in the order of its first worker."""
+        return list({h.name: h for h in self.by_worker.values()}.values())
+
+    @property
+    def spread(self) -> bool:
+        """True when some worker runs on another machine (the table is worth printing)."""
+        return any(not h.local for h in self.hosts)
+
+    def align(self, records: Sequence[LoadRecord]) -> list[LoadRecord]:
+        """The records with every send instant on the controller's clock (latencies as they
+        were: each measured on its own host's monotonic clock)."""
+        return [self._aligned(r) for r in records]
+
+    def _aligned(self, record: LoadRecord) -> LoadRecord:
+        samples = []
+        for s in record.samples:
+            host = self.by_worker.get(s.worker or "")
+            offset = host.clock.offset_at(s.start) if host and host.clock else None
+            samples.append(s if not offset else replace(s, start=s.start - offset))
+        return replace(record, samples=tuple(samples))
+
+    def timeline_problems(self) -> list[str]:
+        """One line per host the timeline cannot place within ``DRIFT_LIMIT``."""
+        return [
+            f"{h.name}: {h.clock.problem()}"
+            for h in self.hosts
+            if h.clock is not None and h.clock.problem()
+        ]
+
+    def absent_hosts(self, records: Sequence[LoadRecord]) -> list[str]:
+        """The hosts of a split load test (``--dist each``) that sent none of its requests,
+        one line each with why, where known."""
+        if not records or max(r.shares for r in records) < 2:
+            return []
+        sent = {s.worker for r in records for s in r.samples}
+        return [
+            f"{h.name} ({', '.join(h.workers)}): {h.fault or 'sent no request of this test'}"
+            for h in self.hosts
+            if not sent & set(h.workers)
+        ]
+
+    def rows(self, records: Sequence[LoadRecord]) -> list[HostRow]:
+        """Per host, what it sent in one load test (``records``: the test's, aligned)."""
+        return [_row(h, records) for h in self.hosts]
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "host": h.name,
+                "workers": list(h.workers),
+                "clock": None if h.clock is None else h.clock.to_json(),
+                "fault": h.fault,
+            }
+            for h in self.hosts
+        ]
+
+
+@dataclass(frozen=True)
+class HostRow:
+    """One host's share of one load test."""
+
+    host: Host
+    requests: int
+    valid: int
+    cpu_seconds: float
+    tokens: int
+    #: the largest share of a core the host's event loops used at a point
+    cpu_peak: float
+    saturated: bool
+    stalled: bool
+    #: the controller-clock instant of the host's first request (None: it sent none)
+    first_send: float | None
+
+    @property
+    def client(self) -> str:
+        """``SATURATED``, ``STALLED`` or ``ok``."""
+        return "SATURATED" if self.saturated else "STALLED" if self.stalled else "ok"
+
+    def to_json(self, skew_origin: float | None) -> dict[str, Any]:
+        clock = self.host.clock
+        return {
+            "host": self.host.name,
+            "workers": list(self.host.workers),
+            "requests": self.requests,
+            "valid": self.valid,
+            "client_cpu_seconds": self.cpu_seconds,
+            "client_cpu_per_token_s": self.cpu_seconds / self.tokens if self.tokens else None,
+            "client_cpu_peak_share": self.cpu_peak,
+            "client": self.client,
+            "clock": None if clock is None else clock.to_json(),
+            "first_send_after_s": None
+            if self.first_send is None or skew_origin is None
+            else self.first_send - skew_origin,
+            "fault": self.host.fault,
+        }
+
+
+def _row(host: Host, records: Sequence[LoadRecord]) -> HostRow:
+    mine = [r for r in records if r.samples and r.samples[0].worker in host.workers]
+    samples = [s for r in mine for s in r.samples]
+    health = [h for r in mine for _, _, h in r.health]
+    return HostRow(
+        host=host,
+        requests=len(samples),
+        valid=sum(s.valid for s in samples),
+        cpu_seconds=sum(h.cpu_seconds for h in health),
+        tokens=sum(h.tokens for h in health),
+        cpu_peak=max((h.cpu_share for h in health), default=0.0),
+        saturated=any(h.saturated for h in health),
+        stalled=any(h.stalled for h in health),
+        first_send=min((s.start for s in samples), default=None),
+    )
+
+
+def start_skew(rows: Sequence[HostRow]) -> float | None:
+    """How far apart the hosts' first requests went out (seconds; None: fewer than two)."""
+    starts = [r.first_send for r in rows if r.first_send is not None]
+    return max(starts) - min(starts) if len(starts) > 1 else None
+
+
+_HEAD = (
+    "host",
+    "workers",
+    "requests",
+    "valid",
+    "client CPU",
+    "client",
+    "offset ms",
+    "drift ms",
+    "first send",
+)
+
+
+def render_hosts(rows: Sequence[HostRow], problems: Sequence[str] = ()) -> list[str]:
+    """The per-host table of one load test, the start skew, and what makes the timeline
+    approximate (each host named)."""
+    origin = min((r.first_send for r in rows if r.first_send is not None), default=None)
+    body = [_HEAD, *(_host_cells(r, origin) for r in rows)]
+    widths = [max(len(row[i]) for row in body) for i in range(len(_HEAD))]
+    lines = [
+        "  ".join(
+            c.ljust(w) if i < 2 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in body
+    ]
+    lines.append(
+        "(offset: the host's wall clock minus the controller's, ± half the round trip over the "
+        "execnet channel, at the start; drift: its change by the end; latencies are measured on "
+        "each host's own monotonic clock and never corrected; first send: after the first host's)"
+    )
+    skew = start_skew(rows)
+    if skew is not None:
+        lines.append(f"start skew: {skew * 1000:.1f} ms between the hosts' first requests")
+    for line in problems:
+        lines.append(
+            f"timeline approximate: {line} (limit {DRIFT_LIMIT * 1000:g} ms); the achieved "
+            "concurrency across hosts carries that error, the latencies do not"
+        )
+    return lines
+
+
+def _host_cells(row: HostRow, origin: float | None) -> tuple[str, ...]:
+    clock = row.host.clock
+    offset, drift = ("0 (controller)", "0") if clock is None else clock.cells()
+    cpu = f"{row.cpu_seconds / row.tokens * 1e6:.0f}us/tok, peak {row.cpu_peak:.0%}"
+    first = (
+        "-"
+        if row.first_send is None or origin is None
+        else f"+{(row.first_send - origin) * 1000:.1f} ms"
+    )
+    return (
+        row.host.name,
+        ",".join(row.host.workers),
+        str(row.requests),
+        str(row.valid),
+        cpu if row.tokens else "-",
+        row.client if row.requests else (row.host.fault or "-"),
+        offset,
+        drift,
+        first,
+    )
+
+
+def absent_line(absent: Sequence[str]) -> str:
+    """The partial answer's one line, naming each host that sent nothing."""
+    return (
+        "partial: "
+        + "; ".join(absent)
+        + " -- the statistics are from the other hosts' samples, below the total load"
+    )

@@ -1,0 +1,138 @@
+"""Load hosts over execnet: the controller's side of a run over ``--tx`` gateways.
+
+Before each worker starts, the controller sends ``_hostprobe`` to its host: the host says
+which pytest-ddtree it runs (another version than the controller's is refused, in one line
+naming both) and leaves a clock channel answered from execnet's receiver thread. Over it the
+controller reads the host's wall-clock offset NTP-style (the quickest of a few exchanges,
+± half its round trip) at the start, and again when the worker goes down; a worker that
+goes down with an error marks its host as died mid-run. The ledger (``measure.load.hosts``)
+then aligns the send instants and draws the per-host table.
+
+The socket and ssh gateways need no copy of the tests: run an installed package with
+``--pyargs`` (pytest-xdist rewrites only arguments that are existing local paths).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from pytest_ddtree.core import __version__
+from pytest_ddtree.measure.load.hosts import LOCAL, ClockReading, HostClock, Hosts
+
+#: exchanges per offset reading (the quickest one counts)
+ROUNDS = 8
+#: seconds to wait for a host's answer before its offset counts as unknown
+PROBE_TIMEOUT = 10.0
+#: the load starts this long after the last worker has collected (seconds): time for the
+#: instant to reach every host and for each to set up its first load test
+START_LEAD = 1.0
+
+
+def host_name(spec: Any, group: Any = None) -> str:
+    """The host of an execnet spec: ``local`` (popen), the ssh target, the socket address;
+    a worker reached through a ``--px`` proxy (``via=``) is on the proxy's host."""
+    via = getattr(spec, "via", None)
+    if via and group is not None:
+        try:
+            return host_name(group[via].spec)
+        except (KeyError, AttributeError):
+            return str(via)
+    if getattr(spec, "ssh", None):
+        return str(spec.ssh)
+    if getattr(spec, "socket", None):
+        return str(spec.socket)
+    return LOCAL
+
+
+def configure(config: pytest.Config) -> None:
+    """Controller side, before pytest-xdist starts: under ``--dist each`` a worker that dies
+    is not replaced (the replacement would take another id, so another share of the load):
+    its host is named in a partial answer instead. ``--max-worker-restart`` given wins."""
+    option = config.option
+    if getattr(option, "dist", "no") == "each" and getattr(option, "maxworkerrestart", 0) is None:
+        option.maxworkerrestart = "0"
+
+
+def node_up(hosts: Hosts, node: Any) -> None:
+    """Controller side, a worker's gateway is up: check its version, read its clock."""
+    gateway = node.gateway
+    worker = str(gateway.id)
+    name = host_name(gateway.spec, getattr(gateway, "_group", None))
+    from pytest_ddtree.pytest_plugin import _hostprobe
+
+    channel = gateway.remote_exec(_hostprobe)
+    try:
+        hello = channel.receive(timeout=PROBE_TIMEOUT)
+    except Exception as exc:  # an old host without the probe's answer: its version is unknown
+        raise pytest.UsageError(
+            f"ddtree: host {name} ({worker}) did not say which pytest-ddtree it runs "
+            f"({_first_line(exc)}); the controller runs {__version__}"
+        ) from None
+    theirs = str(hello.get("version"))
+    if theirs != __version__:
+        raise pytest.UsageError(
+            f"ddtree: host {name} ({worker}) runs pytest-ddtree {theirs}, the controller "
+            f"{__version__}: install the same version on every host"
+        )
+    node.ddtree_clock = hello["clock"]
+    node.ddtree_start = hello.get("start")
+    clock = None if name == LOCAL else HostClock(start=read_offset(hello["clock"]))
+    hosts.add(worker, name, clock)
+
+
+def collected(hosts: Hosts, node: Any, nodes: int) -> None:
+    """Controller side, a worker has collected: once all ``nodes`` have, choose the instant
+    the load starts (``START_LEAD`` from now) and send it to each, on its host's clock."""
+    hosts.collected.append(node)
+    if len(hosts.collected) < nodes or hosts.start_at:
+        return
+    hosts.start_at = time.time() + START_LEAD
+    for each in hosts.collected:
+        channel = getattr(each, "ddtree_start", None)
+        host = hosts.by_worker.get(str(each.gateway.id))
+        if channel is None or host is None:
+            continue
+        offset = host.clock.offset_at(hosts.start_at) if host.clock is not None else 0.0
+        try:
+            channel.send(hosts.start_at + (offset or 0.0))
+        except Exception:  # gone already: node_down names it
+            continue
+
+
+def node_down(hosts: Hosts, node: Any, error: Any, start_error: str | None) -> None:
+    """Controller side, a worker went down: its host's offset at the end, or its fault."""
+    worker = str(node.gateway.id)
+    if error is not None:
+        hosts.update(worker, fault=f"died mid-run ({_first_line(error)})")
+        return
+    channel = getattr(node, "ddtree_clock", None)
+    host = hosts.by_worker.get(worker)
+    end = None
+    if channel is not None and host is not None and not host.local:
+        end = read_offset(channel, timeout=2.0)
+    fault = f"cannot reach the endpoint ({start_error})" if start_error else ""
+    hosts.update(worker, end=end, fault=fault)
+    if channel is not None:
+        channel.close()
+
+
+def read_offset(channel: Any, *, timeout: float = PROBE_TIMEOUT) -> ClockReading | None:
+    """The host's offset from ``ROUNDS`` exchanges over its clock channel (None: no answer)."""
+    exchanges = []
+    for _ in range(ROUNDS):
+        try:
+            sent = time.time()
+            channel.send(None)
+            remote = float(channel.receive(timeout=timeout))
+            exchanges.append((sent, remote, time.time()))
+        except Exception:
+            break
+    return ClockReading.best(exchanges)
+
+
+def _first_line(error: Any) -> str:
+    text = str(getattr(error, "value", error)).strip()
+    return (text.splitlines() or ["no reason given"])[0][:200]

@@ -1,0 +1,199 @@
+"""Load hosts: clock offsets, the per-host table, a host that dies, a host of another version.
+
+The unit tests build records from figures; the two runs reach their workers over execnet
+socket servers on 127.0.0.1 (``hostlab``), each server a host as the controller sees it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_ddtree.measure.load import LoadPoint
+from pytest_ddtree.measure.load.hosts import DRIFT_LIMIT, ClockReading, HostClock, Hosts
+from pytest_ddtree.measure.load.metrics import ClientHealth
+from pytest_ddtree.measure.load.record import LoadRecord, merge_records
+from pytest_ddtree.reference import tokenizer_path
+
+from . import hostlab
+from ._samples import load_sample
+
+C2 = LoadPoint("concurrency", 2)
+
+
+def _record(worker: str, starts: list[float], shares: int = 2) -> LoadRecord:
+    samples = tuple(
+        load_sample(C2, 16, t, 0.2, 0.05, (0.05, 0.05, 0.05), 4, True, worker=worker)
+        for t in starts
+    )
+    health = ClientHealth(0.01, 1.0, len(starts), 4 * len(starts), 0.001, 0.002, 10)
+    return LoadRecord("test_load.py::test_load", samples, ((C2, 16, health),), shares=shares)
+
+
+def test_the_offset_is_read_from_the_quickest_exchange() -> None:
+    # host 2.0 s ahead; the first exchange took 0.4 s, the second 0.02 s (±0.01)
+    reading = ClockReading.best([(100.0, 102.3, 100.4), (200.0, 202.01, 200.02)])
+    assert reading is not None
+    assert reading.offset == pytest.approx(2.0) and reading.error == pytest.approx(0.01)
+    assert ClockReading.best([]) is None
+
+
+def test_send_instants_move_onto_the_controllers_clock_and_latencies_stay() -> None:
+    hosts = Hosts()
+    hosts.add("gw0", "local", None)
+    ahead = ClockReading(offset=5.0, error=0.0001, at=1000.0)
+    hosts.add("gw1", "10.231.1.2:8888", HostClock(start=ahead, end=ahead))
+    (test,) = merge_records(
+        [_record("gw0", [1000.0, 1000.1]), _record("gw1", [1005.0, 1005.1])], seed=0, hosts=hosts
+    )
+    moved = sorted((s for s in test.samples if s.worker == "gw1"), key=lambda s: s.start)
+    assert [s.start for s in moved] == pytest.approx([1000.0, 1000.1])  # 5 s ahead, moved back
+    assert all(s.end_to_end == 0.2 and s.ttft == 0.05 for s in moved)
+    local, remote = test.hosts
+    assert (local.requests, remote.requests) == (2, 2)
+    assert remote.first_send == pytest.approx(1000.0)
+    assert not test.partial and not test.clock_problems
+
+
+def test_an_unknown_or_drifting_clock_names_its_host_and_the_timeline_is_approximate() -> None:
+    hosts = Hosts()
+    start = ClockReading(0.0, 0.0001, 0.0)
+    hosts.add("gw0", "a:1", HostClock(start=start, end=ClockReading(2 * DRIFT_LIMIT, 0.0001, 9.0)))
+    hosts.add("gw1", "b:1", HostClock())
+    hosts.add("gw2", "c:1", HostClock(start=start, end=start))
+    assert hosts.timeline_problems() == [
+        f"a:1: clock drifted {2 * DRIFT_LIMIT * 1000:+.1f} ms during the run",
+        "b:1: clock offset unknown",
+    ]
+
+
+def test_a_host_that_sent_nothing_makes_the_test_partial_and_is_named() -> None:
+    hosts = Hosts()
+    hosts.add("gw0", "local", None)
+    hosts.add("gw1", "10.231.2.2:8888", HostClock())
+    hosts.update("gw1", fault="died mid-run (Not properly terminated)")
+    (test,) = merge_records([_record("gw0", [1.0, 1.1])], seed=0, hosts=hosts)
+    assert test.partial
+    assert test.absent == ("10.231.2.2:8888 (gw1): died mid-run (Not properly terminated)",)
+    assert test.requests == 2
+
+
+# ---------------------------------------------------------------- over socket gateways
+
+LOAD_THEN_DIE = textwrap.dedent(
+    """
+    import os, signal
+
+    def test_load(ddtree_load):
+        ddtree_load(["Write a long essay about rivers."], tree_budgets=[16])
+
+    def test_then_this_host_dies():
+        if os.environ.get("HOST_DIES"):
+            os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[list[hostlab.Proc]]:
+    started: list[hostlab.Proc] = []
+    yield started
+    for proc in started:
+        proc.stop()
+
+
+def _host(servers: list[hostlab.Proc], directory: Path, name: str, **kw: Any) -> str:
+    # the hosts import the test package from site/ (as from a package installed there)
+    path = os.pathsep.join([str(directory / "site"), os.environ.get("PYTHONPATH", "")])
+    proc, address = hostlab.socket_server(directory, name, env={"PYTHONPATH": path}, **kw)
+    servers.append(proc)
+    return address
+
+
+def _package(pytester: pytest.Pytester, source: str) -> None:
+    """The tests as an installed package ``hostsuite`` (run with ``--pyargs``: no rsync)."""
+    package = pytester.mkdir("site") / "hostsuite"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "test_hosts.py").write_text(source)
+
+
+def test_a_host_that_dies_mid_run_is_named_and_the_others_samples_are_kept(
+    pytester: pytest.Pytester, fast_server: Any, servers: list[hostlab.Proc]
+) -> None:
+    _package(pytester, LOAD_THEN_DIE)
+    a = _host(servers, pytester.path, "a")
+    b = _host(servers, pytester.path, "b", prelude="import os; os.environ['HOST_DIES'] = '1'")
+    report = pytester.path / "report"
+    result = pytester.runpytest_subprocess(
+        "--pyargs",
+        "hostsuite",
+        f"--tx=socket={a}",
+        f"--tx=socket={b}",
+        "--dist=each",
+        f"--ddtree-endpoint={fast_server.base_url}",
+        f"--ddtree-tokenizer={tokenizer_path()}",
+        "--ddtree-load-concurrency=2",
+        "--ddtree-load-requests=4",
+        "--ddtree-max-tokens=16",
+        f"--ddtree-report={report}",
+        "-p",
+        "no:cacheprovider",
+    )
+    out = result.stdout.str()
+    assert f"partial: {b} (gw1): died mid-run" in out
+    (test,) = json.loads((report / "sweep.json").read_text())["load"]["tests"]
+    assert test["partial"] and test["absent_hosts"][0].startswith(f"{b} (gw1): died mid-run")
+    # the live host's share (2 of the 4 requests) is kept and counted
+    assert test["requests"] == 2 and {s["worker"] for s in test["samples"]} == {"gw0"}
+    rows = {r["host"]: r for r in test["hosts"]}
+    assert rows[a]["requests"] == 2 and rows[b]["requests"] == 0
+
+
+def test_a_host_with_another_version_is_refused_in_one_line(
+    pytester: pytest.Pytester, servers: list[hostlab.Proc]
+) -> None:
+    """The other version is simulated: the host's interpreter sets ``pytest_ddtree.__version__``
+    before the socket server starts (the probe reads that attribute, as the worker would)."""
+    from pytest_ddtree import __version__
+
+    _package(pytester, "def test_nothing(): pass\n")
+    other = _host(
+        servers,
+        pytester.path,
+        "old",
+        prelude="import pytest_ddtree; pytest_ddtree.__version__ = '0.0.1'",
+    )
+    result = pytester.runpytest_subprocess(
+        "--pyargs", "hostsuite", f"--tx=socket={other}", "--dist=each"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    line = (
+        f"ERROR: ddtree: host {other} (gw0) runs pytest-ddtree 0.0.1, the controller "
+        f"{__version__}: install the same version on every host"
+    )
+    assert result.stderr.lines.count(line) == 1 or result.stdout.lines.count(line) == 1
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+@pytest.mark.slow
+def test_three_hosts_in_namespaces_agree_with_one_host(tmp_path: Path) -> None:
+    """Two worker namespaces and the controller, then the controller alone, the same load on
+    one reference server in its own namespace: each host sends its share, with its clock read
+    over execnet. Whether the medians agree is measured, not asserted (a noisy machine):
+    ``benchmarks/bench_hosts.py`` prints both with their intervals."""
+    why = hostlab.Lab.unavailable()
+    if why:
+        pytest.skip(why)
+    spread_out, _, spread, alone = hostlab.three_hosts_and_one(tmp_path)
+    assert spread["requests"] == alone["requests"] == 16
+    hosts = {r["host"]: r for r in spread["hosts"]}
+    assert len(hosts) == 2 and all(r["requests"] == 8 and r["valid"] == 8 for r in hosts.values())
+    assert all(r["clock"]["start"] is not None for r in hosts.values())
+    assert "start skew:" in spread_out and not spread["absent_hosts"]
