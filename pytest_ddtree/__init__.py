@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from pytest_ddtree.core.prompts import Prompt, PromptFileError, PromptSet, load_prompts
     from pytest_ddtree.core.settings import Settings
     from pytest_ddtree.core.violation import InvariantError, Violation
+    from pytest_ddtree.measure.breakeven import BreakEvenMap
     from pytest_ddtree.measure.load import (
         SLO,
         LoadError,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     )
     from pytest_ddtree.pytest_plugin.fixtures import (
         DDTreeBenchmark,
+        DDTreeBreakEven,
         DDTreeCheck,
         DDTreeColdWarmBatched,
         DDTreeDeterminism,
@@ -68,6 +70,8 @@ _EXPORTS = {
     "Timings": "pytest_ddtree.wire.completion",
     "Usage": "pytest_ddtree.wire.completion",
     "DDTreeBenchmark": "pytest_ddtree.pytest_plugin.fixtures",
+    "DDTreeBreakEven": "pytest_ddtree.pytest_plugin.fixtures",
+    "BreakEvenMap": "pytest_ddtree.measure.breakeven",
     "DDTreeCheck": "pytest_ddtree.pytest_plugin.fixtures",
     "DDTreeColdWarmBatched": "pytest_ddtree.pytest_plugin.fixtures",
     "DDTreeDeterminism": "pytest_ddtree.pytest_plugin.fixtures",
@@ -100,8 +104,10 @@ _EXPORTS = {
 __all__ = [
     "CODES",
     "SLO",
+    "BreakEvenMap",
     "Completion",
     "DDTreeBenchmark",
+    "DDTreeBreakEven",
     "DDTreeCheck",
     "DDTreeClient",
     "DDTreeColdWarmBatched",

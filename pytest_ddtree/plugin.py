@@ -355,6 +355,15 @@ def _ddtree_gate(
 
 
 @pytest.fixture
+def ddtree_breakeven(_ddtree_gate: fixtures.Gate) -> fixtures.DDTreeBreakEven:
+    """A :class:`~pytest_ddtree.DDTreeBreakEven`: ``ddtree_breakeven()`` measures the
+    break-even map (speedup over the target alone by prompt depth, ``--ddtree-context``)."""
+    from pytest_ddtree.pytest_plugin.fixtures import DDTreeBreakEven
+
+    return DDTreeBreakEven(_ddtree_gate)
+
+
+@pytest.fixture
 def ddtree_check(_ddtree_gate: fixtures.Gate) -> fixtures.DDTreeCheck:
     """A :class:`~pytest_ddtree.DDTreeCheck`: ``ddtree_check(completion, **expect)``."""
     from pytest_ddtree.pytest_plugin.fixtures import DDTreeCheck

@@ -121,6 +121,9 @@ class Sample:
     server_ttft: float | None = None
     #: timing-based checks not judged because the client was saturated at this point
     withheld: tuple[str, ...] = ()
+    #: the prompt depth in tokens the request was built at (``--ddtree-context``; None: the
+    #: prompt's own length)
+    context_depth: int | None = None
 
     @property
     def against_budget(self) -> bool:
@@ -267,7 +270,7 @@ def _upgrade(data: Mapping[str, Any]) -> Mapping[str, Any]:
 #: the fields written only when set: a sweep sample reads as it did before the load's
 #: fields joined it
 WHEN_SET: tuple[str, ...] = ("blame", "smoke", "point", "start", "gaps", "accepted_tokens")
-WHEN_SET += ("error", "evidence", "server_ttft", "withheld")
+WHEN_SET += ("error", "evidence", "server_ttft", "withheld", "context_depth")
 _when_set: dict[str, Any] = {name: jsonmodel.override(omit_if_default=True) for name in WHEN_SET}
 jsonmodel.register(Sample, upgrade=_upgrade, **_when_set)
 

@@ -28,6 +28,7 @@ from pytest_ddtree.measure.sweep.race import RaceRecord, RaceRule
 from pytest_ddtree.pytest_plugin.runtime import Runtime
 
 if TYPE_CHECKING:
+    from pytest_ddtree.measure.breakeven import BreakEvenMap
     from pytest_ddtree.measure.load import LoadRecord, LoadTestResult
     from pytest_ddtree.measure.load.hosts import Hosts
 
@@ -267,13 +268,14 @@ def write(
     directory: str,
     summaries: Mapping[float, SweepSummary],
     load_results: Sequence[LoadTestResult] = (),
+    breakeven: Sequence[tuple[str, BreakEvenMap]] = (),
 ) -> str:
     """Write ``sweep.json`` and ``sweep.html`` (with any load results); the line saying where."""
     # the report writers load jsonschema: only when a report is written
     from pytest_ddtree.report import write_report
 
     try:
-        paths = write_report(run, directory, summaries, load=load_results)
+        paths = write_report(run, directory, summaries, load=load_results, breakeven=breakeven)
     except (OSError, ValueError) as exc:
         return f"ddtree: could not write the report to {directory}: {exc}"
     except Exception as exc:  # a renderer's bug must not take the run's output

@@ -30,6 +30,7 @@ from pytest_ddtree.wire.client import EndpointError
 
 if TYPE_CHECKING:
     from pytest_ddtree.core.violation import Violation
+    from pytest_ddtree.measure.breakeven import BreakEvenMap
     from pytest_ddtree.measure.load import LoadRecord, LoadTestResult
     from pytest_ddtree.measure.load.hosts import Hosts
     from pytest_ddtree.measure.machine import ProbeResult
@@ -174,6 +175,8 @@ class DDTreeSession:
         # one record of raw samples per ddtree_load call (and process); merged in finish()
         self.load_records: list[LoadRecord] = []
         self.load_results: list[LoadTestResult] = []
+        #: each ddtree_breakeven call's map, by test (``measure.breakeven``)
+        self.breakeven: list[tuple[str, BreakEvenMap]] = []
         #: the controller's load hosts of a run over xdist gateways (``pytest_plugin.remote``)
         self.hosts: Hosts | None = None
         # the machine's and the server's state (--ddtree-probe, /version): descriptive only
@@ -379,7 +382,7 @@ class DDTreeSession:
                 self.samples, self.metadata, seed, outcome, self.diagnoses, tests
             )
             summaries: Mapping[float, SweepSummary] = self.summaries
-            if not (self.summaries or self.load_results):  # the artefact says why, still
+            if not (self.summaries or self.load_results or self.breakeven):  # says why, still
                 why = analysis.untimed_reason(
                     start_error=self.start_error,
                     interrupted=self.interrupted,
@@ -387,7 +390,9 @@ class DDTreeSession:
                     smoke_failure=self.smoke_failure,
                 )
                 run, summaries = analysis.untimed_run(run, self.settings, why)
-            self.report_lines.append(analysis.write(run, report, summaries, self.load_results))
+            self.report_lines.append(
+                analysis.write(run, report, summaries, self.load_results, self.breakeven)
+            )
 
     def merge_worker(self, doc: Mapping[str, Any]) -> None:
         """Controller side: add the records of one worker (its ``WorkerPayload`` JSON)."""

@@ -129,6 +129,7 @@ def write_summary(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
 def _write_ddtree(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     _write_sweep(tr, session)
     _write_load(tr, session)
+    _write_breakeven(tr, session)
     for line in session.report_lines:  # where the report went (or why not)
         tr.write_line(line)
     if session.settings.report is None and (session.summaries or session.load_results):
@@ -275,6 +276,19 @@ def _tables(
         lines.extend(f"WARNING: {p}" for p in problems)
         lines.extend(table_lines(part, notes=notes, shared=shared, width=width, verbose=verbose))
     return lines
+
+
+def _write_breakeven(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
+    """Each break-even map: depth by load point, the crossover, the slope, the answer."""
+    if not session.breakeven:
+        return
+    from pytest_ddtree.report.breakeven_text import map_lines
+
+    tr.write_sep("-", "pytest-ddtree break-even")
+    for nodeid, found in session.breakeven:
+        tr.write_line(f"{nodeid}: speedup over the target alone, by prompt depth and load")
+        for line in map_lines(found):
+            tr.write_line("  " + line)
 
 
 def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
@@ -464,6 +478,10 @@ def answer_lines(session: DDTreeSession) -> list[str]:
             sweep = rec.decision
     for test in session.load_results:
         lines.append(load_answer(test.nodeid, test.schedule, sweep))
+    if session.breakeven:
+        from pytest_ddtree.report.breakeven_text import breakeven_answer
+
+        lines.extend(breakeven_answer(found) for _, found in session.breakeven)
     return lines
 
 

@@ -55,6 +55,7 @@ from pytest_ddtree.report.sweep_charts import budget_charts
 from pytest_ddtree.report.terminal import acceptance_cell, race_cell, race_lines, unraced_note
 
 if TYPE_CHECKING:
+    from pytest_ddtree.measure.breakeven import BreakEvenMap
     from pytest_ddtree.measure.load import LoadTestResult
 
 
@@ -393,6 +394,7 @@ def render_html(
     summaries: Summaries | None = None,
     *,
     load: Sequence[LoadTestResult] = (),
+    breakeven: Sequence[tuple[str, BreakEvenMap]] = (),
 ) -> str:
     """The complete ``sweep.html`` document as a string (one card per load test in ``load``;
     one set of cards, charts and tables per temperature in ``summaries`` above 0, computed
@@ -468,6 +470,10 @@ def render_html(
     body.append(server_counters_section(meta.extra.get("server_counters"), _timed(summaries)))
     body.append(_diagnoses(run.diagnoses))
     body.append(load_cards)
+    if breakeven:
+        from pytest_ddtree.report.breakeven_html import render_breakeven_section
+
+        body.append(render_breakeven_section(breakeven))
     body.append(_machine_section(run))
     body.append(f'<section class="card"><h2>Run</h2>{_metadata(run)}</section>')
     return _page(model, body)
@@ -536,6 +542,7 @@ def write_sweep_html(
     summaries: Summaries | None = None,
     *,
     load: Sequence[LoadTestResult] = (),
+    breakeven: Sequence[tuple[str, BreakEvenMap]] = (),
 ) -> Path:
     """Write ``sweep.html`` atomically."""
-    return write_text_atomic(path, render_html(run, summaries, load=load))
+    return write_text_atomic(path, render_html(run, summaries, load=load, breakeven=breakeven))

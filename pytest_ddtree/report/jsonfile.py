@@ -52,6 +52,7 @@ from pytest_ddtree.report._atomic import write_text_atomic
 from pytest_ddtree.report.decision_text import sweep_answer
 
 if TYPE_CHECKING:
+    from pytest_ddtree.measure.breakeven import BreakEvenMap
     from pytest_ddtree.measure.load import LoadTestResult
 
 SCHEMA_VERSION = 1
@@ -118,6 +119,7 @@ def sweep_to_json(
     summaries: Summaries | None = None,
     *,
     load: Sequence[LoadTestResult] = (),
+    breakeven: Sequence[tuple[str, BreakEvenMap]] = (),
 ) -> dict[str, Any]:
     """The ``sweep.json`` document for ``run``.
 
@@ -149,6 +151,13 @@ def sweep_to_json(
         from pytest_ddtree.measure.load.record import load_json
 
         doc["load"] = load_json(load)
+    if breakeven:
+        from pytest_ddtree.report.breakeven_text import breakeven_answer
+
+        doc["breakeven"] = [
+            {"nodeid": nodeid, **m.to_json(), "message": breakeven_answer(m)}
+            for nodeid, m in breakeven
+        ]
     return doc
 
 
@@ -158,9 +167,10 @@ def write_sweep_json(
     summaries: Summaries | None = None,
     *,
     load: Sequence[LoadTestResult] = (),
+    breakeven: Sequence[tuple[str, BreakEvenMap]] = (),
 ) -> Path:
     """Write ``sweep.json`` atomically (temporary file, then rename)."""
-    doc = sweep_to_json(run, summaries, load=load)
+    doc = sweep_to_json(run, summaries, load=load, breakeven=breakeven)
     text = json.dumps(doc, indent=2, sort_keys=False, allow_nan=False) + "\n"
     return write_text_atomic(path, text)
 

@@ -14,6 +14,7 @@ from pytest_ddtree.report.html import write_sweep_html
 from pytest_ddtree.report.jsonfile import write_sweep_json
 
 if TYPE_CHECKING:
+    from pytest_ddtree.measure.breakeven import BreakEvenMap
     from pytest_ddtree.measure.load import LoadTestResult
 
 
@@ -31,6 +32,7 @@ def write_report(
     summaries: Summaries | None = None,
     *,
     load: Sequence[LoadTestResult] = (),
+    breakeven: Sequence[tuple[str, BreakEvenMap]] = (),
 ) -> ReportPaths:
     """Write ``sweep.json`` and ``sweep.html`` into ``directory`` (created if missing).
 
@@ -44,6 +46,6 @@ def write_report(
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     summaries = summaries_of(run.samples, summaries, seed=run.seed)
-    json_path = write_sweep_json(run, out / "sweep.json", summaries, load=load)
-    html_path = write_sweep_html(run, out / "sweep.html", summaries, load=load)
+    json_path = write_sweep_json(run, out / "sweep.json", summaries, load=load, breakeven=breakeven)
+    html_path = write_sweep_html(run, out / "sweep.html", summaries, load=load, breakeven=breakeven)
     return ReportPaths(json=json_path, html=html_path)

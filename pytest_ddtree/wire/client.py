@@ -267,7 +267,16 @@ class DDTreeClient:
         None when it answers no JSON object within ``seconds``: a server without it, or
         one that fails, says nothing. Asked on a new connection: a pooled one the server
         closed after its last answer would fail it before any byte."""
-        url, limit = f"{self.root_url}/props", httpx.Timeout(seconds)
+        return self._json_object(f"{self.root_url}/props", seconds)
+
+    def models_document(self, seconds: float = PROPS_SECONDS) -> dict[str, Any] | None:
+        """The server's ``GET /models`` answer whole (its context length, where it states
+        one), or None when it answers no JSON object within ``seconds``."""
+        return self._json_object(f"{self.base_url.rstrip('/')}/models", seconds)
+
+    def _json_object(self, url: str, seconds: float) -> dict[str, Any] | None:
+        """A JSON object from ``GET url`` on a new connection, or None (see :meth:`props`)."""
+        limit = httpx.Timeout(seconds)
         with _net.scope(seconds), self._fresh_client() as http:
             try:
                 with http.stream("GET", url, timeout=limit) as resp:

@@ -1,0 +1,122 @@
+"""The break-even map in words: the compact map, its crossover and slope, and one sentence
+naming each depth and its choice. The terminal, ``sweep.json``'s text and the HTML take
+them from here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pytest_ddtree.core.wording import percent
+from pytest_ddtree.measure.breakeven import BreakEvenMap, Cell, Ratio, arm_label
+from pytest_ddtree.measure.load.arrivals import LoadPoint
+
+__all__ = ["NOT_MEASURED", "breakeven_answer", "cell_text", "map_lines", "ratio_text"]
+
+#: what a map without a target-only twin says of the speedup
+NOT_MEASURED = "speedup not measured: give --ddtree-baseline-endpoint (a target-only twin)"
+
+
+def ratio_text(r: Ratio) -> str:
+    """``1.90x [1.80, 2.00]``."""
+    return f"{r.estimate:.2f}x [{r.low:.2f}, {r.high:.2f}]"
+
+
+def cell_text(c: Cell) -> str:
+    """A map cell: ``64 1.90x [1.80, 2.00]``, ``off (best 64 0.84x [...])``, ``undecided``."""
+    best = "" if c.speedup is None else f"best {arm_label(c.best)} {ratio_text(c.speedup)}"
+    if not c.answered:
+        lead = arm_label(c.decision.leader) if c.decision.has_leader else "none valid"
+        return f"undecided ({lead} leads{'; ' + best if best else ''})"
+    if c.off:
+        return f"off ({best})" if best else "off"
+    ratio = c.speedups.get(c.answer)
+    return arm_label(c.answer) + ("" if ratio is None else f" {ratio_text(ratio)}")
+
+
+def _choice(c: Cell, baseline: bool) -> str:
+    """A depth's choice in the sentence."""
+    if not c.answered:
+        return f"undecided ({arm_label(c.decision.leader)} leads)"
+    if c.off:
+        best = f" (best budget {ratio_text(c.speedup)})" if c.speedup is not None else ""
+        return f"speculation off{best}"
+    ratio = c.speedups.get(c.answer)
+    over = f", {ratio_text(ratio)} over the target alone" if ratio is not None else ""
+    return f"tree_budget={arm_label(c.answer)}{over if baseline else ''}"
+
+
+def _key(c: Cell) -> str:
+    return "undecided" if not c.answered else arm_label(c.answer)
+
+
+def _point_sentence(cells: Sequence[Cell], baseline: bool) -> str:
+    """``up to 2048 prompt tokens: ...; at 8192: ...`` for one load point's cells."""
+    cells = sorted(cells, key=lambda c: c.depth)
+    groups: list[list[Cell]] = []
+    for c in cells:
+        if groups and _key(groups[-1][-1]) == _key(c):
+            groups[-1].append(c)
+        else:
+            groups.append([c])
+    parts = []
+    for i, g in enumerate(groups):
+        lo, hi = g[0].depth, g[-1].depth
+        if len(g) == 1:
+            where = f"at {lo}" if i else f"at {lo} prompt tokens"
+        elif i == 0:
+            where = f"up to {hi} prompt tokens"
+        else:
+            where = f"from {lo} to {hi}"
+        parts.append(f"{where}: {_choice(g[-1], baseline)}")
+    return "; ".join(parts)
+
+
+def breakeven_answer(m: BreakEvenMap) -> str:
+    """The map's answer in one sentence per load point (see the module docstring)."""
+    out = []
+    for p in m.points:
+        at = "" if len(m.points) == 1 else f"at {p.label}, "
+        out.append(at + _point_sentence([c for c in m.cells if c.point == p], m.baseline))
+    text = "Break-even: " + " / ".join(out) + "."
+    if not m.baseline:
+        text += f" ({NOT_MEASURED}.)"
+    return text
+
+
+def _crossover_text(m: BreakEvenMap, p: LoadPoint) -> str:
+    if not m.baseline:
+        return f"crossover at {p.label}: not measured (no target-only twin)"
+    found = m.crossovers.get(p.label)
+    if found is None:
+        return f"crossover at {p.label}: none up to {max(m.depths)} prompt tokens"
+    return (
+        f"crossover at {p.label}: from {found} prompt tokens the best budget is slower than "
+        "the target alone (its speedup's interval lies below 1)"
+    )
+
+
+def map_lines(m: BreakEvenMap) -> list[str]:
+    """The compact map (depth by load point), the crossover, the acceptance slope and the
+    answer."""
+    head = ["depth", *(p.label for p in m.points)]
+    rows = [head]
+    for d in m.depths:
+        rows.append([str(d), *(cell_text(m.cell(d, p)) for p in m.points)])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    conf = next((c.decision.confidence for c in m.cells), 0.95)
+    lines.append(
+        f"(cells: the answer and its speedup over the target alone, decode rate, "
+        f"{percent(conf)} interval; off = speculation off)"
+    )
+    lines.extend(_crossover_text(m, p) for p in m.points)
+    s = m.slope
+    if s is not None:
+        lines.append(
+            f"acceptance per doubling of the prompt: {s.per_doubling:+.3f} "
+            f"[{s.low:+.3f}, {s.high:+.3f}] ({s.figure}, n={s.n})"
+        )
+    spent = sum(c.requests for c in m.cells)
+    lines.append(f"requests: {spent} (each cell raced; a decided cell stops spending)")
+    lines.append(breakeven_answer(m))
+    return lines
