@@ -287,6 +287,8 @@ def write(
     what = (
         " (with the load results)"
         if load_results
+        else " (with the break-even map)"
+        if breakeven
         else ""
         if run.samples
         else " (nothing was timed: it says why)"

@@ -1,0 +1,134 @@
+"""The break-even map: speculation off is an arm, the answer never names a budget slower than
+the target alone, and a map without a twin says the speedup was not measured."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping
+
+import pytest
+
+from pytest_ddtree.measure.breakeven import (
+    OFF,
+    BreakEvenMap,
+    Cell,
+    acceptance_slope,
+    cell_of,
+    crossover,
+    race_cell,
+)
+from pytest_ddtree.measure.sample import SERIAL, Sample
+from pytest_ddtree.measure.sweep.race import RaceRule
+from pytest_ddtree.report.breakeven_text import NOT_MEASURED, breakeven_answer, map_lines
+
+PROMPTS = [f"p{i}" for i in range(5)]
+
+
+def _cell(
+    rates: Mapping[int | None, float], depth: int = 1024, *, noise: float = 0.03, seed: int = 0
+) -> Cell:
+    """A cell raced against a simulated server: each arm's decode rate, with noise."""
+    rng = random.Random(seed)
+
+    def send(arm: int | None, pid: str, lap: int) -> Sample:
+        rate = rates[arm] * (1 + 0.05 * PROMPTS.index(pid)) * (1 + rng.gauss(0, noise))
+        accept = None if arm == OFF else 3.0
+        return Sample(
+            arm,
+            pid,
+            lap,
+            True,
+            decode_tokens_per_second=rate,
+            mean_acceptance_length=accept,
+            context_depth=depth,
+        )
+
+    rule = RaceRule(max_requests=len(rates) * len(PROMPTS) * 12)
+    samples, record = race_cell(list(rates), PROMPTS, send, rule, seed=seed)
+    return cell_of(depth, SERIAL, samples, record, baseline=OFF in rates)
+
+
+def test_every_budget_slower_than_the_target_alone_answers_off() -> None:
+    cell = _cell({OFF: 1000.0, 16: 850.0, 64: 700.0})
+    assert cell.answered and cell.off and cell.answer == OFF
+    assert cell.best == 16 and cell.speedup is not None and cell.speedup.slower
+
+
+def test_off_as_fast_as_the_best_budget_is_off() -> None:
+    # 64 is half a percent ahead, inside the 2% margin: no reason to speculate
+    cell = _cell({OFF: 1000.0, 64: 1005.0}, noise=0.005)
+    assert cell.decision.status == "recommended" and cell.off
+
+
+def test_a_faster_budget_is_named_with_its_speedup_over_the_target_alone() -> None:
+    cell = _cell({OFF: 500.0, 16: 800.0, 64: 1000.0})
+    assert cell.answered and cell.answer == 64 and not cell.off
+    ratio = cell.speedups[64]
+    assert ratio.low < 2.0 < ratio.high and ratio.faster
+
+
+def test_without_a_twin_the_speedup_is_not_measured() -> None:
+    cell = _cell({16: 800.0, 64: 1000.0})
+    assert cell.answer == 64 and cell.speedup is None and not cell.speedups
+    found = BreakEvenMap((cell,), False, None, {"C=1": crossover([cell])})
+    said = breakeven_answer(found)
+    assert NOT_MEASURED in said and "x [" not in said  # no ratio is guessed
+    assert "crossover at C=1: not measured (no target-only twin)" in map_lines(found)
+
+
+def test_the_crossover_is_where_speculation_stops_paying_for_good() -> None:
+    cells = [
+        _cell({OFF: 500.0, 64: 1000.0}, 512),
+        _cell({OFF: 500.0, 64: 600.0}, 2048),
+        _cell({OFF: 500.0, 64: 300.0}, 8192),
+    ]
+    assert crossover(cells) == 8192
+    found = BreakEvenMap(tuple(cells), True, None, {"C=1": crossover(cells)})
+    said = breakeven_answer(found)
+    assert said.startswith("Break-even: up to 2048 prompt tokens: tree_budget=64, 1.")
+    assert "; at 8192: speculation off (best budget 0." in said
+    # a slower depth in the middle, faster again beyond it, is no crossover
+    assert crossover([cells[2], _cell({OFF: 500.0, 64: 1000.0}, 16384)]) is None
+
+
+def test_acceptance_falls_with_each_doubling_of_the_prompt() -> None:
+    samples = [
+        Sample(64, p, 0, True, mean_acceptance_length=4.0 - 0.5 * k, context_depth=512 * 2**k)
+        for k in range(4)
+        for p in PROMPTS
+    ] + [Sample(OFF, "p0", 0, True, context_depth=512)]
+    slope = acceptance_slope(samples, 0.95)
+    assert slope is not None and slope.per_doubling == pytest.approx(-0.5)
+    assert slope.figure == "mean_acceptance_length" and slope.n == 20
+
+
+def test_the_bundled_map_on_the_embedded_server_reports_off_where_every_budget_loses(
+    pytester: pytest.Pytester,
+) -> None:
+    # 4096 prompt tokens: the reference server's verification cost and its drafter's lost
+    # track make every budget slower than its target-only twin (docs/reference-server.md)
+    result = pytester.runpytest_subprocess(
+        "--pyargs",
+        "pytest_ddtree.suite",
+        "-k",
+        "break_even",
+        "--ddtree-context",
+        "4096",
+        "--ddtree-budgets",
+        "16,64",
+        "--ddtree-report",
+        "rep",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert "Break-even: at 4096 prompt tokens: speculation off (best budget 0." in out
+    doc = json.loads((pytester.path / "rep" / "sweep.json").read_text())
+    (found,) = doc["breakeven"]
+    (cell,) = found["cells"]
+    assert cell["answer_label"] == "off" and found["baseline"] is True
+    assert found["message"] in out
+    html = (pytester.path / "rep" / "sweep.html").read_text()
+    assert 'class="stats breakeven"' in html and "hsl(0, 65%" in html  # red: slower
