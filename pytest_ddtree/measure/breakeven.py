@@ -217,13 +217,19 @@ def race_cell(
             got = run(calls, concurrency) if run is not None else [c() for c in calls]
             for s in got:
                 samples.append(s)
-                if s.valid and s.decode_tokens_per_second:
-                    race.add(arm, s.decode_tokens_per_second, s.prompt_id)
+                if _timed(s):
+                    race.add(arm, float(s.decode_tokens_per_second or 0), s.prompt_id)
                 else:
                     race.count()
-                    if s.against_budget or not s.valid:
+                    if s.against_budget:
                         race.exclude(arm, f"invalid answer ({', '.join(s.codes) or 'error'})")
     return samples, race.record()
+
+
+def _timed(s: Sample) -> bool:
+    """An answer that times its arm: a valid one, or one whose failure the target alone
+    shares (the model's or the prompt's: the same tokens, decoded either way)."""
+    return bool(s.decode_tokens_per_second) and (s.valid or not s.against_budget)
 
 
 def _call(send: Send, arm: Arm, prompt: str, lap: int) -> Callable[[], Sample]:
@@ -231,7 +237,7 @@ def _call(send: Send, arm: Arm, prompt: str, lap: int) -> Callable[[], Sample]:
 
 
 def _rates(samples: Sequence[Sample], arm: Arm) -> tuple[list[float], list[str]]:
-    got = [s for s in samples if s.tree_budget == arm and s.valid and s.decode_tokens_per_second]
+    got = [s for s in samples if s.tree_budget == arm and _timed(s)]
     return [float(s.decode_tokens_per_second or 0) for s in got], [s.prompt_id for s in got]
 
 
@@ -300,7 +306,7 @@ def acceptance_slope(samples: Sequence[Sample], confidence: float) -> Slope | No
         pts = [
             (math.log2(s.context_depth), float(v))
             for s in samples
-            if s.valid
+            if (s.valid or not s.against_budget)
             and s.tree_budget != OFF
             and s.context_depth
             and (v := getattr(s, figure)) is not None

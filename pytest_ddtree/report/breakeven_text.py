@@ -24,8 +24,10 @@ def ratio_text(r: Ratio) -> str:
 def cell_text(c: Cell) -> str:
     """A map cell: ``64 1.90x [1.80, 2.00]``, ``off (best 64 0.84x [...])``, ``undecided``."""
     best = "" if c.speedup is None else f"best {arm_label(c.best)} {ratio_text(c.speedup)}"
+    if not c.decision.has_leader:
+        return "no valid answer"
     if not c.answered:
-        lead = arm_label(c.decision.leader) if c.decision.has_leader else "none valid"
+        lead = arm_label(c.decision.leader)
         return f"undecided ({lead} leads{'; ' + best if best else ''})"
     if c.off:
         return f"off ({best})" if best else "off"
@@ -35,6 +37,8 @@ def cell_text(c: Cell) -> str:
 
 def _choice(c: Cell, baseline: bool) -> str:
     """A depth's choice in the sentence."""
+    if not c.decision.has_leader:
+        return "no valid answer"
     if not c.answered:
         return f"undecided ({arm_label(c.decision.leader)} leads)"
     if c.off:

@@ -132,3 +132,29 @@ def test_the_bundled_map_on_the_embedded_server_reports_off_where_every_budget_l
     assert found["message"] in out
     html = (pytester.path / "rep" / "sweep.html").read_text()
     assert 'class="stats breakeven"' in html and "hsl(0, 65%" in html  # red: slower
+
+
+def test_a_failure_the_target_alone_shares_is_timed_not_held_against_the_arm() -> None:
+    # a small model loops on a long prompt with speculation and without it: the same tokens,
+    # decoded either way; the loop is the model's, so both arms keep their timings
+    def send(arm: int | None, pid: str, lap: int) -> Sample:
+        rate = (500.0 if arm == OFF else 1000.0) * (1 + 0.01 * lap)
+        return Sample(
+            arm, pid, lap, False, codes=("degenerate",), blame="template",
+            decode_tokens_per_second=rate,
+        )  # fmt: skip
+
+    samples, record = race_cell([OFF, 64], PROMPTS, send, RaceRule(max_requests=200))
+    cell = cell_of(1024, SERIAL, samples, record, baseline=True)
+    assert cell.answer == 64 and not cell.decision.excluded
+    # blamed on speculation, a failure excludes its arm
+    samples, record = race_cell(
+        [OFF, 64],
+        PROMPTS,
+        lambda a, p, lap: Sample(
+            a, p, lap, a != 64, codes=() if a != 64 else ("role-leak",), blame="speculation",
+            decode_tokens_per_second=900.0 + lap,
+        ),  # fmt: skip
+        RaceRule(max_requests=200),
+    )
+    assert record.judgement.standing(64).status == "excluded"
