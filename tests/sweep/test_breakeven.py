@@ -152,9 +152,14 @@ def test_a_failure_the_target_alone_shares_is_timed_not_held_against_the_arm() -
         [OFF, 64],
         PROMPTS,
         lambda a, p, lap: Sample(
-            a, p, lap, a != 64, codes=() if a != 64 else ("role-leak",), blame="speculation",
+            a,
+            p,
+            lap,
+            a != 64,
+            codes=() if a != 64 else ("role-leak",),
+            blame="speculation",
             decode_tokens_per_second=900.0 + lap,
-        ),  # fmt: skip
+        ),
         RaceRule(max_requests=200),
     )
     assert record.judgement.standing(64).status == "excluded"
