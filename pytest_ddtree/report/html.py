@@ -433,14 +433,21 @@ def render_html(
     notices.extend(
         dict.fromkeys(w for s in summaries.values() for w in speculation_warnings(s.budgets))
     )
-    if load_cards and not run.samples:  # load tests only: no empty sweep sections
+    maps = ""
+    if breakeven:
+        from pytest_ddtree.report.breakeven_html import render_breakeven_section
+
+        maps = render_breakeven_section(breakeven)
+    if (load_cards or maps) and not run.samples:  # no sweep: no empty sweep sections
+        what = "break-even" if maps and not load_cards else "load"
         return _page(
             model,
             [
-                '<header><div class="eyebrow">pytest-ddtree · load</div>',
+                f'<header><div class="eyebrow">pytest-ddtree · {what}</div>',
                 f"<h1>{escape(model)}</h1>",
                 f'<div class="meta-line">{escape(endpoint)}</div></header>',
                 *(f'<div class="notice">{escape(n)}</div>' for n in notices),
+                maps,
                 load_cards,
                 server_counters_section(meta.extra.get("server_counters")),
                 f'<section class="card"><h2>Run</h2>{_metadata(run)}</section>',
@@ -470,10 +477,7 @@ def render_html(
     body.append(server_counters_section(meta.extra.get("server_counters"), _timed(summaries)))
     body.append(_diagnoses(run.diagnoses))
     body.append(load_cards)
-    if breakeven:
-        from pytest_ddtree.report.breakeven_html import render_breakeven_section
-
-        body.append(render_breakeven_section(breakeven))
+    body.append(maps)
     body.append(_machine_section(run))
     body.append(f'<section class="card"><h2>Run</h2>{_metadata(run)}</section>')
     return _page(model, body)

@@ -80,6 +80,7 @@ tr.row-bad td{background:var(--bad-bg)}
 background:var(--line)}
 .pill.best{background:var(--good);color:#fff}
 .pill.tied{background:var(--tie);color:var(--ink);border:1px solid var(--line)}
+table.breakeven td.heat{text-align:center;color:#111;font-variant-numeric:tabular-nums}
 .pill.bad{background:var(--bad);color:#fff}
 .pill.tmpl{background:#e8a33d;color:#1d2433}
 .pill.spec{background:#7048e8;color:#fff}
