@@ -30,6 +30,7 @@ _ORDER = (
     "test_streaming",
     "test_sweep",
     "test_load",
+    "test_breakeven",
 )
 
 _PROMPTS = pytest.StashKey[PromptSet]()
