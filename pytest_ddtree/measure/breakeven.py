@@ -139,6 +139,7 @@ jsonmodel.register(
     Cell,
     read=False,
     speedups=jsonmodel.override(omit=True),
+    decision=jsonmodel.override(unstruct_hook=jsonmodel.to_json),
     derived={
         "label": lambda c: c.point.label,
         "answer_label": lambda c: arm_label(c.answer) if c.answered else None,
@@ -178,15 +179,19 @@ class BreakEvenMap:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON (``sweep.json``'s ``breakeven``)."""
-        return {
-            "baseline": self.baseline,
-            "depths": list(self.depths),
-            "points": [p.label for p in self.points],
-            "crossovers": dict(self.crossovers),
-            "acceptance_slope": None if self.slope is None else jsonmodel.to_json(self.slope),
-            "cells": [jsonmodel.to_json(c) for c in self.cells],
-            "samples": [s.to_json() for s in self.samples],
-        }
+        return dict(jsonmodel.to_json(self))
+
+
+jsonmodel.register(
+    BreakEvenMap,
+    read=False,
+    slope=jsonmodel.override(rename="acceptance_slope"),
+    derived={
+        "depths": lambda m: list(m.depths),
+        "points": lambda m: [p.label for p in m.points],
+    },
+    order=("baseline", "depths", "points", "crossovers", "acceptance_slope", "cells", "samples"),
+)
 
 
 def race_cell(

@@ -101,24 +101,32 @@ class Choice:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON."""
-        return {
-            "point": jsonmodel.to_json(self.point),
-            "label": self.point.label,
-            "chosen": self.chosen,
-            "tree_budget": self.tree_budget,
-            "budget_label": self.label,
-            "tpot_ms": self.tpot_ms,
-            "ci_ms": list(self.ci_ms) if self.ci_ms else None,
-            "n": self.n,
-            "decisive": self.decisive,
-            "excluded": list(self.excluded),
-            "unreliable": self.unreliable,
-            "undecided": self.undecided,
-            "decision": jsonmodel.to_json(self.decision),
-            "standings": [jsonmodel.to_json(s) for s in self.standings],
-            "race": self.race.to_json() if self.race is not None else None,
-            "why_none": self.why_none or None,
-        }
+        return dict(jsonmodel.to_json(self))
+
+
+jsonmodel.register(
+    Choice,
+    read=False,
+    why_none=jsonmodel.override(unstruct_hook=lambda why: why or None),
+    # generic records: written by their own registered form
+    decision=jsonmodel.override(unstruct_hook=jsonmodel.to_json),
+    standings=jsonmodel.override(unstruct_hook=lambda xs: [jsonmodel.to_json(x) for x in xs]),
+    derived={
+        "label": lambda c: c.point.label,
+        "chosen": lambda c: c.chosen,
+        "tree_budget": lambda c: c.tree_budget,
+        "budget_label": lambda c: c.label,
+        "n": lambda c: c.n,
+        "decisive": lambda c: c.decisive,
+        "excluded": lambda c: list(c.excluded),
+        "undecided": lambda c: c.undecided,
+    },
+    order=(
+        *("point", "label", "chosen", "tree_budget", "budget_label", "tpot_ms", "ci_ms", "n"),
+        *("decisive", "excluded", "unreliable", "undecided", "decision", "standings", "race"),
+        "why_none",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -186,11 +194,16 @@ class Schedule:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON."""
-        return {
-            "schedule": self.text(),
-            "changes_with_load": self.changes_with_load,
-            "points": [c.to_json() for c in self.choices],
-        }
+        return dict(jsonmodel.to_json(self))
+
+
+jsonmodel.register(
+    Schedule,
+    read=False,
+    choices=jsonmodel.override(rename="points"),
+    derived={"schedule": Schedule.text, "changes_with_load": lambda s: s.changes_with_load},
+    order=("schedule", "changes_with_load", "points"),
+)
 
 
 def _race_judgement(race: PointRace) -> Judgement[int | None]:
