@@ -14,7 +14,8 @@ or when off is as fast as the arm it names (a tree of no node is the smallest tr
 inside the margin is no reason to speculate), or when the named budget's speedup estimate is
 below 1 -- the map never recommends a budget slower than the target alone. The speedup of a
 budget is the paired ratio of its decode rates over off's, balanced over the prompts both
-answered, with the race's t-interval (``log_ratio_interval``) at the rule's confidence. The
+answered, with the race's t-interval (``log_ratio_interval``) at the rule's confidence (its
+end-to-end twin, ``Cell.e2e``, takes each request's whole time, its TTFT included). The
 *crossover* is the smallest depth, at one load point, from which the best budget's speedup
 interval lies wholly below 1.0 at every depth measured. Acceptance against log2(depth) is
 fitted by least squares over every valid speculative answer, with its t-interval.
@@ -124,6 +125,8 @@ class Cell:
     speedup: Ratio | None
     #: each arm's speedup over off (the twin's arm excluded), by arm
     speedups: Mapping[Arm, Ratio] = field(default_factory=dict)
+    #: the best budget's end-to-end speedup (the whole request, its TTFT included)
+    e2e: Ratio | None = None
     #: requests the cell's race sent
     requests: int = 0
 
@@ -241,15 +244,25 @@ def _call(send: Send, arm: Arm, prompt: str, lap: int) -> Callable[[], Sample]:
     return lambda: send(arm, prompt, lap)
 
 
-def _rates(samples: Sequence[Sample], arm: Arm) -> tuple[list[float], list[str]]:
+def _rates(
+    samples: Sequence[Sample], arm: Arm, figure: str = "decode"
+) -> tuple[list[float], list[str]]:
+    """An arm's timed values by prompt: decode rates, or (``e2e``) the inverse of each
+    request's end-to-end time, so that higher is faster for both."""
     got = [s for s in samples if s.tree_budget == arm and _timed(s)]
+    if figure == "e2e":
+        got = [s for s in got if s.end_to_end]
+        return [1.0 / float(s.end_to_end or 1) for s in got], [s.prompt_id for s in got]
     return [float(s.decode_tokens_per_second or 0) for s in got], [s.prompt_id for s in got]
 
 
-def speedup(samples: Sequence[Sample], arm: Arm, confidence: float) -> Ratio | None:
-    """The paired ratio of ``arm``'s decode rates over off's, with its interval."""
-    a, sa = _rates(samples, OFF)
-    b, sb = _rates(samples, arm)
+def speedup(
+    samples: Sequence[Sample], arm: Arm, confidence: float, figure: str = "decode"
+) -> Ratio | None:
+    """The paired ratio of ``arm``'s decode rates (or ``e2e``: end-to-end speeds) over
+    off's, with its interval."""
+    a, sa = _rates(samples, OFF, figure)
+    b, sb = _rates(samples, arm, figure)
     d = log_ratio_interval(a, sa, b, sb, confidence) if a and b else None
     if d is None or not all(math.isfinite(x) for x in d):
         return None
@@ -275,6 +288,7 @@ def cell_of(
             if r is not None:
                 speedups[s.key] = r
     best = _best(samples, [s.key for s in budgets])
+    e2e = speedup(samples, best, conf, "e2e") if baseline and budgets else None
     answer, answered = d.chosen, d.names_one
     if baseline and answered:
         pool = {d.leader, *d.arms, *d.as_fast}
@@ -290,6 +304,7 @@ def cell_of(
         best,
         speedups.get(best),
         speedups,
+        e2e,
         record.requests,
     )
 

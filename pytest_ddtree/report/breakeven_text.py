@@ -114,6 +114,11 @@ def map_lines(m: BreakEvenMap) -> list[str]:
         f"{percent(conf)} interval; off = speculation off)"
     )
     lines.extend(_crossover_text(m, p) for p in m.points)
+    e2e = [
+        f"{c.depth} at {c.point.label} {ratio_text(c.e2e)}" for c in m.cells if c.e2e is not None
+    ]
+    if e2e:
+        lines.append(f"end to end, the best budget over the target alone: {'; '.join(e2e)}")
     s = m.slope
     if s is not None:
         lines.append(
