@@ -20,7 +20,14 @@ from typing import Any
 import pytest
 
 from pytest_ddtree.core import __version__
-from pytest_ddtree.measure.load.hosts import LOCAL, ClockReading, HostClock, Hosts
+from pytest_ddtree.measure.load.hosts import (
+    LOCAL,
+    UNREACHABLE,
+    ClockReading,
+    HostClock,
+    Hosts,
+)
+from pytest_ddtree.pytest_plugin.session import HOST_KEY
 
 #: exchanges per offset reading (the quickest one counts)
 ROUNDS = 8
@@ -77,6 +84,7 @@ def node_up(hosts: Hosts, node: Any) -> None:
             f"ddtree: host {name} ({worker}) runs pytest-ddtree {theirs}, the controller "
             f"{__version__}: install the same version on every host"
         )
+    node.workerinput[HOST_KEY] = name  # the worker names its host in its own lines
     node.ddtree_clock = hello["clock"]
     node.ddtree_start = hello.get("start")
     clock = None if name == LOCAL else HostClock(start=read_offset(hello["clock"]))
@@ -113,7 +121,7 @@ def node_down(hosts: Hosts, node: Any, error: Any, start_error: str | None) -> N
     end = None
     if channel is not None and host is not None and not host.local:
         end = read_offset(channel, timeout=2.0)
-    fault = f"cannot reach the endpoint ({start_error})" if start_error else ""
+    fault = f"{UNREACHABLE}: {start_error}" if start_error else ""
     hosts.update(worker, end=end, fault=fault)
     if channel is not None:
         channel.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,14 @@ from typing import Any
 import pytest
 
 from pytest_ddtree.measure.load import LoadPoint
-from pytest_ddtree.measure.load.hosts import DRIFT_LIMIT, ClockReading, HostClock, Hosts
+from pytest_ddtree.measure.load.hosts import (
+    DRIFT_LIMIT,
+    UNREACHABLE,
+    ClockReading,
+    HostClock,
+    Hosts,
+    render_hosts,
+)
 from pytest_ddtree.measure.load.metrics import ClientHealth
 from pytest_ddtree.measure.load.record import LoadRecord, merge_records
 from pytest_ddtree.reference import tokenizer_path
@@ -84,6 +92,23 @@ def test_a_host_that_sent_nothing_makes_the_test_partial_and_is_named() -> None:
     assert test.requests == 2
 
 
+def test_the_table_names_a_host_that_sent_nothing_by_its_fault() -> None:
+    """Was a ZeroDivisionError in the terminal summary (client CPU per token of no token)."""
+    hosts = Hosts()
+    hosts.add("gw0", "local", None)
+    hosts.add("gw1", "b:1", HostClock())
+    hosts.add("gw2", "c:1", HostClock())
+    hosts.update("gw1", fault="died mid-run (Not properly terminated)")
+    hosts.update("gw2", fault=f"{UNREACHABLE}: http://10.0.0.1/v1/models: cannot connect")
+    rows = hosts.rows([_record("gw0", [1.0, 1.1])])
+    _, local, died, unreachable = render_hosts(rows)[:4]
+    assert "us/tok" in local
+    assert died.split()[2:5] == ["0", "0", "-"] and "died mid-run" in died
+    # the reason is on the partial line; the cell says what happened
+    assert unreachable.split()[2:5] == ["0", "0", "-"]
+    assert f"{UNREACHABLE}  " in unreachable and "10.0.0.1" not in unreachable
+
+
 # ---------------------------------------------------------------- over socket gateways
 
 LOAD_THEN_DIE = textwrap.dedent(
@@ -147,6 +172,7 @@ def test_a_host_that_dies_mid_run_is_named_and_the_others_samples_are_kept(
         "no:cacheprovider",
     )
     out = result.stdout.str()
+    assert "Traceback" not in out + result.stderr.str()
     assert f"partial: {b} (gw1): died mid-run" in out
     (test,) = json.loads((report / "sweep.json").read_text())["load"]["tests"]
     assert test["partial"] and test["absent_hosts"][0].startswith(f"{b} (gw1): died mid-run")
@@ -154,6 +180,89 @@ def test_a_host_that_dies_mid_run_is_named_and_the_others_samples_are_kept(
     assert test["requests"] == 2 and {s["worker"] for s in test["samples"]} == {"gw0"}
     rows = {r["host"]: r for r in test["hosts"]}
     assert rows[a]["requests"] == 2 and rows[b]["requests"] == 0
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A loopback port bound and never listened on: a connection to it is refused."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield held.getsockname()[1]
+
+
+def _refusing(port: int) -> str:
+    """A host's prelude: its interpreter refuses connections to ``port`` (a firewall between
+    this host and the endpoint, where loopback cannot tell hosts apart)."""
+    return textwrap.dedent(
+        f"""
+        import socket
+        _connect = socket.socket.connect
+        def _refuse(self, address):
+            if isinstance(address, tuple) and address[1] == {port}:
+                raise ConnectionRefusedError(111, "Connection refused")
+            return _connect(self, address)
+        socket.socket.connect = _refuse
+        """
+    )
+
+
+def _one_line(result: pytest.RunResult, start: str) -> str:
+    """The failure line that starts with ``start``, which names the host once (pytest's short
+    summary, with CI set, repeats it after ``FAILED ddtree::hosts[...] - ``)."""
+    text = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in text and "Traceback" not in text
+    (line,) = [line for line in result.stdout.lines if line.startswith(start)]
+    return line
+
+
+def test_a_worker_that_cannot_reach_the_endpoint_skips_its_tests_and_names_its_host(
+    pytester: pytest.Pytester, closed_port: int
+) -> None:
+    """Was an INTERNALERROR: the worker's session ended at collection, its tests pending."""
+    pytester.makepyfile("def test_talks(ddtree_client): pass\n\ndef test_offline(): pass\n")
+    url = f"http://127.0.0.1:{closed_port}/v1"
+    result = pytester.runpytest_subprocess(
+        "-n", "1", "--dist=each", f"--ddtree-endpoint={url}", "-p", "no:cacheprovider", "-rs"
+    )
+    line = _one_line(result, "ddtree: host local (gw0) cannot reach the endpoint: ")
+    assert f"{url}/models: cannot connect" in line
+    # the usage error of a run without workers: no host reached the endpoint
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.assert_outcomes(passed=1, skipped=1, failed=1)
+    result.stdout.fnmatch_lines(["SKIPPED * ddtree: not run, host local (gw0) cannot reach *"])
+
+
+def test_a_host_that_cannot_reach_the_endpoint_is_named_and_the_others_samples_are_kept(
+    pytester: pytest.Pytester, fast_server: Any, servers: list[hostlab.Proc]
+) -> None:
+    _package(pytester, LOAD_THEN_DIE)
+    port = int(fast_server.base_url.rsplit(":", 1)[1].split("/")[0])
+    a = _host(servers, pytester.path, "a")
+    b = _host(servers, pytester.path, "b", prelude=_refusing(port))
+    report = pytester.path / "report"
+    result = pytester.runpytest_subprocess(
+        "--pyargs",
+        "hostsuite",
+        f"--tx=socket={a}",
+        f"--tx=socket={b}",
+        "--dist=each",
+        f"--ddtree-endpoint={fast_server.base_url}",
+        f"--ddtree-tokenizer={tokenizer_path()}",
+        "--ddtree-load-concurrency=2",
+        "--ddtree-load-requests=4",
+        "--ddtree-max-tokens=16",
+        f"--ddtree-report={report}",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert "cannot connect" in _one_line(result, f"ddtree: host {b} (gw1) cannot reach the ")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    # host a ran both tests; host b skipped its load test and ran the one without endpoint
+    result.assert_outcomes(passed=3, skipped=1, failed=1)
+    assert f"partial: {b} (gw1): cannot reach the endpoint: " in result.stdout.str()
+    (test,) = json.loads((report / "sweep.json").read_text())["load"]["tests"]
+    assert test["partial"] and test["absent_hosts"][0].startswith(f"{b} (gw1): cannot reach")
+    assert test["requests"] == 2 and {s["worker"] for s in test["samples"]} == {"gw0"}
 
 
 def test_a_host_with_another_version_is_refused_in_one_line(

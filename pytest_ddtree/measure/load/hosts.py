@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DRIFT_LIMIT",
     "LOCAL",
+    "UNREACHABLE",
     "ClockReading",
     "Host",
     "HostClock",
@@ -39,6 +40,8 @@ __all__ = [
 
 #: the name of the controller's own machine (``popen`` workers share its clock)
 LOCAL = "local"
+#: the fault of a host whose workers could not reach the endpoint (their tests skipped)
+UNREACHABLE = "cannot reach the endpoint"
 #: a host's offset may move this much (seconds) over the run, or be this uncertain (± RTT/2),
 #: before the concurrency timeline is called approximate: a millisecond-scale error is small
 #: beside the time-to-first-token of a loaded server, which the timeline is read against
@@ -212,6 +215,20 @@ class Hosts:
             if not sent & set(h.workers)
         ]
 
+    def unreachable(self) -> list[tuple[str, str]]:
+        """Each host that could not reach the endpoint (its tests did not run), with its one
+        line."""
+        return [
+            (h.name, f"ddtree: host {h.name} ({', '.join(h.workers)}) {h.fault}")
+            for h in self.hosts
+            if h.fault.startswith(UNREACHABLE)
+        ]
+
+    @property
+    def none_reached(self) -> bool:
+        """True when every host failed to reach the endpoint (nothing ran against it)."""
+        return bool(self.hosts) and all(h.fault.startswith(UNREACHABLE) for h in self.hosts)
+
     def rows(self, records: Sequence[LoadRecord]) -> list[HostRow]:
         """Per host, what it sent in one load test (``records``: the test's, aligned)."""
         return [_row(h, records) for h in self.hosts]
@@ -336,7 +353,11 @@ def render_hosts(rows: Sequence[HostRow], problems: Sequence[str] = ()) -> list[
 def _host_cells(row: HostRow, origin: float | None) -> tuple[str, ...]:
     clock = row.host.clock
     offset, drift = ("0 (controller)", "0") if clock is None else clock.cells()
-    cpu = f"{row.cpu_seconds / row.tokens * 1e6:.0f}us/tok, peak {row.cpu_peak:.0%}"
+    cpu = (
+        f"{row.cpu_seconds / row.tokens * 1e6:.0f}us/tok, peak {row.cpu_peak:.0%}"
+        if row.tokens
+        else "-"
+    )
     first = (
         "-"
         if row.first_send is None or origin is None
@@ -347,12 +368,17 @@ def _host_cells(row: HostRow, origin: float | None) -> tuple[str, ...]:
         ",".join(row.host.workers),
         str(row.requests),
         str(row.valid),
-        cpu if row.tokens else "-",
-        row.client if row.requests else (row.host.fault or "-"),
+        cpu,
+        row.client if row.requests else _short(row.host.fault) or "-",
         offset,
         drift,
         first,
     )
+
+
+def _short(fault: str) -> str:
+    """A fault in the table's cell (the partial line gives an unreachable host's reason)."""
+    return UNREACHABLE if fault.startswith(UNREACHABLE) else fault
 
 
 def absent_line(absent: Sequence[str]) -> str:
