@@ -297,9 +297,7 @@ def test_three_hosts_in_namespaces_agree_with_one_host(tmp_path: Path) -> None:
     one reference server in its own namespace: each host sends its share, with its clock read
     over execnet. Whether the medians agree is measured, not asserted (a noisy machine):
     ``benchmarks/bench_hosts.py`` prints both with their intervals."""
-    why = hostlab.Lab.unavailable()
-    if why:
-        pytest.skip(why)
+    hostlab.require_lab()
     spread_out, _, spread, alone = hostlab.three_hosts_and_one(tmp_path)
     assert spread["requests"] == alone["requests"] == 16
     hosts = {r["host"]: r for r in spread["hosts"]}
