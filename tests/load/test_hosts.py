@@ -6,6 +6,7 @@ socket servers on 127.0.0.1 (``hostlab``), each server a host as the controller 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
@@ -20,9 +21,11 @@ from pytest_ddtree.measure.load import LoadPoint
 from pytest_ddtree.measure.load.hosts import (
     DRIFT_LIMIT,
     UNREACHABLE,
+    Barrier,
     ClockReading,
     HostClock,
     Hosts,
+    Release,
     render_hosts,
 )
 from pytest_ddtree.measure.load.metrics import ClientHealth
@@ -107,6 +110,28 @@ def test_the_table_names_a_host_that_sent_nothing_by_its_fault() -> None:
     # the reason is on the partial line; the cell says what happened
     assert unreachable.split()[2:5] == ["0", "0", "-"]
     assert f"{UNREACHABLE}  " in unreachable and "10.0.0.1" not in unreachable
+
+
+def test_a_run_starts_once_every_host_is_there_at_one_instant() -> None:
+    barrier = Barrier(lead=0.05)
+    for w in ("gw0", "gw1"):
+        barrier.join(w)
+    assert barrier.arrive("gw0", ("t::load", 0, 0), now=10.0) == []
+    (go,) = barrier.arrive("gw1", ("t::load", 0, 0), now=12.0)
+    assert go == Release(("t::load", 0, 0), frozenset({"gw0", "gw1"}), 12.05)
+
+
+def test_a_run_does_not_wait_for_a_host_that_left_the_test_or_the_call() -> None:
+    barrier = Barrier(lead=0.0)
+    for w in ("gw0", "gw1", "gw2", "gw3"):
+        barrier.join(w)
+    mark = ("t::load", 0, 1)
+    barrier.arrive("gw0", mark, now=1.0)
+    assert barrier.finish("gw1", "t::load", now=2.0) == []  # skipped it (no endpoint)
+    assert barrier.arrive("gw2", ("t::load", 1, 0), now=3.0) == []  # its call 0 ended early
+    assert barrier.expected(mark) == {"gw0", "gw3"}
+    (go,) = barrier.leave("gw3", now=4.0)  # died
+    assert go.mark == mark and go.workers == {"gw0"}
 
 
 # ---------------------------------------------------------------- over socket gateways
@@ -289,6 +314,41 @@ def test_a_host_with_another_version_is_refused_in_one_line(
     )
     assert result.stderr.lines.count(line) == 1 or result.stdout.lines.count(line) == 1
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_each_load_point_starts_together_on_every_host(
+    pytester: pytest.Pytester, fast_server: Any, servers: list[hostlab.Proc]
+) -> None:
+    """Each run (a load point at a budget) of one host starts only once the other host's
+    run before it has ended: the hosts go point by point together (they went on each at
+    its own pace, after one common start)."""
+    _package(pytester, LOAD_THEN_DIE)
+    hosts = [_host(servers, pytester.path, name) for name in ("a", "b")]
+    report = pytester.path / "report"
+    result = pytester.runpytest_subprocess(
+        "--pyargs",
+        "hostsuite",
+        *(f"--tx=socket={h}" for h in hosts),
+        "--dist=each",
+        f"--ddtree-endpoint={fast_server.base_url}",
+        f"--ddtree-tokenizer={tokenizer_path()}",
+        "--ddtree-load-concurrency=2,4,6",
+        "--ddtree-load-requests=6",
+        "--ddtree-max-tokens=16",
+        f"--ddtree-report={report}",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    (test,) = json.loads((report / "sweep.json").read_text())["load"]["tests"]
+    runs: dict[int, list[tuple[float, float]]] = {}
+    for s in test["samples"]:
+        sent = (s["start"], s["start"] + s["end_to_end"])
+        runs.setdefault(s["point"]["value"], []).append(sent)
+    assert {s["worker"] for s in test["samples"]} == {"gw0", "gw1"}
+    ordered = [runs[c] for c in (2, 4, 6)]
+    for before, after in itertools.pairwise(ordered):
+        assert min(start for start, _ in after) >= max(end for _, end in before)
 
 
 @pytest.mark.slow
