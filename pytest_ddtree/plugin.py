@@ -19,7 +19,6 @@ from pytest_ddtree.core.settings import Settings, SettingsError
 from pytest_ddtree.pytest_plugin import _guard
 from pytest_ddtree.pytest_plugin.runtime import Runtime
 from pytest_ddtree.pytest_plugin.session import (
-    ENDPOINT_FIXTURES,
     RUNTIME_KEY,
     SESSION_KEY,
     SETTINGS_KEY,
@@ -177,7 +176,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if config.option.collectonly or not needs_runtime(session.items):
         return
     ddtree = config.stash[SESSION_KEY]
-    runtime = ddtree.ensure_runtime()
+    runtime = ddtree.start()
+    if runtime is None:  # a worker whose host cannot reach the endpoint: its tests skip
+        return
     from pytest_ddtree.pytest_plugin import budgetfield
 
     budgetfield.watch(runtime, session)
@@ -215,11 +216,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Skip a test that needs the endpoint once the session found it down (never answered)
-    or stalled (the stall guard tripped on the session's endpoint)."""
-    runtime = item.config.stash.get(RUNTIME_KEY, None)
-    if runtime is None or not runtime.client.guard.stopped:
+    or stalled (the stall guard tripped on the session's endpoint), or when this worker's
+    host cannot reach it."""
+    if not needs_runtime([item]):
         return
-    if ENDPOINT_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+    unreachable = item.config.stash[SESSION_KEY].unreachable()
+    if unreachable is not None:
+        pytest.skip(unreachable)
+    runtime = item.config.stash.get(RUNTIME_KEY, None)
+    if runtime is not None and runtime.client.guard.stopped:
         guard = runtime.client.guard
         why = "the endpoint is down" if guard.dead else "the endpoint stalled"
         pytest.skip(f"ddtree: not run, {why}: {guard.reason}")
@@ -306,6 +311,10 @@ def ddtree_runtime(pytestconfig: pytest.Config) -> Runtime:
     try:
         return ensure_runtime(pytestconfig)
     except EndpointError as exc:
+        session = pytestconfig.stash[SESSION_KEY]
+        if session.is_worker:  # this host's alone (DDTreeSession.start): an exit would
+            session.start_error = str(exc)  # break the controller
+            pytest.skip(session.unreachable() or "")
         pytest.exit(f"ddtree: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
 
 

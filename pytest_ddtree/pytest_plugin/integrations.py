@@ -235,14 +235,14 @@ class XdistIntegration:
         if isinstance(doc, Mapping):
             self.session.merge_worker(doc)
 
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_xdist_node_collection_finished(self, node: Any, ids: Any) -> None:
-        """Controller side: once every worker has collected, the load's common start."""
-        if getattr(self.session.config.option, "dist", "no") != "each":
-            return
-        from pytest_ddtree.pytest_plugin import remote
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Controller side: a worker has finished a test; no run of a split load test
+        waits for it there (``remote.test_done``)."""
+        node = getattr(report, "node", None)
+        if report.when == "teardown" and node is not None and not self.session.is_worker:
+            from pytest_ddtree.pytest_plugin import remote
 
-        remote.collected(self._hosts(), node, len(node.nodemanager.specs))
+            remote.test_done(self._hosts(), str(node.gateway.id), report.nodeid)
 
     def _hosts(self) -> Hosts:
         if self.session.hosts is None:

@@ -14,21 +14,30 @@ The socket and ssh gateways need no copy of the tests: run an installed package 
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 import pytest
 
 from pytest_ddtree.core import __version__
-from pytest_ddtree.measure.load.hosts import LOCAL, ClockReading, HostClock, Hosts
+from pytest_ddtree.measure.load.hosts import (
+    LOCAL,
+    UNREACHABLE,
+    ClockReading,
+    HostClock,
+    Hosts,
+    Release,
+)
+from pytest_ddtree.pytest_plugin.session import HOST_KEY
 
 #: exchanges per offset reading (the quickest one counts)
 ROUNDS = 8
 #: seconds to wait for a host's answer before its offset counts as unknown
 PROBE_TIMEOUT = 10.0
-#: the load starts this long after the last worker has collected (seconds): time for the
-#: instant to reach every host and for each to set up its first load test
-START_LEAD = 1.0
+#: guards the barrier: workers arrive from execnet's receiver threads, tests end and
+#: workers go down on the main thread
+_LOCK = threading.Lock()
 
 
 def host_name(spec: Any, group: Any = None) -> str:
@@ -77,34 +86,61 @@ def node_up(hosts: Hosts, node: Any) -> None:
             f"ddtree: host {name} ({worker}) runs pytest-ddtree {theirs}, the controller "
             f"{__version__}: install the same version on every host"
         )
+    node.workerinput[HOST_KEY] = name  # the worker names its host in its own lines
     node.ddtree_clock = hello["clock"]
-    node.ddtree_start = hello.get("start")
     clock = None if name == LOCAL else HostClock(start=read_offset(hello["clock"]))
     hosts.add(worker, name, clock)
+    gate = hello.get("start")
+    if gate is not None:
+        join(hosts, worker, gate)
 
 
-def collected(hosts: Hosts, node: Any, nodes: int) -> None:
-    """Controller side, a worker has collected: once all ``nodes`` have, choose the instant
-    the load starts (``START_LEAD`` from now) and send it to each, on its host's clock."""
-    hosts.collected.append(node)
-    if len(hosts.collected) < nodes or hosts.start_at:
-        return
-    hosts.start_at = time.time() + START_LEAD
-    for each in hosts.collected:
-        channel = getattr(each, "ddtree_start", None)
-        host = hosts.by_worker.get(str(each.gateway.id))
-        if channel is None or host is None:
-            continue
-        offset = host.clock.offset_at(hosts.start_at) if host.clock is not None else 0.0
-        try:
-            channel.send(hosts.start_at + (offset or 0.0))
-        except Exception:  # gone already: node_down names it
-            continue
+def join(hosts: Hosts, worker: str, gate: Any) -> None:
+    """The worker's runs of split load tests pass the barrier through ``gate``."""
+    barrier = hosts.barrier
+    host = hosts.by_worker[worker]
+    if host.clock is not None and host.clock.start is not None:
+        barrier.lead = max(barrier.lead, 4 * host.clock.start.error)
+
+    def arrive(mark: Any) -> None:
+        nodeid, call, run = mark
+        with _LOCK:
+            release(hosts, barrier.arrive(worker, (str(nodeid), int(call), int(run)), time.time()))
+
+    with _LOCK:
+        hosts.gates[worker] = gate
+        barrier.join(worker)
+    gate.setcallback(arrive)
+
+
+def release(hosts: Hosts, releases: list[Release]) -> None:
+    """Send each released worker its run's start, on its host's clock (under ``_LOCK``)."""
+    for each in releases:
+        for worker in each.workers:
+            host, gate = hosts.by_worker.get(worker), hosts.gates.get(worker)
+            if host is None or gate is None:
+                continue
+            offset = host.clock.offset_at(each.at) if host.clock is not None else 0.0
+            try:
+                gate.send((list(each.mark), each.at + (offset or 0.0)))
+            except Exception:  # gone already: node_down names it
+                continue
+
+
+def test_done(hosts: Hosts, worker: str, nodeid: str) -> None:
+    """Controller side, a worker has finished a test: no run of it waits for that worker."""
+    with _LOCK:
+        release(hosts, hosts.barrier.finish(worker, nodeid, time.time()))
 
 
 def node_down(hosts: Hosts, node: Any, error: Any, start_error: str | None) -> None:
     """Controller side, a worker went down: its host's offset at the end, or its fault."""
     worker = str(node.gateway.id)
+    with _LOCK:
+        release(hosts, hosts.barrier.leave(worker, time.time()))
+        gate = hosts.gates.pop(worker, None)
+    if gate is not None:  # open, with its callback, it holds the gateway's exit 10 s
+        gate.close()
     if error is not None:
         hosts.update(worker, fault=f"died mid-run ({_first_line(error)})")
         return
@@ -113,7 +149,7 @@ def node_down(hosts: Hosts, node: Any, error: Any, start_error: str | None) -> N
     end = None
     if channel is not None and host is not None and not host.local:
         end = read_offset(channel, timeout=2.0)
-    fault = f"cannot reach the endpoint ({start_error})" if start_error else ""
+    fault = f"{UNREACHABLE}: {start_error}" if start_error else ""
     hosts.update(worker, end=end, fault=fault)
     if channel is not None:
         channel.close()

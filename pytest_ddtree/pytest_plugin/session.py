@@ -43,6 +43,8 @@ RUNTIME_KEY = pytest.StashKey[Runtime]()
 MARKED_KEY = pytest.StashKey[Settings]()
 #: ``workerinput`` key of the controller's ``--dist`` mode (load tests split under ``each``)
 DIST_KEY = "ddtree_dist"
+#: ``workerinput`` key of the name of the worker's host, as the controller calls it
+HOST_KEY = "ddtree_host"
 #: ``workeroutput`` key of the payload a pytest-xdist worker hands to the controller.
 WORKER_OUTPUT_KEY = "ddtree_sweep"
 
@@ -222,6 +224,32 @@ class DDTreeSession:
             self.start_error = str(exc)
             raise pytest.UsageError(f"ddtree: {exc}") from None
 
+    def start(self) -> Runtime | None:
+        """Start the runtime before the first test. An endpoint problem stops the run as a
+        usage error, but on an xdist worker it is this host's alone (the other hosts may
+        reach the endpoint, and a worker that ends its session early breaks the controller):
+        it is kept, each test that needs the endpoint is skipped with it (``unreachable``),
+        and the controller names the host."""
+        if not self.is_worker:
+            return self.ensure_runtime()
+        try:
+            return ensure_runtime(self.config)
+        except EndpointError as exc:
+            self.start_error = str(exc)
+            return None
+
+    def unreachable(self) -> str | None:
+        """Why this worker runs no test that needs the endpoint: its host could not reach
+        it (None: it did, or the runtime has not started yet)."""
+        if self.start_error is None or not self.is_worker:
+            return None
+        winput = getattr(self.config, "workerinput", {})
+        host = winput.get(HOST_KEY, "this host")
+        return (
+            f"ddtree: not run, host {host} ({self.worker_id}) cannot reach the endpoint: "
+            f"{self.start_error}"
+        )
+
     def settings_for(self, node: pytest.Item) -> Settings:
         """The settings with the node's ``@pytest.mark.ddtree`` applied (validated once)."""
         marked = node.stash.get(MARKED_KEY, None)
@@ -356,6 +384,8 @@ class DDTreeSession:
             self.races.setdefault(temperature, []).append(bench.race.record())
         if self.metadata is not None:  # the terminal and the report say what was raced from it
             self.metadata.races = sum(len(records) for records in self.races.values())
+        if self.hosts is not None and self.hosts.none_reached and self.start_error is None:
+            self.start_error = self.hosts.unreachable()[0][1]  # the report says why, below
         seed, report = self.settings.sweep_seed, self.settings.report
         outcome = analysis.conclude(
             self.samples,
@@ -376,6 +406,7 @@ class DDTreeSession:
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
             self._report_sweep_failure(self.budget_ignored)
+        self._report_unreachable_hosts(session)
         if report and not self.config.option.collectonly:
             tests = {"passed": len(self.outcomes.kept), "failed": len(self.outcomes.failed)}
             run = analysis.sweep_run(
@@ -399,16 +430,34 @@ class DDTreeSession:
         WorkerPayload.from_json(doc).merge_into(self)
 
     def _report_sweep_failure(self, violations: list[Violation]) -> None:
-        """Log a failed pseudo-test ``ddtree::sweep``, so the failure reaches the final
-        counts and JUnit XML (CI dashboards read those, not the exit code alone)."""
+        """Log a failed pseudo-test ``ddtree::sweep``."""
         from pytest_ddtree.core.violation import InvariantError
 
+        self._report_failure("sweep", InvariantError(violations).render())
+
+    def _report_unreachable_hosts(self, session: pytest.Session) -> None:
+        """A host whose workers could not reach the endpoint ran none of their tests (each
+        skipped with the reason): it fails as a pseudo-test ``ddtree::hosts[NAME]`` in one
+        line; the run is a usage error, as without workers, when no host reached it."""
+        hosts = self.hosts
+        if hosts is None:
+            return
+        for host, line in hosts.unreachable():
+            self._report_failure(f"hosts[{host}]", line)
+            if hosts.none_reached:
+                session.exitstatus = pytest.ExitCode.USAGE_ERROR
+            elif session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _report_failure(self, name: str, longrepr: str) -> None:
+        """Log a failed pseudo-test ``ddtree::NAME``, so the failure reaches the final
+        counts and JUnit XML (CI dashboards read those, not the exit code alone)."""
         report = pytest.TestReport(
-            nodeid="ddtree::sweep",
-            location=("ddtree", None, "sweep"),
+            nodeid=f"ddtree::{name}",
+            location=("ddtree", None, name),
             keywords={},
             outcome="failed",
-            longrepr=InvariantError(violations).render(),
+            longrepr=longrepr,
             when="call",
             duration=0.0,
         )

@@ -199,6 +199,24 @@ class Lab:
         self.namespaces.clear()
 
 
+#: set (by CI): a lab test fails where namespaces cannot be made, instead of skipping
+REQUIRE_ENV = "DDTREE_REQUIRE_NAMESPACES"
+
+
+def require_lab() -> None:
+    """Skip a lab test with the one-line reason namespaces cannot be made here (fail instead
+    when ``DDTREE_REQUIRE_NAMESPACES`` is set: a tier that should run cannot pass by
+    skipping)."""
+    import pytest
+
+    why = Lab.unavailable()
+    if not why:
+        return
+    if os.environ.get(REQUIRE_ENV):
+        pytest.fail(f"{REQUIRE_ENV} is set, but {why}", pytrace=False)
+    pytest.skip(why)
+
+
 @contextlib.contextmanager
 def lab(directory: Path) -> Iterator[Lab]:
     """A lab, always closed."""

@@ -6,8 +6,10 @@ socket servers on 127.0.0.1 (``hostlab``), each server a host as the controller 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import socket
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +18,16 @@ from typing import Any
 import pytest
 
 from pytest_ddtree.measure.load import LoadPoint
-from pytest_ddtree.measure.load.hosts import DRIFT_LIMIT, ClockReading, HostClock, Hosts
+from pytest_ddtree.measure.load.hosts import (
+    DRIFT_LIMIT,
+    UNREACHABLE,
+    Barrier,
+    ClockReading,
+    HostClock,
+    Hosts,
+    Release,
+    render_hosts,
+)
 from pytest_ddtree.measure.load.metrics import ClientHealth
 from pytest_ddtree.measure.load.record import LoadRecord, merge_records
 from pytest_ddtree.reference import tokenizer_path
@@ -84,6 +95,45 @@ def test_a_host_that_sent_nothing_makes_the_test_partial_and_is_named() -> None:
     assert test.requests == 2
 
 
+def test_the_table_names_a_host_that_sent_nothing_by_its_fault() -> None:
+    """Was a ZeroDivisionError in the terminal summary (client CPU per token of no token)."""
+    hosts = Hosts()
+    hosts.add("gw0", "local", None)
+    hosts.add("gw1", "b:1", HostClock())
+    hosts.add("gw2", "c:1", HostClock())
+    hosts.update("gw1", fault="died mid-run (Not properly terminated)")
+    hosts.update("gw2", fault=f"{UNREACHABLE}: http://10.0.0.1/v1/models: cannot connect")
+    rows = hosts.rows([_record("gw0", [1.0, 1.1])])
+    _, local, died, unreachable = render_hosts(rows)[:4]
+    assert "us/tok" in local
+    assert died.split()[2:5] == ["0", "0", "-"] and "died mid-run" in died
+    # the reason is on the partial line; the cell says what happened
+    assert unreachable.split()[2:5] == ["0", "0", "-"]
+    assert f"{UNREACHABLE}  " in unreachable and "10.0.0.1" not in unreachable
+
+
+def test_a_run_starts_once_every_host_is_there_at_one_instant() -> None:
+    barrier = Barrier(lead=0.05)
+    for w in ("gw0", "gw1"):
+        barrier.join(w)
+    assert barrier.arrive("gw0", ("t::load", 0, 0), now=10.0) == []
+    (go,) = barrier.arrive("gw1", ("t::load", 0, 0), now=12.0)
+    assert go == Release(("t::load", 0, 0), frozenset({"gw0", "gw1"}), 12.05)
+
+
+def test_a_run_does_not_wait_for_a_host_that_left_the_test_or_the_call() -> None:
+    barrier = Barrier(lead=0.0)
+    for w in ("gw0", "gw1", "gw2", "gw3"):
+        barrier.join(w)
+    mark = ("t::load", 0, 1)
+    barrier.arrive("gw0", mark, now=1.0)
+    assert barrier.finish("gw1", "t::load", now=2.0) == []  # skipped it (no endpoint)
+    assert barrier.arrive("gw2", ("t::load", 1, 0), now=3.0) == []  # its call 0 ended early
+    assert barrier.expected(mark) == {"gw0", "gw3"}
+    (go,) = barrier.leave("gw3", now=4.0)  # died
+    assert go.mark == mark and go.workers == {"gw0"}
+
+
 # ---------------------------------------------------------------- over socket gateways
 
 LOAD_THEN_DIE = textwrap.dedent(
@@ -147,6 +197,7 @@ def test_a_host_that_dies_mid_run_is_named_and_the_others_samples_are_kept(
         "no:cacheprovider",
     )
     out = result.stdout.str()
+    assert "Traceback" not in out + result.stderr.str()
     assert f"partial: {b} (gw1): died mid-run" in out
     (test,) = json.loads((report / "sweep.json").read_text())["load"]["tests"]
     assert test["partial"] and test["absent_hosts"][0].startswith(f"{b} (gw1): died mid-run")
@@ -154,6 +205,89 @@ def test_a_host_that_dies_mid_run_is_named_and_the_others_samples_are_kept(
     assert test["requests"] == 2 and {s["worker"] for s in test["samples"]} == {"gw0"}
     rows = {r["host"]: r for r in test["hosts"]}
     assert rows[a]["requests"] == 2 and rows[b]["requests"] == 0
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A loopback port bound and never listened on: a connection to it is refused."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield held.getsockname()[1]
+
+
+def _refusing(port: int) -> str:
+    """A host's prelude: its interpreter refuses connections to ``port`` (a firewall between
+    this host and the endpoint, where loopback cannot tell hosts apart)."""
+    return textwrap.dedent(
+        f"""
+        import socket
+        _connect = socket.socket.connect
+        def _refuse(self, address):
+            if isinstance(address, tuple) and address[1] == {port}:
+                raise ConnectionRefusedError(111, "Connection refused")
+            return _connect(self, address)
+        socket.socket.connect = _refuse
+        """
+    )
+
+
+def _one_line(result: pytest.RunResult, start: str) -> str:
+    """The failure line that starts with ``start``, which names the host once (pytest's short
+    summary, with CI set, repeats it after ``FAILED ddtree::hosts[...] - ``)."""
+    text = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in text and "Traceback" not in text
+    (line,) = [line for line in result.stdout.lines if line.startswith(start)]
+    return line
+
+
+def test_a_worker_that_cannot_reach_the_endpoint_skips_its_tests_and_names_its_host(
+    pytester: pytest.Pytester, closed_port: int
+) -> None:
+    """Was an INTERNALERROR: the worker's session ended at collection, its tests pending."""
+    pytester.makepyfile("def test_talks(ddtree_client): pass\n\ndef test_offline(): pass\n")
+    url = f"http://127.0.0.1:{closed_port}/v1"
+    result = pytester.runpytest_subprocess(
+        "-n", "1", "--dist=each", f"--ddtree-endpoint={url}", "-p", "no:cacheprovider", "-rs"
+    )
+    line = _one_line(result, "ddtree: host local (gw0) cannot reach the endpoint: ")
+    assert f"{url}/models: cannot connect" in line
+    # the usage error of a run without workers: no host reached the endpoint
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.assert_outcomes(passed=1, skipped=1, failed=1)
+    result.stdout.fnmatch_lines(["SKIPPED * ddtree: not run, host local (gw0) cannot reach *"])
+
+
+def test_a_host_that_cannot_reach_the_endpoint_is_named_and_the_others_samples_are_kept(
+    pytester: pytest.Pytester, fast_server: Any, servers: list[hostlab.Proc]
+) -> None:
+    _package(pytester, LOAD_THEN_DIE)
+    port = int(fast_server.base_url.rsplit(":", 1)[1].split("/")[0])
+    a = _host(servers, pytester.path, "a")
+    b = _host(servers, pytester.path, "b", prelude=_refusing(port))
+    report = pytester.path / "report"
+    result = pytester.runpytest_subprocess(
+        "--pyargs",
+        "hostsuite",
+        f"--tx=socket={a}",
+        f"--tx=socket={b}",
+        "--dist=each",
+        f"--ddtree-endpoint={fast_server.base_url}",
+        f"--ddtree-tokenizer={tokenizer_path()}",
+        "--ddtree-load-concurrency=2",
+        "--ddtree-load-requests=4",
+        "--ddtree-max-tokens=16",
+        f"--ddtree-report={report}",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert "cannot connect" in _one_line(result, f"ddtree: host {b} (gw1) cannot reach the ")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    # host a ran both tests; host b skipped its load test and ran the one without endpoint
+    result.assert_outcomes(passed=3, skipped=1, failed=1)
+    assert f"partial: {b} (gw1): cannot reach the endpoint: " in result.stdout.str()
+    (test,) = json.loads((report / "sweep.json").read_text())["load"]["tests"]
+    assert test["partial"] and test["absent_hosts"][0].startswith(f"{b} (gw1): cannot reach")
+    assert test["requests"] == 2 and {s["worker"] for s in test["samples"]} == {"gw0"}
 
 
 def test_a_host_with_another_version_is_refused_in_one_line(
@@ -182,15 +316,48 @@ def test_a_host_with_another_version_is_refused_in_one_line(
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
 
 
+def test_each_load_point_starts_together_on_every_host(
+    pytester: pytest.Pytester, fast_server: Any, servers: list[hostlab.Proc]
+) -> None:
+    """Each run (a load point at a budget) of one host starts only once the other host's
+    run before it has ended: the hosts go point by point together (they went on each at
+    its own pace, after one common start)."""
+    _package(pytester, LOAD_THEN_DIE)
+    hosts = [_host(servers, pytester.path, name) for name in ("a", "b")]
+    report = pytester.path / "report"
+    result = pytester.runpytest_subprocess(
+        "--pyargs",
+        "hostsuite",
+        *(f"--tx=socket={h}" for h in hosts),
+        "--dist=each",
+        f"--ddtree-endpoint={fast_server.base_url}",
+        f"--ddtree-tokenizer={tokenizer_path()}",
+        "--ddtree-load-concurrency=2,4,6",
+        "--ddtree-load-requests=6",
+        "--ddtree-max-tokens=16",
+        f"--ddtree-report={report}",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    (test,) = json.loads((report / "sweep.json").read_text())["load"]["tests"]
+    runs: dict[int, list[tuple[float, float]]] = {}
+    for s in test["samples"]:
+        sent = (s["start"], s["start"] + s["end_to_end"])
+        runs.setdefault(s["point"]["value"], []).append(sent)
+    assert {s["worker"] for s in test["samples"]} == {"gw0", "gw1"}
+    ordered = [runs[c] for c in (2, 4, 6)]
+    for before, after in itertools.pairwise(ordered):
+        assert min(start for start, _ in after) >= max(end for _, end in before)
+
+
 @pytest.mark.slow
 def test_three_hosts_in_namespaces_agree_with_one_host(tmp_path: Path) -> None:
     """Two worker namespaces and the controller, then the controller alone, the same load on
     one reference server in its own namespace: each host sends its share, with its clock read
     over execnet. Whether the medians agree is measured, not asserted (a noisy machine):
     ``benchmarks/bench_hosts.py`` prints both with their intervals."""
-    why = hostlab.Lab.unavailable()
-    if why:
-        pytest.skip(why)
+    hostlab.require_lab()
     spread_out, _, spread, alone = hostlab.three_hosts_and_one(tmp_path)
     assert spread["requests"] == alone["requests"] == 16
     hosts = {r["host"]: r for r in spread["hosts"]}

@@ -29,16 +29,21 @@ if TYPE_CHECKING:
 __all__ = [
     "DRIFT_LIMIT",
     "LOCAL",
+    "UNREACHABLE",
+    "Barrier",
     "ClockReading",
     "Host",
     "HostClock",
     "HostRow",
     "Hosts",
+    "Release",
     "render_hosts",
 ]
 
 #: the name of the controller's own machine (``popen`` workers share its clock)
 LOCAL = "local"
+#: the fault of a host whose workers could not reach the endpoint (their tests skipped)
+UNREACHABLE = "cannot reach the endpoint"
 #: a host's offset may move this much (seconds) over the run, or be this uncertain (± RTT/2),
 #: before the concurrency timeline is called approximate: a millisecond-scale error is small
 #: beside the time-to-first-token of a loaded server, which the timeline is read against
@@ -119,6 +124,78 @@ class HostClock:
         return {"start": reading(self.start), "end": reading(self.end), "drift_s": self.drift}
 
 
+#: where a worker is in a split load test: (test node id, call, run); every host runs the
+#: same calls and runs of a test in the same order, each run a load point at a budget
+Mark = tuple[str, int, int]
+#: seconds from the last arrival at a run to its start: time for the instant to reach each
+#: host (raised to four times the largest clock uncertainty, half a round trip, of a host)
+LEAD = 0.05
+
+
+@dataclass
+class Barrier:
+    """Each run of a split load test starts at one instant on every host.
+
+    A worker arrives at its run's mark and waits. Once every worker expected there has
+    arrived, all of them are released to start ``lead`` seconds from now. Expected: the live
+    workers that have not finished the test, nor arrived at a later mark of it (a call that
+    ended early on one host); so a host that cannot reach the endpoint (its tests skipped),
+    died, or left a call early holds no one up.
+    """
+
+    lead: float = LEAD
+    live: set[str] = field(default_factory=set)
+    #: per mark, the workers waiting there
+    waiting: dict[Mark, set[str]] = field(default_factory=dict)
+    #: the last mark each worker arrived at
+    last: dict[str, Mark] = field(default_factory=dict)
+    #: (worker, test node id) of each test a worker has finished
+    done: set[tuple[str, str]] = field(default_factory=set)
+
+    def join(self, worker: str) -> None:
+        self.live.add(worker)
+
+    def arrive(self, worker: str, mark: Mark, now: float) -> list[Release]:
+        self.last[worker] = mark
+        self.waiting.setdefault(mark, set()).add(worker)
+        return self._releases(now)
+
+    def finish(self, worker: str, nodeid: str, now: float) -> list[Release]:
+        self.done.add((worker, nodeid))
+        return self._releases(now)
+
+    def leave(self, worker: str, now: float) -> list[Release]:
+        self.live.discard(worker)
+        return self._releases(now)
+
+    def expected(self, mark: Mark) -> set[str]:
+        """The workers a run waits for."""
+        nodeid = mark[0]
+        return {
+            w
+            for w in self.live
+            if (w, nodeid) not in self.done
+            and not (w in self.last and self.last[w][0] == nodeid and self.last[w] > mark)
+        }
+
+    def _releases(self, now: float) -> list[Release]:
+        out = []
+        for mark, here in list(self.waiting.items()):
+            if self.expected(mark) <= here:
+                del self.waiting[mark]
+                out.append(Release(mark, frozenset(here), now + self.lead))
+        return out
+
+
+@dataclass(frozen=True)
+class Release:
+    """The workers waiting at ``mark`` start at ``at`` (the controller's wall clock)."""
+
+    mark: Mark
+    workers: frozenset[str]
+    at: float
+
+
 @dataclass(frozen=True)
 class Host:
     """One load host: its workers, its clock (None: the controller's own), what went wrong."""
@@ -140,10 +217,10 @@ class Hosts:
     """The controller's ledger of hosts, by worker id."""
 
     by_worker: dict[str, Host] = field(default_factory=dict)
-    #: the controller's wall time the load's common start was chosen for (0: none)
-    start_at: float = 0.0
-    #: the workers that have collected (the start is chosen once all have)
-    collected: list[Any] = field(default_factory=list)
+    #: where each run of a split load test starts together on every host
+    barrier: Barrier = field(default_factory=lambda: Barrier())
+    #: each worker's gate channel (execnet), the barrier's answers go there
+    gates: dict[str, Any] = field(default_factory=dict)
 
     def add(self, worker: str, name: str, clock: HostClock | None) -> None:
         """A worker set up on host ``name`` (its clock read at the start, or the controller's)."""
@@ -212,6 +289,20 @@ class Hosts:
             if not sent & set(h.workers)
         ]
 
+    def unreachable(self) -> list[tuple[str, str]]:
+        """Each host that could not reach the endpoint (its tests did not run), with its one
+        line."""
+        return [
+            (h.name, f"ddtree: host {h.name} ({', '.join(h.workers)}) {h.fault}")
+            for h in self.hosts
+            if h.fault.startswith(UNREACHABLE)
+        ]
+
+    @property
+    def none_reached(self) -> bool:
+        """True when every host failed to reach the endpoint (nothing ran against it)."""
+        return bool(self.hosts) and all(h.fault.startswith(UNREACHABLE) for h in self.hosts)
+
     def rows(self, records: Sequence[LoadRecord]) -> list[HostRow]:
         """Per host, what it sent in one load test (``records``: the test's, aligned)."""
         return [_row(h, records) for h in self.hosts]
@@ -243,6 +334,8 @@ class HostRow:
     stalled: bool
     #: the controller-clock instant of the host's first request (None: it sent none)
     first_send: float | None
+    #: the same, per run (load point, budget, round) the host sent in
+    run_starts: dict[tuple[str, int | None, int], float] = field(default_factory=dict)
 
     @property
     def client(self) -> str:
@@ -282,13 +375,27 @@ def _row(host: Host, records: Sequence[LoadRecord]) -> HostRow:
         saturated=any(h.saturated for h in health),
         stalled=any(h.stalled for h in health),
         first_send=min((s.start for s in samples), default=None),
+        run_starts=_run_starts(samples),
     )
 
 
+def _run_starts(samples: Iterable[Any]) -> dict[tuple[str, int | None, int], float]:
+    starts: dict[tuple[str, int | None, int], float] = {}
+    for s in samples:
+        key = (s.point.label if s.point is not None else "", s.tree_budget, s.round)
+        starts[key] = min(starts.get(key, s.start), s.start)
+    return starts
+
+
 def start_skew(rows: Sequence[HostRow]) -> float | None:
-    """How far apart the hosts' first requests went out (seconds; None: fewer than two)."""
-    starts = [r.first_send for r in rows if r.first_send is not None]
-    return max(starts) - min(starts) if len(starts) > 1 else None
+    """How far apart the hosts' first requests of a run (a load point at a budget) went out,
+    at worst over the runs two hosts or more sent in (seconds; None: there is none)."""
+    runs: dict[tuple[str, int | None, int], list[float]] = {}
+    for row in rows:
+        for key, start in row.run_starts.items():
+            runs.setdefault(key, []).append(start)
+    spreads = [max(s) - min(s) for s in runs.values() if len(s) > 1]
+    return max(spreads) if spreads else None
 
 
 _HEAD = (
@@ -324,7 +431,10 @@ def render_hosts(rows: Sequence[HostRow], problems: Sequence[str] = ()) -> list[
     )
     skew = start_skew(rows)
     if skew is not None:
-        lines.append(f"start skew: {skew * 1000:.1f} ms between the hosts' first requests")
+        lines.append(
+            f"start skew: {skew * 1000:.1f} ms at worst between the hosts' first requests of a "
+            "load point at a budget (each starts together on every host)"
+        )
     for line in problems:
         lines.append(
             f"timeline approximate: {line} (limit {DRIFT_LIMIT * 1000:g} ms); the achieved "
@@ -336,7 +446,11 @@ def render_hosts(rows: Sequence[HostRow], problems: Sequence[str] = ()) -> list[
 def _host_cells(row: HostRow, origin: float | None) -> tuple[str, ...]:
     clock = row.host.clock
     offset, drift = ("0 (controller)", "0") if clock is None else clock.cells()
-    cpu = f"{row.cpu_seconds / row.tokens * 1e6:.0f}us/tok, peak {row.cpu_peak:.0%}"
+    cpu = (
+        f"{row.cpu_seconds / row.tokens * 1e6:.0f}us/tok, peak {row.cpu_peak:.0%}"
+        if row.tokens
+        else "-"
+    )
     first = (
         "-"
         if row.first_send is None or origin is None
@@ -347,12 +461,17 @@ def _host_cells(row: HostRow, origin: float | None) -> tuple[str, ...]:
         ",".join(row.host.workers),
         str(row.requests),
         str(row.valid),
-        cpu if row.tokens else "-",
-        row.client if row.requests else (row.host.fault or "-"),
+        cpu,
+        row.client if row.requests else _short(row.host.fault) or "-",
         offset,
         drift,
         first,
     )
+
+
+def _short(fault: str) -> str:
+    """A fault in the table's cell (the partial line gives an unreachable host's reason)."""
+    return UNREACHABLE if fault.startswith(UNREACHABLE) else fault
 
 
 def absent_line(absent: Sequence[str]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -255,7 +256,7 @@ class LoadTester:
         before: Callable[[float], None] | None = None,
         sweep: str = "exhaustive",
         equivalence: float = DEFAULT_EQUIVALENCE,
-        start_gate: Callable[[], object] | None = None,
+        start_gate: Callable[[int, int], object] | None = None,
     ) -> None:
         self.endpoint = endpoint
         #: the server's counters around each load point (None: /metrics not read)
@@ -284,8 +285,12 @@ class LoadTester:
         #: ``adaptive``: race the budgets at each load point (see ``load.race``)
         self.sweep = sweep
         self.equivalence = equivalence
-        #: called once, before the first request: waits for the hosts' common start instant
+        #: called with (call, run) before each run (a load point at a budget) of a call, on
+        #: every host alike (a host with no share of the point too): waits for the instant
+        #: the run starts on every host (``measure.load.hosts.Barrier``)
         self.start_gate = start_gate
+        #: the calls made so far (the gate's call number)
+        self.calls = 0
 
     def points(
         self, concurrencies: Sequence[int] | None = None, rates: Sequence[float] | None = None
@@ -485,21 +490,32 @@ class LoadTester:
         self, call: _Call, samples: list[Sample], health: dict[Key, list[ClientHealth]]
     ) -> None:
         rng = random.Random(f"ddtree-load:{self.seed}")
+        number, self.calls = self.calls, self.calls + 1
+        runs = itertools.count()
         for whole in self.points(call.concurrencies, call.rates):
             point = whole.split(self.share, self.shares)
             n = self._count(whole, call.requests)
-            if point is None or n == 0:
+            if n == 0:
+                continue
+            order = list(call.budgets)
+            rng.shuffle(order)  # interleave budgets so slow drift does not favour one (the
+            if point is None:  # same order on every host: the same seed); no share here:
+                for _ in order:  # the other hosts' runs still pass the gate
+                    self._gate(number, next(runs))
                 continue
             measure = functools.partial(self._send, call, whole, point, samples, health)
-            if self.racing(call.budgets):
+            if self.racing(call.budgets):  # one process (shares 1): no gate
                 call.racer = self._racer(whole, call, n)
                 call.races.append(call.racer.run(measure))
                 call.racer = None
                 continue
-            order = list(call.budgets)
-            rng.shuffle(order)  # interleave budgets so slow drift does not favour one
             for budget in order:
+                self._gate(number, next(runs))
                 measure(budget, n)
+
+    def _gate(self, call: int, run: int) -> None:
+        if self.start_gate is not None:
+            self.start_gate(call, run)
 
     def _send(
         self,
@@ -538,9 +554,6 @@ class LoadTester:
         ]
         if self.watch is not None:
             self.watch.start(0, budget)
-        gate, self.start_gate = self.start_gate, None
-        if gate is not None:
-            gate()
         raws, wall0, perf0, h = asyncio.run(
             run_point(
                 self.endpoint,
