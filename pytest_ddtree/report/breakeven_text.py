@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pytest_ddtree.core.wording import percent
-from pytest_ddtree.measure.breakeven import BreakEvenMap, Cell, Ratio, arm_label
+from pytest_ddtree.measure.breakeven import OFF, BreakEvenMap, Cell, Ratio, arm_label
 from pytest_ddtree.measure.load.arrivals import LoadPoint
 
 __all__ = ["NOT_MEASURED", "breakeven_answer", "cell_text", "map_lines", "ratio_text"]
@@ -40,7 +40,14 @@ def _choice(c: Cell, baseline: bool) -> str:
     if not c.decision.has_leader:
         return "no valid answer"
     if not c.answered:
-        return f"undecided ({arm_label(c.decision.leader)} leads)"
+        among = ", ".join(arm_label(a) for a in c.decision.arms)
+        lead = arm_label(c.decision.leader)
+        if c.speedup is not None and c.speedup.faster and OFF not in c.decision.arms:
+            return (
+                f"speculation on, the budget undecided among {among} ({lead} leads, "
+                f"{ratio_text(c.speedup)} over the target alone)"
+            )
+        return f"undecided among {among} ({lead} leads)"
     if c.off:
         best = f" (best budget {ratio_text(c.speedup)})" if c.speedup is not None else ""
         return f"speculation off{best}"

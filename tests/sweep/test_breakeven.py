@@ -163,3 +163,16 @@ def test_a_failure_the_target_alone_shares_is_timed_not_held_against_the_arm() -
         RaceRule(max_requests=200),
     )
     assert record.judgement.standing(64).status == "excluded"
+
+
+def test_an_undecided_budget_beside_a_clear_win_over_off_still_says_speculate() -> None:
+    from pytest_ddtree.measure.breakeven import Ratio
+    from pytest_ddtree.measure.sweep.decision import Decision
+
+    undecided: Decision[int | None] = Decision("undecided", (64, 16), 64, 12, 0.02, 0.95, 6)
+    cell = Cell(1024, SERIAL, undecided, None, False, 64, Ratio(1.6, 1.5, 1.7))
+    said = breakeven_answer(BreakEvenMap((cell,), True, None, {"C=1": None}))
+    assert said == (
+        "Break-even: at 1024 prompt tokens: speculation on, the budget undecided among 64, 16 "
+        "(64 leads, 1.60x [1.50, 1.70] over the target alone)."
+    )
