@@ -114,8 +114,9 @@ def load_lines(stats: Sequence[PointStats], schedule: Schedule) -> list[str]:
 def load_answer(nodeid: str, schedule: Schedule, sweep: Decision[int | None] | None) -> str:
     """One sentence joining a load test's schedule to the serial sweep's decision.
 
-    Both are the one rule's; where their answers differ, the data differ: the load point's
-    requests share the server with each other, the sweep's ran one at a time.
+    Both are the one rule's; a point agrees with the sweep when they name the same budget, or
+    one names a set the other's budget is in. Where they differ, their data differ: the load
+    test's own requests, and above C=1 requests that share the server.
     """
     picks = [c for c in schedule.choices if c.label is not None]
     text = schedule.text()
@@ -128,25 +129,48 @@ def load_answer(nodeid: str, schedule: Schedule, sweep: Decision[int | None] | N
         else ""
     )
     said = _sweep_label(sweep)
-    if said is None:
+    if sweep is None or said is None:
         return f"under load ({nodeid}): {text} (by the same rule at each load point).{shaky}"
-    labels = {c.label for c in picks}
-    if labels == {said}:
-        return f"under load ({nodeid}): tree_budget={said} at every load point too ({text}).{shaky}"
-    if sweep is not None and sweep.status == "tied":
-        within = {budget_label(b) for b in sweep.arms}
-        if all(c.decision.names_one and c.label in within for c in picks):
+    apart = [c for c in picks if not _agree(c.decision, sweep)]
+    if not apart:
+        if {c.label for c in picks} == {said}:
+            return (
+                f"under load ({nodeid}): tree_budget={said} at every load point too ({text})."
+                f"{shaky}"
+            )
+        if sweep.status == "tied":
             return (
                 f"under load ({nodeid}): {text}, one of the sweep's tree_budget={said} at every "
                 f"load point.{shaky}"
             )
-    differ = next((c for c in picks if c.label != said), picks[0])
+        return (
+            f"under load ({nodeid}): {text}; each point's answer holds the sweep's "
+            f"tree_budget={said}.{shaky}"
+        )
+    differ = apart[0]
+    where = (
+        "where requests share the server"
+        if (differ.point.concurrency or 0) > 1 or differ.point.mode == "rate"
+        else "on the load test's own requests"
+    )
     return (
         f"under load ({nodeid}): {text}. The same rule answers {said} on the sweep's requests, "
-        f"sent one at a time, and {differ.label} at {differ.point.label}, where requests share "
-        f"the server: the data differ, so for that load the load test's answer is the one."
-        f"{shaky}"
+        f"sent one at a time, and {differ.label} at {differ.point.label}, {where}: the data "
+        f"differ, so for that load the load test's answer is the one.{shaky}"
     )
+
+
+def _named(d: Decision[int | None]) -> set[int | None]:
+    """The budgets a decision names as its answer: one, or a tied set."""
+    if d.flags.budget_ignored:
+        return set()
+    return {d.chosen} if d.names_one else set(d.arms) if d.status == "tied" else set()
+
+
+def _agree(a: Decision[int | None], b: Decision[int | None]) -> bool:
+    """Two answers agree when one's budget is the other's, or is in the other's tied set."""
+    x, y = _named(a), _named(b)
+    return bool(x and y) and (x <= y or y <= x)
 
 
 def _sweep_label(d: Decision[int | None] | None) -> str | None:

@@ -643,3 +643,24 @@ def test_no_empty_benchmark_storage_is_left_in_the_users_directory(
     other.mkdir()
     pytester.runpytest("-p", "no:randomly", "--benchmark-storage=mine").assert_outcomes(passed=1)
     assert other.is_dir()
+
+
+def test_a_load_point_whose_tied_set_holds_the_sweeps_budget_agrees_with_it() -> None:
+    from pytest_ddtree.measure.load.arrivals import LoadPoint
+    from pytest_ddtree.measure.load.recommend import Choice, Schedule
+    from pytest_ddtree.measure.sweep.decision import Decision
+    from pytest_ddtree.report.load_text import load_answer
+
+    def decision(*arms: int, status: str = "recommended") -> Decision[int | None]:
+        return Decision(status, arms, arms[0], 9, 0.02, 0.95, 6)  # type: ignore[arg-type]
+
+    c1 = Choice(LoadPoint("concurrency", 1), decision(32, 64, status="tied"), 1.0)
+    c4 = Choice(LoadPoint("concurrency", 4), decision(16), 1.0)
+    line = load_answer("t::load", Schedule((c1, c4)), decision(64))
+    # C=1 holds 64: no difference there; C=4 differs, where requests share the server
+    assert "and 16 at C=4, where requests share the server" in line, line
+    alone = load_answer("t::load", Schedule((c1,)), decision(64))
+    assert alone == (
+        "under load (t::load): all C: 32 or 64; each point's answer holds the sweep's "
+        "tree_budget=64."
+    )
