@@ -37,7 +37,7 @@ from pytest_ddtree.measure.sweep import (
 )
 from pytest_ddtree.measure.sweep.bootstrap import ci_name, confidence_text
 from pytest_ddtree.measure.sweep.drift import drift_rule_text
-from pytest_ddtree.measure.sweep.statistics import speculation_warnings
+from pytest_ddtree.measure.sweep.statistics import acceptance_cell, speculation_warnings
 from pytest_ddtree.measure.sweep.temperature import (
     Summaries,
     heading,
@@ -53,7 +53,7 @@ from pytest_ddtree.report.decision_text import sweep_answer
 from pytest_ddtree.report.depth_chart import depth_section
 from pytest_ddtree.report.html_style import CSS
 from pytest_ddtree.report.sweep_charts import budget_charts
-from pytest_ddtree.report.terminal import acceptance_cell, race_cell, race_lines, unraced_note
+from pytest_ddtree.report.terminal import race_cell, race_lines, unraced_note
 
 if TYPE_CHECKING:
     from pytest_ddtree.measure.load import LoadTestResult

@@ -10,13 +10,10 @@ from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.core.wording import percent
 from pytest_ddtree.measure.arm import ArmStats
-from pytest_ddtree.measure.load.metrics import (
-    acceptance_cell,
-    speculation_warnings,
-    table_order,
-)
+from pytest_ddtree.measure.load.metrics import speculation_warnings, table_order
 from pytest_ddtree.measure.load.recommend import Choice
 from pytest_ddtree.measure.load.record import LoadTestResult
+from pytest_ddtree.measure.sweep.statistics import acceptance_cell
 from pytest_ddtree.report.charts import (
     HEIGHT,
     PALETTE,

@@ -17,7 +17,7 @@ from pytest_ddtree.measure.sweep import (
 )
 from pytest_ddtree.measure.sweep.bootstrap import ci_name
 from pytest_ddtree.measure.sweep.race import RaceRecord, RaceRule
-from pytest_ddtree.measure.sweep.statistics import acceptance_text, speculation_warnings
+from pytest_ddtree.measure.sweep.statistics import acceptance_cell, speculation_warnings
 from pytest_ddtree.report.decision_text import standing_text, sweep_answer
 
 
@@ -82,13 +82,6 @@ def _rate(x: float | None) -> str:
 
 def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x * 1000:,.0f}"
-
-
-def acceptance_cell(st: ArmStats) -> str:
-    """The budget's acceptance cell (see ``acceptance_text``)."""
-    return acceptance_text(
-        st.mean_acceptance_length, st.mean_acceptance_rate, st.never_drafted, st.no_spec_stats
-    )
 
 
 def race_cell(st: ArmStats, race: RaceRecord[int | None] | None) -> str:

@@ -19,11 +19,10 @@ from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.core.slo import SLO
 from pytest_ddtree.measure.arm import ArmStats
 from pytest_ddtree.measure.sample import Sample
-from pytest_ddtree.measure.sweep.statistics import acceptance_text, no_spec_stats_line
+from pytest_ddtree.measure.sweep.statistics import no_spec_stats_line
 
 __all__ = [
     "ClientHealth",
-    "acceptance_cell",
     "chain_health",
     "merge_health",
     "speculation_warnings",
@@ -213,13 +212,6 @@ def table_order(stats: Iterable[ArmStats]) -> list[ArmStats]:
         return (budget_order(b), p.mode, p.value, p.burstiness)
 
     return sorted(stats, key=key)
-
-
-def acceptance_cell(s: ArmStats) -> str:
-    """The load point's acceptance cell (see ``sweep.statistics.acceptance_text``)."""
-    return acceptance_text(
-        s.mean_acceptance_length, s.mean_acceptance_rate, s.never_drafted, s.no_spec_stats
-    )
 
 
 def speculation_warnings(stats: Sequence[ArmStats]) -> list[str]:

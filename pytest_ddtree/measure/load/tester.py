@@ -16,7 +16,6 @@ from pytest_ddtree.measure.arm import ArmStats
 from pytest_ddtree.measure.load.arrivals import LoadPoint
 from pytest_ddtree.measure.load.metrics import (
     ClientHealth,
-    acceptance_cell,
     chain_health,
     merge_health,
     summarize_point,
@@ -32,6 +31,7 @@ from pytest_ddtree.measure.load.runner import (
 )
 from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep.race import DEFAULT_EQUIVALENCE
+from pytest_ddtree.measure.sweep.statistics import acceptance_cell
 from pytest_ddtree.wire.protocol import EndpointConfig, Messages, StallGuard
 from pytest_ddtree.wire.servermetrics import Counts, GroupWatch
 

@@ -233,23 +233,21 @@ def no_spec_stats_line(where: str, asked: int) -> str:
     )
 
 
-def acceptance_text(
-    length: float | None, rate: float | None, never_drafted: bool, no_stats: bool = False
-) -> str:
-    """The acceptance cell of the sweep and load tables: the mean acceptance length, else
-    the acceptance rate (``rate 0.85``), ``no drafts``, ``no stats`` (no speculative
-    statistics came back), or ``-``.
+def acceptance_cell(st: ArmStats) -> str:
+    """An arm's acceptance cell, in the sweep and load tables alike: the mean acceptance
+    length, else the acceptance rate (``rate 0.85``), ``no drafts``, ``no stats`` (no
+    speculative statistics came back), or ``-``.
 
     A server that reports drafted and accepted tokens but not its rounds
     (llama.cpp) has no honest length; its rate is shown, marked as such.
     """
-    if length is not None:
-        return f"{length:.2f}"
-    if rate is not None:
-        return f"rate {rate:.2f}"
-    if no_stats:
+    if st.mean_acceptance_length is not None:
+        return f"{st.mean_acceptance_length:.2f}"
+    if st.mean_acceptance_rate is not None:
+        return f"rate {st.mean_acceptance_rate:.2f}"
+    if st.no_spec_stats:
         return "no stats"
-    return "no drafts" if never_drafted else "-"
+    return "no drafts" if st.never_drafted else "-"
 
 
 def speculation_warnings(stats: Sequence[ArmStats]) -> list[str]:
