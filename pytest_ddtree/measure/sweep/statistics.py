@@ -1,8 +1,10 @@
-"""Sweep statistics: medians, seeded bootstrap intervals, per-budget figures, the recommendation.
+"""Sweep statistics: each budget's arm, its place under the rule, the recommendation.
 
-Only the standard library: medians and interquartile ranges, and seeded
-percentile-bootstrap confidence intervals (:mod:`~pytest_ddtree.measure.sweep.bootstrap`),
-so the same samples and seed always give the same report; the drift check lives in
+Each budget is summarised as an arm at the point C=1
+(:class:`~pytest_ddtree.measure.arm.ArmStats`, the load's statistics type too). Only the
+standard library: medians and interquartile ranges, and seeded percentile-bootstrap
+confidence intervals (:mod:`~pytest_ddtree.measure.sweep.bootstrap`), so the same samples
+and seed always give the same report; the drift check lives in
 :mod:`~pytest_ddtree.measure.sweep.drift`. Both are importable from here too. The
 recommendation follows the racing rule (:mod:`~pytest_ddtree.measure.sweep.race`) on
 measured decode throughput, for an exhaustive sweep as for an adaptive one; acceptance
