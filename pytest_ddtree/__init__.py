@@ -10,7 +10,7 @@ fixture objects ``DDTreeCheck``, ``DDTreeBenchmark``, ``DDTreeSweep``,
 ``DDTreeLossless``, ``DDTreeDeterminism``, ``DDTreeDistribution``,
 ``DDTreeColdWarmBatched`` and ``LoadTester``
 (for annotations), and what a load run hands back or raises: ``LoadResult``,
-``PointStats``, ``LoadPoint``, ``SLO`` and ``LoadError``; what a test of the bundled suite
+``ArmStats``, ``LoadPoint``, ``SLO`` and ``LoadError``; what a test of the bundled suite
 annotates or reads: ``Settings``, ``Prompt``, ``PromptSet``, ``PromptFileError``,
 ``load_prompts``, ``check_determinism``, ``check_counts`` and ``counts_not_comparable``. They
 are imported on first use, so ``python -m pytest_ddtree.reference`` starts
@@ -41,11 +41,11 @@ if TYPE_CHECKING:
     from pytest_ddtree.measure.breakeven import BreakEvenMap
     from pytest_ddtree.measure.load import (
         SLO,
+        ArmStats,
         LoadError,
         LoadPoint,
         LoadResult,
         LoadTester,
-        PointStats,
     )
     from pytest_ddtree.pytest_plugin.fixtures import (
         DDTreeBenchmark,
@@ -81,7 +81,7 @@ _EXPORTS = {
     "LoadTester": "pytest_ddtree.measure.load.tester",
     "LoadResult": "pytest_ddtree.measure.load.tester",
     "LoadError": "pytest_ddtree.measure.load.tester",
-    "PointStats": "pytest_ddtree.measure.load.metrics",
+    "ArmStats": "pytest_ddtree.measure.arm",
     "LoadPoint": "pytest_ddtree.measure.load.arrivals",
     "SLO": "pytest_ddtree.core.slo",
     "CODES": "pytest_ddtree.checks.invariants",
@@ -104,6 +104,7 @@ _EXPORTS = {
 __all__ = [
     "CODES",
     "SLO",
+    "ArmStats",
     "BreakEvenMap",
     "Completion",
     "DDTreeBenchmark",
@@ -121,7 +122,6 @@ __all__ = [
     "LoadPoint",
     "LoadResult",
     "LoadTester",
-    "PointStats",
     "Prompt",
     "PromptFileError",
     "PromptSet",

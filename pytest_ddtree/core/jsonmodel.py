@@ -34,6 +34,7 @@ __all__ = [
     "override",
     "register",
     "to_json",
+    "writer",
 ]
 
 T = TypeVar("T")
@@ -165,21 +166,9 @@ def register(
         hints = typing.get_type_hints(cls, localns=dict(localns))
         for f in dataclasses.fields(cls):
             f.type = hints[f.name]
-    plain = make_dict_unstructure_fn(
-        cls, converter, _cattrs_omit_if_default=omit_if_default, **fields
+    converter.register_unstructure_hook(
+        cls, writer(cls, omit_if_default=omit_if_default, derived=derived, order=order, **fields)
     )
-    extra = dict(derived or {})
-    first = tuple(order)
-
-    def unstructure(record: Any) -> dict[str, Any]:
-        out: dict[str, Any] = plain(record)
-        for key, figure in extra.items():
-            out[key] = converter.unstructure(figure(record))
-        if first:
-            out = {**{k: out[k] for k in first if k in out}, **out}
-        return out
-
-    converter.register_unstructure_hook(cls, unstructure if extra or first else plain)
     # an error names the JSON key a user sees in the file, not the field's name
     _KEYS[cls] = {n: o.rename for n, o in fields.items() if getattr(o, "rename", None)}
     if not read:
@@ -193,6 +182,34 @@ def register(
         return today(upgrade(data) if isinstance(data, Mapping) else data, tp)
 
     converter.register_structure_hook(cls, structure)
+
+
+def writer(
+    cls: type[Any],
+    *,
+    omit_if_default: bool = False,
+    derived: Mapping[str, Callable[[Any], Any]] | None = None,
+    order: Sequence[str] = (),
+    **fields: Any,
+) -> Callable[[Any], dict[str, Any]]:
+    """The JSON writer :func:`register` builds for ``cls`` from the same declarations, not
+    registered: for a record written in a second form beside its own (an arm's budget row
+    in the sweep beside its load-point row)."""
+    plain: Callable[[Any], dict[str, Any]] = make_dict_unstructure_fn(
+        cls, converter, _cattrs_omit_if_default=omit_if_default, **fields
+    )
+    extra = dict(derived or {})
+    first = tuple(order)
+
+    def unstructure(record: Any) -> dict[str, Any]:
+        out: dict[str, Any] = plain(record)
+        for key, figure in extra.items():
+            out[key] = converter.unstructure(figure(record))
+        if first:
+            out = {**{k: out[k] for k in first if k in out}, **out}
+        return out
+
+    return unstructure if extra or first else plain
 
 
 def plain_unstructure_fn(cls: type[Any], *, omit: tuple[str, ...] = ()) -> Callable[[Any], Any]:

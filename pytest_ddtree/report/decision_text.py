@@ -15,10 +15,11 @@ from typing import TypeVar
 from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.core.wording import percent
+from pytest_ddtree.measure.arm import ArmStats
 from pytest_ddtree.measure.sweep.bootstrap import ci_name
 from pytest_ddtree.measure.sweep.decision import Decision
 from pytest_ddtree.measure.sweep.race import Standing, signed_percent
-from pytest_ddtree.measure.sweep.statistics import BudgetStats, Recommendation, SweepSummary
+from pytest_ddtree.measure.sweep.statistics import Recommendation, SweepSummary
 
 __all__ = [
     "BUDGET_IGNORED_TEXT",
@@ -87,7 +88,7 @@ def drift_text(rec: Recommendation) -> str:
     )
 
 
-def _recommended(summary: SweepSummary, by_budget: Mapping[int | None, BudgetStats]) -> str:
+def _recommended(summary: SweepSummary, by_budget: Mapping[int | None, ArmStats]) -> str:
     rec, record = summary.recommendation, summary.race
     d = rec.decision
     best = by_budget[d.arms[0]]
@@ -124,7 +125,7 @@ def _standing_suffix(s: Standing[int | None] | None) -> str:
     return "" if s is None or s.slowdown is None else ": " + standing_text(s)
 
 
-def _undecided(summary: SweepSummary, by_budget: Mapping[int | None, BudgetStats]) -> str:
+def _undecided(summary: SweepSummary, by_budget: Mapping[int | None, ArmStats]) -> str:
     rec, record = summary.recommendation, summary.race
     d = rec.decision
     lead = by_budget[d.leader]

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from html import escape
 
-from pytest_ddtree.measure.sweep import BudgetStats, SweepSummary, budget_label, deeper_line
+from pytest_ddtree.measure.arm import ArmStats
+from pytest_ddtree.measure.sweep import SweepSummary, budget_label, deeper_line
 from pytest_ddtree.measure.sweep.depth import DepthProfile
 from pytest_ddtree.report.charts import HEIGHT, NARROW, PALETTE, Svg, YScale, empty_chart
 
@@ -14,11 +15,11 @@ _TITLE = "Conditional acceptance by draft depth"
 _TICKS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
-def _profiles(summary: SweepSummary) -> list[tuple[BudgetStats, DepthProfile]]:
+def _profiles(summary: SweepSummary) -> list[tuple[ArmStats, DepthProfile]]:
     return [(st, st.depth) for st in summary.budgets if st.depth is not None]
 
 
-def _chart(profiles: list[tuple[BudgetStats, DepthProfile]]) -> str:
+def _chart(profiles: list[tuple[ArmStats, DepthProfile]]) -> str:
     if not any(p.conditional for _, p in profiles):
         return empty_chart(_TITLE, "no decode round reached a draft depth")
     depth = max(len(p.conditional) for _, p in profiles) or 1
@@ -48,7 +49,7 @@ def _chart(profiles: list[tuple[BudgetStats, DepthProfile]]) -> str:
     return svg.render()
 
 
-def _table(profiles: list[tuple[BudgetStats, DepthProfile]]) -> str:
+def _table(profiles: list[tuple[ArmStats, DepthProfile]]) -> str:
     depth = max(len(p.conditional) for _, p in profiles)
     head = "".join(f"<th>d{d}</th>" for d in range(1, depth + 1))
     rows = []

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_ddtree.core import __version__
 from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.wording import percent
+from pytest_ddtree.measure.arm import Place
 from pytest_ddtree.measure.sweep import (
     DiagnosisRecord,
     RunMetadata,
@@ -36,7 +37,7 @@ from pytest_ddtree.measure.sweep import (
 )
 from pytest_ddtree.measure.sweep.bootstrap import ci_name, confidence_text
 from pytest_ddtree.measure.sweep.drift import drift_rule_text
-from pytest_ddtree.measure.sweep.statistics import Place, speculation_warnings
+from pytest_ddtree.measure.sweep.statistics import acceptance_cell, speculation_warnings
 from pytest_ddtree.measure.sweep.temperature import (
     Summaries,
     heading,
@@ -52,7 +53,7 @@ from pytest_ddtree.report.decision_text import sweep_answer
 from pytest_ddtree.report.depth_chart import depth_section
 from pytest_ddtree.report.html_style import CSS
 from pytest_ddtree.report.sweep_charts import budget_charts
-from pytest_ddtree.report.terminal import acceptance_cell, race_cell, race_lines, unraced_note
+from pytest_ddtree.report.terminal import race_cell, race_lines, unraced_note
 
 if TYPE_CHECKING:
     from pytest_ddtree.measure.breakeven import BreakEvenMap
@@ -93,8 +94,8 @@ def _stats_table(summary: SweepSummary) -> str:
         ci = "" if st.decode_ci is None else f"[{st.decode_ci[0]:,.0f}, {st.decode_ci[1]:,.0f}]"
         ci += f" <small>n={len(st.decode)}</small>"
         iqr = "" if st.decode_iqr is None else f"{st.decode_iqr:,.0f}"
-        ttft = "-" if st.ttft_p50 is None else f"{st.ttft_p50 * 1000:,.0f}"
-        ttft90 = "-" if st.ttft_p90 is None else f"{st.ttft_p90 * 1000:,.0f}"
+        ttft = "-" if st.ttft is None else f"{st.ttft.p50 * 1000:,.0f}"
+        ttft90 = "-" if st.ttft is None else f"{st.ttft.p90 * 1000:,.0f}"
         acc = acceptance_cell(st)
         rounds = "-" if st.mean_decode_rounds is None else f"{st.mean_decode_rounds:.1f}"
         ratio = "-" if st.server_client_ratio is None else f"{st.server_client_ratio:.2f}"
@@ -102,7 +103,7 @@ def _stats_table(summary: SweepSummary) -> str:
         row_cls = ' class="row-bad"' if not st.all_valid else ""
         rows.append(
             f"<tr{row_cls}><td>{escape(budget_label(st.tree_budget))}</td>"
-            f"<td>{st.valid}/{st.total}</td><td><b>{decode}</b></td>"
+            f"<td>{st.valid}/{st.requests}</td><td><b>{decode}</b></td>"
             f'<td class="nowrap">{ci}</td><td>{iqr}</td>'
             f'<td class="nowrap">{ttft} / {ttft90}</td><td>{acc}</td><td>{rounds}</td>'
             f"<td>{ratio}</td>"
@@ -489,7 +490,7 @@ def _timed(summaries: Mapping[float, SweepSummary]) -> dict[int | None, int]:
     timed: dict[int | None, int] = {}
     for summary in summaries.values():
         for st in summary.budgets:
-            timed[st.tree_budget] = timed.get(st.tree_budget, 0) + st.total
+            timed[st.tree_budget] = timed.get(st.tree_budget, 0) + st.requests
     return timed
 
 

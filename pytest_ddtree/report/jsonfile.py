@@ -15,7 +15,7 @@ Version 1 layout::
       "metadata": {"endpoint": ..., "model": ..., "dialect": ..., ...},
       "samples": [Sample.to_json(), ...],
       "diagnoses": [{"nodeid", "tree_budget", "prompt_id", "codes", "verdict", ...}],
-      "budgets": [BudgetStats.to_json(), ...],
+      "budgets": [ArmStats.to_json(), ...],
       "recommendation": Recommendation.to_json(),
       "load": {"tests": [LoadTestResult.to_json(), ...]}   (only when load tests ran)
     }

@@ -9,14 +9,11 @@ from typing import Any
 from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.core.wording import percent
-from pytest_ddtree.measure.load.metrics import (
-    PointStats,
-    acceptance_cell,
-    speculation_warnings,
-    table_order,
-)
+from pytest_ddtree.measure.arm import ArmStats
+from pytest_ddtree.measure.load.metrics import speculation_warnings, table_order
 from pytest_ddtree.measure.load.recommend import Choice
 from pytest_ddtree.measure.load.record import LoadTestResult
+from pytest_ddtree.measure.sweep.statistics import acceptance_cell
 from pytest_ddtree.report.charts import (
     HEIGHT,
     PALETTE,
@@ -32,7 +29,7 @@ from pytest_ddtree.report.load_text import point_detail, point_line
 __all__ = ["latency_chart", "render_load_section"]
 
 
-def latency_chart(stats: Sequence[PointStats], metric: str, title: str) -> str:
+def latency_chart(stats: Sequence[ArmStats], metric: str, title: str) -> str:
     """An inline SVG: ``metric`` p50 (solid) and p99 (dashed) per budget across load points."""
     points = sorted({s.point for s in stats}, key=lambda p: (p.mode, p.value))
     budgets = sorted({s.tree_budget for s in stats}, key=budget_order)
@@ -80,7 +77,7 @@ def latency_chart(stats: Sequence[PointStats], metric: str, title: str) -> str:
 _SEP = "\u2009/\u2009"
 
 
-def _table(stats: Sequence[PointStats]) -> str:
+def _table(stats: Sequence[ArmStats]) -> str:
     def ms(p: Any, q: str) -> str:
         # three significant figures: 2.19, 11.8, 121 (a fixed two decimals widened the table)
         if p is None:
@@ -167,7 +164,7 @@ def _choice_item(c: Choice) -> str:
     return f"<li>{escape(point_line(c))}{f'<ul>{detail}</ul>' if detail else ''}</li>"
 
 
-def _never_drafted(stats: Sequence[PointStats]) -> str:
+def _never_drafted(stats: Sequence[ArmStats]) -> str:
     lines = speculation_warnings(stats)
     return "".join(f'<div class="notice">{escape(line)}</div>' for line in lines)
 

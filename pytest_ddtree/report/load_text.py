@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.core.wording import percent
-from pytest_ddtree.measure.load.metrics import PointStats
+from pytest_ddtree.measure.arm import ArmStats
 from pytest_ddtree.measure.load.recommend import NO_VALID, Choice, Schedule
 from pytest_ddtree.measure.load.tester import render_table
 from pytest_ddtree.measure.sweep.decision import Decision
@@ -93,7 +93,7 @@ def point_detail(c: Choice) -> list[str]:
     return c.race.lines() if c.race is not None else []
 
 
-def load_lines(stats: Sequence[PointStats], schedule: Schedule) -> list[str]:
+def load_lines(stats: Sequence[ArmStats], schedule: Schedule) -> list[str]:
     """The load table, then each point's answer, the schedule and what racing saved."""
     lines = render_table(stats).splitlines()
     for c in schedule.choices:

@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
 
+from pytest_ddtree.measure.arm import ArmStats
 from pytest_ddtree.measure.sweep import (
-    BudgetStats,
     Sample,
     SweepRun,
     SweepSummary,
@@ -258,7 +258,7 @@ def _invalid_marks(samples: Sequence[Sample]) -> list[_Invalid]:
     return marks
 
 
-def _decode_mark(st: BudgetStats) -> _Mark | None:
+def _decode_mark(st: ArmStats) -> _Mark | None:
     """A budget's decode rate: median, IQR and CI."""
     if st.decode_median is None:
         return None
@@ -272,7 +272,7 @@ def _decode_mark(st: BudgetStats) -> _Mark | None:
     return _Mark(st.tree_budget, st.decode_median, ci, box, None, tip + f" ({st.verdict})")
 
 
-def _accept_mark(st: BudgetStats) -> _Mark | None:
+def _accept_mark(st: ArmStats) -> _Mark | None:
     """A budget's mean acceptance length and its CI."""
     if st.mean_acceptance_length is None:
         return None
@@ -287,16 +287,15 @@ def _accept_mark(st: BudgetStats) -> _Mark | None:
     return _Mark(st.tree_budget, st.mean_acceptance_length, st.acceptance_ci, None, None, tip)
 
 
-def _ttft_mark(st: BudgetStats) -> _Mark | None:
+def _ttft_mark(st: ArmStats) -> _Mark | None:
     """A budget's TTFT p50 with its CI and the p90 (ms)."""
-    if st.ttft_p50 is None:
+    if st.ttft is None:
         return None
     ci = None if st.ttft_ci is None else (st.ttft_ci[0] * 1000, st.ttft_ci[1] * 1000)
-    p90 = None if st.ttft_p90 is None else st.ttft_p90 * 1000
-    tip = f"tree_budget={budget_label(st.tree_budget)}: TTFT p50 {st.ttft_p50 * 1000:,.0f} ms"
-    if p90 is not None:
-        tip += f", p90 {p90:,.0f} ms"
-    return _Mark(st.tree_budget, st.ttft_p50 * 1000, ci, None, p90, tip)
+    p90 = st.ttft.p90 * 1000
+    tip = f"tree_budget={budget_label(st.tree_budget)}: TTFT p50 {st.ttft.p50 * 1000:,.0f} ms"
+    tip += f", p90 {p90:,.0f} ms"
+    return _Mark(st.tree_budget, st.ttft.p50 * 1000, ci, None, p90, tip)
 
 
 def _points(
@@ -334,7 +333,7 @@ def budget_charts(run: SweepRun, summary: SweepSummary, colors: dict[str, str]) 
         tied=rec.tied,
     )
 
-    def marks(fn: Callable[[BudgetStats], _Mark | None]) -> list[_Mark]:
+    def marks(fn: Callable[[ArmStats], _Mark | None]) -> list[_Mark]:
         return [m for m in (fn(st) for st in summary.budgets) if m is not None]
 
     decode_svg = chart(

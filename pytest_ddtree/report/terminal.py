@@ -8,8 +8,8 @@ from typing import Any
 
 from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.wording import percent
+from pytest_ddtree.measure.arm import ArmStats
 from pytest_ddtree.measure.sweep import (
-    BudgetStats,
     RunMetadata,
     SweepSummary,
     budget_label,
@@ -17,7 +17,7 @@ from pytest_ddtree.measure.sweep import (
 )
 from pytest_ddtree.measure.sweep.bootstrap import ci_name
 from pytest_ddtree.measure.sweep.race import RaceRecord, RaceRule
-from pytest_ddtree.measure.sweep.statistics import acceptance_text, speculation_warnings
+from pytest_ddtree.measure.sweep.statistics import acceptance_cell, speculation_warnings
 from pytest_ddtree.report.decision_text import standing_text, sweep_answer
 
 
@@ -84,14 +84,7 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x * 1000:,.0f}"
 
 
-def acceptance_cell(st: BudgetStats) -> str:
-    """The budget's acceptance cell (see ``acceptance_text``)."""
-    return acceptance_text(
-        st.mean_acceptance_length, st.mean_acceptance_rate, st.never_drafted, st.no_spec_stats
-    )
-
-
-def race_cell(st: BudgetStats, race: RaceRecord[int | None] | None) -> str:
+def race_cell(st: ArmStats, race: RaceRecord[int | None] | None) -> str:
     """The budget's slowdown against the leader with its interval and n (``leader``, ``-``)."""
     if race is None or st.tree_budget not in {s.key for s in race.judgement.standings}:
         return "-"
@@ -101,18 +94,18 @@ def race_cell(st: BudgetStats, race: RaceRecord[int | None] | None) -> str:
     return standing_text(s)
 
 
-def _row(st: BudgetStats, race: RaceRecord[int | None] | None = None) -> tuple[str, ...]:
+def _row(st: ArmStats, race: RaceRecord[int | None] | None = None) -> tuple[str, ...]:
     decode = _rate(st.decode_median)
     if st.decode_ci is not None:
         decode += f" [{_rate(st.decode_ci[0])}, {_rate(st.decode_ci[1])}]"
     decode += f" n={len(st.decode)}"
-    ttft = "-" if st.ttft_p50 is None else f"{_ms(st.ttft_p50)} / {_ms(st.ttft_p90)}"
+    ttft = "-" if st.ttft is None else f"{_ms(st.ttft.p50)} / {_ms(st.ttft.p90)}"
     accept = acceptance_cell(st)
     rounds = "-" if st.mean_decode_rounds is None else f"{st.mean_decode_rounds:.1f}"
     ratio = "-" if st.server_client_ratio is None else f"{st.server_client_ratio:.2f}"
     return (
         budget_label(st.tree_budget),
-        f"{st.valid}/{st.total}",
+        f"{st.valid}/{st.requests}",
         decode,
         ttft,
         accept,
@@ -223,7 +216,7 @@ def unraced_note(meta: RunMetadata | None) -> str | None:
 
 
 def _shared_row(
-    row: tuple[str, ...], st: BudgetStats, shared: Mapping[int | None, str] | None
+    row: tuple[str, ...], st: ArmStats, shared: Mapping[int | None, str] | None
 ) -> tuple[str, ...]:
     """The verdict cell marked ``shared server`` when other traffic was seen."""
     if not shared or st.tree_budget not in shared:

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.measure.load import (
     SLO,
     ClientHealth,
@@ -271,7 +272,7 @@ def test_merge_of_split_samples_equals_one_run() -> None:
     merged = [Sample.from_json(s.to_json()) for s in b + a]
     one, _ = analyse(whole)
     two, _ = analyse(merged)
-    assert one[0].to_json() == two[0].to_json()
+    assert jsonmodel.to_json(one[0]) == jsonmodel.to_json(two[0])
 
 
 def _cells(line: str) -> list[str]:
@@ -351,7 +352,7 @@ def test_acceptance_rate_and_never_drafted_are_shown() -> None:
         "their drafts, at C=1; these timings are the target model's alone, not speculative "
         "decoding"
     ]
-    assert by_budget[16].to_json()["never_drafted"] is True
+    assert jsonmodel.to_json(by_budget[16])["never_drafted"] is True
     back = Sample.from_json(drafted[0].to_json())
     assert (back.drafted_tokens, back.accepted_tokens) == (10, 4)
 
@@ -435,7 +436,7 @@ def test_a_load_point_without_speculative_statistics_is_named() -> None:
         "server-default (C=1, C=4) were read for speculative statistics and none carried "
         "drafts, acceptance or rounds; these timings may be the target model's alone"
     ]
-    data = stats[0].to_json()
+    data = jsonmodel.to_json(stats[0])
     assert (data["no_speculative_statistics"], data["stats_asked"], data["spec_reports"]) == (
         True,
         2,
@@ -555,7 +556,7 @@ def test_a_withheld_slo_verdict_advises_by_what_held_the_client() -> None:
 def test_a_budget_and_a_load_point_count_the_same_samples_speculation_alike(
     drafted: tuple[int | None, ...], reported: tuple[bool, ...]
 ) -> None:
-    from pytest_ddtree.measure.sweep import budget_stats
+    from pytest_ddtree.measure.arm import ArmStats, budget_json
 
     c1 = LoadPoint("concurrency", 1)
     samples = [
@@ -565,6 +566,6 @@ def test_a_budget_and_a_load_point_count_the_same_samples_speculation_alike(
     samples = [replace(s, spec_reported=r) for s, r in zip(samples, reported, strict=True)]
     keys = ("drafted_tokens", "draft_reports", "never_drafted", "stats_asked", "spec_reports")
     keys += ("no_speculative_statistics",)
-    point, budget = summarize_point(samples).to_json(), budget_stats(16, samples).to_json()
+    point, budget = jsonmodel.to_json(summarize_point(samples)), budget_json(ArmStats.of(samples))
     assert {k: point[k] for k in keys} == {k: budget[k] for k in keys}
     assert point["never_drafted"] or point["no_speculative_statistics"]

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.reference import tokenizer_path
 from pytest_ddtree.report import read_sweep_json
 
@@ -210,7 +211,7 @@ def test_xdist_merge_equals_one_process_on_the_same_samples(
         # "unreliable" (and the decision's client_saturated flag) comes from the workers'
         # client health, not from the samples
         assert _without_client(mine_choice) == _without_client(theirs)
-    mine = {(s.point.label, s.tree_budget): s.to_json() for s in stats}
+    mine = {(s.point.label, s.tree_budget): jsonmodel.to_json(s) for s in stats}
     for p in test["points"]:
         again = mine[(p["label"], p["tree_budget"])]
         for key in ("ttft", "itl", "tpot", "e2e", "achieved_concurrency", "requests"):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.measure.load import (
     SLO,
     ClientHealth,
@@ -90,7 +91,7 @@ def test_merge_equals_one_analysis_of_every_raw_sample() -> None:
         (POINT, 64): [_health(5), _health(5)],
     }
     stats, schedule = analyse(samples, health, slo=SLO(e2e=0.5, goodput=0.9), seed=0)
-    assert [s.to_json() for s in merged.stats] == [s.to_json() for s in stats]
+    assert [jsonmodel.to_json(s) for s in merged.stats] == [jsonmodel.to_json(s) for s in stats]
     assert merged.schedule.to_json() == schedule.to_json()
     assert merged.processes == 2 and merged.workers == ("gw0", "gw1")
     assert merged.where == "2 processes (gw0, gw1)"

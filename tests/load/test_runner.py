@@ -45,7 +45,7 @@ def test_64_concurrent_streams(timed_server: Any) -> None:
     assert s.ttft is not None and s.tpot is not None and s.itl is not None
     # the batching server reports its own TTFT for every streamed request
     assert all(x.server_ttft is not None and x.server_ttft > 0 for x in result.samples)
-    assert s.mean_acceptance is not None and s.mean_acceptance > 1
+    assert s.mean_acceptance_length is not None and s.mean_acceptance_length > 1
 
 
 def test_rate_mode_sends_on_schedule(fast_server: Any) -> None:

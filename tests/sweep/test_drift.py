@@ -91,14 +91,14 @@ def test_a_real_change_within_the_margin_is_not_drift() -> None:
 def test_the_drift_blocks_are_not_counted_in_the_budget_statistics() -> None:
     samples = _samples(0.5, noise=0.05)
     stats = {b.tree_budget: b for b in summarize(samples).budgets}
-    assert stats[16].total == stats[64].total == 12
+    assert stats[16].requests == stats[64].requests == 12
     # an invalid answer in them still counts: a broken answer is broken whenever it came
     bad = [
         replace(s, valid=False, codes=("early-stop",)) if s.drift_mark == "end" else s
         for s in samples
     ]
     stats = {b.tree_budget: b for b in summarize(bad).budgets}
-    assert stats[16].total == 12 + 8 and not stats[16].all_valid
+    assert stats[16].requests == 12 + 8 and not stats[16].all_valid
 
 
 def test_too_few_pairs_is_not_assessed_and_says_why() -> None:

@@ -7,9 +7,10 @@ import re
 from dataclasses import replace
 
 from pytest_ddtree.core import jsonmodel
+from pytest_ddtree.measure.arm import PLACE_TEXT
 from pytest_ddtree.measure.sweep import SweepRun, summarize
 from pytest_ddtree.measure.sweep.ignored import ignoring_budget
-from pytest_ddtree.measure.sweep.statistics import PLACE_TEXT, Recommendation
+from pytest_ddtree.measure.sweep.statistics import Recommendation
 from pytest_ddtree.report import render_html, table_lines
 from pytest_ddtree.report.decision_text import BUDGET_IGNORED_TEXT, sweep_answer
 from pytest_ddtree.report.jsonfile import sweep_to_json

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_ddtree.checks.invariants import check
+from pytest_ddtree.measure.arm import budget_json
 from pytest_ddtree.measure.sweep import DepthProfile, Sample, SweepRun, deeper_line
 from pytest_ddtree.reference import ReferenceServer
 from pytest_ddtree.report import (
@@ -242,8 +243,10 @@ def test_report_files_are_readable_as_the_umask_allows(tmp_path: Path) -> None:
 
 
 def test_acceptance_rate_is_shown_where_the_length_is_unknown() -> None:
-    from pytest_ddtree.measure.sweep import Sample, budget_stats, summarize
-    from pytest_ddtree.report.terminal import acceptance_cell, table_lines
+    from pytest_ddtree.measure.arm import ArmStats
+    from pytest_ddtree.measure.sweep import Sample, summarize
+    from pytest_ddtree.measure.sweep.statistics import acceptance_cell
+    from pytest_ddtree.report.terminal import table_lines
 
     samples = [
         Sample(
@@ -257,7 +260,7 @@ def test_acceptance_rate_is_shown_where_the_length_is_unknown() -> None:
         )
         for r, rate in enumerate((0.8, 0.9))
     ]
-    st = budget_stats(None, samples)
+    st = ArmStats.of(samples)
     assert st.mean_acceptance_length is None and st.mean_acceptance_rate == pytest.approx(0.85)
     assert acceptance_cell(st) == "rate 0.85"
     assert any("rate 0.85" in line for line in table_lines(summarize(samples)))
@@ -291,7 +294,7 @@ def test_a_sweep_that_never_drafted_says_so() -> None:
         "decoding"
     )
     assert warning in lines
-    assert summary.budgets[0].to_json()["never_drafted"] is True
+    assert budget_json(summary.budgets[0])["never_drafted"] is True
     assert escape(warning.removeprefix("WARNING: ")) in render_html(SweepRun(samples=samples))
     only_idle = summarize([s for s in samples if s.tree_budget == 16])
     assert any("at every budget 16" in ln for ln in table_lines(only_idle))
@@ -426,11 +429,11 @@ def test_a_sweep_whose_server_sent_no_speculative_statistics_says_so() -> None:
     )
     assert warning in lines
     assert not any("speculation never drafted at" in ln for ln in lines)
-    first = summary.budgets[0].to_json()
+    first = budget_json(summary.budgets[0])
     assert first["no_speculative_statistics"] is True and first["never_drafted"] is False
     assert (first["stats_asked"], first["spec_reports"]) == (3, 0)
-    assert summary.budgets[1].to_json()["no_speculative_statistics"] is False
-    assert summary.budgets[2].to_json()["no_speculative_statistics"] is False
+    assert budget_json(summary.budgets[1])["no_speculative_statistics"] is False
+    assert budget_json(summary.budgets[2])["no_speculative_statistics"] is False
     assert escape(warning.removeprefix("WARNING: ")) in render_html(SweepRun(samples=samples))
     assert Sample.from_json(samples[0].to_json()).spec_reported is False
     with pytest.raises(ValueError, match="'spec_reported' must be true, false or null"):

@@ -8,12 +8,12 @@ import statistics
 import pytest
 
 from pytest_ddtree.core.violation import Violation
+from pytest_ddtree.measure.arm import ArmStats
 from pytest_ddtree.measure.sweep import (
     Sample,
     SweepPlan,
     bootstrap_median_ci,
     bootstrap_median_difference,
-    budget_stats,
     merge_samples,
     quantile,
     rank,
@@ -166,8 +166,8 @@ def test_quantile_and_bootstrap_basics() -> None:
 def test_stats_use_valid_samples_only() -> None:
     samples = synthetic_sweep({64: 900.0}, spread=1.0)
     bad = Sample(64, "essay", 3, False, codes=("early-stop",), decode_tokens_per_second=50000.0)
-    st = budget_stats(64, [*samples, bad])
-    assert (st.valid, st.total) == (9, 10)
+    st = ArmStats.of([*samples, bad])
+    assert (st.valid, st.requests) == (9, 10)
     assert not st.all_valid
     assert st.decode_median is not None and 880 < st.decode_median < 920
     assert st.codes == {"early-stop": 1}
@@ -274,7 +274,7 @@ def test_rank_breaks_throughput_ties_by_acceptance_length_not_rate() -> None:
         Sample(256, "p", r, True, decode_tokens_per_second=800.0, mean_acceptance_length=6.0)
         for r in range(3)
     ]
-    ranked = rank([budget_stats(32, a), budget_stats(256, b)])
+    ranked = rank([ArmStats.of(a), ArmStats.of(b)])
     assert [s.tree_budget for s in ranked] == [256, 32]
 
 
@@ -416,7 +416,7 @@ def test_an_invalid_request_counts_against_its_budget_only_when_it_is_the_budget
     samples = [_timed(16, 900.0, r) for r in range(6)] + [_timed(64, 800.0, r) for r in range(6)]
     summary = summarize([*samples, broken], seed=1)
     sixteen = next(b for b in summary.budgets if b.tree_budget == 16)
-    assert (sixteen.valid, sixteen.total) == ((6, 7) if held else (6, 6))
+    assert (sixteen.valid, sixteen.requests) == ((6, 7) if held else (6, 6))
     assert dict(sixteen.codes) == ({"no-source": 1} if held else {})
     assert (summary.recommendation.tree_budget == 64) is held
     assert ("Excluded for invalid responses: 16" in sweep_answer(summary)) is held

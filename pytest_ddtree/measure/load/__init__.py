@@ -17,13 +17,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pytest_ddtree.core.settings import parse_concurrencies, parse_rates
     from pytest_ddtree.core.slo import SLO, parse_slo
+    from pytest_ddtree.measure.arm import ArmStats, percentiles
     from pytest_ddtree.measure.load.arrivals import LoadPoint, arrival_offsets
-    from pytest_ddtree.measure.load.metrics import (
-        ClientHealth,
-        PointStats,
-        percentiles,
-        summarize_point,
-    )
+    from pytest_ddtree.measure.load.metrics import ClientHealth, summarize_point
     from pytest_ddtree.measure.load.recommend import Choice, Schedule, recommend
     from pytest_ddtree.measure.load.record import LoadRecord, LoadTestResult, merge_records
     from pytest_ddtree.measure.load.tester import (
@@ -42,8 +38,8 @@ _EXPORTS = {
     "parse_rates": "pytest_ddtree.core.settings",
     "ClientHealth": "metrics",
     "Sample": "pytest_ddtree.measure.sample",
-    "PointStats": "metrics",
-    "percentiles": "metrics",
+    "ArmStats": "pytest_ddtree.measure.arm",
+    "percentiles": "pytest_ddtree.measure.arm",
     "summarize_point": "metrics",
     "Choice": "recommend",
     "Schedule": "recommend",
@@ -62,6 +58,7 @@ _EXPORTS = {
 
 __all__ = [
     "SLO",
+    "ArmStats",
     "Choice",
     "ClientHealth",
     "LoadError",
@@ -70,7 +67,6 @@ __all__ = [
     "LoadResult",
     "LoadTestResult",
     "LoadTester",
-    "PointStats",
     "Sample",
     "Schedule",
     "analyse",

@@ -1,62 +1,34 @@
-"""The statistics of one budget × load point.
+"""The load's side of an arm's statistics: the load generator's health, and a load point's
+arm built from the samples of every process that sent it.
 
-Everything is computed from raw samples, never from other summaries: xdist
-workers send their samples, the controller concatenates them and computes the
-percentiles once, so a split run and a single-process run of the same samples
-give the same numbers.
-
-Conventions (those of the common serving benchmarks):
-
-- TTFT: request sent to the first event carrying content.
-- ITL: the gaps between consecutive content events, pooled over requests. A
-  speculative server sends several tokens per event, so this is the gap a
-  reader sees, not a per-token figure.
-- TPOT: the inverse of the decode rate, ``(e2e - TTFT) / (output tokens - tokens of the
-  first content event)`` per request (``wire.completion.decode_rate``, the sweep's formula
-  too); None with fewer than two content events.
-- e2e: request sent to the last byte.
-- Achieved concurrency: the time-weighted number of requests in flight over the
-  window from the first send to the last byte (the sum of e2e over the span).
-- Goodput: the share (and rate) of requests that are valid and within every SLO.
-
-Invalid requests never enter the latency percentiles; they are counted and
-reported with their codes and first evidence.
+Everything is computed from raw samples, never from other summaries: xdist workers send
+their samples, the controller concatenates them and computes the statistics once
+(:class:`~pytest_ddtree.measure.arm.ArmStats`, whose docstring gives the conventions), so a
+split run and a single-process run of the same samples give the same numbers.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.core.slo import SLO
-from pytest_ddtree.measure.load.arrivals import LoadPoint
+from pytest_ddtree.measure.arm import ArmStats
 from pytest_ddtree.measure.sample import Sample
-from pytest_ddtree.measure.sweep import quantile
-from pytest_ddtree.measure.sweep.statistics import acceptance_text, no_spec_stats_line
-from pytest_ddtree.measure.tally import SpecTally, TalliedSpeculation
+from pytest_ddtree.measure.sweep.statistics import no_spec_stats_line
 
 __all__ = [
-    "PERCENTILES",
     "ClientHealth",
-    "Percentiles",
-    "PointStats",
-    "acceptance_cell",
     "chain_health",
     "merge_health",
-    "percentiles",
     "speculation_warnings",
     "summarize_point",
     "table_order",
 ]
-
-PERCENTILES = (0.50, 0.90, 0.99)
 
 #: the client is called saturated above this event-loop lag (p99, seconds): timer wake-ups
 #: on a busy shared machine jitter by a few milliseconds; beyond 10 ms the client's own
@@ -215,219 +187,26 @@ def _combine(parts: Sequence[ClientHealth], *, in_turn: bool) -> ClientHealth:
     )
 
 
-@dataclass(frozen=True)
-class Percentiles:
-    """p50/p90/p99/max (and the mean) of one latency, seconds; n values."""
-
-    n: int
-    mean: float
-    p50: float
-    p90: float
-    p99: float
-    max: float
-
-    def to_json(self) -> dict[str, Any]:
-        """Milliseconds, for reports."""
-        return {
-            "n": self.n,
-            "mean_ms": self.mean * 1000,
-            "p50_ms": self.p50 * 1000,
-            "p90_ms": self.p90 * 1000,
-            "p99_ms": self.p99 * 1000,
-            "max_ms": self.max * 1000,
-        }
-
-
-def percentiles(values: Iterable[float]) -> Percentiles | None:
-    """Linear-interpolated (type 7) percentiles; None for no values."""
-    xs = sorted(values)
-    if not xs:
-        return None
-    p50, p90, p99 = (quantile(xs, q) for q in PERCENTILES)
-    return Percentiles(len(xs), statistics.fmean(xs), p50, p90, p99, xs[-1])
-
-
-@dataclass(frozen=True)
-class PointStats(TalliedSpeculation):
-    """Everything measured at one tree budget × load point."""
-
-    point: LoadPoint
-    tree_budget: int | None
-    requests: int
-    valid: int
-    codes: Mapping[str, int]
-    first_evidence: str
-    ttft: Percentiles | None
-    itl: Percentiles | None
-    tpot: Percentiles | None
-    e2e: Percentiles | None
-    duration: float
-    output_tokens_per_second: float
-    requests_per_second: float
-    achieved_concurrency: float
-    slo: SLO | None
-    good: int
-    mean_acceptance: float | None
-    client: ClientHealth | None
-    workers: tuple[str, ...] = ()
-    tpot_values: tuple[float, ...] = field(default=(), repr=False)
-    ttft_offset: Percentiles | None = None
-    #: requests whose timing-based checks were withheld (the client was saturated)
-    withheld: int = 0
-    #: mean accepted / drafted tokens, for a server that reports counts but no length
-    mean_acceptance_rate: float | None = None
-    #: valid requests whose output token count is unknown (no usage, nothing counted it)
-    uncounted: int = 0
-    #: the speculation figures, counted as the sweep counts them
-    spec: SpecTally = field(default_factory=SpecTally)
-
-    @property
-    def invalid(self) -> int:
-        """Requests that broke an invariant (or did not complete)."""
-        return self.requests - self.valid
-
-    @property
-    def goodput_share(self) -> float:
-        """Share of all requests that were valid and within every SLO."""
-        return self.good / self.requests if self.requests else 0.0
-
-    @property
-    def goodput_rate(self) -> float:
-        """Good requests per second."""
-        return self.good / self.duration if self.duration > 0 else 0.0
-
-    @property
-    def slo_met(self) -> bool | None:
-        """None without an SLO; else whether the good share reached the required one."""
-        if self.slo is None:
-            return None
-        return self.goodput_share + 1e-12 >= self.slo.goodput
-
-    @property
-    def unreliable(self) -> bool:
-        """The client was saturated: latencies may include its own queueing."""
-        return self.client is not None and self.client.unreliable
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain JSON for sweep.json."""
-
-        def pct(p: Percentiles | None) -> dict[str, Any] | None:
-            return p.to_json() if p is not None else None
-
-        return {
-            "point": jsonmodel.to_json(self.point),
-            "label": self.point.label,
-            "tree_budget": self.tree_budget,
-            "requests": self.requests,
-            "valid": self.valid,
-            "invalid": self.invalid,
-            "codes": dict(self.codes),
-            "first_evidence": self.first_evidence,
-            "ttft": pct(self.ttft),
-            "itl": pct(self.itl),
-            "tpot": pct(self.tpot),
-            "e2e": pct(self.e2e),
-            "ttft_minus_server": pct(self.ttft_offset),
-            "timing_checks_withheld": self.withheld,
-            "duration_s": self.duration,
-            "output_tokens_per_second": self.output_tokens_per_second,
-            "requests_per_second": self.requests_per_second,
-            "achieved_concurrency": self.achieved_concurrency,
-            "slo": self.slo.to_json() if self.slo is not None else None,
-            "good": self.good,
-            "goodput_share": self.goodput_share,
-            "goodput_rate": self.goodput_rate,
-            "slo_met": self.slo_met,
-            "mean_acceptance_length": self.mean_acceptance,
-            "mean_acceptance_rate": self.mean_acceptance_rate,
-            **self.spec_json(),
-            "uncounted": self.uncounted,
-            "client": jsonmodel.to_json(self.client) if self.client is not None else None,
-            "unreliable": self.unreliable,
-            "workers": list(self.workers),
-        }
-
-
 def summarize_point(
     samples: Sequence[Sample],
     *,
     slo: SLO | None = None,
     client: ClientHealth | None = None,
-) -> PointStats:
+) -> ArmStats:
     """Statistics of the samples of one budget × load point (any number of processes)."""
     if not samples:
         raise ValueError("summarize_point: no samples")
     # a fixed order whatever order the processes' samples were merged in: the bootstrap
     # of the recommendation then gives the same interval for the same samples
-    samples = sorted(samples, key=lambda s: (s.start, s.worker or "", s.seconds, s.prompt_id))
-    point, budget = samples[0].load_point, samples[0].tree_budget
-    for s in samples:
-        if s.load_point != point or s.tree_budget != budget:
-            raise ValueError(
-                f"summarize_point: mixed points {point.label}/{budget} and "
-                f"{s.load_point.label}/{s.tree_budget}"
-            )
-    valid = [s for s in samples if s.valid]
-    codes: Counter[str] = Counter()
-    first_evidence = ""
-    for s in samples:
-        if not s.valid:
-            codes.update(s.codes or ("error",))
-            if not first_evidence:
-                first_evidence = s.evidence or (s.error or "")
-    # a raced budget is sent in runs with other budgets' runs in between: its span is the
-    # sum of its runs' spans, each from its first send to its last byte
-    runs: dict[int, list[Sample]] = {}
-    for s in samples:
-        runs.setdefault(s.round, []).append(s)
-    span = max(
-        math.fsum(max(s.end for s in r) - min(s.start for s in r) for r in runs.values()), 1e-9
-    )
-    busy = math.fsum(s.seconds for s in samples)  # exact: the order of merged samples is moot
-    tokens = sum(s.completion_tokens or 0 for s in valid)
-    tpots = [t for s in valid if (t := s.tpot) is not None]
-    good = 0
-    if slo is not None:
-        good = sum(1 for s in valid if not slo.misses(s.slo_metrics()))
-    offsets = [
-        s.ttft - s.server_ttft for s in valid if s.ttft is not None and s.server_ttft is not None
-    ]
-    accept = [a for s in valid if (a := s.mean_acceptance_length) is not None]
-    rates = [r for s in valid if (r := s.acceptance_rate) is not None]
-    return PointStats(
-        point=point,
-        tree_budget=budget,
-        requests=len(samples),
-        valid=len(valid),
-        codes=dict(codes),
-        first_evidence=first_evidence,
-        ttft=percentiles(s.ttft for s in valid if s.ttft is not None),
-        itl=percentiles(g for s in valid for g in s.gaps),
-        tpot=percentiles(tpots),
-        e2e=percentiles(s.seconds for s in valid),
-        duration=span,
-        output_tokens_per_second=tokens / span,
-        requests_per_second=len(valid) / span,
-        achieved_concurrency=busy / span,
-        slo=slo,
-        good=good,
-        mean_acceptance=statistics.fmean(accept) if accept else None,
-        client=client,
-        workers=tuple(sorted({s.worker or "main" for s in samples})),
-        tpot_values=tuple(tpots),
-        ttft_offset=percentiles(offsets),
-        withheld=sum(1 for s in samples if s.withheld),
-        mean_acceptance_rate=statistics.fmean(rates) if rates else None,
-        uncounted=sum(1 for s in valid if s.completion_tokens is None),
-        spec=SpecTally.of(samples),
-    )
+    ordered = sorted(samples, key=lambda s: (s.start, s.worker or "", s.seconds, s.prompt_id))
+    return ArmStats.of(ordered, slo=slo, client=client)
 
 
-def table_order(stats: Iterable[PointStats]) -> list[PointStats]:
+def table_order(stats: Iterable[ArmStats]) -> list[ArmStats]:
     """Rows of a load table: by budget (the server's own first, then numerically), then
     by load point (concurrency before rate, each by its number), whatever the run order."""
 
-    def key(s: PointStats) -> tuple[int, str, float, float]:
+    def key(s: ArmStats) -> tuple[int, str, float, float]:
         b = s.tree_budget
         p = s.point
         return (budget_order(b), p.mode, p.value, p.burstiness)
@@ -435,17 +214,10 @@ def table_order(stats: Iterable[PointStats]) -> list[PointStats]:
     return sorted(stats, key=key)
 
 
-def acceptance_cell(s: PointStats) -> str:
-    """The load point's acceptance cell (see ``sweep.statistics.acceptance_text``)."""
-    return acceptance_text(
-        s.mean_acceptance, s.mean_acceptance_rate, s.never_drafted, s.no_spec_stats
-    )
-
-
-def speculation_warnings(stats: Sequence[PointStats]) -> list[str]:
+def speculation_warnings(stats: Sequence[ArmStats]) -> list[str]:
     """One warning per budget whose load points sent no speculative statistics at all, and
     one per budget whose load points drafted no token at all, with the counts."""
-    quiet: dict[int | None, list[PointStats]] = {}
+    quiet: dict[int | None, list[ArmStats]] = {}
     for s in stats:
         if s.no_spec_stats:
             quiet.setdefault(s.tree_budget, []).append(s)
@@ -456,7 +228,7 @@ def speculation_warnings(stats: Sequence[PointStats]) -> list[str]:
         )
         for budget, points in quiet.items()
     ]
-    by_budget: dict[int | None, list[PointStats]] = {}
+    by_budget: dict[int | None, list[ArmStats]] = {}
     for s in stats:
         if s.never_drafted:
             by_budget.setdefault(s.tree_budget, []).append(s)

@@ -21,8 +21,8 @@ from typing import Any
 
 from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.settings import budget_label
+from pytest_ddtree.measure.arm import ArmStats
 from pytest_ddtree.measure.load.arrivals import LoadPoint
-from pytest_ddtree.measure.load.metrics import PointStats
 from pytest_ddtree.measure.load.race import PointRace
 from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep import bootstrap_median_ci
@@ -245,7 +245,7 @@ def _decision(
 
 
 def recommend(
-    stats: Sequence[PointStats],
+    stats: Sequence[ArmStats],
     samples: Sequence[Sample],
     *,
     seed: int = 0,
@@ -253,7 +253,7 @@ def recommend(
     equivalence: float = DEFAULT_EQUIVALENCE,
 ) -> Schedule:
     """The decision at each load point (see the module docstring)."""
-    by_point: dict[LoadPoint, list[PointStats]] = {}
+    by_point: dict[LoadPoint, list[ArmStats]] = {}
     for s in stats:
         by_point.setdefault(s.point, []).append(s)
     raced = {r.point: r for r in races}
@@ -277,7 +277,7 @@ def recommend(
     return Schedule(tuple(choices))
 
 
-def _tpot(best: PointStats, seed: int) -> tuple[float | None, tuple[float, float] | None]:
+def _tpot(best: ArmStats, seed: int) -> tuple[float | None, tuple[float, float] | None]:
     """The median TPOT of ``best`` (ms) and its interval."""
     if not best.tpot_values:
         return None, None
@@ -292,7 +292,7 @@ NO_COUNTS = "no token counts: the server sent no usage and no token counter coun
 NO_TPOT = "no TPOT: no valid answer had a token after its first event"
 
 
-def _why_none(group: Sequence[PointStats]) -> str:
+def _why_none(group: Sequence[ArmStats]) -> str:
     """Why none of a point's budgets could be ranked (none had valid timings)."""
     whole = [s for s in group if s.invalid == 0]
     if not whole:

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.slo import SLO, parse_slo
+from pytest_ddtree.measure.arm import ArmStats
 from pytest_ddtree.measure.load.arrivals import LoadPoint
-from pytest_ddtree.measure.load.metrics import ClientHealth, PointStats
+from pytest_ddtree.measure.load.metrics import ClientHealth
 from pytest_ddtree.measure.load.race import PointRace
 from pytest_ddtree.measure.load.recommend import Schedule
 from pytest_ddtree.measure.sample import Sample
@@ -99,7 +100,7 @@ class LoadTestResult:
     processes: int
     workers: tuple[str, ...]
     partial: bool
-    stats: tuple[PointStats, ...]
+    stats: tuple[ArmStats, ...]
     schedule: Schedule
     samples: tuple[Sample, ...]
     #: the sampling temperature of the test's calls
@@ -147,7 +148,7 @@ class LoadTestResult:
             "sweep": self.mode,
             "note": self.note,
             "requests": self.requests,
-            "points": [s.to_json() for s in self.stats],
+            "points": [jsonmodel.to_json(s) for s in self.stats],
             "schedule": self.schedule.to_json(),
             "samples": [s.to_json() for s in self.samples],
             **self._hosts_json(),

@@ -13,11 +13,10 @@ from typing import Any
 
 from pytest_ddtree.core.settings import Settings, budget_label
 from pytest_ddtree.core.slo import SLO
+from pytest_ddtree.measure.arm import ArmStats
 from pytest_ddtree.measure.load.arrivals import LoadPoint
 from pytest_ddtree.measure.load.metrics import (
     ClientHealth,
-    PointStats,
-    acceptance_cell,
     chain_health,
     merge_health,
     summarize_point,
@@ -33,6 +32,7 @@ from pytest_ddtree.measure.load.runner import (
 )
 from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep.race import DEFAULT_EQUIVALENCE
+from pytest_ddtree.measure.sweep.statistics import acceptance_cell
 from pytest_ddtree.wire.protocol import EndpointConfig, Messages, StallGuard
 from pytest_ddtree.wire.servermetrics import Counts, GroupWatch
 
@@ -72,7 +72,7 @@ class LoadResult:
     """Samples, per-point statistics and the budget schedule of one load run."""
 
     samples: tuple[Sample, ...]
-    stats: tuple[PointStats, ...]
+    stats: tuple[ArmStats, ...]
     schedule: Schedule
     health: Mapping[Key, ClientHealth] = field(default_factory=dict)
     shares: int = 1
@@ -84,7 +84,7 @@ class LoadResult:
     #: why an adaptive sweep ran the points in full (xdist, one budget); empty otherwise
     note: str = ""
 
-    def point(self, tree_budget: int | None, point: LoadPoint) -> PointStats:
+    def point(self, tree_budget: int | None, point: LoadPoint) -> ArmStats:
         """The statistics at one budget × load point."""
         for s in self.stats:
             if s.tree_budget == tree_budget and s.point == point:
@@ -109,7 +109,7 @@ def analyse(
     seed: int = 0,
     races: Sequence[PointRace] = (),
     equivalence: float = DEFAULT_EQUIVALENCE,
-) -> tuple[tuple[PointStats, ...], Schedule]:
+) -> tuple[tuple[ArmStats, ...], Schedule]:
     """Statistics of raw samples (from any number of processes), and the schedule.
 
     ``races``: the points whose budgets were raced; their choice is the race's;
@@ -156,7 +156,7 @@ LEGEND = (
 )
 
 
-def _client_cell(s: PointStats) -> str:
+def _client_cell(s: ArmStats) -> str:
     if s.client is None:
         return "-"
     cpt = s.client.cpu_per_token
@@ -170,7 +170,7 @@ def _client_cell(s: PointStats) -> str:
     return client
 
 
-def _cells(s: PointStats) -> tuple[str, ...]:
+def _cells(s: ArmStats) -> tuple[str, ...]:
     def pair(p: Any) -> str:
         return f"{_ms(p, 'p50')}/{_ms(p, 'p99')}"
 
@@ -192,7 +192,7 @@ def _cells(s: PointStats) -> tuple[str, ...]:
     )
 
 
-def render_table(stats: Sequence[PointStats]) -> str:
+def render_table(stats: Sequence[ArmStats]) -> str:
     """Per budget × load point, by budget then load point: latencies (ms, p50/p99), rates,
     concurrency, goodput.
 
@@ -638,7 +638,7 @@ def _where(sample: Sample) -> str:
 
 
 def failure_message(
-    stats: Sequence[PointStats],
+    stats: Sequence[ArmStats],
     endpoint: EndpointConfig | None = None,
     samples: Sequence[Sample] = (),
 ) -> str:

@@ -1,8 +1,10 @@
-"""Sweep statistics: medians, seeded bootstrap intervals, per-budget figures, the recommendation.
+"""Sweep statistics: each budget's arm, its place under the rule, the recommendation.
 
-Only the standard library: medians and interquartile ranges, and seeded
-percentile-bootstrap confidence intervals (:mod:`~pytest_ddtree.measure.sweep.bootstrap`),
-so the same samples and seed always give the same report; the drift check lives in
+Each budget is summarised as an arm at the point C=1
+(:class:`~pytest_ddtree.measure.arm.ArmStats`, the load's statistics type too). Only the
+standard library: medians and interquartile ranges, and seeded percentile-bootstrap
+confidence intervals (:mod:`~pytest_ddtree.measure.sweep.bootstrap`), so the same samples
+and seed always give the same report; the drift check lives in
 :mod:`~pytest_ddtree.measure.sweep.drift`. Both are importable from here too. The
 recommendation follows the racing rule (:mod:`~pytest_ddtree.measure.sweep.race`) on
 measured decode throughput, for an exhaustive sweep as for an adaptive one; acceptance
@@ -12,15 +14,14 @@ server does.
 
 from __future__ import annotations
 
-import statistics
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
+from pytest_ddtree.measure.arm import ArmStats, Place, budget_json
 from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep.bootstrap import (
     BOOTSTRAP_RESAMPLES as BOOTSTRAP_RESAMPLES,
@@ -41,7 +42,6 @@ from pytest_ddtree.measure.sweep.bootstrap import (
     quantile as quantile,
 )
 from pytest_ddtree.measure.sweep.decision import Decision, Flags, decide_record, judge_samples
-from pytest_ddtree.measure.sweep.depth import DepthProfile, depth_profile
 from pytest_ddtree.measure.sweep.drift import (
     DriftCheck,
     without_repeats,
@@ -53,200 +53,6 @@ from pytest_ddtree.measure.sweep.race import (
     RaceRecord,
     RaceRule,
 )
-from pytest_ddtree.measure.tally import SpecTally, TalliedSpeculation
-
-#: A budget's place under the rule: what the verdict column says of it (and its colour).
-Place = Literal[
-    "best",
-    "smallest as fast",
-    "leads, undecided",
-    "leads within the margin",
-    "as fast",
-    "slower",
-    "in contention",
-    "excluded",
-    "invalid",
-    "no timings",
-    "not raced",
-    "budget ignored",
-]
-#: how each place is written in the verdict column ("invalid" names its codes)
-PLACE_TEXT: Mapping[Place, str] = {
-    "best": "best",
-    "smallest as fast": "best (smallest as fast)",
-    "leads, undecided": "leads, undecided",
-    "leads within the margin": "leads within the margin",
-    "as fast": "as fast",
-    "slower": "slower",
-    "in contention": "in contention",
-    "excluded": "excluded",
-    "invalid": "INVALID",
-    "no timings": "no timings",
-    "not raced": "not raced",
-    "budget ignored": "budget ignored",
-}
-
-
-@dataclass(frozen=True)
-class BudgetStats(TalliedSpeculation):
-    """The statistics of one budget over every sample of a sweep.
-
-    Timing and acceptance statistics use valid samples only: an invalid
-    response measured nothing worth reporting. ``acceptance_ci`` is a
-    bootstrap interval of the mean acceptance length. ``codes`` counts the
-    violation codes of the invalid samples. ``place`` (and ``left_after``, ``drifting``)
-    is filled by :func:`summarize` once every budget is known; :attr:`verdict` words it.
-    """
-
-    tree_budget: int | None
-    total: int
-    valid: int
-    codes: Mapping[str, int]
-    decode: tuple[float, ...]
-    decode_prompts: tuple[str, ...]
-    decode_median: float | None
-    decode_q1: float | None
-    decode_q3: float | None
-    decode_ci: tuple[float, float] | None
-    ttft_p50: float | None
-    ttft_p90: float | None
-    ttft_ci: tuple[float, float] | None
-    mean_acceptance_length: float | None
-    acceptance_ci: tuple[float, float] | None
-    mean_decode_rounds: float | None
-    server_client_ratio: float | None
-    echoed_mismatch: int
-    concurrent: bool
-    #: the budget's place under the rule (None until :func:`summarize` judged every budget)
-    place: Place | None = None
-    #: the round after which a raced budget left as slower (None: it did not leave)
-    left_after: int | None = None
-    #: the server changed while this budget was measured again (the drift check)
-    drifting: bool = False
-    # accepted / drafted tokens: shown only where the length is unknown (llama.cpp)
-    mean_acceptance_rate: float | None = None
-    #: the speculation figures, counted as the load counts them
-    spec: SpecTally = field(default_factory=SpecTally)
-    # acceptance by depth, pooled over the valid requests (None: no server histogram)
-    depth: DepthProfile | None = None
-
-    @property
-    def all_valid(self) -> bool:
-        """True when every request at this budget passed the invariants."""
-        return self.total > 0 and self.valid == self.total
-
-    @property
-    def verdict(self) -> str:
-        """The verdict cell: the budget's place in words, then what qualifies it."""
-        if self.place is None:
-            return ""
-        if self.place == "invalid":
-            return f"INVALID ({', '.join(sorted(self.codes)) or 'invalid'})"
-        text = PLACE_TEXT[self.place]
-        if self.place == "budget ignored":
-            return text
-        if self.place == "slower" and self.left_after is not None:
-            text += f", left after round {self.left_after}"
-        if self.echoed_mismatch and self.all_valid:
-            text += " (echoed budget differs)"
-        return text + (" (DRIFTING)" if self.drifting else "")
-
-    @property
-    def decode_iqr(self) -> float | None:
-        """Interquartile range of decode tokens/s."""
-        if self.decode_q1 is None or self.decode_q3 is None:
-            return None
-        return self.decode_q3 - self.decode_q1
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain-JSON form for ``sweep.json``."""
-        return {
-            "tree_budget": self.tree_budget,
-            "total": self.total,
-            "valid": self.valid,
-            "codes": dict(self.codes),
-            "decode_tokens_per_second": {
-                "median": self.decode_median,
-                "q1": self.decode_q1,
-                "q3": self.decode_q3,
-                "ci95": None if self.decode_ci is None else list(self.decode_ci),
-                "n": len(self.decode),
-            },
-            "ttft": {
-                "p50": self.ttft_p50,
-                "p90": self.ttft_p90,
-                "ci95": None if self.ttft_ci is None else list(self.ttft_ci),
-            },
-            "mean_acceptance_length": self.mean_acceptance_length,
-            "acceptance_ci95": None if self.acceptance_ci is None else list(self.acceptance_ci),
-            "mean_decode_rounds": self.mean_decode_rounds,
-            "server_client_ratio": self.server_client_ratio,
-            "echoed_mismatch": self.echoed_mismatch,
-            "concurrent": self.concurrent,
-            "verdict": self.verdict,
-            "mean_acceptance_rate": self.mean_acceptance_rate,
-            **self.spec_json(),
-            "acceptance_by_depth": None if self.depth is None else self.depth.to_json(),
-        }
-
-
-def _mean(values: Iterable[float | int | None]) -> float | None:
-    xs = [float(v) for v in values if v is not None]
-    return statistics.fmean(xs) if xs else None
-
-
-def budget_stats(
-    tree_budget: int | None, samples: Sequence[Sample], *, seed: int = 0
-) -> BudgetStats:
-    """Statistics of the samples of one budget (callers group by budget)."""
-    valid = [s for s in samples if s.valid]
-    timed = [s for s in valid if s.decode_tokens_per_second is not None]
-    decode = tuple(
-        s.decode_tokens_per_second for s in timed if s.decode_tokens_per_second is not None
-    )
-    decode_prompts = tuple(s.prompt_id for s in timed)
-    ttft_samples = [s for s in valid if s.ttft is not None]
-    ttfts = [s.ttft for s in ttft_samples if s.ttft is not None]
-    ratios = [r for r in (s.server_client_ratio for s in valid) if r is not None]
-    accept = [s.mean_acceptance_length for s in valid if s.mean_acceptance_length is not None]
-    codes: Counter[str] = Counter()
-    for s in samples:
-        codes.update(s.codes)
-    return BudgetStats(
-        tree_budget=tree_budget,
-        total=len(samples),
-        valid=len(valid),
-        codes=dict(codes),
-        decode=decode,
-        decode_prompts=decode_prompts,
-        decode_median=statistics.median(decode) if decode else None,
-        decode_q1=quantile(decode, 0.25) if decode else None,
-        decode_q3=quantile(decode, 0.75) if decode else None,
-        decode_ci=bootstrap_median_ci(decode, seed=seed, salt=tree_budget, strata=decode_prompts),
-        ttft_p50=quantile(ttfts, 0.5) if ttfts else None,
-        ttft_p90=quantile(ttfts, 0.9) if ttfts else None,
-        ttft_ci=bootstrap_median_ci(
-            ttfts,
-            seed=seed,
-            salt=f"ttft{tree_budget}",
-            strata=[s.prompt_id for s in ttft_samples],
-        ),
-        mean_acceptance_length=_mean(accept),
-        acceptance_ci=bootstrap_ci(accept, statistics.fmean, seed=seed, salt=f"acc{tree_budget}"),
-        mean_decode_rounds=_mean(s.decode_rounds for s in valid),
-        server_client_ratio=statistics.median(ratios) if ratios else None,
-        echoed_mismatch=sum(
-            1
-            for s in samples
-            if s.echoed_tree_budget is not None
-            and s.tree_budget is not None
-            and s.echoed_tree_budget != s.tree_budget
-        ),
-        concurrent=any(s.concurrent for s in samples),
-        mean_acceptance_rate=_mean(s.acceptance_rate for s in valid),
-        spec=SpecTally.of(samples),
-        depth=depth_profile(valid),
-    )
 
 
 @dataclass(frozen=True)
@@ -380,7 +186,7 @@ jsonmodel.register(
 )
 
 
-def rank(stats: Sequence[BudgetStats]) -> list[BudgetStats]:
+def rank(stats: Sequence[ArmStats]) -> list[ArmStats]:
     """Eligible budgets (all requests valid, with timings), fastest first.
 
     Ordered by median decode tokens/s, then by mean acceptance length (more
@@ -399,7 +205,7 @@ def rank(stats: Sequence[BudgetStats]) -> list[BudgetStats]:
 
 
 def recommend(
-    stats: Sequence[BudgetStats], record: RaceRecord[int | None], flags: Flags | None = None
+    stats: Sequence[ArmStats], record: RaceRecord[int | None], flags: Flags | None = None
 ) -> Recommendation:
     """The recommendation of ``record`` (the race's verdict on ``stats``' budgets) by the
     one rule (:func:`~pytest_ddtree.measure.sweep.decision.decide`), with the figures of the
@@ -429,26 +235,24 @@ def no_spec_stats_line(where: str, asked: int) -> str:
     )
 
 
-def acceptance_text(
-    length: float | None, rate: float | None, never_drafted: bool, no_stats: bool = False
-) -> str:
-    """The acceptance cell of the sweep and load tables: the mean acceptance length, else
-    the acceptance rate (``rate 0.85``), ``no drafts``, ``no stats`` (no speculative
-    statistics came back), or ``-``.
+def acceptance_cell(st: ArmStats) -> str:
+    """An arm's acceptance cell, in the sweep and load tables alike: the mean acceptance
+    length, else the acceptance rate (``rate 0.85``), ``no drafts``, ``no stats`` (no
+    speculative statistics came back), or ``-``.
 
     A server that reports drafted and accepted tokens but not its rounds
     (llama.cpp) has no honest length; its rate is shown, marked as such.
     """
-    if length is not None:
-        return f"{length:.2f}"
-    if rate is not None:
-        return f"rate {rate:.2f}"
-    if no_stats:
+    if st.mean_acceptance_length is not None:
+        return f"{st.mean_acceptance_length:.2f}"
+    if st.mean_acceptance_rate is not None:
+        return f"rate {st.mean_acceptance_rate:.2f}"
+    if st.no_spec_stats:
         return "no stats"
-    return "no drafts" if never_drafted else "-"
+    return "no drafts" if st.never_drafted else "-"
 
 
-def speculation_warnings(stats: Sequence[BudgetStats]) -> list[str]:
+def speculation_warnings(stats: Sequence[ArmStats]) -> list[str]:
     """The warnings for budgets whose answers sent no speculative statistics at all, and
     for those whose requests drafted no token at all, with the counts."""
     lines: list[str] = []
@@ -474,7 +278,7 @@ def speculation_warnings(stats: Sequence[BudgetStats]) -> list[str]:
 class SweepSummary:
     """Per-budget statistics (budget order ascending), the recommendation and the race."""
 
-    budgets: tuple[BudgetStats, ...]
+    budgets: tuple[ArmStats, ...]
     recommendation: Recommendation
     #: the drift checks of the sweep (empty when no budget was measured again)
     drift: tuple[DriftCheck, ...] = ()
@@ -488,7 +292,7 @@ class SweepSummary:
             if not rec[key]:
                 del rec[key]
         out: dict[str, Any] = {
-            "budgets": [b.to_json() for b in self.budgets],
+            "budgets": [budget_json(b) for b in self.budgets],
             "recommendation": rec,
         }
         if self.race is not None:
@@ -499,7 +303,7 @@ class SweepSummary:
 
 
 def _place(
-    st: BudgetStats, record: RaceRecord[int | None] | None, rec: Recommendation
+    st: ArmStats, record: RaceRecord[int | None] | None, rec: Recommendation
 ) -> tuple[Place, int | None]:
     """One budget's place under the rule, and the round it left after (if it left)."""
     if not st.all_valid:
@@ -524,7 +328,7 @@ def _place(
 
 
 def _unseen_invalid(
-    stats: Sequence[BudgetStats], race: RaceRecord[int | None] | None
+    stats: Sequence[ArmStats], race: RaceRecord[int | None] | None
 ) -> list[int | None]:
     """Budgets with invalid samples that ``race`` did not exclude (none without a race)."""
     if race is None:
@@ -533,7 +337,7 @@ def _unseen_invalid(
     return [
         st.tree_budget
         for st in stats
-        if st.total > 0 and not st.all_valid and st.tree_budget not in excluded
+        if st.requests > 0 and not st.all_valid and st.tree_budget not in excluded
     ]
 
 
@@ -556,7 +360,7 @@ def summarize(
     groups: dict[int | None, list[Sample]] = {}
     for s in kept:
         groups.setdefault(s.tree_budget, []).append(s)
-    raw = [budget_stats(b, groups[b], seed=seed) for b in sorted(groups, key=budget_order)]
+    raw = [ArmStats.of(groups[b], seed=seed) for b in sorted(groups, key=budget_order)]
     unseen = _unseen_invalid(raw, race)
     if race is not None and (
         unseen or any(s.n and s.key not in groups for s in race.judgement.standings)
@@ -574,7 +378,7 @@ def summarize(
     )
     rec = recommend(raw, record, flags)
     rec = replace(rec, set_aside_for=tuple(unseen), drift=drifted[0] if drifted else None)
-    placed: list[BudgetStats] = []
+    placed: list[ArmStats] = []
     for st in raw:
         place, left_after = _place(st, record, rec)
         drifting = any(c.tree_budget == st.tree_budget for c in drifted)
