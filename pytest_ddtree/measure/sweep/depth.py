@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.wire.completion import conditional_acceptance, rounds_reaching
 
@@ -77,15 +78,20 @@ class DepthProfile:
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form for ``sweep.json``."""
-        return {
-            "histogram": list(self.histogram),
-            "rounds": self.decode_rounds,
-            "requests": self.requests,
-            "sources": list(self.sources),
-            "conditional_acceptance": [round(x, 4) for x in self.conditional],
-            "per_position_acceptance": [round(x, 4) for x in self.per_position],
-            "mean_accepted_length": self.mean_accepted_length,
-        }
+        return dict(jsonmodel.to_json(self))
+
+
+jsonmodel.register(
+    DepthProfile,
+    read=False,
+    derived={
+        "rounds": lambda p: p.decode_rounds,
+        "conditional_acceptance": lambda p: [round(x, 4) for x in p.conditional],
+        "per_position_acceptance": lambda p: [round(x, 4) for x in p.per_position],
+        "mean_accepted_length": lambda p: p.mean_accepted_length,
+    },
+    order=("histogram", "rounds", "requests", "sources"),
+)
 
 
 def depth_profile(samples: Iterable[Sample]) -> DepthProfile | None:

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.core.wording import percent
 from pytest_ddtree.measure.sample import Sample
@@ -112,16 +113,24 @@ class DriftCheck:
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form for ``sweep.json``."""
-        return {
-            "tree_budget": self.tree_budget,
-            "pairs": min(len(self.start), len(self.end)),
-            "ratio": self.ratio,
-            "ci99": None if self.ci is None else list(self.ci),
-            "margin": DRIFT_MARGIN,
-            "assessed": self.assessed,
-            "drifting": self.drifting,
-            "message": self.line(),
-        }
+        return dict(jsonmodel.to_json(self))
+
+
+jsonmodel.register(
+    DriftCheck,
+    read=False,
+    start=jsonmodel.override(omit=True),
+    end=jsonmodel.override(omit=True),
+    ci=jsonmodel.override(rename="ci99"),
+    derived={
+        "pairs": lambda c: min(len(c.start), len(c.end)),
+        "margin": lambda c: DRIFT_MARGIN,
+        "assessed": lambda c: c.assessed,
+        "drifting": lambda c: c.drifting,
+        "message": DriftCheck.line,
+    },
+    order=("tree_budget", "pairs", "ratio", "ci99", "margin", "assessed", "drifting", "message"),
+)
 
 
 def without_repeats(samples: Sequence[Sample]) -> list[Sample]:
