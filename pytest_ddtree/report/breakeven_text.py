@@ -30,7 +30,7 @@ def cell_text(c: Cell) -> str:
         lead = arm_label(c.decision.leader)
         return f"undecided ({lead} leads{'; ' + best if best else ''})"
     if c.off:
-        return f"off ({best})" if best else "off"
+        return f"off ({best or _excluded(c) or 'no budget timed'})"
     ratio = c.speedups.get(c.answer)
     return arm_label(c.answer) + ("" if ratio is None else f" {ratio_text(ratio)}")
 
@@ -49,11 +49,19 @@ def _choice(c: Cell, baseline: bool) -> str:
             )
         return f"undecided among {among} ({lead} leads)"
     if c.off:
-        best = f" (best budget {ratio_text(c.speedup)})" if c.speedup is not None else ""
-        return f"speculation off{best}"
+        if c.speedup is not None:
+            return f"speculation off (best budget {ratio_text(c.speedup)})"
+        why = _excluded(c)
+        return f"speculation off ({why})" if why else "speculation off"
     ratio = c.speedups.get(c.answer)
     over = f", {ratio_text(ratio)} over the target alone" if ratio is not None else ""
     return f"tree_budget={arm_label(c.answer)}{over if baseline else ''}"
+
+
+def _excluded(c: Cell) -> str:
+    """``64 excluded: an invalid answer``, for a cell whose budgets all left for one."""
+    gone = [arm_label(a) for a in c.decision.excluded if a != OFF]
+    return f"{', '.join(gone)} excluded: an invalid answer not the target alone's" if gone else ""
 
 
 def _key(c: Cell) -> str:

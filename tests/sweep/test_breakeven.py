@@ -20,7 +20,12 @@ from pytest_ddtree.measure.breakeven import (
 )
 from pytest_ddtree.measure.sample import SERIAL, Sample
 from pytest_ddtree.measure.sweep.race import RaceRule
-from pytest_ddtree.report.breakeven_text import NOT_MEASURED, breakeven_answer, map_lines
+from pytest_ddtree.report.breakeven_text import (
+    NOT_MEASURED,
+    breakeven_answer,
+    cell_text,
+    map_lines,
+)
 
 PROMPTS = [f"p{i}" for i in range(5)]
 
@@ -163,6 +168,10 @@ def test_a_failure_the_target_alone_shares_is_timed_not_held_against_the_arm() -
         RaceRule(max_requests=200),
     )
     assert record.judgement.standing(64).status == "excluded"
+    excluded = cell_of(1024, SERIAL, samples, record, baseline=True)
+    assert excluded.off and cell_text(excluded) == (
+        "off (64 excluded: an invalid answer not the target alone's)"
+    )
 
 
 def test_an_undecided_budget_beside_a_clear_win_over_off_still_says_speculate() -> None:
