@@ -1799,8 +1799,7 @@ EXCERPTS.update(
     }
 )
 
-# docs/breakeven.md: the break-even map on the embedded server (drawn as a heat-map) and on
-# llama.cpp with n-gram speculation against its target-only twin
+# docs/breakeven.md: the break-even map on the embedded server, drawn as a heat-map
 _BREAKEVEN = f"{SUITE} -k break_even"
 SCENARIOS.update(
     {
@@ -1814,18 +1813,6 @@ SCENARIOS.update(
                     "ddtree-report/sweep.html", DOCS / "img" / "breakeven.png", (1280, 470)
                 ),
             ),
-            Scenario(
-                "llamacpp-breakeven",
-                "pytest --pyargs pytest_ddtree.suite -k break_even"
-                " --ddtree-endpoint http://127.0.0.1:8080/v1"
-                " --ddtree-baseline-endpoint http://127.0.0.1:8081/v1 --ddtree-budget-mode none"
-                " --ddtree-context 128,512,1024,1900"
-                " --ddtree-timeout connect=10,read=120,total=600",
-                server=_LLAMACPP_ENGINE.format("ngram", 8080),
-                baseline_server=_LLAMACPP_ENGINE.format("none", 8081),
-                engine="llamacpp",
-                timeout=2400,
-            ),
         ]
     }
 )
@@ -1833,8 +1820,5 @@ _MAP = r"^-+ pytest-ddtree break-even -+$"
 EXCERPTS.update(
     {
         "breakeven-map": Excerpt("breakeven", (Piece(_MAP, stop=r"^\s+Break-even: "),)),
-        "llamacpp-breakeven": Excerpt(
-            "llamacpp-breakeven", (Piece(_MAP, stop=r"^\s+Break-even: "),)
-        ),
     }
 )
