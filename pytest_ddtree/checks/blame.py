@@ -201,6 +201,13 @@ NEAR_TIE_FLIP_ADVICE = (
     "that token, so fix it where the model is (prompt, sampling settings, max_tokens); "
     "speculative decoding is not shown to be at fault"
 )
+#: what to do when the target alone answers one request two ways at temperature 0
+UNSTABLE_TARGET_ADVICE = (
+    "the target-only server does not reproduce its own greedy answer here (its numerics "
+    "depend on the request: batching, log-probabilities, the cache): compare on prompts where "
+    "it does, or serve both sides deterministically; speculative decoding is not shown to be "
+    "at fault"
+)
 
 PROMPT_MISMATCH_ADVICE = (
     "serve the baseline with the same chat template and tokenizer as the server (same model "

@@ -42,6 +42,7 @@ from pytest_ddtree.checks.blame import (
     SERVER_ADVICE,
     SPECULATION_ADVICE,
     TEMPLATE_ADVICE,
+    UNSTABLE_TARGET_ADVICE,
     Blame,
     Diagnosis,
     lossless_advice,
@@ -114,6 +115,7 @@ __all__ = [
     "STOP_LIST_ADVICE",
     "TEMPLATE_ADVICE",
     "TRANSPORT_CODES",
+    "UNSTABLE_TARGET_ADVICE",
     "Blame",
     "Diagnoser",
     "Diagnosis",
@@ -506,6 +508,15 @@ class Diagnoser:
             return Diagnosis("speculation", passes, SPECULATION_ADVICE)
         margin = self._margin(completion, replay, found.char_offset)
         where = f"the answer leaves the baseline's at {found.where()}"
+        if margin.target_unstable:
+            return Diagnosis(
+                "undetermined",
+                f"{passes}; {where}, but the target alone is not reproducible there: asked "
+                "again (with log-probabilities), the target-only server answered otherwise "
+                f"before that point, so the parting is no evidence against speculation",
+                UNSTABLE_TARGET_ADVICE,
+                margin=margin.to_json(),
+            )
         if margin.kind == "near-tie":
             return Diagnosis(
                 "template",

@@ -55,6 +55,10 @@ class Margin:
     bound: bool = False
     speculative_view: str | None = None
     reason: str | None = None
+    #: the target-only side answered the same request otherwise when asked again (with
+    #: log-probabilities) before the divergence: the target alone is not reproducible there,
+    #: so a parting at that point is no evidence against speculation
+    target_unstable: bool = False
 
     def sentence(self, position: bool = True) -> str:
         """One sentence for a failure message or a warning (``position``: lead with the
@@ -115,6 +119,7 @@ jsonmodel.register(
     gap=jsonmodel.override(rename="margin_nats", unstruct_hook=_nats),
     top_two=jsonmodel.override(rename="top_two_nats", unstruct_hook=_nats),
     bound=jsonmodel.override(rename="margin_is_lower_bound"),
+    target_unstable=jsonmodel.override(omit_if_default=True),
     order=(
         *("kind", "threshold_nats", "position", "target_token", "speculative_token"),
         *("margin_nats", "margin_is_lower_bound"),
@@ -190,7 +195,8 @@ def classify(
     """
     where = _locate(target, reference, offset, "target-only server")
     if isinstance(where, str):
-        return Margin("unknown", threshold, reason=where)
+        unstable = target.ok and target.text[: offset + 1] != reference[: offset + 1]
+        return Margin("unknown", threshold, reason=where, target_unstable=unstable)
     index, start = where
     assert target.logprobs is not None
     entry = target.logprobs[index]

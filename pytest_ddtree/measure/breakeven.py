@@ -129,6 +129,8 @@ class Cell:
     e2e: Ratio | None = None
     #: requests the cell's race sent
     requests: int = 0
+    #: invalid answers pinned on no layer (``undetermined``): not compared, not timed
+    not_compared: int = 0
 
     @property
     def off(self) -> bool:
@@ -229,9 +231,15 @@ def race_cell(
                     race.add(arm, float(s.decode_tokens_per_second or 0), s.prompt_id)
                 else:
                     race.count()
-                    if s.against_budget:
+                    if s.against_budget and not _undetermined(s):
                         race.exclude(arm, f"invalid answer ({', '.join(s.codes) or 'error'})")
     return samples, race.record()
+
+
+def _undetermined(s: Sample) -> bool:
+    """An invalid answer its diagnosis could pin on no layer: not comparable, so neither
+    timed nor held against its arm (the map counts it, the diagnosis says why)."""
+    return not s.valid and s.blame == "undetermined"
 
 
 def _timed(s: Sample) -> bool:
@@ -306,6 +314,7 @@ def cell_of(
         speedups,
         e2e,
         record.requests,
+        sum(1 for s in samples if _undetermined(s)),
     )
 
 

@@ -140,6 +140,12 @@ def map_lines(m: BreakEvenMap) -> list[str]:
             f"acceptance per doubling of the prompt: {s.per_doubling:+.3f} "
             f"[{s.low:+.3f}, {s.high:+.3f}] ({s.figure}, n={s.n})"
         )
+    skipped = sum(c.not_compared for c in m.cells)
+    if skipped:
+        lines.append(
+            f"{skipped} answer(s) not compared: each broke an invariant its diagnosis could pin "
+            "on no layer (undetermined; the diagnoses say why)"
+        )
     spent = sum(c.requests for c in m.cells)
     lines.append(f"requests: {spent} (each cell raced; a decided cell stops spending)")
     lines.append(breakeven_answer(m))

@@ -613,3 +613,47 @@ def test_a_speculation_verdict_stands_when_the_statistics_say_nothing_of_drafts(
         "token reached this answer (num_draft_tokens=12, num_accepted_draft_tokens=0); "
         "the target-only baseline passes"
     ), moved.reason
+
+
+# ------------------------------------- a target that does not reproduce its own answer
+
+
+class _UnsteadyTarget(_LeakingGateway):
+    """A target-only server in front of ``upstream`` that answers a request asking for
+    log-probabilities otherwise than the same request without them (its first words change):
+    at temperature 0 the target alone does not reproduce its own greedy answer."""
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        status, content_type, answer = self._relay("POST", body)
+        if status == 200 and b'"logprobs"' in body and not content_type.startswith("text/e"):
+            obj = json.loads(answer)
+            message = obj["choices"][0]["message"]
+            message["content"] = "Otherwise: " + (message.get("content") or "")
+            answer = json.dumps(obj).encode()
+        self._send(status, content_type, answer)
+
+
+def test_a_parting_where_the_target_alone_answers_two_ways_blames_no_layer(
+    reference_server: ReferenceServer,
+    baseline_server: ReferenceServer,
+    reference_counter: TokenCounter,
+    loopback: Callable[[ThreadingHTTPServer], str],
+) -> None:
+    # the speculative answer parts from the target's (a lossy verifier), but the target,
+    # asked again for its margin there, answers otherwise before that point (seen on
+    # llama.cpp at long prompts): the parting is no evidence against speculation
+    target = type("Target", (_UnsteadyTarget,), {"upstream": baseline_server.base_url})
+    url = loopback(ThreadingHTTPServer(("127.0.0.1", 0), target)) + "/v1"
+    with DDTreeClient(reference_server.base_url) as client, DDTreeClient(url) as baseline:
+        answer = client.chat(
+            ESSAY, max_tokens=64, tree_budget=256, headers={"X-DDTree-Fault": "lossy"}
+        )
+        failing = [Violation("degenerate", "a phrase repeated over most of the answer")]
+        found = Diagnoser(baseline, counter=reference_counter).diagnose(
+            answer, failing, lambda _: []
+        )
+    assert found.blame == "undetermined", found.render()
+    assert "the target alone is not reproducible there" in found.reason, found.reason
+    assert found.margin is not None and found.margin["target_unstable"] is True
+    assert "speculative-decoding layer" not in found.render()

@@ -185,3 +185,19 @@ def test_an_undecided_budget_beside_a_clear_win_over_off_still_says_speculate() 
         "Break-even: at 1024 prompt tokens: speculation on, the budget undecided among 64, 16 "
         "(64 leads, 1.60x [1.50, 1.70] over the target alone)."
     )
+
+
+def test_an_answer_pinned_on_no_layer_is_not_compared_nor_held_against_its_arm() -> None:
+    def send(arm: int | None, pid: str, lap: int) -> Sample:
+        rate = (500.0 if arm == OFF else 1000.0) * (1 + 0.01 * lap)
+        if arm == 64 and pid == "p0" and lap == 1:  # parted where the target is unsteady
+            return Sample(arm, pid, lap, False, codes=("degenerate",), blame="undetermined")
+        return Sample(arm, pid, lap, True, decode_tokens_per_second=rate)
+
+    samples, record = race_cell([OFF, 64], PROMPTS, send, RaceRule(max_requests=200))
+    cell = cell_of(1024, SERIAL, samples, record, baseline=True)
+    assert cell.answer == 64 and not cell.decision.excluded and cell.not_compared == 1
+    lines = map_lines(BreakEvenMap((cell,), True, None, {"C=1": None}))
+    assert "1 answer(s) not compared: each broke an invariant its diagnosis could pin" in (
+        "\n".join(lines)
+    )
