@@ -1807,7 +1807,7 @@ SCENARIOS.update(
         for s in [
             Scenario(
                 "breakeven",
-                f"{_BREAKEVEN} --ddtree-context 256,1024,4096 --ddtree-budgets 16,64"
+                f"{_BREAKEVEN} --ddtree-context 256,1024,4096 --ddtree-budgets 64"
                 " --ddtree-report ddtree-report",
                 screenshot=Screenshot(
                     "ddtree-report/sweep.html", DOCS / "img" / "breakeven.png", (1280, 470)
