@@ -65,7 +65,11 @@ def _excluded(c: Cell) -> str:
 
 
 def _key(c: Cell) -> str:
-    return "undecided" if not c.answered else arm_label(c.answer)
+    """What groups neighbouring depths in the sentence: the same answer (an undecided one
+    with the same leader and contenders)."""
+    if not c.answered:
+        return f"undecided {arm_label(c.decision.leader)} {c.decision.arms}"
+    return arm_label(c.answer)
 
 
 def _point_sentence(cells: Sequence[Cell], baseline: bool) -> str:

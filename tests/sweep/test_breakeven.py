@@ -201,3 +201,19 @@ def test_an_answer_pinned_on_no_layer_is_not_compared_nor_held_against_its_arm()
     assert "1 answer(s) not compared: each broke an invariant its diagnosis could pin" in (
         "\n".join(lines)
     )
+
+
+def test_undecided_depths_with_other_leaders_are_said_apart() -> None:
+    from pytest_ddtree.measure.sweep.decision import Decision
+
+    def undecided(depth: int, *arms: int | None) -> Cell:
+        d: Decision[int | None] = Decision("undecided", arms, arms[0], 12, 0.02, 0.95, 6)
+        return Cell(depth, SERIAL, d, None, False, None, None)
+
+    said = breakeven_answer(
+        BreakEvenMap((undecided(128, None, OFF), undecided(1024, OFF, None)), True, None, {})
+    )
+    assert said == (
+        "Break-even: at 128 prompt tokens: undecided among server-default, off (server-default "
+        "leads); at 1024: undecided among off, server-default (off leads)."
+    )
