@@ -174,20 +174,17 @@ def _package(pytester: pytest.Pytester, source: str) -> None:
     (package / "test_hosts.py").write_text(source)
 
 
-def test_a_host_that_dies_mid_run_is_named_and_the_others_samples_are_kept(
-    pytester: pytest.Pytester, fast_server: Any, servers: list[hostlab.Proc]
-) -> None:
-    _package(pytester, LOAD_THEN_DIE)
-    a = _host(servers, pytester.path, "a")
-    b = _host(servers, pytester.path, "b", prelude="import os; os.environ['HOST_DIES'] = '1'")
-    report = pytester.path / "report"
-    result = pytester.runpytest_subprocess(
+def _two_hosts(
+    pytester: pytest.Pytester, a: str, b: str, endpoint: str, report: Path
+) -> pytest.RunResult:
+    """The ``hostsuite`` package over socket hosts ``a`` and ``b``, a small load, a report."""
+    return pytester.runpytest_subprocess(
         "--pyargs",
         "hostsuite",
         f"--tx=socket={a}",
         f"--tx=socket={b}",
         "--dist=each",
-        f"--ddtree-endpoint={fast_server.base_url}",
+        f"--ddtree-endpoint={endpoint}",
         f"--ddtree-tokenizer={tokenizer_path()}",
         "--ddtree-load-concurrency=2",
         "--ddtree-load-requests=4",
@@ -196,6 +193,16 @@ def test_a_host_that_dies_mid_run_is_named_and_the_others_samples_are_kept(
         "-p",
         "no:cacheprovider",
     )
+
+
+def test_a_host_that_dies_mid_run_is_named_and_the_others_samples_are_kept(
+    pytester: pytest.Pytester, fast_server: Any, servers: list[hostlab.Proc]
+) -> None:
+    _package(pytester, LOAD_THEN_DIE)
+    a = _host(servers, pytester.path, "a")
+    b = _host(servers, pytester.path, "b", prelude="import os; os.environ['HOST_DIES'] = '1'")
+    report = pytester.path / "report"
+    result = _two_hosts(pytester, a, b, fast_server.base_url, report)
     out = result.stdout.str()
     assert "Traceback" not in out + result.stderr.str()
     assert f"partial: {b} (gw1): died mid-run" in out
@@ -265,21 +272,7 @@ def test_a_host_that_cannot_reach_the_endpoint_is_named_and_the_others_samples_a
     a = _host(servers, pytester.path, "a")
     b = _host(servers, pytester.path, "b", prelude=_refusing(port))
     report = pytester.path / "report"
-    result = pytester.runpytest_subprocess(
-        "--pyargs",
-        "hostsuite",
-        f"--tx=socket={a}",
-        f"--tx=socket={b}",
-        "--dist=each",
-        f"--ddtree-endpoint={fast_server.base_url}",
-        f"--ddtree-tokenizer={tokenizer_path()}",
-        "--ddtree-load-concurrency=2",
-        "--ddtree-load-requests=4",
-        "--ddtree-max-tokens=16",
-        f"--ddtree-report={report}",
-        "-p",
-        "no:cacheprovider",
-    )
+    result = _two_hosts(pytester, a, b, fast_server.base_url, report)
     assert "cannot connect" in _one_line(result, f"ddtree: host {b} (gw1) cannot reach the ")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     # host a ran both tests; host b skipped its load test and ran the one without endpoint
