@@ -6,11 +6,12 @@ with their 95% intervals, and the per-host table with the clock offsets.
 Needs root and ``ip`` (network namespaces); the traffic stays on veth pairs it creates with
 10.231.0.0/16 addresses it assigns, all removed at the end.
 
-    sudo python benchmarks/bench_hosts.py
+    sudo python benchmarks/bench_hosts.py [--requests 64] [--pairs 3]
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -20,32 +21,74 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "load"))
 import hostlab
 
 
+def _print_tables(name: str, out: str) -> None:
+    """The load table and, for several hosts, the per-host table with the clock offsets."""
+    print(f"===== {name}")
+    keep = False
+    for line in out.splitlines():
+        keep = keep or "pytest-ddtree load" in line
+        if keep and not line.startswith("  ("):
+            print(line)
+        if "schedule:" in line and name.startswith("one host"):
+            break
+        if "start skew" in line:
+            break
+
+
+def _agreement(
+    label: str, a: dict[str, object], b: dict[str, object], names: tuple[str, str]
+) -> None:
+    ma_, mb_ = hostlab.medians(a), hostlab.medians(b)
+    for k, ok in hostlab.agree(ma_, mb_).items():
+        (ma, ca), (mb, cb) = ma_[k], mb_[k]
+        print(
+            f"{label} {k}: {names[0]} {ma:.3f} [{ca[0]:.3f}, {ca[1]:.3f}], {names[1]} "
+            f"{mb:.3f} [{cb[0]:.3f}, {cb[1]:.3f}]: {'agree' if ok else 'DISAGREE'}"
+        )
+
+
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=64, help="requests per run (C=4)")
+    parser.add_argument(
+        "--pairs", type=int, default=3, help="runs of each, alternating which goes first"
+    )
+    args = parser.parse_args()
     why = hostlab.Lab.unavailable()
     if why:
         print(f"skipped: {why}")
         return 0
-    with tempfile.TemporaryDirectory() as tmp:
-        spread_out, alone_out, spread, alone = hostlab.three_hosts_and_one(Path(tmp))
-    for name, out in (("three hosts", spread_out), ("one host", alone_out)):
-        print(f"===== {name}")
-        keep = False
-        for line in out.splitlines():
-            keep = keep or "pytest-ddtree load" in line
-            if keep and not line.startswith("  ("):
-                print(line)
-            if "schedule:" in line and name == "one host":
-                break
-            if "start skew" in line:
-                break
-    a, b = hostlab.medians(spread), hostlab.medians(alone)
-    print("===== agreement (median ms [95% bootstrap interval])")
-    for k, ok in hostlab.agree(a, b).items():
-        (ma, ca), (mb, cb) = a[k], b[k]
-        print(
-            f"{k}: three hosts {ma:.3f} [{ca[0]:.3f}, {ca[1]:.3f}], one host {mb:.3f} "
-            f"[{cb[0]:.3f}, {cb[1]:.3f}]: {'agree' if ok else 'DISAGREE'}"
-        )
+    spread_runs: list[dict[str, object]] = []
+    alone_runs: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory() as tmp, hostlab.lab(Path(tmp)) as made:
+        url = made.endpoint()
+        _, a = made.worker_host("a")
+        _, b = made.worker_host("b")
+        for i in range(args.pairs):
+            order = ("three", "one") if i % 2 == 0 else ("one", "three")
+            for which in order:
+                hosts = (a, b) if which == "three" else ()
+                out, test = hostlab.run_load(
+                    Path(tmp), url, f"{which}-{i}", *hosts, requests=args.requests
+                )
+                (spread_runs if which == "three" else alone_runs).append(test)
+                if i == 0:
+                    _print_tables("three hosts" if which == "three" else "one host", out)
+    print("===== agreement (median ms [95% bootstrap interval]; each median within the other's)")
+    both = ("three hosts", "one host")
+    for i, (s, a1) in enumerate(zip(spread_runs, alone_runs, strict=True)):
+        _agreement(f"pair {i + 1}", s, a1, both)
+    pooled = [
+        {"samples": [x for t in runs for x in t["samples"]]}  # type: ignore[attr-defined]
+        for runs in (spread_runs, alone_runs)
+    ]
+    _agreement("pooled", pooled[0], pooled[1], both)
+    # the yardstick: one configuration against itself, run after run (what the intervals of
+    # one run leave out: the machine's drift between runs)
+    print("===== the same configuration, run against run")
+    for name, runs in (("one host", alone_runs), ("three hosts", spread_runs)):
+        for i in range(len(runs) - 1):
+            _agreement(name, runs[i], runs[i + 1], (f"run {i + 1}", f"run {i + 2}"))
     return 0
 
 

@@ -235,16 +235,17 @@ LOAD_ARGS = (
     "test_load",
     "--ddtree-budgets=16",
     "--ddtree-load-concurrency=4",
-    "--ddtree-load-requests=16",
     "--ddtree-max-tokens=32",
     "-p",
     "no:cacheprovider",
 )
 
 
-def run_load(directory: Path, url: str, name: str, *tx: str) -> tuple[str, dict[str, object]]:
-    """The bundled suite's load test against ``url`` from ``tx`` hosts (none: this process
-    alone); its terminal output and its ``load`` test from sweep.json."""
+def run_load(
+    directory: Path, url: str, name: str, *tx: str, requests: int = 16
+) -> tuple[str, dict[str, object]]:
+    """The bundled suite's load test (``requests`` in all) against ``url`` from ``tx`` hosts
+    (none: this process alone); its terminal output and its ``load`` test from sweep.json."""
     import json
 
     report = directory / f"report-{name}"
@@ -255,6 +256,7 @@ def run_load(directory: Path, url: str, name: str, *tx: str) -> tuple[str, dict[
             "-m",
             "pytest",
             *LOAD_ARGS,
+            f"--ddtree-load-requests={requests}",
             f"--ddtree-endpoint={url}",
             f"--ddtree-report={report}",
             *spread,
