@@ -55,8 +55,10 @@ __all__ = [
     "ArmStats",
     "Percentiles",
     "Place",
+    "SpeculationGap",
     "budget_json",
     "percentiles",
+    "speculation_gaps",
 ]
 
 PERCENTILES = (0.50, 0.90, 0.99)
@@ -579,3 +581,47 @@ budget_json: Callable[[ArmStats], dict[str, Any]] = jsonmodel.writer(
         "acceptance_by_depth": lambda a: None if a.depth is None else a.depth.to_json(),
     },
 )
+
+
+@dataclass(frozen=True)
+class SpeculationGap:
+    """Arms whose answers show no speculation at all: ``"no statistics"`` (answers were read
+    for speculative statistics and not one carried any) or ``"never drafted"`` (requests
+    reported their draft counts and not one drafted a token). Worded in ``report/``."""
+
+    kind: Literal["no statistics", "never drafted"]
+    budgets: tuple[int | None, ...]
+    #: the budgets are every budget of the run
+    every: bool
+    #: the answers read for statistics ("no statistics"), the requests that reported their
+    #: drafts ("never drafted")
+    requests: int
+    #: the load points concerned (a load test's gap is one budget's; empty for the sweep)
+    points: tuple[str, ...] = ()
+
+
+def speculation_gaps(stats: Sequence[ArmStats], *, by_budget: bool = False) -> list[SpeculationGap]:
+    """The gaps of ``stats``: the sweep's, one per kind over all its budgets; a load test's
+    (``by_budget``), one per kind and budget, naming its load points. No statistics first."""
+    out: list[SpeculationGap] = []
+    for kind in ("no statistics", "never drafted"):
+        quiet = kind == "no statistics"
+        hit = [s for s in stats if (s.no_spec_stats if quiet else s.never_drafted)]
+        count: Callable[[ArmStats], int] = (
+            (lambda s: s.stats_asked) if quiet else (lambda s: s.draft_reports)
+        )
+        if not by_budget:
+            if hit:
+                budgets = tuple(s.tree_budget for s in hit)
+                out.append(
+                    SpeculationGap(kind, budgets, len(hit) == len(stats), sum(map(count, hit)))
+                )
+            continue
+        groups: dict[int | None, list[ArmStats]] = {}
+        for s in hit:
+            groups.setdefault(s.tree_budget, []).append(s)
+        out.extend(
+            SpeculationGap(kind, (b,), False, sum(map(count, g)), tuple(s.point.label for s in g))
+            for b, g in groups.items()
+        )
+    return out

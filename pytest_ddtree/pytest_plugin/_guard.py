@@ -22,6 +22,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from pytest_ddtree.core.wording import Note
+
 if TYPE_CHECKING:
     from pytest_ddtree.measure.sweep import RunMetadata
 
@@ -79,15 +81,21 @@ def _clients(runtime: Any) -> list[tuple[str, Any]]:
     return [(label, c) for label, c in out if c is not None]
 
 
-def transport_lines(runtime: Any, *, benign: bool = True) -> list[str]:
-    """One summary line per retry kind, 429 count or counter failure (none when clean);
-    ``benign=False``: only those that qualify the run's results."""
-    lines: list[str] = []
+def transport_notes(runtime: Any, *, benign: bool = True) -> list[Note]:
+    """One note per retry kind, 429 count or counter failure of each client (none when
+    clean), the baseline's labelled; ``benign=False``: only those that qualify the run's
+    results."""
+    out: list[Note] = []
     for label, client in _clients(runtime):
-        notes: Callable[..., list[str]] | None = getattr(client, "transport_notes", None)
+        notes: Callable[..., list[Note]] | None = getattr(client, "transport_notes", None)
         if notes is not None:
-            lines.extend(f"ddtree: {label}{note}" for note in notes(benign=benign))
-    return lines
+            out.extend(note.labelled(label) for note in notes(benign=benign))
+    return out
+
+
+def transport_lines(runtime: Any, *, benign: bool = True) -> list[str]:
+    """:func:`transport_notes` as the terminal's lines."""
+    return [f"ddtree: {note}" for note in transport_notes(runtime, benign=benign)]
 
 
 def transport_metadata(metadata: RunMetadata, runtime: Any) -> None:
@@ -99,7 +107,7 @@ def transport_metadata(metadata: RunMetadata, runtime: Any) -> None:
             counts["baseline" if label else "endpoint"] = get()
     if counts:
         metadata.extra["transport"] = counts
-    lines = [line.removeprefix("ddtree: ") for line in transport_lines(runtime)]
+    lines = [str(note) for note in transport_notes(runtime)]
     if interrupted():
         lines.append(f"interrupted by {', '.join(signal_names())}")
     metadata.notes.extend(line for line in lines if line not in metadata.notes)

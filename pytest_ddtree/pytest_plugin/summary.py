@@ -295,7 +295,7 @@ def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     if not session.load_results:
         return
     from pytest_ddtree.measure.load.hosts import absent_line, render_hosts
-    from pytest_ddtree.measure.load.metrics import speculation_warnings
+    from pytest_ddtree.report.arm_text import speculation_warnings
     from pytest_ddtree.report.load_text import load_lines
 
     tr.write_sep("-", "pytest-ddtree load")
@@ -314,7 +314,7 @@ def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
                     tr.write_line("  " + part)
                 continue
             tr.write_line("  " + line)
-        for line in speculation_warnings(test.stats):
+        for line in speculation_warnings(test.stats, by_budget=True):
             tr.write_line(f"  WARNING: {line}", yellow=True)
         if test.unreliable:
             tr.write_line(
@@ -488,9 +488,8 @@ def answer_lines(session: DDTreeSession) -> list[str]:
 def caveat_lines(session: DDTreeSession) -> list[str]:
     """Every warning of the run that qualifies its answer, restated short after it (each is
     said whole above, where it was found): an answer is never read without them."""
-    from pytest_ddtree.measure.load.metrics import speculation_warnings as load_warnings
-    from pytest_ddtree.measure.sweep.statistics import speculation_warnings
     from pytest_ddtree.pytest_plugin import _guard
+    from pytest_ddtree.report.arm_text import speculation_notes
 
     if not (session.summaries or session.load_results):
         return []
@@ -501,7 +500,7 @@ def caveat_lines(session: DDTreeSession) -> list[str]:
     if settings.skip_checks:
         found.append(f"weakened run: checks skipped ({', '.join(settings.skip_checks)})")
     for summary in session.summaries.values():
-        found.extend(_short(w) for w in speculation_warnings(summary.budgets))
+        found.extend(n.head for n in speculation_notes(summary.budgets))
         found.extend(
             f"DRIFT at tree_budget={budget_label(c.tree_budget)}: the server changed during "
             "the sweep"
@@ -509,7 +508,7 @@ def caveat_lines(session: DDTreeSession) -> list[str]:
             if c.drifting
         )
     for test in session.load_results:
-        found.extend(_short(w) for w in load_warnings(test.stats))
+        found.extend(n.head for n in speculation_notes(test.stats, by_budget=True))
         found.extend(f"partial: {line}" for line in test.absent)
         found.extend(f"timeline approximate: {line}" for line in test.clock_problems)
     if runtime is not None:
@@ -520,28 +519,8 @@ def caveat_lines(session: DDTreeSession) -> list[str]:
             found.append(f"shared server: another client used it at tree_budget {where}")
         if _dialect_found_nothing(runtime):
             found.append(f"--ddtree-dialect {settings.dialect} found no statistics")
-        found.extend(
-            _short(line.removeprefix("ddtree: "))
-            for line in _guard.transport_lines(runtime, benign=False)
-        )
+        found.extend(n.head for n in _guard.transport_notes(runtime, benign=False))
     return [f"caveat: {c}" for c in dict.fromkeys(found)]
-
-
-def _short(warning: str) -> str:
-    """A warning's opening, up to its first colon outside brackets: ``no speculative
-    statistics came back: is speculation on?``, ``speculation never drafted at every budget
-    64``, ``the speed claim of 1 request(s) was not judged (withheld, not passed)`` (the
-    counts and the evidence are in the whole line, above)."""
-    from pytest_ddtree.measure.sweep.statistics import NO_SPEC_STATS
-
-    if warning.startswith(NO_SPEC_STATS):
-        return NO_SPEC_STATS
-    depth = 0
-    for i, char in enumerate(warning):
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        if char == ":" and depth == 0:
-            return warning[:i]
-    return warning
 
 
 def _skip_reasons(tr: pytest.TerminalReporter) -> list[str]:

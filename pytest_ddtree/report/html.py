@@ -37,7 +37,7 @@ from pytest_ddtree.measure.sweep import (
 )
 from pytest_ddtree.measure.sweep.bootstrap import ci_name, confidence_text
 from pytest_ddtree.measure.sweep.drift import drift_rule_text
-from pytest_ddtree.measure.sweep.statistics import acceptance_cell, speculation_warnings
+from pytest_ddtree.measure.sweep.statistics import acceptance_cell
 from pytest_ddtree.measure.sweep.temperature import (
     Summaries,
     heading,
@@ -47,6 +47,7 @@ from pytest_ddtree.measure.sweep.temperature import (
     zero_only,
 )
 from pytest_ddtree.report._atomic import write_text_atomic
+from pytest_ddtree.report.arm_text import speculation_warnings
 from pytest_ddtree.report.charts import PALETTE
 from pytest_ddtree.report.counters_html import server_counters_section
 from pytest_ddtree.report.decision_text import sweep_answer

@@ -10,10 +10,11 @@ from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.core.wording import percent
 from pytest_ddtree.measure.arm import ArmStats
-from pytest_ddtree.measure.load.metrics import speculation_warnings, table_order
+from pytest_ddtree.measure.load.metrics import table_order
 from pytest_ddtree.measure.load.recommend import Choice
 from pytest_ddtree.measure.load.record import LoadTestResult
 from pytest_ddtree.measure.sweep.statistics import acceptance_cell
+from pytest_ddtree.report.arm_text import speculation_warnings
 from pytest_ddtree.report.charts import (
     HEIGHT,
     PALETTE,
@@ -165,7 +166,7 @@ def _choice_item(c: Choice) -> str:
 
 
 def _never_drafted(stats: Sequence[ArmStats]) -> str:
-    lines = speculation_warnings(stats)
+    lines = speculation_warnings(stats, by_budget=True)
     return "".join(f'<div class="notice">{escape(line)}</div>' for line in lines)
 
 

@@ -17,7 +17,8 @@ from pytest_ddtree.measure.sweep import (
 )
 from pytest_ddtree.measure.sweep.bootstrap import ci_name
 from pytest_ddtree.measure.sweep.race import RaceRecord, RaceRule
-from pytest_ddtree.measure.sweep.statistics import acceptance_cell, speculation_warnings
+from pytest_ddtree.measure.sweep.statistics import acceptance_cell
+from pytest_ddtree.report.arm_text import speculation_warnings
 from pytest_ddtree.report.decision_text import standing_text, sweep_answer
 
 

@@ -19,6 +19,7 @@ import httpx
 
 from pytest_ddtree.core.dialects import AUTO
 from pytest_ddtree.core.settings import Timeout
+from pytest_ddtree.core.wording import Note
 from pytest_ddtree.wire import _net
 from pytest_ddtree.wire.clock import WireClock, with_connect
 from pytest_ddtree.wire.completion import Api, Completion, ErrorKind, RequestSpec
@@ -474,31 +475,44 @@ class DDTreeClient:
             return counter
         return WatchedCounter(counter, self)
 
-    def transport_notes(self, *, benign: bool = True) -> list[str]:
-        """One line per kind of retry, rate limit or counter failure seen (empty when none);
+    def transport_notes(self, *, benign: bool = True) -> list[Note]:
+        """One note per kind of retry, rate limit or counter failure seen (empty when none);
         ``benign=False`` leaves out what qualifies no result (a request sent again on a fresh
         connection: the client's own doing, never a verdict)."""
-        notes: list[str] = []
+        notes: list[Note] = []
         if self.reuse_retries and benign:
             notes.append(
-                f"{self.reuse_retries} request(s) sent again on a fresh connection after a "
-                "reused keep-alive connection closed before any response byte"
+                Note(
+                    f"{self.reuse_retries} request(s) sent again on a fresh connection after a "
+                    "reused keep-alive connection closed before any response byte"
+                )
             )
         if self.rate_limited:
             notes.append(
-                f"{self.rate_limited} HTTP 429 (rate-limited) answer(s); {self.retried_429} "
-                f"retried after Retry-After (--ddtree-retry-429={self.config.retry_429})"
+                Note(
+                    f"{self.rate_limited} HTTP 429 (rate-limited) answer(s)",
+                    f"{self.retried_429} retried after Retry-After "
+                    f"(--ddtree-retry-429={self.config.retry_429})",
+                    "; ",
+                )
             )
         if self.guard.dead:
             notes.append(
-                f"stopped early, the endpoint is down: {self.guard.reason}; every later test "
-                "that needs it was skipped (-rs lists them)"
+                Note(
+                    "stopped early, the endpoint is down",
+                    f"{self.guard.reason}; every later test that needs it was skipped (-rs "
+                    "lists them)",
+                )
             )
         elif self.guard.stopped:
             notes.append(
-                f"stopped early: {self.guard.reason}; --ddtree-timeout {self.timeout.spec()} "
-                f"(from {self.timeout_source}) sets the limits, raise it if the server is only "
-                "slow; every later test that needs the endpoint was skipped (-rs lists them)"
+                Note(
+                    "stopped early",
+                    f"{self.guard.reason}; --ddtree-timeout {self.timeout.spec()} (from "
+                    f"{self.timeout_source}) sets the limits, raise it if the server is only "
+                    "slow; every later test that needs the endpoint was skipped (-rs lists "
+                    "them)",
+                )
             )
         elif self.guard.reason is not None:
             # a load test's stopped requests are its own (its failure counts them): this
@@ -508,18 +522,23 @@ class DDTreeClient:
                 if self.not_sent
                 else ""
             )
-            notes.append(f"the stall guard stopped sending: {self.guard.reason}{unsent}")
+            notes.append(Note("the stall guard stopped sending", f"{self.guard.reason}{unsent}"))
         if self.withheld:
             notes.append(
-                f"the speed claim of {self.withheld} request(s) was not judged (withheld, "
-                f"not passed): the client itself stalled during the decode (worst: "
-                f"{self.withheld_worst})"
+                Note(
+                    f"the speed claim of {self.withheld} request(s) was not judged (withheld, "
+                    "not passed)",
+                    f"the client itself stalled during the decode (worst: {self.withheld_worst})",
+                )
             )
         if self.counter_failures:
             notes.append(
-                f"the token counter failed {self.counter_failures} time(s) (first: "
-                f"{self.counter_error}); the usage and length checks that needed those counts "
-                "did not run"
+                Note(
+                    f"the token counter failed {self.counter_failures} time(s); the usage and "
+                    "length checks that needed those counts did not run",
+                    f"{self.counter_error}",
+                    "; first failure: ",
+                )
             )
         return notes
 

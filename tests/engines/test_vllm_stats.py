@@ -20,7 +20,7 @@ from pytest_ddtree.checks.invariants import check
 from pytest_ddtree.measure.load import LoadPoint
 from pytest_ddtree.measure.load.runner import completion_of, run_point
 from pytest_ddtree.measure.sweep import Sample, summarize
-from pytest_ddtree.measure.sweep.statistics import speculation_warnings
+from pytest_ddtree.report.arm_text import speculation_warnings
 from pytest_ddtree.wire.client import DDTreeClient
 from pytest_ddtree.wire.completion import Completion
 from pytest_ddtree.wire.protocol import EndpointConfig

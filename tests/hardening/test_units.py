@@ -13,6 +13,7 @@ from pytest_ddtree.checks.invariants import check
 from pytest_ddtree.core.options import resolve
 from pytest_ddtree.core.settings import MAX_BUDGET, MAX_MAX_TOKENS, SettingsError, Timeout
 from pytest_ddtree.core.violation import Violation
+from pytest_ddtree.core.wording import Note
 from pytest_ddtree.pytest_plugin import _guard
 from pytest_ddtree.wire import _net
 from pytest_ddtree.wire.client import DDTreeClient
@@ -191,8 +192,8 @@ def test_no_claim_about_the_target_alone_without_a_baseline() -> None:
 
 def test_retries_and_counter_failures_reach_the_report_metadata() -> None:
     class Client:
-        def transport_notes(self, *, benign: bool = True) -> list[str]:
-            return ["1 request(s) sent again on a fresh connection"]
+        def transport_notes(self, *, benign: bool = True) -> list[Note]:
+            return [Note("1 request(s) sent again on a fresh connection")]
 
         def transport_counts(self) -> dict[str, int]:
             return {"reuse_retries": 1}

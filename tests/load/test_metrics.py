@@ -321,7 +321,7 @@ def test_the_servers_own_budget_is_a_choice_not_no_budget() -> None:
 
 
 def test_acceptance_rate_and_never_drafted_are_shown() -> None:
-    from pytest_ddtree.measure.load.metrics import speculation_warnings
+    from pytest_ddtree.report.arm_text import speculation_warnings
     from pytest_ddtree.report.load_text import load_lines
 
     c1 = LoadPoint("concurrency", 1)
@@ -347,7 +347,7 @@ def test_acceptance_rate_and_never_drafted_are_shown() -> None:
     lines = load_lines(stats, schedule)
     rows = {r[1]: r for r in (_cells(x) for x in lines[1:4])}
     assert (rows["8"][11], rows["16"][11], rows["32"][11]) == ("rate 0.50", "no drafts", "-")
-    assert speculation_warnings(stats) == [
+    assert speculation_warnings(stats, by_budget=True) == [
         "speculation never drafted at budget 16: 0 draft tokens in 3 request(s) that reported "
         "their drafts, at C=1; these timings are the target model's alone, not speculative "
         "decoding"
@@ -360,8 +360,8 @@ def test_acceptance_rate_and_never_drafted_are_shown() -> None:
 def test_html_keeps_the_servers_budget_apart_and_marks_no_drafts() -> None:
     from html import escape
 
-    from pytest_ddtree.measure.load.metrics import speculation_warnings
     from pytest_ddtree.measure.load.record import LoadTestResult
+    from pytest_ddtree.report.arm_text import speculation_warnings
     from pytest_ddtree.report.load_html import render_load_section
 
     c1 = LoadPoint("concurrency", 1)
@@ -378,7 +378,7 @@ def test_html_keeps_the_servers_budget_apart_and_marks_no_drafts() -> None:
     assert "<li>best at C=1: server-default (TPOT p50" in page  # the terminal's words
     assert "no valid budget" not in page
     assert "<td>server-default (never drafted)</td>" in page and "<td>no drafts</td>" in page
-    assert escape(speculation_warnings(stats)[0]) in page
+    assert escape(speculation_warnings(stats, by_budget=True)[0]) in page
 
 
 def test_no_best_budget_says_why_in_the_terminal_the_json_and_the_html() -> None:
@@ -416,8 +416,8 @@ def test_no_best_budget_says_why_in_the_terminal_the_json_and_the_html() -> None
 def test_a_load_point_without_speculative_statistics_is_named() -> None:
     from html import escape
 
-    from pytest_ddtree.measure.load.metrics import speculation_warnings
     from pytest_ddtree.measure.load.record import LoadTestResult
+    from pytest_ddtree.report.arm_text import speculation_warnings
     from pytest_ddtree.report.load_html import render_load_section
     from pytest_ddtree.report.load_text import load_lines
 
@@ -431,7 +431,7 @@ def test_a_load_point_without_speculative_statistics_is_named() -> None:
     assert all(s.no_spec_stats and not s.never_drafted for s in stats)
     rows = [_cells(x) for x in load_lines(stats, schedule)[1:3]]
     assert [r[11] for r in rows] == ["no stats", "no stats"]
-    assert speculation_warnings(stats) == [
+    assert speculation_warnings(stats, by_budget=True) == [
         "no speculative statistics came back: is speculation on? 4 answer(s) at budget "
         "server-default (C=1, C=4) were read for speculative statistics and none carried "
         "drafts, acceptance or rounds; these timings may be the target model's alone"
@@ -446,7 +446,7 @@ def test_a_load_point_without_speculative_statistics_is_named() -> None:
         [LoadTestResult("t.py::test_load", 1, ("main",), False, stats, schedule, tuple(silent))]
     )
     assert "<td>server-default (no speculative statistics)</td>" in page
-    assert escape(speculation_warnings(stats)[0]) in page
+    assert escape(speculation_warnings(stats, by_budget=True)[0]) in page
     assert Sample.from_json(silent[0].to_json()).spec_reported is False
     # one answer with statistics is enough: nothing is claimed
     told = [

@@ -55,25 +55,37 @@ def test_a_request_sent_again_on_a_fresh_connection_is_no_caveat() -> None:
         client.reuse_retries, client.counter_failures = 11, 2
         client.counter_error = "boom"
         notes = client.transport_notes()
-        assert len(notes) == 2 and "sent again on a fresh connection" in notes[0], notes
+        assert len(notes) == 2 and "sent again on a fresh connection" in str(notes[0]), notes
         (kept,) = client.transport_notes(benign=False)
-        assert kept.startswith("the token counter failed 2 time(s)"), kept
+        assert kept.head.startswith("the token counter failed 2 time(s);"), kept
     finally:
         client.close()
 
 
-def test_a_caveat_is_the_warnings_opening_never_cut_inside_brackets() -> None:
-    from pytest_ddtree.pytest_plugin.summary import _short
+def test_a_caveat_is_a_notes_head_and_the_whole_line_adds_its_detail() -> None:
+    # the caveat is never cut out of the sentence: the note keeps its two parts apart
+    from pytest_ddtree.measure.arm import SpeculationGap
+    from pytest_ddtree.report.arm_text import gap_note
+    from pytest_ddtree.wire.client import DDTreeClient
 
-    assert _short(
+    client = DDTreeClient("http://127.0.0.1:9/v1")
+    try:
+        client.withheld = 1
+        client.withheld_worst = "client stalled 0.08 s of a 0.11 s decode"
+        client.counter_failures, client.counter_error = 2, "boom"
+        withheld, counter = client.transport_notes(benign=False)
+    finally:
+        client.close()
+    assert withheld.head == "the speed claim of 1 request(s) was not judged (withheld, not passed)"
+    assert str(withheld) == (
         "the speed claim of 1 request(s) was not judged (withheld, not passed): the client "
         "itself stalled during the decode (worst: client stalled 0.08 s of a 0.11 s decode)"
-    ) == ("the speed claim of 1 request(s) was not judged (withheld, not passed)")
-    counter = (
-        "the token counter failed 2 time(s) (first: boom); the usage and length checks that "
-        "needed those counts did not run"
     )
-    assert _short(counter) == counter
-    assert _short(
-        "speculation never drafted at every budget 64: 0 draft tokens in 9 request(s)"
-    ) == ("speculation never drafted at every budget 64")
+    assert counter.head == (
+        "the token counter failed 2 time(s); the usage and length checks that needed those "
+        "counts did not run"
+    )
+    assert str(counter) == f"{counter.head}; first failure: boom"
+    idle = gap_note(SpeculationGap("never drafted", (64,), True, 9))
+    assert idle.head == "speculation never drafted at every budget 64"
+    assert str(idle).startswith(f"{idle.head}: 0 draft tokens in 9 request(s)"), idle

@@ -15,17 +15,14 @@ from typing import Any
 
 from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.budget import budget_order
-from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.core.slo import SLO
 from pytest_ddtree.measure.arm import ArmStats
 from pytest_ddtree.measure.sample import Sample
-from pytest_ddtree.measure.sweep.statistics import no_spec_stats_line
 
 __all__ = [
     "ClientHealth",
     "chain_health",
     "merge_health",
-    "speculation_warnings",
     "summarize_point",
     "table_order",
 ]
@@ -212,30 +209,3 @@ def table_order(stats: Iterable[ArmStats]) -> list[ArmStats]:
         return (budget_order(b), p.mode, p.value, p.burstiness)
 
     return sorted(stats, key=key)
-
-
-def speculation_warnings(stats: Sequence[ArmStats]) -> list[str]:
-    """One warning per budget whose load points sent no speculative statistics at all, and
-    one per budget whose load points drafted no token at all, with the counts."""
-    quiet: dict[int | None, list[ArmStats]] = {}
-    for s in stats:
-        if s.no_spec_stats:
-            quiet.setdefault(s.tree_budget, []).append(s)
-    lines = [
-        no_spec_stats_line(
-            f"budget {budget_label(budget)} ({', '.join(s.point.label for s in points)})",
-            sum(s.stats_asked for s in points),
-        )
-        for budget, points in quiet.items()
-    ]
-    by_budget: dict[int | None, list[ArmStats]] = {}
-    for s in stats:
-        if s.never_drafted:
-            by_budget.setdefault(s.tree_budget, []).append(s)
-    return lines + [
-        f"speculation never drafted at budget {budget_label(budget)}: 0 draft tokens in "
-        f"{sum(s.draft_reports for s in points)} request(s) that reported their drafts, at "
-        f"{', '.join(s.point.label for s in points)}; these timings are the target model's "
-        "alone, not speculative decoding"
-        for budget, points in by_budget.items()
-    ]

@@ -20,7 +20,6 @@ from typing import Any
 
 from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.budget import budget_order
-from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.measure.arm import ArmStats, Place, budget_json
 from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep.bootstrap import (
@@ -221,20 +220,6 @@ def recommend(
     return Recommendation(decision, best.decode_median, best.decode_ci)
 
 
-#: the warning's opening, on every engine and in every table's legend
-NO_SPEC_STATS = "no speculative statistics came back: is speculation on?"
-
-
-def no_spec_stats_line(where: str, asked: int) -> str:
-    """The warning for answers that were asked for speculative statistics and sent none
-    (a server without speculation, or one that does not report it), at ``where``."""
-    return (
-        f"{NO_SPEC_STATS} {asked} answer(s) at {where} were read for speculative statistics "
-        "and none carried drafts, acceptance or rounds; these timings may be the target "
-        "model's alone"
-    )
-
-
 def acceptance_cell(st: ArmStats) -> str:
     """An arm's acceptance cell, in the sweep and load tables alike: the mean acceptance
     length, else the acceptance rate (``rate 0.85``), ``no drafts``, ``no stats`` (no
@@ -250,28 +235,6 @@ def acceptance_cell(st: ArmStats) -> str:
     if st.no_spec_stats:
         return "no stats"
     return "no drafts" if st.never_drafted else "-"
-
-
-def speculation_warnings(stats: Sequence[ArmStats]) -> list[str]:
-    """The warnings for budgets whose answers sent no speculative statistics at all, and
-    for those whose requests drafted no token at all, with the counts."""
-    lines: list[str] = []
-    quiet = [s for s in stats if s.no_spec_stats]
-    if quiet:
-        which = "every budget" if len(quiet) == len(stats) else "budget"
-        names = ", ".join(budget_label(s.tree_budget) for s in quiet)
-        lines.append(no_spec_stats_line(f"{which} {names}", sum(s.stats_asked for s in quiet)))
-    idle = [s for s in stats if s.never_drafted]
-    if idle:
-        which = "every budget" if len(idle) == len(stats) else "budget"
-        names = ", ".join(budget_label(s.tree_budget) for s in idle)
-        n = sum(s.draft_reports for s in idle)
-        lines.append(
-            f"speculation never drafted at {which} {names}: 0 draft tokens in {n} request(s) "
-            "that reported their drafts; these timings are the target model's alone, not "
-            "speculative decoding"
-        )
-    return lines
 
 
 @dataclass(frozen=True)
