@@ -662,7 +662,7 @@ def page_record(html: str) -> dict[str, object]:
     from html import unescape
 
     style = re.search(r"<style>(.*?)</style>", html, re.DOTALL)
-    head = re.search(r'<table class="stats"><thead>(.*?)</thead>', html, re.DOTALL)
+    head = re.search(r'<table class="stats one-line"><thead>(.*?)</thead>', html, re.DOTALL)
     columns = re.findall(r"<th>(.*?)</th>", head.group(1)) if head else []
     rec = re.search(r'<p class="rec-msg">(.*?)</p>', html, re.DOTALL)
     return {

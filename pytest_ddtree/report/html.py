@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 from pytest_ddtree.core import __version__
 from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.wording import percent
-from pytest_ddtree.measure.arm import Place
 from pytest_ddtree.measure.sweep import (
     DiagnosisRecord,
     RunMetadata,
@@ -37,7 +36,6 @@ from pytest_ddtree.measure.sweep import (
 )
 from pytest_ddtree.measure.sweep.bootstrap import ci_name, confidence_text
 from pytest_ddtree.measure.sweep.drift import drift_rule_text
-from pytest_ddtree.measure.sweep.statistics import acceptance_cell
 from pytest_ddtree.measure.sweep.temperature import (
     Summaries,
     heading,
@@ -49,12 +47,13 @@ from pytest_ddtree.measure.sweep.temperature import (
 from pytest_ddtree.report._atomic import write_text_atomic
 from pytest_ddtree.report.arm_text import speculation_warnings
 from pytest_ddtree.report.charts import PALETTE
+from pytest_ddtree.report.columns import html_table, sweep_columns, sweep_rows
 from pytest_ddtree.report.counters_html import server_counters_section
 from pytest_ddtree.report.decision_text import sweep_answer
 from pytest_ddtree.report.depth_chart import depth_section
 from pytest_ddtree.report.html_style import CSS
 from pytest_ddtree.report.sweep_charts import budget_charts
-from pytest_ddtree.report.terminal import race_cell, race_lines, unraced_note
+from pytest_ddtree.report.terminal import race_lines, unraced_note
 
 if TYPE_CHECKING:
     from pytest_ddtree.measure.breakeven import BreakEvenMap
@@ -89,39 +88,13 @@ def _legend(colors: dict[str, str]) -> str:
 
 
 def _stats_table(summary: SweepSummary) -> str:
-    rows: list[str] = []
-    for st in summary.budgets:
-        decode = "-" if st.decode_median is None else f"{st.decode_median:,.0f}"
-        ci = "" if st.decode_ci is None else f"[{st.decode_ci[0]:,.0f}, {st.decode_ci[1]:,.0f}]"
-        ci += f" <small>n={len(st.decode)}</small>"
-        iqr = "" if st.decode_iqr is None else f"{st.decode_iqr:,.0f}"
-        ttft = "-" if st.ttft is None else f"{st.ttft.p50 * 1000:,.0f}"
-        ttft90 = "-" if st.ttft is None else f"{st.ttft.p90 * 1000:,.0f}"
-        acc = acceptance_cell(st)
-        rounds = "-" if st.mean_decode_rounds is None else f"{st.mean_decode_rounds:.1f}"
-        ratio = "-" if st.server_client_ratio is None else f"{st.server_client_ratio:.2f}"
-        cls = "none" if st.place is None else PLACE_CLASS.get(st.place, "none")
-        row_cls = ' class="row-bad"' if not st.all_valid else ""
-        rows.append(
-            f"<tr{row_cls}><td>{escape(budget_label(st.tree_budget))}</td>"
-            f"<td>{st.valid}/{st.requests}</td><td><b>{decode}</b></td>"
-            f'<td class="nowrap">{ci}</td><td>{iqr}</td>'
-            f'<td class="nowrap">{ttft} / {ttft90}</td><td>{acc}</td><td>{rounds}</td>'
-            f"<td>{ratio}</td>"
-            f'<td class="nowrap">{escape(race_cell(st, summary.race))}</td>'
-            f'<td class="nowrap"><span class="pill {cls}">{escape(st.verdict)}</span></td></tr>'
-        )
-    # an interval, a slowdown or a verdict is read as one: never broken over two lines (the
-    # table scrolls sideways in a narrow window instead)
-    return (
-        '<div class="table-scroll"><table class="stats"><thead><tr><th>tree_budget</th>'
-        "<th>valid</th><th>decode tok/s<br><small>median</small></th>"
-        f"<th>{ci_name()}</th>"
-        "<th>IQR</th><th>TTFT ms<br><small>p50 / p90</small></th>"
-        "<th>acceptance<br><small>length (or rate)</small></th>"
-        "<th>verify<br><small>steps</small></th><th>server/client<br><small>tok/s</small></th>"
-        "<th>slower than leader<br><small>[interval] n</small></th>"
-        f"<th>verdict</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    rows = sweep_rows(summary.budgets, summary.race)
+    return html_table(
+        # an interval, a slowdown or a verdict is read as one: never broken over two lines
+        sweep_columns(),
+        rows,
+        classes="stats one-line",
+        row_class=lambda r: "" if r.st.all_valid else "row-bad",
     )
 
 
@@ -149,18 +122,6 @@ def _race_section(summary: SweepSummary, meta: RunMetadata) -> str:
         f"no claim below n={rule.min_n}. {percent(rule.confidence)} confidence over all "
         f"looks.</p><ul>{items}</ul></section>"
     )
-
-
-#: the colour of a budget's verdict pill, by its place under the rule (others: "none")
-PLACE_CLASS: Mapping[Place, str] = {
-    "best": "best",
-    "smallest as fast": "best",
-    "as fast": "tied",
-    "leads, undecided": "tied",
-    "leads within the margin": "tied",
-    "invalid": "bad",
-    "slower": "slow",
-}
 
 
 def _drift_section(summary: SweepSummary) -> str:

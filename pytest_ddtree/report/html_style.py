@@ -69,7 +69,7 @@ table.stats td{text-align:right;padding:6px 6px;border-bottom:1px solid var(--li
 table.stats th:first-child,table.stats td:first-child{text-align:left}
 table.stats th:last-child,table.stats td:last-child{text-align:left}
 .table-scroll{overflow-x:auto}
-table.stats td.nowrap{white-space:nowrap}
+table.stats td.nowrap,table.one-line td{white-space:nowrap}
 table.load-points th,table.load-points td{padding:5px 5px;white-space:nowrap}
 table.load-points td:nth-child(2),table.load-points td:nth-child(3){white-space:normal}
 ul.notes{font-size:12px;color:var(--muted);margin:8px 0 0;padding-left:0;list-style:none}

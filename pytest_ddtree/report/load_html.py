@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from html import escape
-from typing import Any
 
 from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.core.wording import percent
 from pytest_ddtree.measure.arm import ArmStats
-from pytest_ddtree.measure.load.metrics import table_order
 from pytest_ddtree.measure.load.recommend import Choice
 from pytest_ddtree.measure.load.record import LoadTestResult
-from pytest_ddtree.measure.sweep.statistics import acceptance_cell
 from pytest_ddtree.report.arm_text import speculation_warnings
 from pytest_ddtree.report.charts import (
     HEIGHT,
@@ -25,6 +23,7 @@ from pytest_ddtree.report.charts import (
     fmt_num,
     nice_ticks,
 )
+from pytest_ddtree.report.columns import LOAD_COLUMNS, client_cell, html_table, load_rows
 from pytest_ddtree.report.load_text import point_detail, point_line
 
 __all__ = ["latency_chart", "render_load_section"]
@@ -74,89 +73,21 @@ def latency_chart(stats: Sequence[ArmStats], metric: str, title: str) -> str:
     return svg.render()
 
 
-# percentiles in one cell, parted by a slash between thin spaces (narrower than plain spaces)
-_SEP = "\u2009/\u2009"
-
-
 def _table(stats: Sequence[ArmStats]) -> str:
-    def ms(p: Any, q: str) -> str:
-        # three significant figures: 2.19, 11.8, 121 (a fixed two decimals widened the table)
-        if p is None:
-            return "-"
-        v = getattr(p, q) * 1000
-        return f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 100 else f"{v:.0f}"
+    """The terminal's load table (the same columns), a client that was not to be trusted
+    marked with a footnote, its reason in full under the table at full width."""
+    notes: list[str] = []
 
-    rows = []
-    notes: list[str] = []  # the client's verdicts in full, under the table at full width
-    for s in table_order(stats):  # by budget, then load point
-        good = "-" if s.slo is None else f"{s.goodput_share:.0%} ({s.goodput_rate:.2f}/s)"
-        client = "-"
-        if s.client is not None:
-            cpt = s.client.cpu_per_token
-            client = f"{cpt * 1e6:.0f} µs/token" if cpt else "ok"
-            if s.client.unreliable:
-                notes.append(
-                    f"{s.point.label}, budget {budget_label(s.tree_budget)}: "
-                    f"{s.client.state()}: {s.client.reason()}"
-                )
-                client = f"{s.client.state()} [{len(notes)}]"
-        budget = budget_label(s.tree_budget) + (
-            " (no speculative statistics)"
-            if s.no_spec_stats
-            else " (never drafted)"
-            if s.never_drafted
-            else ""
-        )
-        codes = ", ".join(f"{c} ×{k}" for c, k in s.codes.items())
-        rows.append(
-            "<tr>"
-            + "".join(
-                f"<td>{escape(str(v))}</td>"
-                for v in (
-                    s.point.label,
-                    budget,
-                    f"{s.valid}/{s.requests}" + (f" ({codes})" if codes else ""),
-                    _SEP.join(ms(s.ttft, q) for q in ("p50", "p90", "p99")),
-                    _SEP.join(ms(s.itl, q) for q in ("p50", "p99")),
-                    _SEP.join(ms(s.tpot, q) for q in ("p50", "p99")),
-                    _SEP.join(ms(s.e2e, q) for q in ("p50", "p99", "max")),
-                    f"{s.output_tokens_per_second:.0f}",
-                    f"{s.requests_per_second:.2f}",
-                    f"{s.achieved_concurrency:.2f}",
-                    good,
-                    acceptance_cell(s),
-                    client,
-                )
-            )
-            + "</tr>"
-        )
-    # two-line headers (name, then the percentiles in small type) keep the table within a
-    # 1,200 px page: one-line headers made it 1,268 px wide, with a scrollbar
-    head = "".join(
-        f"<th>{h}</th>"
-        for h in (
-            "load",
-            "budget",
-            "valid",
-            "TTFT ms<br><small>p50/p90/p99</small>",
-            "ITL ms<br><small>p50/p99</small>",
-            "TPOT ms<br><small>p50/p99</small>",
-            "e2e ms<br><small>p50/p99/max</small>",
-            "tok/s",
-            "req/s",
-            "concurrency<br><small>seen</small>",
-            "goodput",
-            "acceptance",
-            "client",
-        )
-    )
-    # the per-budget table's type and layout (a narrow page scrolls it, never clips it)
+    def client(s: ArmStats) -> str:
+        if s.client is None or not s.client.unreliable:
+            return escape(client_cell(s))
+        notes.append(f"{s.point.label}, budget {budget_label(s.tree_budget)}: {client_cell(s)}")
+        return escape(f"{s.client.state()} [{len(notes)}]")
+
+    columns = tuple(replace(c, html=client) if c.name == "client" else c for c in LOAD_COLUMNS)
+    table = html_table(columns, load_rows(stats), classes="stats load-points")
     listed = "".join(f"<li>[{i}] {escape(n)}</li>" for i, n in enumerate(notes, 1))
-    return (
-        '<div class="table-scroll"><table class="stats load-points"><thead>'
-        f"<tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
-        + (f'<ul class="notes load-client-notes">{listed}</ul>' if notes else "")
-    )
+    return table + (f'<ul class="notes load-client-notes">{listed}</ul>' if notes else "")
 
 
 def _choice_item(c: Choice) -> str:

@@ -10,8 +10,8 @@ from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.core.wording import percent
 from pytest_ddtree.measure.arm import ArmStats
 from pytest_ddtree.measure.load.recommend import NO_VALID, Choice, Schedule
-from pytest_ddtree.measure.load.tester import render_table
 from pytest_ddtree.measure.sweep.decision import Decision
+from pytest_ddtree.report.columns import LOAD_COLUMNS, LOAD_LEGEND, load_rows, text_table
 from pytest_ddtree.report.decision_text import standing_text
 
 __all__ = ["UNRELIABLE", "load_answer", "load_lines", "point_detail", "point_line"]
@@ -95,7 +95,7 @@ def point_detail(c: Choice) -> list[str]:
 
 def load_lines(stats: Sequence[ArmStats], schedule: Schedule) -> list[str]:
     """The load table, then each point's answer, the schedule and what racing saved."""
-    lines = render_table(stats).splitlines()
+    lines = [*text_table(LOAD_COLUMNS, load_rows(stats)), f"({LOAD_LEGEND})"]
     for c in schedule.choices:
         lines.append(point_line(c))
         lines.extend(f"  race at {c.point.label}: {x}" for x in point_detail(c))

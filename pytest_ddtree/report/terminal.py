@@ -8,7 +8,6 @@ from typing import Any
 
 from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.wording import percent
-from pytest_ddtree.measure.arm import ArmStats
 from pytest_ddtree.measure.sweep import (
     RunMetadata,
     SweepSummary,
@@ -17,28 +16,14 @@ from pytest_ddtree.measure.sweep import (
 )
 from pytest_ddtree.measure.sweep.bootstrap import ci_name
 from pytest_ddtree.measure.sweep.race import RaceRecord, RaceRule
-from pytest_ddtree.measure.sweep.statistics import acceptance_cell
 from pytest_ddtree.report.arm_text import speculation_warnings
-from pytest_ddtree.report.decision_text import standing_text, sweep_answer
+from pytest_ddtree.report.columns import sweep_columns, sweep_rows, text_table
+from pytest_ddtree.report.decision_text import sweep_answer
 
 
 def headers() -> tuple[str, ...]:
     """The table's header row (the interval's confidence read from its constant)."""
-    return (
-        "tree_budget",
-        "valid",
-        f"decode tok/s median [{ci_name()}] n",
-        "TTFT p50/p90 ms",
-        "accept len/rate",
-        "verify steps",
-        "srv/cli",
-        "slowdown vs leader [race CI] n",
-        "verdict",
-    )
-
-
-# Numbers read best right-aligned; the verdict is prose.
-_RIGHT = (True, True, True, True, True, True, True, True, False)
+    return tuple(c.head for c in sweep_columns())
 
 
 def intervals() -> str:
@@ -77,46 +62,6 @@ def legend_lines(width: int | None = None, verbose: bool = False) -> list[str]:
     return textwrap.wrap(text, width=width, break_long_words=False, break_on_hyphens=False)
 
 
-def _rate(x: float | None) -> str:
-    return "-" if x is None else f"{x:,.0f}"
-
-
-def _ms(x: float | None) -> str:
-    return "-" if x is None else f"{x * 1000:,.0f}"
-
-
-def race_cell(st: ArmStats, race: RaceRecord[int | None] | None) -> str:
-    """The budget's slowdown against the leader with its interval and n (``leader``, ``-``)."""
-    if race is None or st.tree_budget not in {s.key for s in race.judgement.standings}:
-        return "-"
-    s = race.judgement.standing(st.tree_budget)
-    if s.status == "leader":
-        return f"leader n={s.n}"
-    return standing_text(s)
-
-
-def _row(st: ArmStats, race: RaceRecord[int | None] | None = None) -> tuple[str, ...]:
-    decode = _rate(st.decode_median)
-    if st.decode_ci is not None:
-        decode += f" [{_rate(st.decode_ci[0])}, {_rate(st.decode_ci[1])}]"
-    decode += f" n={len(st.decode)}"
-    ttft = "-" if st.ttft is None else f"{_ms(st.ttft.p50)} / {_ms(st.ttft.p90)}"
-    accept = acceptance_cell(st)
-    rounds = "-" if st.mean_decode_rounds is None else f"{st.mean_decode_rounds:.1f}"
-    ratio = "-" if st.server_client_ratio is None else f"{st.server_client_ratio:.2f}"
-    return (
-        budget_label(st.tree_budget),
-        f"{st.valid}/{st.requests}",
-        decode,
-        ttft,
-        accept,
-        rounds,
-        ratio,
-        race_cell(st, race),
-        st.verdict,
-    )
-
-
 def table_lines(
     summary: SweepSummary,
     *,
@@ -135,21 +80,9 @@ def table_lines(
     per request, ``srv/cli`` the server-reported decode rate over the client-measured
     one (close to 1.0 when the server's figure is honest).
     """
-    header = headers()
-    rows = [
-        header,
-        *(_shared_row(_row(st, summary.race), st, shared) for st in summary.budgets),
-    ]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines: list[str] = []
-    for n, row in enumerate(rows):
-        cells = [
-            cell.rjust(w) if right else cell.ljust(w)
-            for cell, w, right in zip(row, widths, _RIGHT, strict=True)
-        ]
-        lines.append("  ".join(cells).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
+    lines = text_table(
+        sweep_columns(), sweep_rows(summary.budgets, summary.race, shared), rule=True
+    )
     lines.extend(legend_lines(width, verbose))
     if any(st.concurrent for st in summary.budgets):
         lines.append(
@@ -214,15 +147,6 @@ def unraced_note(meta: RunMetadata | None) -> str | None:
         f"--ddtree-sweep adaptive: nothing was raced {why}; every request ran as planned and "
         "is judged by the same rule"
     )
-
-
-def _shared_row(
-    row: tuple[str, ...], st: ArmStats, shared: Mapping[int | None, str] | None
-) -> tuple[str, ...]:
-    """The verdict cell marked ``shared server`` when other traffic was seen."""
-    if not shared or st.tree_budget not in shared:
-        return row
-    return (*row[:-1], f"{row[-1]} (shared server)".strip())
 
 
 def shared_server_lines(shared: Mapping[int | None, str] | None) -> list[str]:

@@ -377,7 +377,7 @@ def test_html_keeps_the_servers_budget_apart_and_marks_no_drafts() -> None:
     )
     assert "<li>best at C=1: server-default (TPOT p50" in page  # the terminal's words
     assert "no valid budget" not in page
-    assert "<td>server-default (never drafted)</td>" in page and "<td>no drafts</td>" in page
+    assert "<td>server-default</td>" in page and "<td>no drafts</td>" in page
     assert escape(speculation_warnings(stats, by_budget=True)[0]) in page
 
 
@@ -445,7 +445,7 @@ def test_a_load_point_without_speculative_statistics_is_named() -> None:
     page = render_load_section(
         [LoadTestResult("t.py::test_load", 1, ("main",), False, stats, schedule, tuple(silent))]
     )
-    assert "<td>server-default (no speculative statistics)</td>" in page
+    assert "<td>server-default</td>" in page and "<td>no stats</td>" in page
     assert escape(speculation_warnings(stats, by_budget=True)[0]) in page
     assert Sample.from_json(silent[0].to_json()).spec_reported is False
     # one answer with statistics is enough: nothing is claimed

@@ -19,6 +19,7 @@ from pytest_ddtree.measure.load import (
 from pytest_ddtree.measure.load.runner import run_point
 from pytest_ddtree.reference import spawn_reference_server, tokenizer_path
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS, optimal_schedule
+from pytest_ddtree.report.load_text import load_lines
 from pytest_ddtree.wire.protocol import EndpointConfig
 from pytest_ddtree.wire.tokens import load_counter
 
@@ -130,7 +131,7 @@ def test_schedule_matches_the_batching_servers_optimum(timed_server: Any) -> Non
     assert expected == {1: 64, 8: 16}
     result = _tester(timed_server, tree_budgets=budgets, concurrencies=cs, max_tokens=64)(PROMPTS)
     measured = {c.point.concurrency: c.tree_budget for c in result.schedule.choices}
-    assert measured == expected, result.table()
+    assert measured == expected, load_lines(result.stats, result.schedule)
     assert result.schedule.text() == "C<=1: 64, C>1: 16"
 
 

@@ -568,7 +568,7 @@ _LINES = (
     "else{bottom=Math.max(bottom,r.bottom);}}return n;}"
     'window.addEventListener("load",()=>{const out=[];'
     'const t=document.querySelector("table.stats");'
-    't.querySelectorAll("tbody tr").forEach(tr=>[3,9,10].forEach(i=>'
+    't.querySelectorAll("tbody tr").forEach(tr=>[2,7,8].forEach(i=>'
     'out.push(i+":"+lines(tr.cells[i])+":"+tr.cells[i].textContent)));'
     'const box=t.parentElement;out.push("fit:"+(box.scrollWidth<=box.clientWidth));'
     'const p=document.createElement("pre");p.id="lines";p.textContent="LINES "+out.join(";");'

@@ -61,7 +61,7 @@ def test_the_drift_rule_in_the_report_follows_its_constants(
     assert "the 90% bootstrap interval of the median end/start ratio" in html
     assert "more than 10% away from 1" in html
     assert "change &lt;= 10%" in html and "90% CI" in html  # the drift line itself
-    assert "Median with 80% CI" in html and "<th>80% CI</th>" in html
+    assert "Median with 80% CI" in html and "<small>median [80% CI] n</small>" in html
     assert "99%" not in html and "95% CI" not in html and "5% away" not in html
 
 

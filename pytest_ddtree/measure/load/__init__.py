@@ -27,7 +27,6 @@ if TYPE_CHECKING:
         LoadResult,
         LoadTester,
         analyse,
-        render_table,
     )
     from pytest_ddtree.measure.sample import Sample
 
@@ -53,7 +52,6 @@ _EXPORTS = {
     "LoadResult": "tester",
     "LoadTester": "tester",
     "analyse": "tester",
-    "render_table": "tester",
 }
 
 __all__ = [
@@ -77,7 +75,6 @@ __all__ = [
     "parse_slo",
     "percentiles",
     "recommend",
-    "render_table",
     "summarize_point",
 ]
 

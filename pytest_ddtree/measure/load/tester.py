@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pytest_ddtree.core.settings import Settings, budget_label
+from pytest_ddtree.core.settings import Settings
 from pytest_ddtree.core.slo import SLO
 from pytest_ddtree.measure.arm import ArmStats
 from pytest_ddtree.measure.load.arrivals import LoadPoint
@@ -20,7 +20,6 @@ from pytest_ddtree.measure.load.metrics import (
     chain_health,
     merge_health,
     summarize_point,
-    table_order,
 )
 from pytest_ddtree.measure.load.race import PointRace, PointRacer, Run
 from pytest_ddtree.measure.load.recommend import Schedule, recommend
@@ -32,11 +31,10 @@ from pytest_ddtree.measure.load.runner import (
 )
 from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep.race import DEFAULT_EQUIVALENCE
-from pytest_ddtree.measure.sweep.statistics import acceptance_cell
 from pytest_ddtree.wire.protocol import EndpointConfig, Messages, StallGuard
 from pytest_ddtree.wire.servermetrics import Counts, GroupWatch
 
-__all__ = ["LoadError", "LoadResult", "LoadTester", "analyse", "render_table"]
+__all__ = ["LoadError", "LoadResult", "LoadTester", "analyse"]
 
 Key = tuple[LoadPoint, "int | None"]
 
@@ -96,10 +94,6 @@ class LoadResult:
         """Every request that was not valid."""
         return [s for s in self.samples if not s.valid]
 
-    def table(self) -> str:
-        """The terminal table of figures (the answers' words are the report's)."""
-        return render_table(self.stats)
-
 
 def analyse(
     samples: Sequence[Sample],
@@ -123,94 +117,6 @@ def analyse(
         parts = list((health or {}).get(key, ()))
         stats.append(summarize_point(groups[key], slo=slo, client=merge_health(parts)))
     return tuple(stats), recommend(stats, samples, seed=seed, races=races, equivalence=equivalence)
-
-
-def _ms(p: Any, attr: str) -> str:
-    return "-" if p is None else f"{getattr(p, attr) * 1000:.1f}"
-
-
-_HEAD = (
-    "load",
-    "budget",
-    "ok/n",
-    "TTFT p50/p99",
-    "ITL p50/p99",
-    "TPOT p50/p99",
-    "e2e p50/p99",
-    "tok/s",
-    "req/s",
-    "C seen",
-    "goodput",
-    "accept",
-    "vs srv",
-    "client",
-)
-#: every column right-aligned (numbers) but the first and the last (prose)
-_LEFT = {0, len(_HEAD) - 1}
-#: what the columns mean, printed under the table; docs/load.md has the long form
-LEGEND = (
-    "ms; ok/n valid/sent; C seen achieved concurrency; accept mean acceptance length "
-    "(rate: accepted/drafted, 'no drafts': speculation never drafted, 'no stats': no "
-    "speculative statistics came back); vs srv client TTFT "
-    "minus the server's (ms); client load generator CPU per token (docs: load.md#columns)"
-)
-
-
-def _client_cell(s: ArmStats) -> str:
-    if s.client is None:
-        return "-"
-    cpt = s.client.cpu_per_token
-    client = f"{cpt * 1e6:.0f}us/tok" if cpt else "ok"
-    if s.client.unreliable:
-        client = f"{s.client.state()}: {s.client.reason()}"
-    if s.withheld:
-        client += f"; timing checks withheld on {s.withheld} request(s)"
-    if s.client.retries:
-        client += f"; {s.client.retries} sent again on a fresh connection"
-    return client
-
-
-def _cells(s: ArmStats) -> tuple[str, ...]:
-    def pair(p: Any) -> str:
-        return f"{_ms(p, 'p50')}/{_ms(p, 'p99')}"
-
-    return (
-        s.point.label,
-        budget_label(s.tree_budget),
-        f"{s.valid}/{s.requests}",
-        pair(s.ttft),
-        pair(s.itl),
-        pair(s.tpot),
-        pair(s.e2e),
-        f"{s.output_tokens_per_second:.0f}",
-        f"{s.requests_per_second:.1f}",
-        f"{s.achieved_concurrency:.1f}",
-        "-" if s.slo is None else f"{s.goodput_share:.0%}",
-        acceptance_cell(s),
-        _ms(s.ttft_offset, "p50"),
-        _client_cell(s),
-    )
-
-
-def render_table(stats: Sequence[ArmStats]) -> str:
-    """Per budget × load point, by budget then load point: latencies (ms, p50/p99), rates,
-    concurrency, goodput.
-
-    Columns are as wide as their widest cell, so no budget label or figure runs
-    into its neighbour. ``vs srv`` is the median of the client's TTFT minus the
-    server's own (ms), where the server reports one.
-    """
-    rows = [_HEAD, *(_cells(s) for s in table_order(stats))]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(_HEAD))]
-    lines = []
-    for row in rows:
-        cells = [
-            cell.ljust(w) if i in _LEFT else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-        ]
-        lines.append("  ".join(cells).rstrip())
-    lines.append(f"({LEGEND})")
-    return "\n".join(lines)
 
 
 class LoadTester:
@@ -635,6 +541,10 @@ def _client_limit_message(
 
 def _where(sample: Sample) -> str:
     return f"{sample.load_point.label} tree_budget={sample.tree_budget}"
+
+
+def _ms(p: Any, attr: str) -> str:
+    return "-" if p is None else f"{getattr(p, attr) * 1000:.1f}"
 
 
 def failure_message(
