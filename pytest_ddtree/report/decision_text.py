@@ -16,13 +16,17 @@ from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.core.wording import percent
 from pytest_ddtree.measure.arm import ArmStats
+from pytest_ddtree.measure.sweep import drift
 from pytest_ddtree.measure.sweep.bootstrap import ci_name
 from pytest_ddtree.measure.sweep.decision import Decision
+from pytest_ddtree.measure.sweep.drift import DriftCheck
 from pytest_ddtree.measure.sweep.race import Standing, signed_percent
 from pytest_ddtree.measure.sweep.statistics import Recommendation, SweepSummary
 
 __all__ = [
     "BUDGET_IGNORED_TEXT",
+    "drift_line",
+    "drift_rule_text",
     "drift_text",
     "names",
     "rule_text",
@@ -74,6 +78,43 @@ def rule_text(d: Decision[K], *, arms: int, alone: int | None = None) -> str:
             f"applies; a comparison needs n >= {d.min_n} a budget"
         )
     return f"{mode}, {what}"
+
+
+def drift_rule_text() -> str:
+    """The drift rule in words, from its constants (read at each call): what follows "the
+    sweep is drifting when"."""
+    return (
+        f"the {percent(drift.DRIFT_CONFIDENCE)} bootstrap interval of the median end/start "
+        "ratio of decode tokens/s excludes 1 and that ratio is more than "
+        f"{percent(drift.DRIFT_MARGIN)} away from 1"
+    )
+
+
+def drift_line(c: DriftCheck) -> str:
+    """One drift check in one line (the terminal, the report, ``sweep.json``'s
+    ``message``)."""
+    label = budget_label(c.tree_budget)
+    if c.ratio is None or c.ci is None:
+        return (
+            f"drift not assessed at tree_budget={label}: {min(len(c.start), len(c.end))}"
+            f" valid start/end pair(s), the rule needs {drift.DRIFT_PAIRS}"
+        )
+    change = signed_percent(c.ratio - 1.0, 0)
+    what = (
+        f"tree_budget={label} measured again at the end: median decode {change} "
+        f"(ratio {c.ratio:.2f}, {ci_name(drift.DRIFT_CONFIDENCE)} {c.ci[0]:.2f}-{c.ci[1]:.2f}, "
+        f"{len(c.start)} pairs)"
+    )
+    if c.drifting:
+        return (
+            f"DRIFT: {what}; the server changed during the sweep (throttling, another "
+            "tenant, a restart?), so the budgets measured at different times are not "
+            "comparable"
+        )
+    return (
+        f"no drift: {what}; within the rule (interval includes 1 or change <= "
+        f"{percent(drift.DRIFT_MARGIN)})"
+    )
 
 
 def drift_text(rec: Recommendation) -> str:

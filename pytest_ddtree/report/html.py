@@ -35,7 +35,6 @@ from pytest_ddtree.measure.sweep import (
     budget_label,
 )
 from pytest_ddtree.measure.sweep.bootstrap import ci_name, confidence_text
-from pytest_ddtree.measure.sweep.drift import drift_rule_text
 from pytest_ddtree.measure.sweep.temperature import (
     Summaries,
     heading,
@@ -49,7 +48,7 @@ from pytest_ddtree.report.arm_text import speculation_warnings
 from pytest_ddtree.report.charts import PALETTE
 from pytest_ddtree.report.columns import html_table, sweep_columns, sweep_rows
 from pytest_ddtree.report.counters_html import server_counters_section
-from pytest_ddtree.report.decision_text import sweep_answer
+from pytest_ddtree.report.decision_text import drift_line, drift_rule_text, sweep_answer
 from pytest_ddtree.report.depth_chart import depth_section
 from pytest_ddtree.report.html_style import CSS
 from pytest_ddtree.report.sweep_charts import budget_charts
@@ -129,7 +128,7 @@ def _drift_section(summary: SweepSummary) -> str:
     if not summary.drift:
         return ""
     danger = " danger" if any(c.drifting for c in summary.drift) else ""
-    items = "".join(f"<li>{escape(c.line())}</li>" for c in summary.drift)
+    items = "".join(f"<li>{escape(drift_line(c))}</li>" for c in summary.drift)
     return (
         f'<section class="card{danger}"><h2>Drift</h2><ul>{items}</ul>'
         '<p class="muted">The first budget of the sweep is measured in a block right after '

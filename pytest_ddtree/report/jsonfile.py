@@ -49,7 +49,7 @@ from pytest_ddtree.measure.sweep.temperature import (
     zero_only,
 )
 from pytest_ddtree.report._atomic import write_text_atomic
-from pytest_ddtree.report.decision_text import sweep_answer
+from pytest_ddtree.report.decision_text import drift_line, sweep_answer
 
 if TYPE_CHECKING:
     from pytest_ddtree.measure.breakeven import BreakEvenMap
@@ -111,6 +111,26 @@ def _summary_json(summary: SweepSummary) -> dict[str, Any]:
     """A summary's JSON, with the recommendation's human text (worded by the report)."""
     doc = summary.to_json()
     doc["recommendation"]["message"] = sweep_answer(summary)
+    for check, entry in zip(summary.drift, doc.get("drift", ()), strict=True):
+        entry["message"] = drift_line(check)
+    return doc
+
+
+def _load_json(load: Sequence[LoadTestResult]) -> dict[str, Any]:
+    """The load part, with each raced point's race in one line (worded by the report)."""
+    from pytest_ddtree.measure.load.record import load_json
+    from pytest_ddtree.report.load_text import race_line
+
+    doc = load_json(load)
+    for test, entry in zip(load, doc["tests"], strict=True):
+        for choice, point in zip(test.schedule.choices, entry["schedule"]["points"], strict=True):
+            if choice.race is not None:
+                race = point["race"]
+                at = list(race).index("discarded_runs") + 1  # where older files have it
+                items = list(race.items())
+                point["race"] = dict(
+                    [*items[:at], ("verdict", race_line(choice.race)), *items[at:]]
+                )
     return doc
 
 
@@ -148,9 +168,7 @@ def sweep_to_json(
             for t, s in summaries.items()
         ]
     if load:
-        from pytest_ddtree.measure.load.record import load_json
-
-        doc["load"] = load_json(load)
+        doc["load"] = _load_json(load)
     if breakeven:
         from pytest_ddtree.report.breakeven_text import breakeven_answer
 

@@ -9,12 +9,21 @@ from collections.abc import Sequence
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.core.wording import percent
 from pytest_ddtree.measure.arm import ArmStats
+from pytest_ddtree.measure.load.race import PointRace
 from pytest_ddtree.measure.load.recommend import NO_VALID, Choice, Schedule
 from pytest_ddtree.measure.sweep.decision import Decision
 from pytest_ddtree.report.columns import LOAD_COLUMNS, LOAD_LEGEND, load_rows, text_table
 from pytest_ddtree.report.decision_text import standing_text
 
-__all__ = ["UNRELIABLE", "load_answer", "load_lines", "point_detail", "point_line"]
+__all__ = [
+    "UNRELIABLE",
+    "load_answer",
+    "load_lines",
+    "point_detail",
+    "point_line",
+    "race_line",
+    "race_lines",
+]
 
 #: what a point measured while the client was saturated adds to its line
 UNRELIABLE = " (UNRELIABLE: client saturated or stalled)"
@@ -74,23 +83,63 @@ def point_line(c: Choice) -> str:
     return f"{at}: undecided ({why}); {lead} leads with {_tpot(c)}{_others(c)} {rule}{warn}"
 
 
+def race_line(race: PointRace) -> str:
+    """A point's race in one line: decided after how many requests, or undecided and why
+    (``sweep.json``'s ``verdict`` of the race)."""
+    spent = f"{race.requests} of {race.max_requests} requests"
+    if race.discarded:
+        spent += (
+            f" ({race.discarded} run(s) not raced: the client was saturated or stalled, "
+            "no verdict on a budget)"
+        )
+    if race.decided:
+        return f"race decided after {spent}"
+    still = ", ".join(budget_label(b) for b in race.contending) or "none"
+    if race.outcome == "interrupted":
+        return f"race interrupted after {spent}: undecided (in contention: {still})"
+    if race.leader is None:
+        return f"race undecided after {spent}: no budget had every request valid"
+    return (
+        f"race undecided after {spent}: the point's request budget is spent with "
+        f"{still} in contention (no winner forced)"
+    )
+
+
+def race_lines(race: PointRace) -> list[str]:
+    """Per budget of a point's race: who left when and why, who was as fast, who led."""
+    out = []
+    gone = {x.tree_budget: x for x in race.left}
+    for budget, n, status, reason in race.standing:
+        label = budget_label(budget)
+        if budget in gone:
+            x = gone[budget]
+            out.append(
+                f"{label} {x.status} after {x.after_requests} requests (n={x.n}): {x.reason}"
+            )
+        elif status == "leader":
+            out.append(f"{label} leader (n={n})")
+        else:
+            out.append(f"{label} {status} (n={n})" + (f": {reason}" if reason else ""))
+    return out
+
+
 def _raced_line(c: Choice) -> str:
     """A raced point: the race's pick (or undecided), and the race in one line."""
     race, d = c.race, c.decision
     assert race is not None
     if not d.names_one:
-        return f"best at {c.point.label}: undecided; {race.line()}"
+        return f"best at {c.point.label}: undecided; {race_line(race)}"
     why = (
         "the leader"
         if d.chosen == d.leader
         else f"the smallest within {percent(d.margin)} of the leader {budget_label(d.leader)}"
     )
-    return f"best at {c.point.label}: {c.label} ({_tpot(c)}; {why}); {race.line()}"
+    return f"best at {c.point.label}: {c.label} ({_tpot(c)}; {why}); {race_line(race)}"
 
 
 def point_detail(c: Choice) -> list[str]:
     """Under a raced point's line: who left the race when and why, who was as fast."""
-    return c.race.lines() if c.race is not None else []
+    return race_lines(c.race) if c.race is not None else []
 
 
 def load_lines(stats: Sequence[ArmStats], schedule: Schedule) -> list[str]:

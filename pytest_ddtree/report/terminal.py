@@ -18,7 +18,7 @@ from pytest_ddtree.measure.sweep.bootstrap import ci_name
 from pytest_ddtree.measure.sweep.race import RaceRecord, RaceRule
 from pytest_ddtree.report.arm_text import speculation_warnings
 from pytest_ddtree.report.columns import sweep_columns, sweep_rows, text_table
-from pytest_ddtree.report.decision_text import sweep_answer
+from pytest_ddtree.report.decision_text import drift_line, sweep_answer
 
 
 def headers() -> tuple[str, ...]:
@@ -203,4 +203,4 @@ def server_counter_lines(
 
 def drift_lines(summary: SweepSummary) -> list[str]:
     """One line per drift check: the first budget measured again at the end."""
-    return [c.line() for c in summary.drift]
+    return [drift_line(c) for c in summary.drift]

@@ -10,7 +10,7 @@ from pytest_ddtree.measure.load import LoadPoint, LoadRecord, Sample, analyse, s
 from pytest_ddtree.measure.load.metrics import ClientHealth, chain_health
 from pytest_ddtree.measure.load.race import PointRace, PointRacer, Run, chunk_size, race_point
 from pytest_ddtree.measure.load.runner import CLIENT_TIMEOUT
-from pytest_ddtree.report.load_text import load_lines
+from pytest_ddtree.report.load_text import load_lines, race_line
 
 from ._samples import load_sample
 
@@ -88,7 +88,7 @@ def test_a_clearly_slower_budget_stops_getting_requests() -> None:
     # each loser got the first batch only (min n 6: two runs of 4), and no more
     assert server.sent(16) == server.sent(256) == 8 == left[16].n
     assert race.requests == sum(k for _, k in server.runs) < race.max_requests == 3 * 32
-    assert race.line() == f"race decided after {race.requests} of 96 requests"
+    assert race_line(race) == f"race decided after {race.requests} of 96 requests"
 
 
 def test_budgets_within_the_margin_are_as_fast_and_the_smallest_wins() -> None:
@@ -107,7 +107,7 @@ def test_a_spent_budget_is_undecided_and_forces_no_winner() -> None:
     assert race.outcome == "undecided" and race.recommended is None
     assert race.requests <= race.max_requests == 32
     assert set(race.contending) == {16, 32}
-    assert "request budget is spent" in race.line() and "no winner forced" in race.line()
+    assert "request budget is spent" in race_line(race) and "no winner forced" in race_line(race)
     stats, schedule = analyse(server.samples)
     _, raced = analyse(server.samples, races=[race])
     (choice,) = raced.choices
@@ -146,7 +146,7 @@ def test_every_budget_invalid_leaves_no_winner() -> None:
     server.invalid = {16, 64}
     race = race_point(C4, (16, 64), 32, server, equivalence=0.02)
     assert race.outcome == "undecided" and race.leader is None
-    assert "no budget had every request valid" in race.line()
+    assert "no budget had every request valid" in race_line(race)
     assert race.requests == 8  # nothing sent after both were excluded
 
 
@@ -178,7 +178,7 @@ def test_an_interrupted_race_snapshot_is_undecided() -> None:
     racer.feed(16, server(16, 4))
     snap = racer.snapshot(interrupted=True)
     assert snap.outcome == "interrupted" and snap.recommended is None
-    assert snap.line().startswith("race interrupted after 4 of 32 requests: undecided")
+    assert race_line(snap).startswith("race interrupted after 4 of 32 requests: undecided")
 
 
 def test_a_race_survives_its_json_and_the_record_carries_it() -> None:
@@ -252,7 +252,7 @@ def test_runs_with_a_saturated_client_count_but_do_not_race() -> None:
     (gone,) = race.left
     assert gone.n == 8 and server.sent(16) == 12  # its raced values: the first batch, again
     assert "(2 run(s) not raced: the client was saturated or stalled, no verdict on a budget)" in (
-        race.line()
+        race_line(race)
     )
     assert PointRace.from_json(race.to_json()) == race
 

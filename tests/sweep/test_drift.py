@@ -19,7 +19,7 @@ from pytest_ddtree.reference import ServerOptions, start_reference_server, token
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS
 from pytest_ddtree.reference.server import options_to_argv
 from pytest_ddtree.report import read_sweep_json
-from pytest_ddtree.report.decision_text import sweep_answer
+from pytest_ddtree.report.decision_text import drift_line, sweep_answer
 
 PROMPTS = ("a", "b", "c", "d")
 
@@ -75,7 +75,7 @@ def test_noise_of_a_healthy_run_is_not_drift() -> None:
     for seed_noise in (0.05, 0.15, 0.25):
         summary = summarize(_samples(1.0, noise=seed_noise))
         (check,) = summary.drift
-        assert check.assessed and not check.drifting, check.line()
+        assert check.assessed and not check.drifting, drift_line(check)
         assert not summary.recommendation.drifting
         assert "drifted" not in sweep_answer(summary)
 
@@ -108,7 +108,7 @@ def test_too_few_pairs_is_not_assessed_and_says_why() -> None:
         samples[i] = replace(samples[i], valid=False, codes=("early-stop",))
     (check,) = check_drift(samples)
     assert not check.assessed and not check.drifting
-    assert check.line() == (
+    assert drift_line(check) == (
         "drift not assessed at tree_budget=16: 3 valid start/end pair(s), the rule needs 8"
     )
 
@@ -166,7 +166,7 @@ def test_mid_run_slowdown_of_the_embedded_server_is_flagged_as_drift(
     result.stdout.fnmatch_lines(["*tree_budget=*cannot be trusted as is*"])
     summary = run.summary()
     (check,) = summary.drift
-    assert check.drifting and check.ratio is not None and check.ratio < 0.5, check.line()
+    assert check.drifting and check.ratio is not None and check.ratio < 0.5, drift_line(check)
     assert sum(s.drift_mark == "end" for s in run.samples) == 8
     html = (pytester.path / "report" / "sweep.html").read_text()
     assert "server drifted" in html and "<h2>Drift</h2>" in html
@@ -180,7 +180,7 @@ def test_a_healthy_server_is_not_flagged(pytester: pytest.Pytester) -> None:
     finally:
         server.stop()
     (check,) = run.summary().drift
-    assert check.assessed and not check.drifting, check.line()
+    assert check.assessed and not check.drifting, drift_line(check)
     result.stdout.fnmatch_lines(["no drift: tree_budget=* measured again at the end*"])
     assert "cannot be trusted" not in result.stdout.str()
 

@@ -125,43 +125,6 @@ class PointRace:
         """Requests not spent against the point's budget (the exhaustive cost)."""
         return self.max_requests - self.requests
 
-    def line(self) -> str:
-        """One line: decided after how many requests, or undecided and why."""
-        spent = f"{self.requests} of {self.max_requests} requests"
-        if self.discarded:
-            spent += (
-                f" ({self.discarded} run(s) not raced: the client was saturated or stalled, "
-                "no verdict on a budget)"
-            )
-        if self.decided:
-            return f"race decided after {spent}"
-        still = ", ".join(budget_label(b) for b in self.contending) or "none"
-        if self.outcome == "interrupted":
-            return f"race interrupted after {spent}: undecided (in contention: {still})"
-        if self.leader is None:
-            return f"race undecided after {spent}: no budget had every request valid"
-        return (
-            f"race undecided after {spent}: the point's request budget is spent with "
-            f"{still} in contention (no winner forced)"
-        )
-
-    def lines(self) -> list[str]:
-        """Per budget: who left the race when and why, who was as fast, who led."""
-        out = []
-        gone = {x.tree_budget: x for x in self.left}
-        for budget, n, status, reason in self.standing:
-            label = budget_label(budget)
-            if budget in gone:
-                x = gone[budget]
-                out.append(
-                    f"{label} {x.status} after {x.after_requests} requests (n={x.n}): {x.reason}"
-                )
-            elif status == "leader":
-                out.append(f"{label} leader (n={n})")
-            else:
-                out.append(f"{label} {status} (n={n})" + (f": {reason}" if reason else ""))
-        return out
-
     def to_json(self) -> dict[str, Any]:
         """Plain JSON (sweep.json and the xdist payload)."""
         return jsonmodel.to_json(self)
@@ -198,12 +161,11 @@ jsonmodel.register(
     derived={
         "saved": lambda r: r.saved,
         "decided": lambda r: r.decided,
-        "verdict": PointRace.line,  # the key older files have
     },
     order=(
         *("point", "budgets", "chunk", "min_n", "equivalence", "confidence", "max_requests"),
         *("requests", "saved", "outcome", "decided", "leader", "recommended"),
-        *("discarded_runs", "verdict", "left", "standing"),
+        *("discarded_runs", "left", "standing"),
     ),
 )
 

@@ -33,11 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_ddtree.core import jsonmodel
-from pytest_ddtree.core.settings import budget_label
-from pytest_ddtree.core.wording import percent
 from pytest_ddtree.measure.sample import Sample
-from pytest_ddtree.measure.sweep.bootstrap import bootstrap_median_ci, ci_name
-from pytest_ddtree.measure.sweep.race import signed_percent
+from pytest_ddtree.measure.sweep.bootstrap import bootstrap_median_ci
 
 #: The practical margin: a change of the decode median smaller than this is not drift.
 DRIFT_MARGIN = 0.05
@@ -45,15 +42,6 @@ DRIFT_MARGIN = 0.05
 DRIFT_PAIRS = 8
 #: Confidence of the drift interval.
 DRIFT_CONFIDENCE = 0.99
-
-
-def drift_rule_text() -> str:
-    """The rule in words, from its constants: what follows "the sweep is drifting when"."""
-    return (
-        f"the {percent(DRIFT_CONFIDENCE)} bootstrap interval of the median end/start ratio of "
-        f"decode tokens/s excludes 1 and that ratio is more than {percent(DRIFT_MARGIN)} away "
-        "from 1"
-    )
 
 
 @dataclass(frozen=True)
@@ -85,32 +73,6 @@ class DriftCheck:
         excludes_one = self.ci[0] > 1.0 or self.ci[1] < 1.0
         return excludes_one and abs(self.ratio - 1.0) > DRIFT_MARGIN
 
-    def line(self) -> str:
-        """One line for the terminal and the report."""
-        label = budget_label(self.tree_budget)
-        if self.ratio is None or self.ci is None:
-            return (
-                f"drift not assessed at tree_budget={label}: {min(len(self.start), len(self.end))}"
-                f" valid start/end pair(s), the rule needs {DRIFT_PAIRS}"
-            )
-        change = signed_percent(self.ratio - 1.0, 0)
-        what = (
-            f"tree_budget={label} measured again at the end: median decode {change} "
-            f"(ratio {self.ratio:.2f}, {ci_name(DRIFT_CONFIDENCE)} "
-            f"{self.ci[0]:.2f}-{self.ci[1]:.2f}, "
-            f"{len(self.start)} pairs)"
-        )
-        if self.drifting:
-            return (
-                f"DRIFT: {what}; the server changed during the sweep (throttling, another "
-                "tenant, a restart?), so the budgets measured at different times are not "
-                "comparable"
-            )
-        return (
-            f"no drift: {what}; within the rule (interval includes 1 or change <= "
-            f"{percent(DRIFT_MARGIN)})"
-        )
-
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form for ``sweep.json``."""
         return dict(jsonmodel.to_json(self))
@@ -127,9 +89,8 @@ jsonmodel.register(
         "margin": lambda c: DRIFT_MARGIN,
         "assessed": lambda c: c.assessed,
         "drifting": lambda c: c.drifting,
-        "message": DriftCheck.line,
     },
-    order=("tree_budget", "pairs", "ratio", "ci99", "margin", "assessed", "drifting", "message"),
+    order=("tree_budget", "pairs", "ratio", "ci99", "margin", "assessed", "drifting"),
 )
 
 
@@ -139,20 +100,6 @@ def without_repeats(samples: Sequence[Sample]) -> list[Sample]:
     An invalid answer in them stays: a broken answer is broken whenever it came.
     """
     return [s for s in samples if not (s.drift_mark is not None and s.valid)]
-
-
-def drift_message(checks: Sequence[DriftCheck]) -> str:
-    """What the recommendation adds when the sweep drifted ("" when it did not)."""
-    drifted = [c for c in checks if c.drifting]
-    if not drifted:
-        return ""
-    c = drifted[0]
-    assert c.ratio is not None
-    return (
-        f" The sweep drifted: tree_budget={budget_label(c.tree_budget)} measured again at the "
-        f"end ran at {c.ratio:.2f}x its first speed, so this recommendation cannot be trusted "
-        "as is; rerun on a quiet server."
-    )
 
 
 def _drift_pairs(samples: Sequence[Sample]) -> list[tuple[float, float]]:
