@@ -117,7 +117,7 @@ def render_load_section(tests: Sequence[LoadTestResult]) -> str:
         if races:
             spent, full = sum(r.requests for r in races), sum(r.max_requests for r in races)
             raced = (
-                f'<p class="muted">Adaptive: budgets raced at each load point by TPOT '
+                f'<p class="muted">Adaptive: budgets raced at each load point by decode rate '
                 f"(margin {percent(races[0].equivalence)}, minimum n {races[0].min_n}); "
                 f"{spent} requests of the {full} sent in full.</p>"
             )

@@ -3,11 +3,11 @@
 At a load point every budget first gets a minimum batch of requests; from
 then on only the budgets still in contention get more, a *chunk* at a time,
 until the race is decided or the point's request budget is spent. The rule is
-the sweep's (:mod:`pytest_ddtree.measure.sweep.race`) on the median TPOT, lower
-better: a budget leaves once it is clearly slower than the leader by more
-than the practical margin, and the smallest budget as fast as the leader
-within the margin is recommended. A spent budget is *undecided*: no winner
-is forced.
+the sweep's (:mod:`pytest_ddtree.measure.sweep.race`) on the same figure, each request's
+decode rate (higher better; the tables show its inverse, TPOT): a budget leaves once it
+is clearly slower than the leader by more than the practical margin, and the smallest
+budget as fast as the leader within the margin is recommended. A spent budget is
+*undecided*: no winner is forced.
 
 A chunk is sent as one run at the point's load, so it is at least C requests
 at a concurrency C (fewer would never reach C in flight; the ``C seen`` column
@@ -56,10 +56,9 @@ def chunk_size(point: LoadPoint, requests: int) -> int:
 
 
 def race_rule(equivalence: float, budgets: int, requests: int) -> RaceRule:
-    """The rule of a point's race: TPOT (lower is better), the exhaustive cost as budget."""
-    return RaceRule(
-        equivalence=equivalence, higher_is_better=False, max_requests=budgets * requests
-    )
+    """The rule of a point's race: the decode rate, as the serial sweep's and a point run in
+    full (higher is better), with the exhaustive cost as its request budget."""
+    return RaceRule(equivalence=equivalence, max_requests=budgets * requests)
 
 
 @dataclass(frozen=True)
@@ -229,7 +228,8 @@ class PointRacer:
         return self.snapshot()
 
     def feed(self, budget: Budget, run: Run) -> None:
-        """One run's validated samples: TPOTs race, an invalid request excludes the budget.
+        """One run's validated samples: their decode rates race, an invalid request excludes
+        the budget.
 
         A run measured while the client was saturated counts against the point's budget
         but its timings do not race: the client's own queueing is no verdict on a budget
@@ -239,11 +239,11 @@ class PointRacer:
         if run.saturated:
             self.discarded += 1
         for s in samples:
-            tpot = s.tpot if s.valid and not run.saturated else None
-            if tpot is None:
+            rate = s.decode_tokens_per_second if s.valid and not run.saturated else None
+            if rate is None:
                 self.race.count()
             else:
-                self.race.add(budget, tpot, s.prompt_id or "")
+                self.race.add(budget, rate, s.prompt_id or "")
         if any(not s.valid for s in samples):
             self.race.exclude(budget, _exclusion(samples))
 

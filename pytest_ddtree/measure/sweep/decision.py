@@ -17,10 +17,9 @@ returns a typed :class:`Decision` with no sentence in it (the report words it):
 - **nothing valid**: no arm had valid timed requests.
 
 The figure the rule judges is the decode rate of each request (tokens/s after the first
-content event, ``wire.completion.decode_rate``) on the serial sweep and on a load point run in
-full: the same samples give the same decision whichever of the two reads them, and the load's
-tables show its inverse, TPOT. A raced load point (``measure.load.race``) races TPOT itself,
-lower better: the same order, its slowdowns measured on TPOT.
+content event, ``wire.completion.decode_rate``) on the serial sweep, on a load point run in
+full and on a raced load point (``measure.load.race``) alike: the same samples give the same
+decision whichever path reads them, and the load's tables show its inverse, TPOT.
 No pytest here, and no words.
 """
 
