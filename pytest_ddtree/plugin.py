@@ -220,14 +220,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     host cannot reach it."""
     if not needs_runtime([item]):
         return
+    from pytest_ddtree.pytest_plugin import skips
+
     unreachable = item.config.stash[SESSION_KEY].unreachable()
     if unreachable is not None:
-        pytest.skip(unreachable)
+        skips.skip(unreachable, skips.UNREACHABLE)
     runtime = item.config.stash.get(RUNTIME_KEY, None)
     if runtime is not None and runtime.client.guard.stopped:
         guard = runtime.client.guard
-        why = "the endpoint is down" if guard.dead else "the endpoint stalled"
-        pytest.skip(f"ddtree: not run, {why}: {guard.reason}")
+        why = skips.ENDPOINT_DOWN if guard.dead else skips.ENDPOINT_STALLED
+        skips.skip(f"ddtree: not run, {why}: {guard.reason}", why)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -237,6 +239,10 @@ def pytest_runtest_makereport(
     outcome = yield
     report = outcome.get_result()
     item.config.stash[SESSION_KEY].end_phase(item, report)
+    if report.skipped:
+        from pytest_ddtree.pytest_plugin.skips import mark as mark_skip
+
+        mark_skip(report, call.excinfo)
     if report.failed:
         from pytest_ddtree.pytest_plugin.summary import short_crash_line
 
@@ -314,7 +320,9 @@ def ddtree_runtime(pytestconfig: pytest.Config) -> Runtime:
         session = pytestconfig.stash[SESSION_KEY]
         if session.is_worker:  # this host's alone (DDTreeSession.start): an exit would
             session.start_error = str(exc)  # break the controller
-            pytest.skip(session.unreachable() or "")
+            from pytest_ddtree.pytest_plugin import skips
+
+            skips.skip(session.unreachable() or "", skips.UNREACHABLE)
         pytest.exit(f"ddtree: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
 
 

@@ -3,18 +3,16 @@
 An HTTP 400 that refuses a feature the request asked for by naming it
 (``core.features.refused_feature``) skips the test that sent it, at the request, unless
 ``--ddtree-require`` names the feature: then the answer is judged, and fails, as before.
-The skip reason carries the feature, the server and its message; the closing summary
-reads them back into one line per feature.
+The skip reason says the feature, the server and its message, and the skip keeps them as
+data (``skips``): the closing summary makes one line per feature of them.
 """
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
-import pytest
-
 from pytest_ddtree.core.features import refused_feature
+from pytest_ddtree.pytest_plugin import skips
 from pytest_ddtree.wire.protocol import one_line
 
 if TYPE_CHECKING:
@@ -25,7 +23,6 @@ if TYPE_CHECKING:
     from pytest_ddtree.wire.completion import Completion
 
 _PREFIX = "ddtree: not run, "
-_REASON = re.compile(r"ddtree: not run, (\w+): not served by (.+?) \(HTTP 400: (.*)\)\Z")
 
 
 def watch(runtime: Runtime) -> None:
@@ -41,7 +38,11 @@ def _watch(client: DDTreeClient, where: str, required: tuple[str, ...]) -> None:
         message = (completion.error or "").removeprefix(f"HTTP {status}: ")
         found = refused_feature(status, completion.request.body, message)
         if found is not None and found[0] not in required:
-            pytest.skip(skip_reason(found[0], where, found[1]))
+            skips.skip(
+                skip_reason(found[0], where, found[1]),
+                skips.FEATURE,
+                (found[0], where, one_line(found[1], 200)),
+            )
 
     client.on_answer = on_answer
 
@@ -51,20 +52,18 @@ def skip_reason(feature: str, where: str, message: str) -> str:
     return f"{_PREFIX}{feature}: not served by {where} (HTTP 400: {one_line(message, 200)})"
 
 
-def skip_key(reason: str) -> str | None:
-    """The summary's short name of a feature skip (None: another reason)."""
-    found = _REASON.match(reason)
-    return None if found is None else f"{found[1]} not served by {found[2]}"
+def skip_key(kind: tuple[str, ...]) -> str:
+    """The summary's short name of a feature skip (``kind``: the skip's kind and details)."""
+    return f"{kind[1]} not served by {kind[2]}"
 
 
-def summary_lines(reasons: Iterable[str]) -> list[str]:
+def summary_lines(kinds: Iterable[tuple[str, ...]]) -> list[str]:
     """One line per refused feature: what the server said, how many tests were skipped, and
     the option that makes it a failure (none when nothing was refused)."""
     seen: dict[tuple[str, str], list[str]] = {}
-    for reason in reasons:
-        found = _REASON.match(reason)
-        if found is not None:
-            seen.setdefault((found[1], found[2]), []).append(found[3])
+    for kind in kinds:
+        if kind[0] == skips.FEATURE:
+            seen.setdefault((kind[1], kind[2]), []).append(kind[3])
     return [
         f"{feature}: not served by {where} (HTTP 400: {messages[0]}); {len(messages)} test(s) "
         f"skipped; --ddtree-require {feature} makes this a failure"

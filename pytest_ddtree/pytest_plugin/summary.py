@@ -294,7 +294,7 @@ def _write_breakeven(tr: pytest.TerminalReporter, session: DDTreeSession) -> Non
 def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     if not session.load_results:
         return
-    from pytest_ddtree.measure.load.hosts import absent_line, render_hosts
+    from pytest_ddtree.measure.load.hosts import absent_line, approximate_lines, render_hosts
     from pytest_ddtree.report.arm_text import speculation_warnings
     from pytest_ddtree.report.load_text import load_lines
 
@@ -325,8 +325,10 @@ def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
             )
         if test.hosts:
             tr.write_line("  per host:")
-            for line in render_hosts(test.hosts, test.clock_problems):
-                tr.write_line("  " + line, yellow=line.startswith("timeline approximate"))
+            for line in render_hosts(test.hosts):
+                tr.write_line("  " + line)
+            for line in approximate_lines(test.clock_problems):
+                tr.write_line("  " + line, yellow=True)
 
 
 def take_regressions(config: pytest.Config) -> list[tuple[str, str]]:
@@ -523,41 +525,40 @@ def caveat_lines(session: DDTreeSession) -> list[str]:
     return [f"caveat: {c}" for c in dict.fromkeys(found)]
 
 
-def _skip_reasons(tr: pytest.TerminalReporter) -> list[str]:
-    reasons = []
+def _skipped(tr: pytest.TerminalReporter) -> list[tuple[str, tuple[str, ...] | None]]:
+    """Each skipped test's reason and, for the plugin's own skips, its kind and details."""
+    from pytest_ddtree.pytest_plugin.skips import kind_of
+
+    out = []
     for report in tr.stats.get("skipped", []):
         reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else ""
-        reasons.append(reason.removeprefix("Skipped: "))
-    return reasons
+        out.append((reason.removeprefix("Skipped: "), kind_of(report)))
+    return out
 
 
 def feature_lines(tr: pytest.TerminalReporter) -> list[str]:
     """One line per feature the deployment refused (its tests skipped), or none."""
     from pytest_ddtree.pytest_plugin import features
 
-    return features.summary_lines(_skip_reasons(tr))
+    return features.summary_lines(kind for _, kind in _skipped(tr) if kind is not None)
 
 
 def skip_lines(tr: pytest.TerminalReporter) -> list[str]:
     """One line counting the skipped tests by why (-rs lists them), or none."""
-    from pytest_ddtree.pytest_plugin import features
+    from pytest_ddtree.pytest_plugin import features, skips
 
-    reasons = _skip_reasons(tr)
-    if not reasons:
+    skipped = _skipped(tr)
+    if not skipped:
         return []
     why: dict[str, int] = {}
-    for reason in reasons:
-        if (feature := features.skip_key(reason)) is not None:
-            key = feature
-        elif "left the race" in reason:
-            key = "budgets that left the race (slower than the margin)"
-        elif reason.startswith("race decided"):
-            key = "the race was decided before them"
-        elif reason.startswith("ddtree: not run, the endpoint "):  # is down, stalled
-            key = reason.removeprefix("ddtree: not run, ").partition(":")[0]
-        else:
+    for reason, kind in skipped:
+        if kind is None:  # not the plugin's: its reason, shortened
             key = _shortened(reason) or "no reason given"
+        elif kind[0] == skips.FEATURE:
+            key = features.skip_key(kind)
+        else:
+            key = kind[0]
         why[key] = why.get(key, 0) + 1
     parts = [f"{n} {key}" for key, n in sorted(why.items(), key=lambda kv: -kv[1])]
     shown = "; ".join(parts[:3]) + ("; ..." if len(parts) > 3 else "")
-    return [f"{len(reasons)} test(s) skipped: {shown} (-rs lists them)"]
+    return [f"{len(skipped)} test(s) skipped: {shown} (-rs lists them)"]

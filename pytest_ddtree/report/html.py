@@ -52,7 +52,7 @@ from pytest_ddtree.report.decision_text import drift_line, drift_rule_text, swee
 from pytest_ddtree.report.depth_chart import depth_section
 from pytest_ddtree.report.html_style import CSS
 from pytest_ddtree.report.sweep_charts import budget_charts
-from pytest_ddtree.report.terminal import race_lines, unraced_note
+from pytest_ddtree.report.terminal import race_log, unraced_note
 
 if TYPE_CHECKING:
     from pytest_ddtree.measure.breakeven import BreakEvenMap
@@ -103,7 +103,7 @@ def _race_section(summary: SweepSummary, meta: RunMetadata) -> str:
     if race is None:
         return ""
     rule = race.judgement.rule
-    items = "".join(f"<li>{escape(line.removeprefix('race: '))}</li>" for line in race_lines(race))
+    items = "".join(f"<li>{escape(line)}</li>" for line in race_log(race))
     unraced = unraced_note(meta)  # the terminal's note, from the same metadata
     how = (
         f"An adaptive sweep: every budget got {rule.min_n} requests at least, then a round "

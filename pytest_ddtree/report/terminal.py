@@ -103,13 +103,18 @@ def table_lines(
 
 
 def race_lines(race: RaceRecord[int | None] | None) -> list[str]:
+    """The adaptive sweep's log as the terminal prints it, each line after ``race:``."""
+    return [f"race: {line}" for line in race_log(race)]
+
+
+def race_log(race: RaceRecord[int | None] | None) -> list[str]:
     """The adaptive sweep's log: which budget left when (requests, round) and why."""
     if race is None or race.mode != "adaptive":
         return []
     rule = race.judgement.rule
     budget = "no request budget" if rule.max_requests is None else f"of {rule.max_requests}"
     lines = [
-        f"race: {race.requests} requests ({budget}) in {race.laps} rounds, "
+        f"{race.requests} requests ({budget}) in {race.laps} rounds, "
         f"{percent(rule.equivalence)} margin, min n {rule.min_n}, {percent(rule.confidence)} "
         "confidence "
         "over all looks"
@@ -119,13 +124,13 @@ def race_lines(race: RaceRecord[int | None] | None) -> list[str]:
         if e.leader is not None:
             reason = reason.replace("the leader", f"tree_budget={budget_label(e.leader)}", 1)
         lines.append(
-            f"race: tree_budget={budget_label(e.key)} left after {e.after_requests} requests "
+            f"tree_budget={budget_label(e.key)} left after {e.after_requests} requests "
             f"(round {e.lap}, n={e.n}): {reason}"
         )
     if race.spent:
         still = ", ".join(budget_label(k) for k in race.judgement.contending) or "-"
         lines.append(
-            f"race: undecided - the request budget ({rule.max_requests}) was spent with "
+            f"undecided - the request budget ({rule.max_requests}) was spent with "
             f"tree_budget={still} still in contention with the leader"
         )
     return lines
@@ -149,12 +154,16 @@ def unraced_note(meta: RunMetadata | None) -> str | None:
     )
 
 
-def shared_server_lines(shared: Mapping[int | None, str] | None) -> list[str]:
+def shared_server_warnings(shared: Mapping[int | None, str] | None) -> list[str]:
     """One warning per budget timed while another client used the server."""
     return [
-        f"WARNING: tree_budget {budget_label(b)}: shared server: {why}"
-        for b, why in (shared or {}).items()
+        f"tree_budget {budget_label(b)}: shared server: {why}" for b, why in (shared or {}).items()
     ]
+
+
+def shared_server_lines(shared: Mapping[int | None, str] | None) -> list[str]:
+    """:func:`shared_server_warnings` as the terminal's WARNING lines."""
+    return [f"WARNING: {w}" for w in shared_server_warnings(shared)]
 
 
 def shared_recommendation(shared: Mapping[int | None, str] | None) -> list[str]:
@@ -172,7 +181,7 @@ def shared_recommendation(shared: Mapping[int | None, str] | None) -> list[str]:
 def shared_caveat_notes(shared: Mapping[int | None, str] | None) -> list[str]:
     """The shared-server warnings and the recommendation's caveat, as report notes."""
     return [
-        *(line.removeprefix("WARNING: ") for line in shared_server_lines(shared)),
+        *shared_server_warnings(shared),
         *shared_recommendation(shared),
     ]
 

@@ -89,3 +89,30 @@ def test_a_caveat_is_a_notes_head_and_the_whole_line_adds_its_detail() -> None:
     idle = gap_note(SpeculationGap("never drafted", (64,), True, 9))
     assert idle.head == "speculation never drafted at every budget 64"
     assert str(idle).startswith(f"{idle.head}: 0 draft tokens in 9 request(s)"), idle
+
+
+def test_skips_are_counted_by_their_kind_never_by_their_words(pytester: pytest.Pytester) -> None:
+    # a user's own skips worded as the plugin's: counted under their own reasons, and no
+    # feature is said to be refused
+    pytester.makepyfile(
+        test_timed=TIMED,
+        test_own="""
+import pytest
+
+def test_a():
+    pytest.skip("race decided after 3 requests: tree_budget=16 recommended")
+
+def test_b():
+    pytest.skip("ddtree: not run, tools: not served by this deployment (HTTP 400: no)")
+""",
+    )
+    result = pytester.runpytest(
+        "--ddtree-budgets=16", "--ddtree-reference-latency=off", "-p", "no:randomly"
+    )
+    result.assert_outcomes(passed=1, skipped=2)
+    out = result.stdout.str()
+    (line,) = [ln for ln in out.splitlines() if "test(s) skipped:" in ln]
+    assert "the race was decided before them" not in line, line
+    assert "1 race decided after 3 requests: tree_budget=16 recommended" in line, line
+    assert "1 ddtree: not run, tools: not served by this deployment" in line, line
+    assert "--ddtree-require tools makes this a failure" not in out, out

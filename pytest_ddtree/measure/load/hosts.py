@@ -37,6 +37,7 @@ __all__ = [
     "HostRow",
     "Hosts",
     "Release",
+    "approximate_lines",
     "render_hosts",
 ]
 
@@ -411,9 +412,8 @@ _HEAD = (
 )
 
 
-def render_hosts(rows: Sequence[HostRow], problems: Sequence[str] = ()) -> list[str]:
-    """The per-host table of one load test, the start skew, and what makes the timeline
-    approximate (each host named)."""
+def render_hosts(rows: Sequence[HostRow]) -> list[str]:
+    """The per-host table of one load test, its legend and the start skew."""
     origin = min((r.first_send for r in rows if r.first_send is not None), default=None)
     body = [_HEAD, *(_host_cells(r, origin) for r in rows)]
     widths = [max(len(row[i]) for row in body) for i in range(len(_HEAD))]
@@ -435,12 +435,16 @@ def render_hosts(rows: Sequence[HostRow], problems: Sequence[str] = ()) -> list[
             f"start skew: {skew * 1000:.1f} ms at worst between the hosts' first requests of a "
             "load point at a budget (each starts together on every host)"
         )
-    for line in problems:
-        lines.append(
-            f"timeline approximate: {line} (limit {DRIFT_LIMIT * 1000:g} ms); the achieved "
-            "concurrency across hosts carries that error, the latencies do not"
-        )
     return lines
+
+
+def approximate_lines(problems: Sequence[str]) -> list[str]:
+    """What makes the timeline approximate, one line per host named."""
+    return [
+        f"timeline approximate: {line} (limit {DRIFT_LIMIT * 1000:g} ms); the achieved "
+        "concurrency across hosts carries that error, the latencies do not"
+        for line in problems
+    ]
 
 
 def _host_cells(row: HostRow, origin: float | None) -> tuple[str, ...]:

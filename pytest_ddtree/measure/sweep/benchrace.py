@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.measure.sweep.race import Race, RaceRule
@@ -40,6 +41,13 @@ class BenchRace:
     def of(cls, budgets: Iterable[int | None], rule: RaceRule, per_lap: int) -> BenchRace:
         """A new race over ``budgets`` (``per_lap``: timed rounds of one test)."""
         return cls(Race(budgets, rule, per_lap=per_lap), per_test=per_lap)
+
+    @property
+    def over(self) -> Literal["decided", "undecided"] | None:
+        """How the race ended (None: it goes on)."""
+        if self._over is None:
+            return None
+        return "decided" if self.race.judgement().decided else "undecided"
 
     def admit(self, prompt: str, budget: int | None, pass_: int = 1) -> str | None:
         """None when the test of (``prompt``, ``budget``, ``pass_``) runs, else why it is
