@@ -39,17 +39,23 @@ from typing import Any
 __all__ = [
     "AUTO_START",
     "ContextPrompt",
+    "Count",
     "DepthError",
     "auto_depths",
     "context_limit",
     "corpus",
     "corpus_tokens",
+    "probe_depths",
     "prompts_at",
     "template_overhead",
+    "too_long",
 ]
 
 #: the first depth ``auto`` tries; each next one doubles it
 AUTO_START = 512
+#: ``auto`` probes no deeper than this (a server that states no context length and takes
+#: every prompt up to it is mapped up to it)
+AUTO_CEILING = 131072
 #: the words of the instruction that closes every prompt
 INSTRUCTION = "Summarize the passage above in a few paragraphs."
 #: separates the book's end from its start when a passage wraps around
@@ -251,6 +257,40 @@ def auto_depths(limit: int, reserve: int, start: int = AUTO_START) -> tuple[int,
     out: list[int] = []
     depth = start
     while depth + reserve <= limit:
+        out.append(depth)
+        depth *= 2
+    return tuple(out)
+
+
+#: the words a server refuses a prompt longer than its context with: vLLM's "maximum context
+#: length is", SGLang's "longer than the model's context length", llama.cpp's "exceeds the
+#: available context size", TGI's "must be <= ... tokens" (with ``max_new_tokens``)
+_TOO_LONG = re.compile(
+    r"context (length|size|window)|maximum context|too long|max_new_tokens|max_model_len",
+    re.IGNORECASE,
+)
+
+
+def too_long(status: int | None, message: str) -> bool:
+    """Whether an answer refuses its request as longer than the server's context: an HTTP
+    400, 413 or 422 whose message says so (any other refusal is not read as a limit)."""
+    return status in (400, 413, 422) and _TOO_LONG.search(message) is not None
+
+
+def probe_depths(
+    fits: Callable[[int], bool],
+    reserve: int,
+    start: int = AUTO_START,
+    ceiling: int = AUTO_CEILING,
+) -> tuple[int, ...]:
+    """``auto``'s depths where the server states no context length, found by asking:
+    ``start``, twice that, ... up to ``ceiling``, while a prompt of the depth plus ``reserve``
+    tokens (the answer's ``max_tokens``) fits. ``fits(tokens)`` sends a prompt of that many
+    tokens and says whether the server took it (False: refused as too long; any other
+    answer is the caller's to raise)."""
+    out: list[int] = []
+    depth = start
+    while depth <= ceiling and fits(depth + reserve):
         out.append(depth)
         depth *= 2
     return tuple(out)

@@ -122,6 +122,8 @@ def options_from_args(ns: argparse.Namespace) -> ServerOptions:
         jitter=ns.jitter,
         draft_context=ns.draft_context,
         draft_halflife=ns.draft_halflife,
+        max_model_len=ns.max_model_len,
+        state_context=ns.state_context,
     )
 
 

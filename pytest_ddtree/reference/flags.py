@@ -129,6 +129,26 @@ ARGUMENTS: tuple[tuple[str, str | None, dict[str, Any]], ...] = (
         },
     ),
     (
+        "--max-model-len",
+        "server.max_model_len",
+        {
+            "type": int,
+            "metavar": "TOKENS",
+            "help": "the context: a request whose prompt tokens and max_tokens exceed it is "
+            "refused with HTTP 400, in vLLM's words (default %(default)s)",
+        },
+    ),
+    (
+        "--unstated-context",
+        "server.state_context",
+        {
+            "action": "store_false",
+            "dest": "state_context",
+            "help": "GET /models states no context length (max_model_len), as some servers' "
+            "do not: --ddtree-context auto then probes it",
+        },
+    ),
+    (
         "--slowdown",
         "cost.slowdown",
         {"type": float, "help": "multiply every simulated cost by this factor"},

@@ -17,8 +17,10 @@ from pytest_ddtree.core.context import (
     context_limit,
     corpus,
     corpus_tokens,
+    probe_depths,
     prompts_at,
     template_overhead,
+    too_long,
 )
 from pytest_ddtree.core.options import resolve
 from pytest_ddtree.core.settings import SettingsError
@@ -162,3 +164,47 @@ def test_a_bad_context_is_one_line_naming_the_value_and_its_source(
     with pytest.raises(SettingsError) as info:
         _resolve(**given)
     assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        # vLLM, SGLang, llama.cpp and TGI, in their own words
+        (
+            400,
+            "This model's maximum context length is 2048 tokens. However, you requested "
+            "2100 tokens (2090 in the messages, 10 in the completion).",
+        ),
+        (400, "The input (3000 tokens) is longer than the model's context length (2048 tokens)."),
+        (400, "the request exceeds the available context size, try increasing it"),
+        (422, "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096."),
+    ],
+)
+def test_a_refusal_as_too_long_is_read_as_the_limit(status: int, message: str) -> None:
+    assert too_long(status, message)
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        (400, "'tools' is not supported by this deployment"),
+        (500, "CUDA out of memory while allocating the context"),
+        (429, "rate limited"),
+        (None, "read timeout"),
+    ],
+)
+def test_no_other_failure_is_read_as_the_limit(status: int | None, message: str) -> None:
+    assert not too_long(status, message)
+
+
+def test_probed_depths_double_while_the_prompt_and_the_answer_fit() -> None:
+    asked: list[int] = []
+
+    def fits(tokens: int) -> bool:
+        asked.append(tokens)
+        return tokens <= 3000
+
+    assert probe_depths(fits, reserve=128) == (512, 1024, 2048)
+    assert asked == [640, 1152, 2176, 4224]  # each with the answer's room, the last refused
+    assert probe_depths(lambda n: True, reserve=0, ceiling=2048) == (512, 1024, 2048)
+    assert probe_depths(lambda n: False, reserve=0) == ()

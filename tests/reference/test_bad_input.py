@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 from typing import Any
 
@@ -108,9 +109,12 @@ def test_body_over_one_mebibyte(client: httpx.Client) -> None:
 
 
 def test_body_just_under_limit_is_read(client: httpx.Client) -> None:
+    # read in full: every token counted, and the prompt refused as longer than the context
     body = chat_body("Tell me about rivers. " + "a " * 100_000, max_tokens=4)
     r = client.post("/chat/completions", json=body)
-    assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] > 50_000
+    assert r.status_code == 400, r.text
+    requested = re.search(r"However, you requested (\d+) tokens", r.json()["error"]["message"])
+    assert requested is not None and int(requested.group(1)) > 50_000, r.text
 
 
 def test_unknown_route_and_wrong_method(ref_server: ReferenceServer, client: httpx.Client) -> None:

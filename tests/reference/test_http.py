@@ -221,3 +221,19 @@ def test_stats_dialects(dialect_server: tuple[str, httpx.Client]) -> None:
             assert u["dflash_ddtree_tokens_per_second"] > 0
     else:
         assert "metrics" not in r and not any(k.startswith("dflash") for k in r["usage"])
+
+
+def test_a_prompt_and_answer_past_the_context_are_refused_in_vllms_words() -> None:
+    with (
+        start_reference_server(
+            simulated_latency=False, max_model_len=64, state_context=False
+        ) as server,
+        httpx.Client(base_url=server.base_url, timeout=30) as c,
+    ):
+        (model,) = c.get("/models").json()["data"]
+        assert "max_model_len" not in model  # stated nowhere: --unstated-context
+        assert post(c, "Hi.", max_tokens=8).status_code == 200
+        r = post(c, "river " * 80, max_tokens=8)
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert message.startswith("This model's maximum context length is 64 tokens. However, ")

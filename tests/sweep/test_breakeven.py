@@ -20,6 +20,7 @@ from pytest_ddtree.measure.breakeven import (
 )
 from pytest_ddtree.measure.sample import SERIAL, Sample
 from pytest_ddtree.measure.sweep.race import RaceRule
+from pytest_ddtree.reference import start_reference_server
 from pytest_ddtree.report.breakeven_text import (
     NOT_MEASURED,
     breakeven_answer,
@@ -217,3 +218,30 @@ def test_undecided_depths_with_other_leaders_are_said_apart() -> None:
         "Break-even: at 128 prompt tokens: undecided among server-default, off (server-default "
         "leads); at 1024: undecided among off, server-default (off leads)."
     )
+
+
+def test_auto_probes_the_depths_where_the_server_states_no_context_length(
+    pytester: pytest.Pytester,
+) -> None:
+    # /models names no context length: auto doubles from 512 while a prompt and its answer
+    # fit, and the server's refusal (vLLM's words) of the next ends the map's depths
+    with start_reference_server(
+        simulated_latency=False, max_model_len=1100, state_context=False
+    ) as server:
+        result = pytester.runpytest_subprocess(
+            "--pyargs",
+            "pytest_ddtree.suite",
+            "-k",
+            "break_even",
+            f"--ddtree-endpoint={server.base_url}",
+            "--ddtree-context=auto",
+            "--ddtree-budgets=64",
+            "--ddtree-max-tokens=32",
+            "--ddtree-report=rep",
+            "-p",
+            "no:cacheprovider",
+        )
+    result.assert_outcomes(passed=1)
+    (found,) = json.loads((pytester.path / "rep" / "sweep.json").read_text())["breakeven"]
+    assert sorted({c["depth"] for c in found["cells"]}) == [512, 1024], found["cells"]
+    assert "speedup not measured: give --ddtree-baseline-endpoint" in result.stdout.str()

@@ -25,7 +25,6 @@ from pytest_ddtree.core.dialects.omlx import OMLX
 from pytest_ddtree.core.dialects.vllm import VLLM
 
 from ..request import (
-    MAX_MODEL_LEN,
     Request,
     RequestError,
     error_body,
@@ -270,7 +269,11 @@ class _Handler(BaseHTTPRequestHandler):
                     "object": "model",
                     "created": 1700000000,
                     "owned_by": "pytest-ddtree",
-                    "max_model_len": MAX_MODEL_LEN,
+                    **(
+                        {"max_model_len": engine.options.max_model_len}
+                        if engine.options.state_context
+                        else {}
+                    ),
                 }
             ],
         }
@@ -305,12 +308,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(
                 200,
                 json.dumps(
-                    {"tokens": ids, "count": len(ids), "max_model_len": MAX_MODEL_LEN}
+                    {
+                        "tokens": ids,
+                        "count": len(ids),
+                        "max_model_len": engine.options.max_model_len,
+                    }
                 ).encode(),
             )
             return
         chat = path.endswith("chat/completions")
         req = parse_request(body, chat, engine.options.model_id)
+        _fits_context(req, engine)
         try:
             faults = engine.effective_faults(self.headers.get("X-DDTree-Fault"))
         except ValueError as e:
@@ -648,3 +656,18 @@ def _tool_finish(req: Request, finish: str) -> str:
     if finish == "stop" and not req.named_tool:
         return "tool_calls"
     return finish
+
+
+def _fits_context(req: Request, engine: Any) -> None:
+    """Refuse, as vLLM does (HTTP 400, its words), a request whose prompt and ``max_tokens``
+    exceed the context."""
+    limit = engine.options.max_model_len
+    prompt = len(engine.model.encode(req.rendered))
+    if prompt + req.max_tokens > limit:
+        raise RequestError(
+            400,
+            f"This model's maximum context length is {limit} tokens. However, you requested "
+            f"{prompt + req.max_tokens} tokens ({prompt} in the messages, {req.max_tokens} in "
+            "the completion). Please reduce the length of the messages or completion.",
+            "invalid_request",
+        )

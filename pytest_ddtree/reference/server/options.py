@@ -14,6 +14,7 @@ from ..cost import DRAFT_CONTEXT, DRAFT_HALFLIFE, CostModel, check_jitter, draft
 from ..faults import parse_faults
 from ..model import MODEL_ID
 from ..request import (
+    MAX_MODEL_LEN,
     MAX_TREE_BUDGET,
 )
 
@@ -40,7 +41,10 @@ class ServerOptions:
     generation request's simulated costs (0: none; see :func:`~.cost.jitter_factor`).
     ``draft_context``, ``draft_halflife``: past ``draft_context`` prompt tokens the drafter
     loses track of the context, its per-token acceptance halving every ``draft_halflife``
-    tokens (0: never; see :func:`~.cost.draft_keep`).
+    tokens (0: never; see :func:`~.cost.draft_keep`). ``max_model_len``: the context; a
+    request whose prompt tokens and ``max_tokens`` exceed it is refused with HTTP 400, as
+    vLLM refuses it. ``state_context``: ``GET /models`` states ``max_model_len`` (False: it
+    states no context length, as some servers do not).
     """
 
     host: str = "127.0.0.1"
@@ -60,6 +64,8 @@ class ServerOptions:
     jitter: float = 0.0
     draft_context: int = DRAFT_CONTEXT
     draft_halflife: int = DRAFT_HALFLIFE
+    max_model_len: int = MAX_MODEL_LEN
+    state_context: bool = True
 
     def draft_keep(self, prompt_tokens: int) -> float:
         """The drafter's per-token keep after a prompt of ``prompt_tokens`` tokens."""
@@ -71,6 +77,9 @@ class ServerOptions:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name}: must be an integer >= 0, got {value!r}")
+        n = self.max_model_len
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_MODEL_LEN:
+            raise ValueError(f"max_model_len: must be an integer in 1..{MAX_MODEL_LEN}, got {n!r}")
         object.__setattr__(self, "jitter", check_jitter(self.jitter))
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ValueError(f"port: must be an integer in 0..65535, got {self.port!r}")
