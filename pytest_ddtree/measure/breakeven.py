@@ -52,6 +52,7 @@ __all__ = [
     "BreakEvenMap",
     "Cell",
     "Ratio",
+    "Reuse",
     "Send",
     "Slope",
     "acceptance_slope",
@@ -59,6 +60,7 @@ __all__ = [
     "cell_of",
     "crossover",
     "race_cell",
+    "reuse_of",
 ]
 
 #: the arm without speculation (the target-only twin): a tree of no node
@@ -154,6 +156,45 @@ jsonmodel.register(
 
 
 @dataclass(frozen=True)
+class Reuse:
+    """A conversation's second turn at one depth and arm: how much of its prompt (the first
+    turn, its answer and a new question) the server's prefix cache held, and its TTFT.
+
+    ``cached`` is the median share of the prompt's tokens reported cached
+    (``usage.prompt_tokens_details.cached_tokens``) over the ``reported`` answers that said;
+    None when none did (the server does not report it)."""
+
+    depth: int
+    arm: Arm
+    turns: int
+    valid: int
+    reported: int
+    cached: float | None
+    #: the median TTFT of the valid second turns, seconds
+    ttft: float | None
+
+
+def reuse_of(
+    depth: int, arm: Arm, turns: Sequence[tuple[bool, int | None, int | None, float | None]]
+) -> Reuse:
+    """One arm's second turns (valid, cached tokens, prompt tokens, TTFT each) at ``depth``."""
+    shares = [c / p for ok, c, p, _ in turns if ok and c is not None and p]
+    ttfts = [t for ok, _, _, t in turns if ok and t is not None]
+    return Reuse(
+        depth,
+        arm,
+        len(turns),
+        sum(ok for ok, *_ in turns),
+        len(shares),
+        statistics.median(shares) if shares else None,
+        statistics.median(ttfts) if ttfts else None,
+    )
+
+
+jsonmodel.register(Reuse, read=False)
+
+
+@dataclass(frozen=True)
 class BreakEvenMap:
     """Every cell, depth by depth and load point by load point; the fitted slope and the
     crossover of each load point (None: none up to the deepest depth measured)."""
@@ -164,6 +205,8 @@ class BreakEvenMap:
     slope: Slope | None
     crossovers: Mapping[str, int | None]
     samples: tuple[Sample, ...] = ()
+    #: each depth's second turns, off and the cell's best budget (empty: not measured)
+    reuse: tuple[Reuse, ...] = ()
 
     @property
     def depths(self) -> tuple[int, ...]:
@@ -195,7 +238,10 @@ jsonmodel.register(
         "depths": lambda m: list(m.depths),
         "points": lambda m: [p.label for p in m.points],
     },
-    order=("baseline", "depths", "points", "crossovers", "acceptance_slope", "cells", "samples"),
+    order=(
+        *("baseline", "depths", "points", "crossovers", "acceptance_slope", "cells", "reuse"),
+        "samples",
+    ),
 )
 
 

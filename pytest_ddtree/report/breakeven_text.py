@@ -152,5 +152,45 @@ def map_lines(m: BreakEvenMap) -> list[str]:
         )
     spent = sum(c.requests for c in m.cells)
     lines.append(f"requests: {spent} (each cell raced; a decided cell stops spending)")
+    lines.extend(reuse_lines(m))
     lines.append(breakeven_answer(m))
     return lines
+
+
+#: a second turn held this much less of its prompt in the cache with speculation than without
+REUSE_GAP = 0.10
+
+
+def reuse_lines(m: BreakEvenMap) -> list[str]:
+    """Each depth's second turns: how much of the conversation the prefix cache held, with
+    speculation off and at the best budget, and a warning where speculation held less."""
+    if not m.reuse:
+        return []
+    if all(r.reported == 0 for r in m.reuse):
+        n = sum(r.turns for r in m.reuse)
+        return [
+            f"second turns: {n} sent, none reported its cached prompt tokens "
+            "(usage.prompt_tokens_details.cached_tokens: vLLM --enable-prompt-tokens-details, "
+            "SGLang --enable-cache-report)"
+        ]
+    out = []
+    for depth in sorted({r.depth for r in m.reuse}):
+        arms = [r for r in m.reuse if r.depth == depth]
+        parts = []
+        for r in arms:
+            held = "not reported" if r.cached is None else f"{r.cached:.0%} cached"
+            ttft = "" if r.ttft is None else f", TTFT p50 {r.ttft * 1000:,.0f} ms"
+            parts.append(f"{arm_label(r.arm)} {held}{ttft} (n={r.reported}/{r.turns})")
+        out.append(f"second turn at {depth}: {'; '.join(parts)}")
+        off = next((r.cached for r in arms if r.arm == OFF), None)
+        out.extend(
+            f"WARNING: at {depth} prompt tokens speculation ({arm_label(r.arm)}) held "
+            f"{r.cached:.0%} of a second turn in the prefix cache, the target alone {off:.0%}: "
+            "speculation costs this deployment its prefix reuse"
+            for r in arms
+            if off is not None
+            and r.arm != OFF
+            and r.cached is not None
+            and r.cached < off - REUSE_GAP
+        )
+    return out

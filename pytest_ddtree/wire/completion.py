@@ -134,6 +134,10 @@ class Usage:
     completion_tokens: int | None
     total_tokens: int | None
     reasoning_tokens: int | None = None
+    #: prompt tokens the server's prefix cache held (``prompt_tokens_details.cached_tokens``:
+    #: vLLM with ``--enable-prompt-tokens-details``, SGLang with ``--enable-cache-report``,
+    #: llama.cpp); None where the server does not say
+    cached_tokens: int | None = None
 
 
 @dataclass(frozen=True)

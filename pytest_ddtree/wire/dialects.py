@@ -230,10 +230,13 @@ def extract_usage(objects: Sequence[Any]) -> Usage | None:
             if reasoning is None:
                 # SGLang puts the count at the top of ``usage`` (its details object is null)
                 reasoning = usage.get("reasoning_tokens")
+            prompt = usage.get("prompt_tokens_details")
+            cached = prompt.get("cached_tokens") if isinstance(prompt, Mapping) else None
             return Usage(
                 prompt_tokens=_int(usage.get("prompt_tokens")),
                 completion_tokens=_int(usage.get("completion_tokens")),
                 total_tokens=_int(usage.get("total_tokens")),
                 reasoning_tokens=_int(reasoning),
+                cached_tokens=_int(cached),
             )
     return None

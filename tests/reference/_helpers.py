@@ -109,3 +109,9 @@ def stream(
         except ValueError:
             out.events.append(data)
     return out
+
+
+def counts(usage: dict[str, Any]) -> dict[str, Any]:
+    """A ``usage`` block's token counts: what the prefix cache held
+    (``prompt_tokens_details``) depends on the requests before, never on the answer."""
+    return {k: v for k, v in usage.items() if k != "prompt_tokens_details"}

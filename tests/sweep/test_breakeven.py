@@ -245,3 +245,47 @@ def test_auto_probes_the_depths_where_the_server_states_no_context_length(
     (found,) = json.loads((pytester.path / "rep" / "sweep.json").read_text())["breakeven"]
     assert sorted({c["depth"] for c in found["cells"]}) == [512, 1024], found["cells"]
     assert "speedup not measured: give --ddtree-baseline-endpoint" in result.stdout.str()
+
+
+def test_a_second_turn_reports_what_the_prefix_cache_held_with_speculation_on_and_off(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_turns="""
+def test_turns(ddtree_breakeven):
+    found = ddtree_breakeven([512], budgets=[64], second_turn=True, max_tokens=24)
+    assert [r.arm for r in found.reuse] == [0, 64]
+"""
+    )
+    result = pytester.runpytest(
+        "--ddtree-reference-latency=off", "--ddtree-report=rep", "-p", "no:randomly"
+    )
+    result.assert_outcomes(passed=1)
+    (found,) = json.loads((pytester.path / "rep" / "sweep.json").read_text())["breakeven"]
+    for r in found["reuse"]:
+        # the second turn opens with the first turn's whole prompt: the cache held most of it
+        assert r["reported"] == r["turns"] == 5 and r["cached"] > 0.5, r
+    assert "second turn at 512: off " in result.stdout.str()
+
+
+def test_speculation_that_holds_less_of_a_conversation_in_the_cache_is_warned_of() -> None:
+    from pytest_ddtree.measure.breakeven import BreakEvenMap, Reuse
+    from pytest_ddtree.report.breakeven_text import reuse_lines
+
+    def found(*reuse: Reuse) -> BreakEvenMap:
+        return BreakEvenMap((), True, None, {}, (), reuse)
+
+    lines = reuse_lines(
+        found(Reuse(2048, 0, 5, 5, 5, 0.97, 0.5), Reuse(2048, 64, 5, 5, 5, 0.45, 2.1))
+    )
+    assert lines[0] == (
+        "second turn at 2048: off 97% cached, TTFT p50 500 ms (n=5/5); "
+        "64 45% cached, TTFT p50 2,100 ms (n=5/5)"
+    )
+    assert lines[1].startswith("WARNING: at 2048 prompt tokens speculation (64) held 45%")
+    same = reuse_lines(
+        found(Reuse(2048, 0, 5, 5, 5, 0.97, 0.5), Reuse(2048, 64, 5, 5, 5, 0.9, 0.6))
+    )
+    assert len(same) == 1  # within 10 points: no warning
+    (silent,) = reuse_lines(found(Reuse(512, 0, 5, 5, 0, None, 0.1)))
+    assert silent.startswith("second turns: 5 sent, none reported its cached prompt tokens")

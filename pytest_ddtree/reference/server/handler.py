@@ -345,6 +345,8 @@ class _Handler(BaseHTTPRequestHandler):
         }
         if req.think or res.reasoning_tokens:
             usage["completion_tokens_details"] = {"reasoning_tokens": res.reasoning_tokens}
+        if res.prefill is not None:  # what its prefix cache held, as vLLM and SGLang report it
+            usage["prompt_tokens_details"] = {"cached_tokens": res.prefill.cached_tokens}
         return usage
 
     def _stats(self, req: Request, res: _Result, faults: frozenset[str]) -> dict[str, Any]:
