@@ -1808,14 +1808,10 @@ SCENARIOS.update(
             Scenario(
                 "breakeven",
                 f"{_BREAKEVEN} --ddtree-context 256,1024,4096 --ddtree-budgets 64"
-                " --ddtree-report ddtree-report",
+                " --ddtree-reference-slowdown 1 --ddtree-report ddtree-report",
                 screenshot=Screenshot(
                     "ddtree-report/sweep.html", DOCS / "img" / "breakeven.png", (1280, 470)
                 ),
-                # a loaded machine (the CI gate's engine lanes beside it) changed the answer's
-                # sentence once where a quiet run did not: its drift is not checked until the
-                # cause is found
-                measurement="the race's cells on a loaded machine can change the map's sentence",
             ),
         ]
     }
