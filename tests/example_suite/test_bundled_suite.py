@@ -66,12 +66,24 @@ def test_the_example_suite_is_the_bundled_suite() -> None:
 # fail the test that catches them: test_example_suite.py)
 @pytest.mark.slow
 def test_pyargs_runs_the_whole_suite_from_an_empty_directory(tmp_path: Path) -> None:
-    result = _pytest(tmp_path, "--pyargs", "pytest_ddtree.suite", "-q", *FAST)
+    # the README's first command as a user runs it (simulated latency on), with a report
+    result = _pytest(
+        tmp_path,
+        "--pyargs",
+        "pytest_ddtree.suite",
+        "-q",
+        "--ddtree-report",
+        "report",
+        "-p",
+        "no:xdist",
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     assert " passed" in output and "failed" not in output
+    for name in ("sweep.json", "sweep.html"):
+        assert (tmp_path / "report" / name).stat().st_size > 0, name
     # every kind of test ran: the sweep's recommendation and the load schedule are printed
-    # decided or not depends on this machine's noise (latency off); the verdict line is there
+    # decided or not depends on this machine's noise; the verdict line is there
     assert re.search(r"^(Recommended |Undecided: |Either )tree_budget=", output, re.MULTILINE)
     assert "schedule:" in output
     # the run ends with its answer: after pytest-benchmark's tables, before pytest's own line
