@@ -55,6 +55,7 @@ __all__ = [
     "Reuse",
     "Send",
     "Slope",
+    "Turn",
     "acceptance_slope",
     "arm_label",
     "cell_of",
@@ -174,9 +175,11 @@ class Reuse:
     ttft: float | None
 
 
-def reuse_of(
-    depth: int, arm: Arm, turns: Sequence[tuple[bool, int | None, int | None, float | None]]
-) -> Reuse:
+#: one second turn: valid, cached prompt tokens, prompt tokens, TTFT (seconds)
+Turn = tuple[bool, int | None, int | None, float | None]
+
+
+def reuse_of(depth: int, arm: Arm, turns: Sequence[Turn]) -> Reuse:
     """One arm's second turns (valid, cached tokens, prompt tokens, TTFT each) at ``depth``."""
     shares = [c / p for ok, c, p, _ in turns if ok and c is not None and p]
     ttfts = [t for ok, _, _, t in turns if ok and t is not None]

@@ -178,6 +178,7 @@ def test_a_bad_context_is_one_line_naming_the_value_and_its_source(
         (400, "The input (3000 tokens) is longer than the model's context length (2048 tokens)."),
         (400, "the request exceeds the available context size, try increasing it"),
         (422, "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096."),
+        (413, "the prompt is too long for this model's context window"),
     ],
 )
 def test_a_refusal_as_too_long_is_read_as_the_limit(status: int, message: str) -> None:

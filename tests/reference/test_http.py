@@ -232,7 +232,10 @@ def test_a_prompt_and_answer_past_the_context_are_refused_in_vllms_words() -> No
     ):
         (model,) = c.get("/models").json()["data"]
         assert "max_model_len" not in model  # stated nowhere: --unstated-context
-        assert post(c, "Hi.", max_tokens=8).status_code == 200
+        prompt = post(c, "Hi.", max_tokens=8).json()["usage"]["prompt_tokens"]
+        # the prompt and max_tokens may fill the context exactly, not one token more
+        assert post(c, "Hi.", max_tokens=64 - prompt).status_code == 200
+        assert post(c, "Hi.", max_tokens=65 - prompt).status_code == 400
         r = post(c, "river " * 80, max_tokens=8)
     assert r.status_code == 400, r.text
     message = r.json()["error"]["message"]
