@@ -401,6 +401,18 @@ def test_server_rate_against_client_rate():
     assert "stats-inflated" not in codes(fast, tps_tolerance=5.0)
 
 
+def test_server_rate_is_compared_over_the_content_events_not_the_tail_after_them():
+    # 84 tokens in 40 content events over 0.5 s (~166 tokens/s), then a 0.6 s pause before the
+    # last byte (the usage and [DONE] events): the server's 300 tokens/s stopped its clock at
+    # its last token, so the pause is no decode, on either side
+    c = completion(stream=True, stats=stats(server_tokens_per_second=300.0))
+    c = replace(c, timings=replace(c.timings, done=c.timings.chunk_times[-1] + 0.6))
+    assert c.decode_tokens_per_second is not None and 300.0 / c.decode_tokens_per_second > 2
+    assert "stats-inflated" not in codes(c)
+    v = next(v for v in check(c, tps_tolerance=1.5) if v.code == "stats-inflated")
+    assert v.evidence["content_seconds"] == 0.5 and 1.5 < v.evidence["ratio"] < 2
+
+
 def test_server_rate_not_compared_when_events_arrive_faster_than_transport_overhead():
     # 40 events 0.1 ms apart, then one 60 ms hiccup: the client cannot verify a
     # compute-only server rate through HTTP at that speed

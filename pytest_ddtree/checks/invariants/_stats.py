@@ -8,6 +8,7 @@ from itertools import pairwise
 from pytest_ddtree.checks.invariants._context import Context, as_float, as_int
 from pytest_ddtree.core.dialects import Dialect, SpecStats, lookup
 from pytest_ddtree.core.violation import Violation
+from pytest_ddtree.wire.completion import decode_rate
 
 #: what each engine's statistics cannot promise, so is not checked there (said once a run);
 #: each dialect declares its own (``Dialect.unstated``)
@@ -278,11 +279,12 @@ def _check_rate(ctx: Context) -> Iterator[Violation]:
     gaps = sorted(b - a for a, b in pairwise(times))
     if gaps[len(gaps) // 2] < e.tps_min_gap:
         return
-    try:
-        client_tps = ctx.completion.decode_tokens_per_second
-    except Exception:  # inconsistent timing tuples: nothing to compare
-        return
-    if client_tps is None or client_tps <= 0:
+    # the client's rate over the window the server's figure and the stall watch cover: first
+    # to last content event. To the last byte (the benchmark's decode rate) it would also time
+    # the finish, usage and [DONE] events, which a pause on either side (a collection, a
+    # descheduled process) can delay after the server stopped its own clock
+    client_tps = decode_rate(ctx.completion.completion_tokens, timings.first_event_tokens, span)
+    if client_tps is None:
         return
     ratio = server_tps / client_tps
     if ratio <= e.tps_tolerance:
@@ -304,7 +306,7 @@ def _check_rate(ctx: Context) -> Iterator[Violation]:
         client_decode_tokens_per_second=round(client_tps, 2),
         ratio=round(ratio, 3),
         chunks=len(times),
-        decode_seconds=round(timings.decode_seconds or span, 4),
+        content_seconds=round(span, 4),
         client_stalled_seconds=round(stall.stalled, 4) if stall is not None else None,
     )
 
