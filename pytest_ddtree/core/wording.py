@@ -34,3 +34,10 @@ class Note:
     def labelled(self, label: str) -> Note:
         """The same note with ``label`` before its head."""
         return Note(f"{label}{self.head}", self.detail, self.sep)
+
+
+def signed_percent(x: float, digits: int = 1) -> str:
+    """``x`` (a fraction) as a signed percentage; a value that rounds to zero is ``+0.0%``,
+    never ``-0.0%``."""
+    value = round(100 * x, digits) + 0.0  # adding 0.0 turns -0.0 into 0.0
+    return f"{value:+.{digits}f}%"

@@ -43,6 +43,7 @@ from pytest_ddtree.measure.sweep.race import (
     Race,
     RaceRecord,
     RaceRule,
+    Why,
     _t_quantile,
     log_ratio_interval,
 )
@@ -281,7 +282,7 @@ def race_cell(
                 else:
                     race.count()
                     if s.against_budget and not _undetermined(s):
-                        race.exclude(arm, f"invalid answer ({', '.join(s.codes) or 'error'})")
+                        race.exclude(arm, Why("invalid", count=1, codes=s.codes or ("error",)))
     return samples, race.record()
 
 

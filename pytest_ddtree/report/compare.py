@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pytest_ddtree.core.budget import budget_order
+from pytest_ddtree.core.wording import signed_percent
 from pytest_ddtree.measure.sweep import (
     RunMetadata,
     Sample,
@@ -34,7 +35,6 @@ from pytest_ddtree.measure.sweep import (
     budget_label,
 )
 from pytest_ddtree.measure.sweep.bootstrap import ci_name, confidence_text
-from pytest_ddtree.measure.sweep.race import signed_percent
 from pytest_ddtree.measure.sweep.temperature import summarize_temperatures
 from pytest_ddtree.report.jsonfile import read_sweep_json
 

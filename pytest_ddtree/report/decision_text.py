@@ -14,13 +14,13 @@ from typing import TypeVar
 
 from pytest_ddtree.core.budget import budget_order
 from pytest_ddtree.core.settings import budget_label
-from pytest_ddtree.core.wording import percent
+from pytest_ddtree.core.wording import percent, signed_percent
 from pytest_ddtree.measure.arm import ArmStats
 from pytest_ddtree.measure.sweep import drift
 from pytest_ddtree.measure.sweep.bootstrap import ci_name
 from pytest_ddtree.measure.sweep.decision import Decision
 from pytest_ddtree.measure.sweep.drift import DriftCheck
-from pytest_ddtree.measure.sweep.race import Standing, signed_percent
+from pytest_ddtree.measure.sweep.race import Standing
 from pytest_ddtree.measure.sweep.statistics import Recommendation, SweepSummary
 
 __all__ = [

@@ -39,7 +39,9 @@ from typing import TYPE_CHECKING, Any
 import jsonschema
 
 from pytest_ddtree.core import __version__
+from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.measure.sweep import DiagnosisRecord, RunMetadata, Sample, SweepRun
+from pytest_ddtree.measure.sweep.race import RaceRecord
 from pytest_ddtree.measure.sweep.statistics import SweepSummary
 from pytest_ddtree.measure.sweep.temperature import (
     Summaries,
@@ -48,6 +50,7 @@ from pytest_ddtree.measure.sweep.temperature import (
     summaries_of,
     zero_only,
 )
+from pytest_ddtree.report import race_text
 from pytest_ddtree.report._atomic import write_text_atomic
 from pytest_ddtree.report.decision_text import drift_line, sweep_answer
 
@@ -111,9 +114,20 @@ def _summary_json(summary: SweepSummary) -> dict[str, Any]:
     """A summary's JSON, with the recommendation's human text (worded by the report)."""
     doc = summary.to_json()
     doc["recommendation"]["message"] = sweep_answer(summary)
+    if summary.race is not None:
+        _word_race(doc["race"], summary.race)
     for check, entry in zip(summary.drift, doc.get("drift", ()), strict=True):
         entry["message"] = drift_line(check)
     return doc
+
+
+def _word_race(doc: dict[str, Any], race: RaceRecord[int | None]) -> None:
+    """Each standing's and exit's ``reason`` in words, beside its ``why`` (the data)."""
+    for entry, s in zip(doc["standings"], race.judgement.standings, strict=True):
+        entry["reason"] = race_text.reason(s.why)
+    for entry, e in zip(doc["exits"], race.exits, strict=True):
+        leader = "the leader" if e.leader is None else f"tree_budget={budget_label(e.leader)}"
+        entry["reason"] = race_text.reason(e.why, leader)
 
 
 def _load_json(load: Sequence[LoadTestResult]) -> dict[str, Any]:
@@ -126,6 +140,10 @@ def _load_json(load: Sequence[LoadTestResult]) -> dict[str, Any]:
         for choice, point in zip(test.schedule.choices, entry["schedule"]["points"], strict=True):
             if choice.race is not None:
                 race = point["race"]
+                for row, x in zip(race["left"], choice.race.left, strict=True):
+                    row["reason"] = race_text.reason(x.why)
+                for row, (*_, why) in zip(race["standing"], choice.race.standing, strict=True):
+                    row["reason"] = race_text.reason(why)
                 at = list(race).index("discarded_runs") + 1  # where older files have it
                 items = list(race.items())
                 point["race"] = dict(

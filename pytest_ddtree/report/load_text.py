@@ -12,6 +12,7 @@ from pytest_ddtree.measure.arm import ArmStats
 from pytest_ddtree.measure.load.race import PointRace
 from pytest_ddtree.measure.load.recommend import NO_VALID, Choice, Schedule
 from pytest_ddtree.measure.sweep.decision import Decision
+from pytest_ddtree.report import race_text
 from pytest_ddtree.report.columns import LOAD_COLUMNS, LOAD_LEGEND, load_rows, text_table
 from pytest_ddtree.report.decision_text import standing_text
 
@@ -109,17 +110,19 @@ def race_lines(race: PointRace) -> list[str]:
     """Per budget of a point's race: who left when and why, who was as fast, who led."""
     out = []
     gone = {x.tree_budget: x for x in race.left}
-    for budget, n, status, reason in race.standing:
+    for budget, n, status, why in race.standing:
         label = budget_label(budget)
         if budget in gone:
             x = gone[budget]
             out.append(
-                f"{label} {x.status} after {x.after_requests} requests (n={x.n}): {x.reason}"
+                f"{label} {x.status} after {x.after_requests} requests (n={x.n}): "
+                f"{race_text.reason(x.why)}"
             )
         elif status == "leader":
             out.append(f"{label} leader (n={n})")
         else:
-            out.append(f"{label} {status} (n={n})" + (f": {reason}" if reason else ""))
+            words = race_text.reason(why)
+            out.append(f"{label} {status} (n={n})" + (f": {words}" if words else ""))
     return out
 
 

@@ -16,6 +16,7 @@ from pytest_ddtree.measure.sweep import (
 )
 from pytest_ddtree.measure.sweep.bootstrap import ci_name
 from pytest_ddtree.measure.sweep.race import RaceRecord, RaceRule
+from pytest_ddtree.report import race_text
 from pytest_ddtree.report.arm_text import speculation_warnings
 from pytest_ddtree.report.columns import sweep_columns, sweep_rows, text_table
 from pytest_ddtree.report.decision_text import drift_line, sweep_answer
@@ -120,9 +121,8 @@ def race_log(race: RaceRecord[int | None] | None) -> list[str]:
         "over all looks"
     ]
     for e in race.exits:
-        reason = e.reason
-        if e.leader is not None:
-            reason = reason.replace("the leader", f"tree_budget={budget_label(e.leader)}", 1)
+        leader = "the leader" if e.leader is None else f"tree_budget={budget_label(e.leader)}"
+        reason = race_text.reason(e.why, leader)
         lines.append(
             f"tree_budget={budget_label(e.key)} left after {e.after_requests} requests "
             f"(round {e.lap}, n={e.n}): {reason}"

@@ -10,7 +10,9 @@ from pytest_ddtree.measure.load import LoadPoint, LoadRecord, Sample, analyse, s
 from pytest_ddtree.measure.load.metrics import ClientHealth, chain_health
 from pytest_ddtree.measure.load.race import PointRace, PointRacer, Run, chunk_size, race_point
 from pytest_ddtree.measure.load.runner import CLIENT_TIMEOUT
+from pytest_ddtree.measure.sweep.race import Why
 from pytest_ddtree.report.load_text import load_lines, race_line
+from pytest_ddtree.report.race_text import reason
 
 from ._samples import load_sample
 
@@ -84,7 +86,10 @@ def test_a_clearly_slower_budget_stops_getting_requests() -> None:
     assert all(k >= 4 for _, k in server.runs)  # every run keeps C=4 in flight
     left = {x.tree_budget: x for x in race.left}
     assert set(left) == {16, 256} and {x.status for x in left.values()} == {"out"}
-    assert "more than the 2% margin" in left[256].reason
+    assert left[256].why is not None and left[256].why.kind == "out"
+    assert "more than the 2% margin" in reason(left[256].why)
+    # the reasons are data in the JSON too (sweep.json, the xdist payload), and read back
+    assert PointRace.from_json(race.to_json()) == race
     # each loser got the first batch only (min n 6: two runs of 4), and no more
     assert server.sent(16) == server.sent(256) == 8 == left[16].n
     assert race.requests == sum(k for _, k in server.runs) < race.max_requests == 3 * 32
@@ -127,7 +132,8 @@ def test_an_invalid_request_excludes_its_budget_at_the_point() -> None:
     (gone,) = race.left
     assert gone.tree_budget == 64 and gone.status == "excluded"
     first = [b for b, _ in server.runs].index(64)
-    assert gone.reason == "1 invalid request(s) (early-stop)"
+    assert gone.why == Why("invalid", count=1, codes=("early-stop",))
+    assert reason(gone.why) == "1 invalid request(s) (early-stop)"
     assert gone.after_requests == 4 * (first + 1) and gone.n == 3  # right after its first run
     assert server.sent(64) == 4  # the first run only
     assert race.decided and race.recommended == 16
@@ -138,7 +144,9 @@ def test_the_clients_own_limits_exclude_without_a_verdict_on_the_server() -> Non
     server.invalid, server.codes = {64}, (CLIENT_TIMEOUT,)
     race = race_point(C4, (16, 64), 32, server, equivalence=0.02)
     (gone,) = race.left
-    assert "client's own limits" in gone.reason and "no verdict on the server" in gone.reason
+    assert gone.why is not None and gone.why.kind == "client limits"
+    words = reason(gone.why)
+    assert "client's own limits" in words and "no verdict on the server" in words
 
 
 def test_every_budget_invalid_leaves_no_winner() -> None:

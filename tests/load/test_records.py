@@ -121,6 +121,8 @@ def test_importing_the_plugin_does_not_load_the_load_package() -> None:
 PAYLOADS = Path(__file__).parent.parent / "fixtures" / "worker_payload"
 #: written before the sweep and the load shared one sample type (the load's former names)
 OLD_PAYLOAD = PAYLOADS / "v0.1.0-4a107e8-payload.json"
+#: written while a race's reasons were words only (``reason``)
+WORDS_PAYLOAD = PAYLOADS / "v0.1.0-e45bd37-payload.json"
 #: the same payload, as this version writes it (a race without its sentence: the report words it)
 PAYLOAD = PAYLOADS / "v0.1.0-sample-payload.json"
 
@@ -140,6 +142,7 @@ def test_a_worker_payload_reads_and_writes_back_byte_for_byte() -> None:
 def test_an_old_worker_payload_reads_its_load_samples_under_their_former_names() -> None:
     old = WorkerPayload.from_json(json.loads(OLD_PAYLOAD.read_text()))
     assert old == WorkerPayload.from_json(json.loads(PAYLOAD.read_text()))
+    assert old == WorkerPayload.from_json(json.loads(WORDS_PAYLOAD.read_text()))
     (first, *_) = old.load_records[0].samples
     assert first.end_to_end is not None and first.completion_tokens == 18
 

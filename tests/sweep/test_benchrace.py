@@ -7,6 +7,7 @@ import random
 
 from pytest_ddtree.measure.sweep.benchrace import BenchRace
 from pytest_ddtree.measure.sweep.race import RaceRule
+from pytest_ddtree.report.race_text import refusal_text
 
 PROMPTS = ("essay", "story", "login")
 #: budget -> each prompt's decode rate: 32 is 0%, 6.3% and 6.5% slower than 64 prompt by
@@ -31,7 +32,7 @@ def _race(
             for budget in sorted(rates):
                 why = bench.admit(prompt, budget, pass_)
                 if why is not None:
-                    skips.append(f"pass={pass_} {prompt} {budget}: {why}")
+                    skips.append(f"pass={pass_} {prompt} {budget}: {refusal_text(why, budget)}")
                     continue
                 test = math.exp(rng.gauss(0, test_cv))
                 for _ in range(3):

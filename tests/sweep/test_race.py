@@ -15,6 +15,7 @@ from pytest_ddtree.measure.sweep.race import (
     judge,
     slowdown_interval,
 )
+from pytest_ddtree.report.race_text import reason
 
 
 def _simulate(truth: dict[int, float], rule: RaceRule, seed: int, cv: float = 0.03) -> Race[int]:
@@ -35,7 +36,8 @@ def test_a_clearly_slower_arm_leaves_and_the_smallest_as_fast_arm_wins() -> None
     left = {e.key: e for e in race.exits}
     assert left[16].status == "out" and left[1024].status == "out"
     assert {j.standing(64).status, j.standing(256).status} == {"leader", "as fast"}
-    assert "more than the 2% margin" in left[1024].reason
+    assert left[1024].why is not None and left[1024].why.kind == "out"
+    assert "more than the 2% margin" in reason(left[1024].why)
 
 
 def test_a_spent_request_budget_is_undecided_never_a_forced_winner() -> None:
@@ -115,7 +117,7 @@ def test_an_arm_near_the_margin_s_edge_ends_by_its_estimate_once_the_interval_is
     race = _simulate(truth, RaceRule(equivalence=0.02, min_n=6), seed=3, cv=0.01)
     j = race.judgement()
     small = j.standing(64)
-    assert j.decided and j.recommended == 64 and small.status == "as fast", small.reason
+    assert j.decided and j.recommended == 64 and small.status == "as fast", small.why
     assert small.slowdown is not None and small.slowdown[2] > 0.02  # crosses the margin
     assert small.slowdown[2] - small.slowdown[1] < 0.02
 

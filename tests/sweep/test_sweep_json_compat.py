@@ -20,8 +20,10 @@ OLD = sorted(FIXTURES.glob("v*.json"))
 STAMPS = ("created", "generator")
 
 
-#: what a rewrite adds to what an older version wrote: the one rule's typed decision
+#: what a rewrite adds to what an older version wrote: the one rule's typed decision, and
+#: each race standing's and exit's reason as data (beside its words, ``reason``, unchanged)
 ADDED = ("status", "decision")
+RACE_ADDED = ("why",)
 
 
 def _without(doc: dict[str, Any], *keys: str) -> dict[str, Any]:
@@ -30,6 +32,12 @@ def _without(doc: dict[str, Any], *keys: str) -> dict[str, Any]:
         if isinstance(summary.get("recommendation"), dict):
             rec = summary["recommendation"]
             summary["recommendation"] = {k: v for k, v in rec.items() if k not in ADDED}
+        race = summary.get("race")
+        if isinstance(race, dict):
+            for part in ("standings", "exits"):
+                race[part] = [
+                    {k: v for k, v in row.items() if k not in RACE_ADDED} for row in race[part]
+                ]
     return doc
 
 

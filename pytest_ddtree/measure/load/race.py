@@ -39,7 +39,7 @@ from pytest_ddtree.core.settings import budget_label
 from pytest_ddtree.measure.load.arrivals import LoadPoint
 from pytest_ddtree.measure.load.runner import CLIENT_TIMEOUT, NOT_SENT
 from pytest_ddtree.measure.sample import Sample
-from pytest_ddtree.measure.sweep.race import Race, RaceRule, Standing
+from pytest_ddtree.measure.sweep.race import Race, RaceRule, Standing, Why
 
 __all__ = ["Left", "PointRace", "PointRacer", "Run", "chunk_size", "race_point", "race_rule"]
 
@@ -61,6 +61,14 @@ def race_rule(equivalence: float, budgets: int, requests: int) -> RaceRule:
     return RaceRule(equivalence=equivalence, max_requests=budgets * requests)
 
 
+def _said(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A row written before its reason was data (its words alone, ``reason``): the words kept
+    as they were written."""
+    if "why" in doc or not doc.get("reason"):
+        return doc
+    return {**doc, "why": {"kind": "said", "text": doc["reason"]}}
+
+
 @dataclass(frozen=True)
 class Left:
     """A budget that left a point's race: after how many requests at the point, and why."""
@@ -69,13 +77,14 @@ class Left:
     after_requests: int
     n: int
     status: str  # "out" (clearly slower) or "excluded" (an invalid or unanswered request)
-    reason: str
+    why: Why | None
 
 
 jsonmodel.register(
     Left,
     derived={"budget_label": lambda x: budget_label(x.tree_budget)},
     order=("tree_budget", "budget_label"),
+    upgrade=_said,
 )
 
 
@@ -101,7 +110,7 @@ class PointRace:
     leader: Budget
     recommended: Budget
     left: tuple[Left, ...]
-    standing: tuple[tuple[Budget, int, str, str], ...]  # (budget, n, status, reason)
+    standing: tuple[tuple[Budget, int, str, Why | None], ...]  # (budget, n, status, why)
     #: runs whose timings did not race: the client was saturated while they ran
     discarded: int = 0
 
@@ -134,13 +143,18 @@ class PointRace:
         return jsonmodel.from_json(cls, doc, source="load race")
 
 
-def _standing_json(standing: tuple[tuple[Budget, int, str, str], ...]) -> list[dict[str, Any]]:
-    return [{"tree_budget": b, "n": n, "status": s, "reason": r} for b, n, s, r in standing]
+def _standing_json(
+    standing: tuple[tuple[Budget, int, str, Why | None], ...],
+) -> list[dict[str, Any]]:
+    return [
+        {"tree_budget": b, "n": n, "status": s, "why": None if w is None else jsonmodel.to_json(w)}
+        for b, n, s, w in standing
+    ]
 
 
-def _read_standing(doc: Any, _: Any) -> tuple[tuple[Budget, int, str, str], ...]:
+def _read_standing(doc: Any, _: Any) -> tuple[tuple[Budget, int, str, Why | None], ...]:
     rows = [jsonmodel.from_json(_Standing, row, source="standing") for row in doc]
-    return tuple((r.tree_budget, r.n, r.status, r.reason) for r in rows)
+    return tuple((r.tree_budget, r.n, r.status, r.why) for r in rows)
 
 
 @dataclass(frozen=True)
@@ -150,7 +164,10 @@ class _Standing:
     tree_budget: Budget
     n: int
     status: str
-    reason: str = ""
+    why: Why | None = None
+
+
+jsonmodel.register(_Standing, upgrade=_said)
 
 
 jsonmodel.register(
@@ -169,16 +186,13 @@ jsonmodel.register(
 )
 
 
-def _exclusion(samples: Sequence[Sample]) -> str:
-    """Why a run's invalid requests exclude its budget (the client's limits said as such)."""
+def _exclusion(samples: Sequence[Sample]) -> Why:
+    """Why a run's invalid requests exclude its budget (the client's limits kept apart)."""
     bad = [s for s in samples if not s.valid]
-    codes = sorted({c for s in bad for c in (s.codes or ("error",))})
+    codes = tuple(sorted({c for s in bad for c in (s.codes or ("error",))}))
     if all(set(s.codes) & {CLIENT_TIMEOUT, NOT_SENT} for s in bad):
-        return (
-            f"{len(bad)} request(s) hit the client's own limits ({', '.join(codes)}): "
-            "not comparable, no verdict on the server"
-        )
-    return f"{len(bad)} invalid request(s) ({', '.join(codes)})"
+        return Why("client limits", count=len(bad), codes=codes)
+    return Why("invalid", count=len(bad), codes=codes)
 
 
 @dataclass(frozen=True)
@@ -253,11 +267,11 @@ class PointRacer:
         outcome: Outcome = "decided" if j.decided and not interrupted else "undecided"
         if interrupted:
             outcome = "interrupted"
-        left = [Left(x.key, x.after_requests, x.n, x.status, x.reason) for x in race.exits]
+        left = [Left(x.key, x.after_requests, x.n, x.status, x.why) for x in race.exits]
         gone = {x.tree_budget for x in left}
         # the last look's losers: the race ended there, so they left after every request
         left += [
-            Left(s.key, race.requests, s.n, s.status, s.reason)
+            Left(s.key, race.requests, s.n, s.status, s.why)
             for s in j.standings
             if s.status == "out" and s.key not in gone
         ]
@@ -279,8 +293,8 @@ class PointRacer:
         )
 
 
-def _standing(s: Standing[Budget]) -> tuple[Budget, int, str, str]:
-    return (s.key, s.n, s.status, s.reason)
+def _standing(s: Standing[Budget]) -> tuple[Budget, int, str, Why | None]:
+    return (s.key, s.n, s.status, s.why)
 
 
 def race_point(

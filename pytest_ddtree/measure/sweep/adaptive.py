@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pytest_ddtree.core.violation import Violation
 from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep.plan import GroupWatch, PlannedRequest, SweepPlan, seed_key
-from pytest_ddtree.measure.sweep.race import Race, RaceRule
+from pytest_ddtree.measure.sweep.race import Race, RaceRule, Why
 from pytest_ddtree.wire.completion import Completion
 
 #: ``--ddtree-sweep-requests auto``: what an exhaustive sweep of this many rounds sends.
@@ -99,7 +99,7 @@ def run_adaptive_sweep(
     on_sample: Callable[[Sample], None] | None = None,
     watch: GroupWatch | None = None,
     seeded: Callable[[int, str, str], Completion] | None = None,
-    excluded: Mapping[int | None, str] | None = None,
+    excluded: Mapping[int | None, Why] | None = None,
 ) -> tuple[list[Sample], Race[int | None]]:
     """Race ``plan.budgets`` under ``rule``; the samples and the finished race.
 
@@ -146,5 +146,5 @@ def run_adaptive_sweep(
     return run.samples, race
 
 
-def _invalid(sample: Sample) -> str:
-    return f"invalid response at {sample.prompt_id} ({', '.join(sample.codes) or 'invalid'})"
+def _invalid(sample: Sample) -> Why:
+    return Why("invalid", count=1, codes=sample.codes or ("invalid",), text=sample.prompt_id)

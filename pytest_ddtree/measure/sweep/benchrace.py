@@ -4,7 +4,8 @@ pytest-benchmark times a test whole, so the benchmark tests of one test function
 are put in pass-major, then prompt-major order (every budget of the first prompt,
 then of the second, ..., then the next pass over the prompts). A test whose budget
 has left the race, or that comes after the race was decided, is skipped with the
-reason. The values of a test are its timed rounds of one prompt, back to back.
+reason. The values of a test are its timed rounds of one prompt, back to back. Why a test is skipped
+is data (``Refusal``); the report words it.
 
 In the first pass each prompt is a lap of the race: a look there counts one
 prompt's budget differences as noise, so only a clearly slower budget leaves. From
@@ -20,8 +21,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pytest_ddtree.core.settings import budget_label
-from pytest_ddtree.measure.sweep.race import Race, RaceRule
+from pytest_ddtree.measure.sweep.race import Exit, Race, RaceRule
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a benchmark test of a race is not run: the race is over (``decided``, with the
+    budget it ``recommended``; ``spent``, its request budget ``max_requests`` spent;
+    ``undecided``), its budget left (``left``: its ``exit``), or its budget is not in the
+    race (``not raced``). ``requests``: what the race had spent."""
+
+    kind: Literal["decided", "spent", "undecided", "left", "not raced"]
+    requests: int
+    recommended: int | None = None
+    max_requests: int | None = None
+    exit: Exit[int | None] | None = None
 
 
 @dataclass
@@ -35,21 +49,14 @@ class BenchRace:
     _pass: int = 1
     _prompts: list[str] = field(default_factory=list)
     _keys: list[int | None] = field(default_factory=list)
-    _over: str | None = None
+    _over: Refusal | None = None
 
     @classmethod
     def of(cls, budgets: Iterable[int | None], rule: RaceRule, per_lap: int) -> BenchRace:
         """A new race over ``budgets`` (``per_lap``: timed rounds of one test)."""
         return cls(Race(budgets, rule, per_lap=per_lap), per_test=per_lap)
 
-    @property
-    def over(self) -> Literal["decided", "undecided"] | None:
-        """How the race ended (None: it goes on)."""
-        if self._over is None:
-            return None
-        return "decided" if self.race.judgement().decided else "undecided"
-
-    def admit(self, prompt: str, budget: int | None, pass_: int = 1) -> str | None:
+    def admit(self, prompt: str, budget: int | None, pass_: int = 1) -> Refusal | None:
         """None when the test of (``prompt``, ``budget``, ``pass_``) runs, else why it is
         skipped."""
         if self._over is None:
@@ -66,14 +73,8 @@ class BenchRace:
             return None
         gone = next((e for e in self.race.exits if e.key == budget), None)
         if gone is None:
-            return "not in the race"
-        reason = gone.reason
-        if gone.leader is not None:
-            reason = reason.replace("the leader", f"tree_budget={budget_label(gone.leader)}", 1)
-        return (
-            f"tree_budget={budget_label(budget)} left the race after {gone.after_requests} "
-            f"requests: {reason}"
-        )
+            return Refusal("not raced", self.race.requests)
+        return Refusal("left", self.race.requests, exit=gone)
 
     def _next_pass(self, pass_: int) -> None:
         """A new pass over the prompts: from the second on, a lap is a whole pass."""
@@ -90,16 +91,11 @@ class BenchRace:
         if not keys:
             self._over = self._why_over()
 
-    def _why_over(self) -> str:
+    def _why_over(self) -> Refusal:
         j = self.race.judgement()
+        requests = self.race.requests
         if j.decided:
-            return (
-                f"race decided after {self.race.requests} requests: "
-                f"tree_budget={budget_label(j.recommended)} recommended"
-            )
+            return Refusal("decided", requests, recommended=j.recommended)
         if self.race.spent:
-            return (
-                f"race undecided: the request budget ({self.race.rule.max_requests}) is spent "
-                f"after {self.race.requests} requests"
-            )
-        return f"race undecided after {self.race.requests} requests"
+            return Refusal("spent", requests, max_requests=self.race.rule.max_requests)
+        return Refusal("undecided", requests)

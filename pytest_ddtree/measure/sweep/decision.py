@@ -37,6 +37,7 @@ from pytest_ddtree.measure.sweep.race import (
     RaceRecord,
     RaceRule,
     Standing,
+    Why,
     exhaustive_record,
     judge,
 )
@@ -233,6 +234,6 @@ def judge_samples(
             bad[s.tree_budget] = bad.get(s.tree_budget, 0) + 1
         elif s.valid and s.decode_tokens_per_second is not None:
             values.setdefault(s.tree_budget, []).append((s.decode_tokens_per_second, s.prompt_id))
-    excluded = {b: f"{n} invalid request(s)" for b, n in bad.items()}
+    excluded = {b: Why("invalid", count=n) for b, n in bad.items()}
     timed = {b: v for b, v in values.items() if b not in excluded}
     return exhaustive_record(judge(timed, rule, excluded=excluded))

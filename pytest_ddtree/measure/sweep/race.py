@@ -66,7 +66,6 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.settings import DEFAULT_MIN_N, Settings
-from pytest_ddtree.core.wording import percent
 
 __all__ = [
     "DEFAULT_CONFIDENCE",
@@ -78,9 +77,9 @@ __all__ = [
     "RaceRecord",
     "RaceRule",
     "Standing",
+    "Why",
     "exhaustive_record",
     "judge",
-    "signed_percent",
     "slowdown_interval",
 ]
 
@@ -99,6 +98,41 @@ LOOK_GROWTH = 1.25
 MIN_DF = 3.0
 
 Status = Literal["leader", "as fast", "out", "in contention", "excluded"]
+
+#: why an arm stands where it does; ``report/race_text.py`` words each kind
+WhyKind = Literal[
+    "few values",  # its n, or the leader's, is below the rule's minimum
+    "few per prompt",  # too few values a prompt for an interval
+    "few rounds",  # too few rounds (blocks) for an interval
+    "out",  # slower than the leader by more than the margin
+    "out narrow",  # an interval narrower than the margin, its estimate beyond it
+    "as fast",  # within the margin of the leader
+    "crosses",  # the interval crosses the margin
+    "invalid",  # excluded: invalid answers (``count``, their ``codes``)
+    "client limits",  # excluded: requests that hit the client's own limits (``codes``)
+    "not lossless",  # excluded: not lossless at temperature 0 (``text``: where it was found)
+    "said",  # a reason written by an older version, kept as it was written (``text``)
+]
+
+
+@dataclass(frozen=True)
+class Why:
+    """Why an arm stands where it does, as data: its kind and the figures behind it.
+
+    An interval's kinds (``out``, ``out narrow``, ``as fast``, ``crosses``) carry the arm's
+    and the leader's n, the look's ``confidence``, the ``margin`` and the ``slowdown`` interval
+    (as the standing's). An exclusion carries the requests that excluded the arm.
+    """
+
+    kind: WhyKind
+    slowdown: tuple[float, float, float] | None = None
+    n: int = 0
+    lead_n: int = 0
+    confidence: float = 0.0
+    margin: float = 0.0
+    count: int = 0
+    codes: tuple[str, ...] = ()
+    text: str = ""
 
 
 @dataclass(frozen=True)
@@ -150,7 +184,7 @@ class Standing(Generic[K]):
     median: float | None
     status: Status
     slowdown: tuple[float, float, float] | None = None
-    reason: str = ""
+    why: Why | None = None
 
 
 @dataclass(frozen=True)
@@ -167,10 +201,11 @@ class Exit(Generic[K]):
     status: Status
     slowdown: tuple[float, float, float] | None
     leader: K | None
-    reason: str
+    why: Why | None
 
 
 #: written into sweep.json's race, field by field (the race is recomputed when read)
+jsonmodel.register(Why, omit_if_default=True)
 jsonmodel.register(Standing, read=False)
 jsonmodel.register(Exit, read=False, lap=jsonmodel.override(rename="round"))
 
@@ -235,22 +270,7 @@ class _Arm:
     #: the block (a lap, or a unit after a regroup) each value was measured in; None: every
     #: value its own replicate
     blocks: list[int | None] = field(default_factory=list)
-    excluded: str | None = None
-
-
-def signed_percent(x: float, digits: int = 1) -> str:
-    """``x`` (a fraction) as a signed percentage; a value that rounds to zero is ``+0.0%``,
-    never ``-0.0%``."""
-    value = round(100 * x, digits) + 0.0  # adding 0.0 turns -0.0 into 0.0
-    return f"{value:+.{digits}f}%"
-
-
-def _pct(x: float) -> str:
-    return signed_percent(x)
-
-
-def _interval(d: tuple[float, float, float]) -> str:
-    return f"{_pct(d[0])} [{_pct(d[1])}, {_pct(d[2])}]"
+    excluded: Why | None = None
 
 
 def _t_quantile(p: float, df: float) -> float:
@@ -541,31 +561,31 @@ def _standing(
     n = len(arm.values)
     median = statistics.median(arm.values)
     if n < rule.min_n or len(lead.values) < rule.min_n:
-        return Standing(key, n, median, "in contention", None, f"n={n} below the minimum")
+        few = Why("few values", n=n, lead_n=len(lead.values))
+        return Standing(key, n, median, "in contention", None, few)
     confidence = rule.look_confidence(look)
     if None in arm.blocks or None in lead.blocks:
         d = slowdown_interval(arm.values, arm.strata, lead.values, lead.strata, rule, confidence)
-        few = "too few values a prompt"
+        few = Why("few per prompt", n=n, lead_n=len(lead.values))
     else:
         d = None
         if spread is not None:
             y = spread.values
             d = _as_slowdown(_blocked_interval(y[key], y[leader], spread, confidence), rule)
-        few = "too few rounds"
+        few = Why("few rounds", n=n, lead_n=len(lead.values))
     m = rule.equivalence
     if d is None or not all(math.isfinite(x) for x in d):
         return Standing(key, n, median, "in contention", d, few)
-    conf = f"{100 * confidence:.4g}%"
-    where = f"{_interval(d)} ({conf}, n={n} vs {len(lead.values)})"
+
+    def why(kind: WhyKind) -> Why:
+        return Why(kind, d, n=n, lead_n=len(lead.values), confidence=confidence, margin=m)
+
     close = d[2] - d[1] < m
     if d[1] > m or (close and d[0] > m):
-        how = "more than the" if d[1] > m else "an interval narrower than the"
-        why = f"slower than the leader by {where}, {how} {percent(m)} margin"
-        return Standing(key, n, median, "out", d, why)
+        return Standing(key, n, median, "out", d, why("out" if d[1] > m else "out narrow"))
     if (-m < d[1] and d[2] < m) or close:
-        why = f"within the {percent(m)} margin of the leader: {where}"
-        return Standing(key, n, median, "as fast", d, why)
-    return Standing(key, n, median, "in contention", d, f"{where} crosses the margin")
+        return Standing(key, n, median, "as fast", d, why("as fast"))
+    return Standing(key, n, median, "in contention", d, why("crosses"))
 
 
 def _sampled(samples: Sequence[tuple[float, str] | tuple[float, str, int]]) -> _Arm:
@@ -580,7 +600,7 @@ def judge(
     rule: RaceRule | None = None,
     *,
     seed: int = 0,
-    excluded: Mapping[K, str] | None = None,
+    excluded: Mapping[K, Why] | None = None,
 ) -> Judgement[K]:
     """Judge arms measured in full (an exhaustive sweep) by the race's rule.
 
@@ -683,12 +703,12 @@ class Race(Generic[K]):
         """Requests that were spent without a value (invalid answers): they use the budget."""
         self.requests += n
 
-    def exclude(self, key: K, reason: str) -> None:
-        """Arm ``key`` had an invalid request: it leaves the race and may not win."""
+    def exclude(self, key: K, why: Why) -> None:
+        """Arm ``key`` had an invalid request (``why``): it leaves the race and may not win."""
         arm = self._arms[key]
         if arm.excluded is None and key not in self._frozen:
-            arm.excluded = reason
-            self._leave(Standing(key, len(arm.values), None, "excluded", None, reason), None)
+            arm.excluded = why
+            self._leave(Standing(key, len(arm.values), None, "excluded", None, why), None)
         self._last = None
 
     def record(self) -> RaceRecord[K]:
@@ -713,7 +733,7 @@ class Race(Generic[K]):
     def _leave(self, s: Standing[K], leader: K | None) -> None:
         self._frozen[s.key] = s
         self.exits.append(
-            Exit(s.key, self.laps, self.requests, s.n, s.status, s.slowdown, leader, s.reason)
+            Exit(s.key, self.laps, self.requests, s.n, s.status, s.slowdown, leader, s.why)
         )
 
     def _look(self) -> Judgement[K]:
