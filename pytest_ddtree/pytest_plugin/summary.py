@@ -294,8 +294,8 @@ def _write_breakeven(tr: pytest.TerminalReporter, session: DDTreeSession) -> Non
 def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
     if not session.load_results:
         return
-    from pytest_ddtree.measure.load.hosts import absent_line, approximate_lines, render_hosts
     from pytest_ddtree.report.arm_text import speculation_warnings
+    from pytest_ddtree.report.hosts_text import absent_line, approximate_lines, render_hosts
     from pytest_ddtree.report.load_text import load_lines
 
     tr.write_sep("-", "pytest-ddtree load")

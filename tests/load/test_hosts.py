@@ -26,11 +26,11 @@ from pytest_ddtree.measure.load.hosts import (
     HostClock,
     Hosts,
     Release,
-    render_hosts,
 )
 from pytest_ddtree.measure.load.metrics import ClientHealth
 from pytest_ddtree.measure.load.record import LoadRecord, merge_records
 from pytest_ddtree.reference import tokenizer_path
+from pytest_ddtree.report.hosts_text import render_hosts
 
 from . import hostlab
 from ._samples import load_sample
