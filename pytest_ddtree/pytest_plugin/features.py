@@ -34,9 +34,8 @@ def watch(runtime: Runtime) -> None:
 
 def _watch(client: DDTreeClient, where: str, required: tuple[str, ...]) -> None:
     def on_answer(completion: Completion) -> None:
-        status = completion.status_code
-        message = (completion.error or "").removeprefix(f"HTTP {status}: ")
-        found = refused_feature(status, completion.request.body, message)
+        message = completion.server_message or ""
+        found = refused_feature(completion.status_code, completion.request.body, message)
         if found is not None and found[0] not in required:
             skips.skip(
                 skip_reason(found[0], where, found[1]),

@@ -348,6 +348,8 @@ class Completion:
     stop_field: str | None = None
     client_stall: ClientStall | None = None
     logprobs: tuple[TokenLogprob, ...] | None = None
+    #: the server's own message of a non-2xx answer (``error`` says it with the status)
+    server_message: str | None = None
     stats_asked: bool = False
     tool_calls: tuple[ToolCall, ...] = ()
 

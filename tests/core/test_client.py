@@ -82,6 +82,10 @@ def test_http_error_is_recorded_not_raised(client: DDTreeClient) -> None:
     assert c.error is not None and c.error.startswith("HTTP 400")
     plain = client.chat(LONG, max_tokens=16, tree_budget=999999, stream=False)
     assert plain.status_code == 400 and plain.error is not None
+    # the server's own message is kept apart from the words that say it with the status
+    for answer in (c, plain):
+        assert answer.server_message and "tree_budget" in answer.server_message
+        assert answer.error == f"HTTP 400: {answer.server_message}"
 
 
 def test_misuse_raises(client: DDTreeClient) -> None:

@@ -36,6 +36,7 @@ from pytest_ddtree.wire.protocol.parse import (
     parse_json,
     plain_choice,
     plain_tool_calls,
+    server_message,
 )
 from pytest_ddtree.wire.protocol.sse import StreamDecoder
 
@@ -65,7 +66,8 @@ def _answer(ex: Exchange, stream: StreamDecoder | None) -> _Answer:
         dec = stream or StreamDecoder(spec.api)
         if ex.status >= 400:
             payload, _ = parse_json(decode_text(ex.body, "the error body")[0])
-            ex.fail(http_error(ex.status, payload, ex.body), _status_kind(ex.status))
+            ex.server_message = server_message(payload, ex.body)
+            ex.fail(http_error(ex.status, ex.server_message), _status_kind(ex.status))
         elif ex.status and not ex.event_stream:
             ex.fail(
                 "the server answered a streamed request with Content-Type "
@@ -94,7 +96,8 @@ def _answer(ex: Exchange, stream: StreamDecoder | None) -> _Answer:
     if ex.error is None:
         raw, problem = parse_json(text)
         if ex.status >= 400:
-            ex.fail(http_error(ex.status, raw, ex.body), _status_kind(ex.status))
+            ex.server_message = server_message(raw, ex.body)
+            ex.fail(http_error(ex.status, ex.server_message), _status_kind(ex.status))
         elif problem is not None:
             ex.fail(problem, ErrorKind.PARSE)
     content, reasoning, finish = plain_choice(raw, spec.api)
@@ -194,6 +197,7 @@ def assemble(
         raw=raw,
         stream=ans.info,
         error=ex.error,
+        server_message=ex.server_message,
         local_completion_tokens=local,
         token_count_source=source,
         local_count_source=local_source if local is not None else "none",

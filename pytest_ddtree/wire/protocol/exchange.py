@@ -40,6 +40,8 @@ class Exchange:
     received: int = 0
     error: str | None = None
     kind: ErrorKind | None = None
+    #: a non-2xx answer's own message (its ``error.message``), apart from ``error``'s words
+    server_message: str | None = None
 
     def head(self, status: int, content_type: str | None, retry_after: str | None) -> str:
         """Record the response head; returns what to do with the body: ``stream``

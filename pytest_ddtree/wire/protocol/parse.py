@@ -143,8 +143,9 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def http_error(status: int, payload: Any, content: bytes) -> str:
-    """The one-line error of a non-2xx answer (the server's own message, if it gave one)."""
+def server_message(payload: Any, content: bytes) -> str:
+    """A non-2xx answer's own message: its ``error.message`` (or ``error``), else the start
+    of its body."""
     message = ""
     if isinstance(payload, Mapping):
         err = payload.get("error")
@@ -152,8 +153,11 @@ def http_error(status: int, payload: Any, content: bytes) -> str:
             message = str(err.get("message", ""))
         elif isinstance(err, str):
             message = err
-    if not message:
-        message = content[:200].decode("utf-8", "replace")
+    return message or content[:200].decode("utf-8", "replace")
+
+
+def http_error(status: int, message: str) -> str:
+    """The one-line error of a non-2xx answer, with the server's own ``message``."""
     return f"HTTP {status}: {message}".strip()
 
 
