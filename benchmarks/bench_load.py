@@ -31,6 +31,7 @@ from pytest_ddtree.measure.load import Endpoint, LoadPoint, LoadTester
 from pytest_ddtree.measure.load.runner import run_point, validate
 from pytest_ddtree.reference import MODEL_ID, spawn_reference_server, tokenizer_path
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS, optimal_schedule
+from pytest_ddtree.report.load_text import failure_text
 from pytest_ddtree.wire.tokens import load_counter
 
 PROMPTS = list(DEFAULT_PROMPTS)
@@ -143,6 +144,7 @@ def bench_c64(out: dict[str, Any]) -> None:
         tester = LoadTester(
             Endpoint(srv.base_url, model=MODEL_ID),
             judge=lambda x: check(x, counter=counter),
+            describe=failure_text,
             tree_budgets=[32],
             concurrencies=[64],
             requests=1024,
@@ -184,6 +186,7 @@ def bench_ttft(n: int, out: dict[str, Any]) -> None:
         tester = LoadTester(
             Endpoint(srv.base_url, model=MODEL_ID),
             judge=lambda x: check(x, counter=counter),
+            describe=failure_text,
             tree_budgets=[64],
             concurrencies=[1],
             requests=n,
@@ -226,6 +229,7 @@ def bench_schedule(budgets: list[int], cs: list[int], out: dict[str, Any]) -> No
         tester = LoadTester(
             Endpoint(srv.base_url, model=MODEL_ID),
             judge=lambda x: check(x, counter=counter),
+            describe=failure_text,
             tree_budgets=budgets,
             concurrencies=cs,
             counter=counter,

@@ -33,6 +33,7 @@ from pytest_ddtree.measure.load import Endpoint, LoadError, LoadResult, LoadTest
 from pytest_ddtree.measure.sweep.race import RaceRule, judge
 from pytest_ddtree.reference import MODEL_ID, spawn_reference_server, tokenizer_path
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS, optimal_schedule
+from pytest_ddtree.report.load_text import failure_text
 from pytest_ddtree.wire.tokens import load_counter
 
 PROMPTS = list(DEFAULT_PROMPTS)
@@ -100,6 +101,7 @@ def main() -> None:
         tester = LoadTester(
             Endpoint(srv.base_url, model=MODEL_ID),
             judge=lambda x: check(x, counter=counter),
+            describe=failure_text,
             tree_budgets=budgets,
             concurrencies=cs,
             max_tokens=args.max_tokens,

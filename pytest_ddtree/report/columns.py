@@ -19,6 +19,7 @@ from pytest_ddtree.measure.load.metrics import table_order
 from pytest_ddtree.measure.sweep.bootstrap import ci_name
 from pytest_ddtree.measure.sweep.race import RaceRecord
 from pytest_ddtree.measure.sweep.statistics import acceptance_cell
+from pytest_ddtree.report.client_text import client_reason
 from pytest_ddtree.report.decision_text import standing_text
 
 __all__ = [
@@ -222,7 +223,7 @@ def client_cell(s: ArmStats) -> str:
     cpt = s.client.cpu_per_token
     client = f"{cpt * 1e6:.0f}us/tok" if cpt else "ok"
     if s.client.unreliable:
-        client = f"{s.client.state()}: {s.client.reason()}"
+        client = f"{s.client.state()}: {client_reason(s.client)}"
     if s.withheld:
         client += f"; timing checks withheld on {s.withheld} request(s)"
     if s.client.retries:

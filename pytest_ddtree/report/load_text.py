@@ -5,19 +5,25 @@ lines, built here from each point's ``Decision`` (``measure.load.recommend.Choic
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from pytest_ddtree.core.settings import budget_label
+from pytest_ddtree.core.settings import Timeout, budget_label
 from pytest_ddtree.core.wording import percent
 from pytest_ddtree.measure.arm import ArmStats
 from pytest_ddtree.measure.load.race import PointRace
 from pytest_ddtree.measure.load.recommend import NO_VALID, Choice, Schedule
+from pytest_ddtree.measure.load.runner import CLIENT_TIMEOUT, NOT_SENT
+from pytest_ddtree.measure.load.tester import CLIENT_LIMIT_CODES, LoadFailure
+from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep.decision import Decision
 from pytest_ddtree.report import race_text
+from pytest_ddtree.report.client_text import client_reason
 from pytest_ddtree.report.columns import LOAD_COLUMNS, LOAD_LEGEND, load_rows, text_table
 from pytest_ddtree.report.decision_text import standing_text
 
 __all__ = [
     "UNRELIABLE",
+    "failure_text",
     "load_answer",
     "load_lines",
     "point_detail",
@@ -234,3 +240,107 @@ def _sweep_label(d: Decision[int | None] | None) -> str | None:
     if d.status == "tied":
         return " or ".join(budget_label(b) for b in d.arms)
     return None
+
+
+def _client_limit_message(samples: Sequence[Sample], total: int, t: Timeout | None) -> str:
+    """The client's own limits, said as such: no verdict on the server's outputs."""
+    timed_out = [s for s in samples if CLIENT_TIMEOUT in s.codes]
+    unsent = [s for s in samples if NOT_SENT in s.codes]
+    limits = f" (connect={t.connect:g},read={t.read:g},total={t.total:g})" if t else ""
+    lines = []
+    if timed_out:
+        where = ", ".join(dict.fromkeys(_where(s) for s in timed_out))
+        lines.append(
+            f"{len(timed_out)} of {total} requests under load got no complete answer within "
+            f"the client's time limits{limits}, at {where}: the client's limit, no verdict on "
+            "the outputs. If the server is only slow at this load (its queue), raise "
+            "--ddtree-timeout or lower the concurrency (--ddtree-load-concurrency)"
+        )
+    if unsent:
+        where = ", ".join(dict.fromkeys(_where(s) for s in unsent))
+        lines.append(
+            f"{len(unsent)} request(s) not sent or stopped mid-answer, at {where}: the stall "
+            "guard stopped the point after the endpoint stalled, or sent answers past the "
+            "byte cap, twice in a row"
+        )
+    first = (timed_out or unsent)[0].evidence
+    return "\n".join(lines) + (f"\nfirst:\n{first}" if first else "")
+
+
+def _where(sample: Sample) -> str:
+    return f"{sample.load_point.label} tree_budget={sample.tree_budget}"
+
+
+def _ms(p: Any, attr: str) -> str:
+    return "-" if p is None else f"{getattr(p, attr) * 1000:.1f}"
+
+
+def failure_text(failure: LoadFailure) -> str:
+    """Why a load run fails (invalid requests first, then SLO misses), in words.
+
+    Requests that got no answer within the client's time limits, or that the stall
+    guard kept from being sent (``samples`` says which), are reported as that, apart
+    from the requests whose outputs broke invariants.
+    """
+    stats, samples = failure.stats, failure.samples
+    total = sum(s.requests for s in stats)
+    limited = failure.limited
+    broken = [s for s in samples if set(s.codes) - CLIENT_LIMIT_CODES]
+    bad = failure.broken
+    parts = []
+    if bad:
+        codes: dict[str, int] = {}
+        evidence = ""
+        where = []
+        for s in stats:
+            for code, k in s.codes.items():
+                if code not in CLIENT_LIMIT_CODES or not samples:
+                    codes[code] = codes.get(code, 0) + k
+            if s.invalid:
+                where.append(f"{s.point.label} tree_budget={s.tree_budget}: {s.invalid}")
+        evidence = (
+            broken[0].evidence
+            if broken
+            else next((s.first_evidence for s in stats if s.invalid), "")
+        )
+        listed = ", ".join(f"{c} x{k}" for c, k in sorted(codes.items(), key=lambda i: -i[1]))
+        parts.append(
+            f"{bad} of {total} requests under load broke output-quality invariants ({listed}); "
+            f"not counted in the latencies; at {'; '.join(where)}\nfirst evidence:\n{evidence}"
+        )
+    if limited:
+        parts.append(_client_limit_message(limited, total, failure.timeout))
+    if parts:
+        return "\n".join(parts)
+    misses, withheld, held = [], [], set()
+    for s in stats:
+        if s.slo_met is False:
+            line = (
+                f"{s.point.label} tree_budget={s.tree_budget}: goodput {s.goodput_share:.1%} "
+                f"< {s.slo.goodput:.0%} required by {s.slo}"  # type: ignore[union-attr]
+                f" (TTFT p99 {_ms(s.ttft, 'p99')} ms, TPOT p99 {_ms(s.tpot, 'p99')} ms, "
+                f"e2e p99 {_ms(s.e2e, 'p99')} ms)"
+            )
+            if s.unreliable:
+                assert s.client is not None
+                held.add(s.client.state())
+                withheld.append(
+                    f"{line}; client {s.client.state().lower()}: {client_reason(s.client)}"
+                )
+            else:
+                misses.append(line)
+    if misses:
+        return f"SLO missed at {len(misses)} load point(s):\n" + "\n".join(misses)
+    if withheld:
+        # a saturated client queues its own work (less load per process helps); a stalled one
+        # was not run by a busy machine (more processes would make that worse)
+        ways = []
+        if "SATURATED" in held:
+            ways.append("lower the concurrency or spread the load over processes with -n")
+        if "STALLED" in held:
+            ways.append("run on a quieter machine")
+        return (
+            "SLO verdict withheld: the client was saturated or stalled, so its own delay is in "
+            f"the latencies ({'; '.join(ways)}):\n" + "\n".join(withheld)
+        )
+    return ""

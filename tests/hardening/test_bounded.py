@@ -19,6 +19,7 @@ from pytest_ddtree.checks.invariants import check
 from pytest_ddtree.core.settings import Timeout
 from pytest_ddtree.measure.load import LoadTester
 from pytest_ddtree.measure.load.tester import LoadError
+from pytest_ddtree.report.load_text import failure_text
 from pytest_ddtree.wire.protocol import EndpointConfig, StallGuard
 
 from ._hostile import HostileServer
@@ -56,6 +57,7 @@ def test_every_hostile_mode_fails_a_load_test_with_its_code(
         concurrencies=[2],
         requests=6,
         guard=guard,
+        describe=failure_text,
     )
     with pytest.raises(LoadError) as info:  # and nothing else: no traceback of our own
         tester(["Tell me about rivers."])
@@ -174,7 +176,12 @@ def test_timeouts_under_load_are_the_clients_limit_not_broken_outputs(
     config = EndpointConfig(server.base_url, timeout=Timeout(connect=2, read=1, total=10))
     guard = StallGuard()
     tester = LoadTester(
-        config, judge=lambda c, **e: check(c, **e), concurrencies=[4], requests=8, guard=guard
+        config,
+        judge=lambda c, **e: check(c, **e),
+        concurrencies=[4],
+        requests=8,
+        guard=guard,
+        describe=failure_text,
     )
     with pytest.raises(LoadError) as info:
         tester(["Tell me about rivers."])

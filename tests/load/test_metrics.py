@@ -24,6 +24,7 @@ from pytest_ddtree.measure.load import (
     summarize_point,
 )
 from pytest_ddtree.measure.load.metrics import BUSY_SHARE, CPU_LIMIT, LAG_LIMIT
+from pytest_ddtree.report.client_text import client_reason
 
 from ._samples import load_sample
 
@@ -172,7 +173,7 @@ def test_split_adds_up() -> None:
 
 def test_client_saturation_flag() -> None:
     calm = ClientHealth(0.2, 1.0, 10, 1000, lag_p99=0.001, lag_max=0.002, lag_samples=100)
-    assert not calm.saturated and calm.reason() == ""
+    assert not calm.saturated and client_reason(calm) == ""
     assert calm.cpu_per_token == pytest.approx(0.0002)
     # late while idle (20% CPU): the machine held it, which is no saturation (a one-slot
     # engine at C=1 on a shared box); late for a visible share of the point: stalled
@@ -180,12 +181,12 @@ def test_client_saturation_flag() -> None:
     assert not idle_late.saturated and not idle_late.unreliable and idle_late.state() == "ok"
     stalled = replace(idle_late, lag_total=0.2)
     assert stalled.stalled and not stalled.saturated and stalled.state() == "STALLED"
-    assert "woke late for 20% of the point" in stalled.reason()
+    assert "woke late for 20% of the point" in client_reason(stalled)
     lagging = ClientHealth(BUSY_SHARE + 0.1, 1.0, 10, 1000, LAG_LIMIT * 2, 0.05, 100)
-    assert lagging.saturated and "event-loop lag" in lagging.reason()
+    assert lagging.saturated and "event-loop lag" in client_reason(lagging)
     assert lagging.state() == "SATURATED" and lagging.unreliable
     busy = ClientHealth(CPU_LIMIT + 0.05, 1.0, 10, 1000, 0.001, 0.002, 100)
-    assert busy.saturated and "client CPU" in busy.reason()
+    assert busy.saturated and "client CPU" in client_reason(busy)
 
 
 def _tpot_samples(point: LoadPoint, budget: int, tpot: float, n: int = 12) -> list[Sample]:
@@ -527,11 +528,12 @@ def test_a_stalled_clients_note_sits_under_the_load_table_at_full_width() -> Non
     )
     # the table's cell holds the verdict and a reference; the reason is a note, not a column
     assert "<td>STALLED [1]</td>" in page
-    assert f"<li>[1] C=4, budget 16: STALLED: {escape(late.reason())}</li>" in page
+    assert f"<li>[1] C=4, budget 16: STALLED: {escape(client_reason(late))}</li>" in page
 
 
 def test_a_withheld_slo_verdict_advises_by_what_held_the_client() -> None:
-    from pytest_ddtree.measure.load.tester import failure_message
+    from pytest_ddtree.measure.load.tester import LoadFailure
+    from pytest_ddtree.report.load_text import failure_text
 
     c1 = LoadPoint("concurrency", 1)
     # every request takes ~1 s end to end: an e2e SLO of 10 ms misses at the point
@@ -539,11 +541,11 @@ def test_a_withheld_slo_verdict_advises_by_what_held_the_client() -> None:
     assert stats[0].slo_met is False
     stalled = ClientHealth(0.2, 1.0, 10, 1000, LAG_LIMIT * 2, 0.05, 100, lag_total=0.2)
     busy = ClientHealth(CPU_LIMIT + 0.05, 1.0, 10, 1000, 0.001, 0.002, 100)
-    held = failure_message([replace(stats[0], client=stalled)])
+    held = failure_text(LoadFailure((replace(stats[0], client=stalled),)))
     assert held.startswith("SLO verdict withheld: the client was saturated or stalled")
     assert "(run on a quieter machine):" in held and "-n" not in held.splitlines()[0], held
     assert "; client stalled: " in held
-    queued = failure_message([replace(stats[0], client=busy)])
+    queued = failure_text(LoadFailure((replace(stats[0], client=busy),)))
     assert "(lower the concurrency or spread the load over processes with -n):" in queued
     assert "; client saturated: " in queued
 

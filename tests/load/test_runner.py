@@ -19,7 +19,8 @@ from pytest_ddtree.measure.load import (
 from pytest_ddtree.measure.load.runner import run_point
 from pytest_ddtree.reference import spawn_reference_server, tokenizer_path
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS, optimal_schedule
-from pytest_ddtree.report.load_text import load_lines
+from pytest_ddtree.report.client_text import client_reason
+from pytest_ddtree.report.load_text import failure_text, load_lines
 from pytest_ddtree.wire.protocol import EndpointConfig
 from pytest_ddtree.wire.tokens import load_counter
 
@@ -32,6 +33,7 @@ def _tester(server: Any, **kw: Any) -> LoadTester:
         EndpointConfig(server.base_url),
         judge=lambda c, **e: check(c, counter=counter, **e),
         counter=counter,
+        describe=failure_text,
         **kw,
     )
 
@@ -73,6 +75,9 @@ def test_invalid_requests_fail_with_their_code() -> None:
     msg = str(info.value)
     assert msg.startswith("16 of 16 requests under load broke output-quality invariants")
     assert "role-leak x16" in msg and "first evidence:" in msg and "[role-leak]" in msg
+    # the same as data, for a caller that words it itself (or none: then its repr)
+    failure = info.value.failure
+    assert failure is not None and failure.broken == 16 and not failure.missed
 
 
 def test_slo_breach_fails(fast_server: Any) -> None:
@@ -108,18 +113,24 @@ def test_a_saturated_client_is_flagged(fast_server: Any) -> None:
 
     *_, health = asyncio.run(busy_client())
     # blocked, not busy: sleeping in the loop costs no CPU, so it is stalled, not saturated
-    assert health.unreliable and "event-loop lag" in health.reason()
+    assert health.unreliable and "event-loop lag" in client_reason(health)
     assert health.lag_max >= 0.02
 
 
 def test_transport_failures_are_reported_not_dropped() -> None:
     # nothing listens on this port: every request fails and is counted as invalid
     ep = EndpointConfig("http://127.0.0.1:9/v1")
-    tester = LoadTester(ep, judge=None, concurrencies=[2])
+    tester = LoadTester(ep, judge=None, concurrencies=[2], describe=failure_text)
     with pytest.raises(LoadError) as info:
         tester(["hello"], requests=3)
     assert "3 of 3 requests under load" in str(info.value)
     assert "transport x3" in str(info.value)
+    # a tester made without the report's words fails the same, its message the data
+    tester.describe = None
+    with pytest.raises(LoadError) as info:
+        tester(["hello"], requests=3)
+    assert str(info.value).startswith("LoadFailure(") and info.value.failure is not None
+    assert info.value.failure.broken == 3
 
 
 @pytest.mark.serial

@@ -110,22 +110,6 @@ class ClientHealth:
         """``SATURATED``, ``STALLED`` or ``ok``."""
         return "SATURATED" if self.saturated else "STALLED" if self.stalled else "ok"
 
-    def reason(self) -> str:
-        """One line: why the client counts as saturated or stalled (empty when neither)."""
-        lag = f"event-loop lag p99 {self.lag_p99 * 1000:.1f} ms"
-        cpu = f"client CPU {self.cpu_share:.0%} of a core"
-        if self.cpu_share > CPU_LIMIT:
-            return f"{cpu} > {CPU_LIMIT:.0%}"
-        if self.saturated:
-            return f"{lag} > {LAG_LIMIT * 1000:g} ms with {cpu} > {BUSY_SHARE:.0%}"
-        if self.stalled:
-            return (
-                f"the event loop woke late for {self.lag_share:.0%} of the point "
-                f"(> {STALL_SHARE:.0%}; {lag}) at {cpu}: not its own load but the machine "
-                "(or blocking work in the process) held it"
-            )
-        return ""
-
     def to_json(self) -> dict[str, Any]:
         """Plain JSON, with the derived figures."""
         return jsonmodel.to_json(self)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pytest_ddtree.core.settings import Settings
+from pytest_ddtree.core.settings import Settings, Timeout
 from pytest_ddtree.core.slo import SLO
 from pytest_ddtree.measure.arm import ArmStats
 from pytest_ddtree.measure.load.arrivals import LoadPoint
@@ -34,7 +34,7 @@ from pytest_ddtree.measure.sweep.race import DEFAULT_EQUIVALENCE
 from pytest_ddtree.wire.protocol import EndpointConfig, Messages, StallGuard
 from pytest_ddtree.wire.servermetrics import Counts, GroupWatch
 
-__all__ = ["LoadError", "LoadResult", "LoadTester", "analyse"]
+__all__ = ["LoadError", "LoadFailure", "LoadResult", "LoadTester", "analyse", "load_failure"]
 
 Key = tuple[LoadPoint, "int | None"]
 
@@ -59,7 +59,12 @@ class _Call:
 
 
 class LoadError(AssertionError):
-    """A load run failed: invalid requests, or an SLO missed. The message says which."""
+    """A load run failed: invalid requests, or an SLO missed. The message says which (worded
+    by the report where the plugin made the tester); ``failure`` is the same as data."""
+
+    def __init__(self, message: str, failure: LoadFailure | None = None) -> None:
+        super().__init__(message)
+        self.failure = failure
 
     # failure blocks name it as users import it, whatever folder defines it
     __module__ = "pytest_ddtree"
@@ -163,8 +168,12 @@ class LoadTester:
         sweep: str = "exhaustive",
         equivalence: float = DEFAULT_EQUIVALENCE,
         start_gate: Callable[[int, int], object] | None = None,
+        describe: Callable[[LoadFailure], str] | None = None,
     ) -> None:
         self.endpoint = endpoint
+        #: words a failed run's ``LoadError`` (the plugin passes the report's ``failure_text``;
+        #: None: the message is the failure's data, ``repr``)
+        self.describe = describe
         #: the server's counters around each load point (None: /metrics not read)
         self.watch = watch
         self.judge = judge
@@ -312,9 +321,9 @@ class LoadTester:
         result = self._result(call, samples, health, slo)
         if self.sink is not None:
             self.sink(result)
-        problem = failure_message(result.stats, self.endpoint, result.samples)
-        if problem:
-            raise LoadError(problem)
+        failure = load_failure(result.stats, self.endpoint, result.samples)
+        if failure is not None:
+            raise LoadError(self.describe(failure) if self.describe else repr(failure), failure)
         return result
 
     def racing(self, budgets: Sequence[int | None]) -> bool:
@@ -511,109 +520,43 @@ def _seeded(
 CLIENT_LIMIT_CODES = frozenset({CLIENT_TIMEOUT, NOT_SENT})
 
 
-def _client_limit_message(
-    samples: Sequence[Sample], total: int, endpoint: EndpointConfig | None
-) -> str:
-    """The client's own limits, said as such: no verdict on the server's outputs."""
-    timed_out = [s for s in samples if CLIENT_TIMEOUT in s.codes]
-    unsent = [s for s in samples if NOT_SENT in s.codes]
-    t = endpoint.timeout if endpoint is not None else None
-    limits = f" (connect={t.connect:g},read={t.read:g},total={t.total:g})" if t else ""
-    lines = []
-    if timed_out:
-        where = ", ".join(dict.fromkeys(_where(s) for s in timed_out))
-        lines.append(
-            f"{len(timed_out)} of {total} requests under load got no complete answer within "
-            f"the client's time limits{limits}, at {where}: the client's limit, no verdict on "
-            "the outputs. If the server is only slow at this load (its queue), raise "
-            "--ddtree-timeout or lower the concurrency (--ddtree-load-concurrency)"
-        )
-    if unsent:
-        where = ", ".join(dict.fromkeys(_where(s) for s in unsent))
-        lines.append(
-            f"{len(unsent)} request(s) not sent or stopped mid-answer, at {where}: the stall "
-            "guard stopped the point after the endpoint stalled, or sent answers past the "
-            "byte cap, twice in a row"
-        )
-    first = (timed_out or unsent)[0].evidence
-    return "\n".join(lines) + (f"\nfirst:\n{first}" if first else "")
+@dataclass(frozen=True)
+class LoadFailure:
+    """Why a load run fails, as data: its per-point statistics and validated samples (requests
+    that broke invariants, requests the client's own limits stopped, SLO misses among the
+    points) and the client's time limits. ``report/load_text.py`` words it
+    (``failure_text``)."""
+
+    stats: tuple[ArmStats, ...]
+    samples: tuple[Sample, ...] = ()
+    timeout: Timeout | None = None
+
+    @property
+    def broken(self) -> int:
+        """Requests whose outputs broke invariants (the client's limits apart)."""
+        if self.samples:
+            return sum(1 for s in self.samples if set(s.codes) - CLIENT_LIMIT_CODES)
+        return sum(s.invalid for s in self.stats)
+
+    @property
+    def limited(self) -> tuple[Sample, ...]:
+        """Requests the client's own limits stopped (timed out, or not sent)."""
+        return tuple(s for s in self.samples if set(s.codes) & CLIENT_LIMIT_CODES)
+
+    @property
+    def missed(self) -> tuple[ArmStats, ...]:
+        """Points that missed the SLO (a verdict withheld where the client was unreliable)."""
+        return tuple(s for s in self.stats if s.slo_met is False)
 
 
-def _where(sample: Sample) -> str:
-    return f"{sample.load_point.label} tree_budget={sample.tree_budget}"
-
-
-def _ms(p: Any, attr: str) -> str:
-    return "-" if p is None else f"{getattr(p, attr) * 1000:.1f}"
-
-
-def failure_message(
+def load_failure(
     stats: Sequence[ArmStats],
     endpoint: EndpointConfig | None = None,
     samples: Sequence[Sample] = (),
-) -> str:
-    """Why a load run fails (invalid requests first, then SLO misses); empty when it passes.
-
-    Requests that got no answer within the client's time limits, or that the stall
-    guard kept from being sent (``samples`` says which), are reported as that, apart
-    from the requests whose outputs broke invariants.
-    """
-    total = sum(s.requests for s in stats)
-    limited = [s for s in samples if set(s.codes) & CLIENT_LIMIT_CODES]
-    broken = [s for s in samples if set(s.codes) - CLIENT_LIMIT_CODES]
-    bad = len(broken) if samples else sum(s.invalid for s in stats)
-    parts = []
-    if bad:
-        codes: dict[str, int] = {}
-        evidence = ""
-        where = []
-        for s in stats:
-            for code, k in s.codes.items():
-                if code not in CLIENT_LIMIT_CODES or not samples:
-                    codes[code] = codes.get(code, 0) + k
-            if s.invalid:
-                where.append(f"{s.point.label} tree_budget={s.tree_budget}: {s.invalid}")
-        evidence = (
-            broken[0].evidence
-            if broken
-            else next((s.first_evidence for s in stats if s.invalid), "")
-        )
-        listed = ", ".join(f"{c} x{k}" for c, k in sorted(codes.items(), key=lambda i: -i[1]))
-        parts.append(
-            f"{bad} of {total} requests under load broke output-quality invariants ({listed}); "
-            f"not counted in the latencies; at {'; '.join(where)}\nfirst evidence:\n{evidence}"
-        )
-    if limited:
-        parts.append(_client_limit_message(limited, total, endpoint))
-    if parts:
-        return "\n".join(parts)
-    misses, withheld, held = [], [], set()
-    for s in stats:
-        if s.slo_met is False:
-            line = (
-                f"{s.point.label} tree_budget={s.tree_budget}: goodput {s.goodput_share:.1%} "
-                f"< {s.slo.goodput:.0%} required by {s.slo}"  # type: ignore[union-attr]
-                f" (TTFT p99 {_ms(s.ttft, 'p99')} ms, TPOT p99 {_ms(s.tpot, 'p99')} ms, "
-                f"e2e p99 {_ms(s.e2e, 'p99')} ms)"
-            )
-            if s.unreliable:
-                assert s.client is not None
-                held.add(s.client.state())
-                withheld.append(f"{line}; client {s.client.state().lower()}: {s.client.reason()}")
-            else:
-                misses.append(line)
-    if misses:
-        return f"SLO missed at {len(misses)} load point(s):\n" + "\n".join(misses)
-    if withheld:
-        # a saturated client queues its own work (less load per process helps); a stalled one
-        # was not run by a busy machine (more processes would make that worse)
-        ways = []
-        if "SATURATED" in held:
-            ways.append("lower the concurrency or spread the load over processes with -n")
-        if "STALLED" in held:
-            ways.append("run on a quieter machine")
-        return (
-            "SLO verdict withheld: the client was saturated or stalled, so its own delay is in "
-            f"the latencies ({'; '.join(ways)}):\n" + "\n".join(withheld)
-        )
-    return ""
+) -> LoadFailure | None:
+    """Why a load run fails (invalid requests, requests the client's limits stopped, SLO
+    misses); None when it passes."""
+    found = LoadFailure(
+        tuple(stats), tuple(samples), endpoint.timeout if endpoint is not None else None
+    )
+    return found if found.broken or found.limited or found.missed else None
