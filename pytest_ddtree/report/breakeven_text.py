@@ -118,6 +118,30 @@ def _crossover_text(m: BreakEvenMap, p: LoadPoint) -> str:
     )
 
 
+def _two_intervals(m: BreakEvenMap) -> list[str]:
+    """Why a cell can be undecided while its speedup's interval excludes 1 (said only where
+    one is)."""
+    odd = [
+        c
+        for c in m.cells
+        if not c.answered
+        and c.decision.has_leader
+        and OFF in c.decision.arms
+        and c.speedup is not None
+        and (c.speedup.faster or c.speedup.slower)
+    ]
+    if not odd:
+        return []
+    where = ", ".join(f"{c.depth} at {c.point.label}" for c in odd)
+    margin = percent(odd[0].decision.margin)
+    return [
+        f"undecided though the speedup's interval excludes 1 ({where}): a cell is decided by "
+        f"its race, on an interval of its own (the requests blocked by lap, at each look's "
+        f"confidence) against the {margin} margin, wider than the paired speedup's; more "
+        "requests (--ddtree-sweep-requests) narrow it"
+    ]
+
+
 def map_lines(m: BreakEvenMap) -> list[str]:
     """The compact map (depth by load point), the crossover, the acceptance slope and the
     answer."""
@@ -133,6 +157,7 @@ def map_lines(m: BreakEvenMap) -> list[str]:
         f"{percent(conf)} interval; off = speculation off)"
     )
     lines.extend(_crossover_text(m, p) for p in m.points)
+    lines.extend(_two_intervals(m))
     e2e = [
         f"{c.depth} at {c.point.label} {ratio_text(c.e2e)}" for c in m.cells if c.e2e is not None
     ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Mapping
+from dataclasses import replace
 
 import pytest
 
@@ -72,6 +73,26 @@ def test_a_faster_budget_is_named_with_its_speedup_over_the_target_alone() -> No
     assert cell.answered and cell.answer == 64 and not cell.off
     ratio = cell.speedups[64]
     assert ratio.low < 2.0 < ratio.high and ratio.faster
+
+
+def test_an_undecided_cell_whose_speedup_excludes_one_says_why_the_two_intervals_differ() -> None:
+    from pytest_ddtree.report.breakeven_text import map_lines
+
+    decided = _cell({OFF: 500.0, 64: 1000.0})
+    assert decided.speedup is not None and decided.speedup.faster
+    line = "undecided though the speedup's interval excludes 1"
+    found = BreakEvenMap((decided,), True, None, {"C=1": crossover([decided])})
+    assert not any(x.startswith(line) for x in map_lines(found))  # decided: nothing to explain
+    # the race undecided (its own interval crossing the margin), the speedup's above 1
+    cell = replace(
+        decided,
+        answered=False,
+        answer=None,
+        decision=replace(decided.decision, status="undecided", arms=(OFF, 64)),
+    )
+    found = BreakEvenMap((cell,), True, None, {"C=1": crossover([cell])})
+    (said,) = [x for x in map_lines(found) if x.startswith(line)]
+    assert "(1024 at C=1)" in said and "against the 2% margin" in said
 
 
 def test_without_a_twin_the_speedup_is_not_measured() -> None:
@@ -287,5 +308,10 @@ def test_speculation_that_holds_less_of_a_conversation_in_the_cache_is_warned_of
         found(Reuse(2048, 0, 5, 5, 5, 0.97, 0.5), Reuse(2048, 64, 5, 5, 5, 0.9, 0.6))
     )
     assert len(same) == 1  # within 10 points: no warning
+    # the boundary: exactly 10 points less is no warning, a point more is one
+    edge = [Reuse(1024, 0, 5, 5, 5, 0.9, 0.5), Reuse(1024, 64, 5, 5, 5, 0.8, 0.5)]
+    assert len(reuse_lines(found(*edge))) == 1
+    edge[1] = Reuse(1024, 64, 5, 5, 5, 0.79, 0.5)
+    assert reuse_lines(found(*edge))[1].startswith("WARNING: at 1024 prompt tokens")
     (silent,) = reuse_lines(found(Reuse(512, 0, 5, 5, 0, None, 0.1)))
     assert silent.startswith("second turns: 5 sent, none reported its cached prompt tokens")
