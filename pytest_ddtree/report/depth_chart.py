@@ -7,9 +7,10 @@ from __future__ import annotations
 from html import escape
 
 from pytest_ddtree.measure.arm import ArmStats
-from pytest_ddtree.measure.sweep import SweepSummary, budget_label, deeper_line
+from pytest_ddtree.measure.sweep import SweepSummary, budget_label
 from pytest_ddtree.measure.sweep.depth import DepthProfile
 from pytest_ddtree.report.charts import HEIGHT, NARROW, PALETTE, Svg, YScale, empty_chart
+from pytest_ddtree.report.depth_text import deeper_line
 
 _TITLE = "Conditional acceptance by draft depth"
 _TICKS = (0.0, 0.25, 0.5, 0.75, 1.0)

@@ -12,7 +12,6 @@ from pytest_ddtree.measure.sweep import (
     RunMetadata,
     SweepSummary,
     budget_label,
-    deeper_line,
 )
 from pytest_ddtree.measure.sweep.bootstrap import ci_name
 from pytest_ddtree.measure.sweep.race import RaceRecord, RaceRule
@@ -20,6 +19,7 @@ from pytest_ddtree.report import race_text
 from pytest_ddtree.report.arm_text import speculation_warnings
 from pytest_ddtree.report.columns import sweep_columns, sweep_rows, text_table
 from pytest_ddtree.report.decision_text import drift_line, sweep_answer
+from pytest_ddtree.report.depth_text import deeper_line
 
 
 def headers() -> tuple[str, ...]:

@@ -15,7 +15,7 @@ import pytest
 
 from pytest_ddtree.checks.invariants import check
 from pytest_ddtree.measure.arm import budget_json
-from pytest_ddtree.measure.sweep import DepthProfile, Sample, SweepRun, deeper_line
+from pytest_ddtree.measure.sweep import DepthProfile, Sample, SweepRun
 from pytest_ddtree.reference import ReferenceServer
 from pytest_ddtree.report import (
     SCHEMA_VERSION,
@@ -25,6 +25,7 @@ from pytest_ddtree.report import (
     write_report,
     write_sweep_json,
 )
+from pytest_ddtree.report.depth_text import deeper_line
 from pytest_ddtree.report.jsonfile import SWEEP_JSON_SCHEMA, sweep_from_json
 from pytest_ddtree.wire.client import DDTreeClient
 

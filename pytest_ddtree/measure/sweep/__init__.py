@@ -11,8 +11,8 @@ written on one machine can be re-analysed, merged or compared anywhere.
 - :mod:`~pytest_ddtree.measure.sweep.statistics`: the per-budget statistics
   (:class:`~pytest_ddtree.measure.arm.ArmStats` of each budget at the point C=1), their
   places and the recommendation;
-- :mod:`~pytest_ddtree.measure.sweep.depth`: acceptance by depth (:class:`DepthProfile`) and
-  whether deeper trees are still accepted (:func:`deeper_line`);
+- :mod:`~pytest_ddtree.measure.sweep.depth`: acceptance by depth (:class:`DepthProfile`;
+  whether deeper trees are still accepted is worded by ``report/depth_text.py``);
 - :mod:`~pytest_ddtree.measure.sweep.run`: :class:`SweepRun` with its
   :class:`RunMetadata` and :class:`DiagnosisRecord`.
 """
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pytest_ddtree.core.settings import budget_label
     from pytest_ddtree.measure.sample import Sample
-    from pytest_ddtree.measure.sweep.depth import DepthProfile, deeper_line, depth_profile
+    from pytest_ddtree.measure.sweep.depth import DepthProfile, depth_profile
     from pytest_ddtree.measure.sweep.plan import PlannedRequest, SweepOrder, SweepPlan, run_sweep
     from pytest_ddtree.measure.sweep.run import (
         DiagnosisRecord,
@@ -54,7 +54,6 @@ _EXPORTS = {
     "budget_label": "pytest_ddtree.core.settings",
     "Sample": "pytest_ddtree.measure.sample",
     "DepthProfile": "depth",
-    "deeper_line": "depth",
     "depth_profile": "depth",
     "PlannedRequest": "plan",
     "SweepOrder": "plan",
@@ -95,7 +94,6 @@ __all__ = [
     "bootstrap_median_ci",
     "bootstrap_median_difference",
     "budget_label",
-    "deeper_line",
     "depth_profile",
     "merge_samples",
     "quantile",
