@@ -31,7 +31,7 @@ from pytest_ddtree.measure.load import Endpoint, LoadPoint, LoadTester
 from pytest_ddtree.measure.load.runner import run_point, validate
 from pytest_ddtree.reference import MODEL_ID, spawn_reference_server, tokenizer_path
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS, optimal_schedule
-from pytest_ddtree.report.load_text import failure_text
+from pytest_ddtree.report.load_text import failure_text, schedule_text
 from pytest_ddtree.wire.tokens import load_counter
 
 PROMPTS = list(DEFAULT_PROMPTS)
@@ -238,7 +238,7 @@ def bench_schedule(budgets: list[int], cs: list[int], out: dict[str, Any]) -> No
         print(r.table())
         measured = {c.point.concurrency: c.tree_budget for c in r.schedule.choices}
         out["schedule"] = {
-            "measured": r.schedule.text(),
+            "measured": schedule_text(r.schedule),
             "measured_by_c": measured,
             "optimum_by_c": expected,
             "matches": measured == expected,

@@ -24,7 +24,7 @@ from pytest_ddtree.report.charts import (
     nice_ticks,
 )
 from pytest_ddtree.report.columns import LOAD_COLUMNS, client_cell, html_table, load_rows
-from pytest_ddtree.report.load_text import point_detail, point_line
+from pytest_ddtree.report.load_text import point_detail, point_line, schedule_text
 
 __all__ = ["latency_chart", "render_load_section"]
 
@@ -128,7 +128,7 @@ def render_load_section(tests: Sequence[LoadTestResult]) -> str:
             f"{escape(nodeid)}{_at(test.temperature)}</h2>"
             f'<p class="muted">Every request validated before it counts; merged from raw '
             f"samples of {escape(where)}; loads are totals.</p>{raced}"
-            f"<p><strong>Schedule: {escape(schedule.text())}</strong>"
+            f"<p><strong>Schedule: {escape(schedule_text(schedule))}</strong>"
             f"{' (the best budget changes with load)' if schedule.changes_with_load else ''}"
             f"</p><ul>{choices}</ul>{_never_drafted(stats)}"
             f"{latency_chart(stats, 'tpot', 'TPOT vs load')}"

@@ -30,6 +30,8 @@ __all__ = [
     "point_line",
     "race_line",
     "race_lines",
+    "schedule_how",
+    "schedule_text",
 ]
 
 #: what a point measured while the client was saturated adds to its line
@@ -157,7 +159,7 @@ def load_lines(stats: Sequence[ArmStats], schedule: Schedule) -> list[str]:
     for c in schedule.choices:
         lines.append(point_line(c))
         lines.extend(f"  race at {c.point.label}: {x}" for x in point_detail(c))
-    lines.append(f"schedule: {schedule.text()} ({schedule.how()})")
+    lines.append(f"schedule: {schedule_text(schedule)} ({schedule_how(schedule)})")
     races = [c.race for c in schedule.choices if c.race is not None]
     if races:
         spent, full = sum(r.requests for r in races), sum(r.max_requests for r in races)
@@ -177,7 +179,7 @@ def load_answer(nodeid: str, schedule: Schedule, sweep: Decision[int | None] | N
     test's own requests, and above C=1 requests that share the server.
     """
     picks = [c for c in schedule.choices if c.label is not None]
-    text = schedule.text()
+    text = schedule_text(schedule)
     if not picks:
         return f"under load ({nodeid}): {text}"
     shaky = (
@@ -344,3 +346,45 @@ def failure_text(failure: LoadFailure) -> str:
             f"the latencies ({'; '.join(ways)}):\n" + "\n".join(withheld)
         )
     return ""
+
+
+def schedule_how(schedule: Schedule) -> str:
+    """How the choice varies with load, in words: ``changes with load``, ``same at every
+    load point``, or how many points the race left undecided."""
+    undecided = sum(1 for c in schedule.choices if c.undecided and not c.chosen)
+    points = sum(1 for c in schedule.choices if c.chosen or c.undecided)
+    if points == 0:
+        return "no point has a valid budget"
+    if schedule.changes_with_load:
+        what = "changes with load"
+    elif undecided == points:
+        return "undecided at every load point"
+    else:
+        what = "same at every decided load point" if undecided else "same at every load point"
+    return f"{what}; undecided at {undecided} of {points}" if undecided else what
+
+
+def schedule_text(schedule: Schedule) -> str:
+    """``C<=4: 128, C<=16: 64, C>16: 16`` (``rate<=2/s: ...`` for rates); one per mode."""
+    parts: list[str] = []
+    for mode in ("concurrency", "rate"):
+        picks = [c for c in schedule.choices if c.point.mode == mode and (c.chosen or c.undecided)]
+        if not picks:
+            continue
+        name, unit = ("C", "") if mode == "concurrency" else ("rate", "/s")
+        groups: list[tuple[float, str | None]] = []  # (highest value, budget label)
+        for c in picks:
+            label = c.label or "undecided"
+            if groups and groups[-1][1] == label:
+                groups[-1] = (c.point.value, label)
+            else:
+                groups.append((c.point.value, label))
+        if len(groups) == 1:
+            parts.append(f"all {name}: {groups[0][1]}")
+            continue
+        for i, (top, budget) in enumerate(groups):
+            if i < len(groups) - 1:
+                parts.append(f"{name}<={top:g}{unit}: {budget}")
+            else:
+                parts.append(f"{name}>{groups[i - 1][0]:g}{unit}: {budget}")
+    return ", ".join(parts) if parts else "no valid budget"

@@ -25,6 +25,7 @@ from pytest_ddtree.measure.load import (
 )
 from pytest_ddtree.measure.load.metrics import BUSY_SHARE, CPU_LIMIT, LAG_LIMIT
 from pytest_ddtree.report.client_text import client_reason
+from pytest_ddtree.report.load_text import schedule_how, schedule_text
 
 from ._samples import load_sample
 
@@ -214,7 +215,7 @@ def test_schedule_follows_the_fastest_valid_budget() -> None:
     stats, schedule = analyse(samples + bad)
     assert [c.tree_budget for c in schedule.choices] == [128, 128, 16]
     assert schedule.choices[2].excluded == (64,)
-    assert schedule.text() == "C<=8: 128, C>8: 16"
+    assert schedule_text(schedule) == "C<=8: 128, C>8: 16"
     assert schedule.changes_with_load
     best = schedule.choices[0]
     assert best.decisive and best.ci_ms is not None
@@ -231,24 +232,24 @@ def test_the_schedules_words_count_the_points_a_race_left_undecided() -> None:
     samples = _tpot_samples(c1, 16, 0.010) + _tpot_samples(c4, 16, 0.010)
     samples += _tpot_samples(c1, 64, 0.006) + _tpot_samples(c4, 64, 0.012)
     _, schedule = analyse(samples)
-    assert schedule.how() == "changes with load"
+    assert schedule_how(schedule) == "changes with load"
 
     def as_(c: Choice, status: str, arms: tuple[int | None, ...]) -> Choice:
         return replace(c, decision=replace(c.decision, status=status, arms=arms))
 
     same = Schedule(tuple(as_(c, "recommended", (16,)) for c in schedule.choices))
-    assert same.how() == "same at every load point"
+    assert schedule_how(same) == "same at every load point"
     # a race that spent its requests without a winner at C=1 (the run load.md shows): the
     # schedule reads "C<=1: undecided, C>1: 16", which is not "the same at every point"
     first = as_(same.choices[0], "undecided", (16, 64))
     partly = Schedule((first, same.choices[1]))
-    assert partly.text() == "C<=1: undecided, C>1: 16"
-    assert partly.how() == "same at every decided load point; undecided at 1 of 2"
+    assert schedule_text(partly) == "C<=1: undecided, C>1: 16"
+    assert schedule_how(partly) == "same at every decided load point; undecided at 1 of 2"
     second = as_(same.choices[1], "undecided", (16, 64))
-    assert Schedule((first, second)).how() == "undecided at every load point"
+    assert schedule_how(Schedule((first, second))) == "undecided at every load point"
     # nothing was valid: said as such, never "undecided"
     invalid = as_(same.choices[0], "nothing valid", ())
-    assert Schedule((invalid,)).how() == "no point has a valid budget"
+    assert schedule_how(Schedule((invalid,))) == "no point has a valid budget"
 
 
 def test_merge_of_split_samples_equals_one_run() -> None:
@@ -306,7 +307,7 @@ def test_the_servers_own_budget_is_a_choice_not_no_budget() -> None:
     c1, c4 = LoadPoint("concurrency", 1), LoadPoint("concurrency", 4)
     stats, schedule = analyse(_tpot_samples(c1, None, 0.01) + _tpot_samples(c4, None, 0.02))
     assert all(c.chosen and c.label == "server-default" for c in schedule.choices)
-    assert schedule.text() == "all C: server-default"
+    assert schedule_text(schedule) == "all C: server-default"
     assert schedule.to_json()["points"][0]["budget_label"] == "server-default"
     assert schedule.to_json()["points"][0]["chosen"] is True
     from pytest_ddtree.report.load_text import load_lines
@@ -317,7 +318,7 @@ def test_the_servers_own_budget_is_a_choice_not_no_budget() -> None:
     bad = [load_sample(c1, None, 0.0, 1.0, 0.1, (), 10, False, ("role-leak",))]
     _, schedule = analyse(bad)
     assert not schedule.choices[0].chosen and schedule.choices[0].label is None
-    assert schedule.text() == "no valid budget"
+    assert schedule_text(schedule) == "no valid budget"
     assert schedule.to_json()["points"][0]["budget_label"] is None
 
 

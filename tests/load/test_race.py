@@ -11,7 +11,7 @@ from pytest_ddtree.measure.load.metrics import ClientHealth, chain_health
 from pytest_ddtree.measure.load.race import PointRace, PointRacer, Run, chunk_size, race_point
 from pytest_ddtree.measure.load.runner import CLIENT_TIMEOUT
 from pytest_ddtree.measure.sweep.race import Why
-from pytest_ddtree.report.load_text import load_lines, race_line
+from pytest_ddtree.report.load_text import load_lines, race_line, schedule_text
 from pytest_ddtree.report.race_text import reason
 
 from ._samples import load_sample
@@ -117,7 +117,7 @@ def test_a_spent_budget_is_undecided_and_forces_no_winner() -> None:
     _, raced = analyse(server.samples, races=[race])
     (choice,) = raced.choices
     assert not choice.chosen and choice.undecided and choice.label is None
-    assert raced.text() == "all C: undecided"
+    assert schedule_text(raced) == "all C: undecided"
     # the same samples judged in full, by the same rule, force no winner either
     assert schedule.choices[0].decision.status == "undecided"
     table = "\n".join(load_lines(stats, raced))

@@ -20,7 +20,7 @@ from pytest_ddtree.measure.load.runner import run_point
 from pytest_ddtree.reference import spawn_reference_server, tokenizer_path
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS, optimal_schedule
 from pytest_ddtree.report.client_text import client_reason
-from pytest_ddtree.report.load_text import failure_text, load_lines
+from pytest_ddtree.report.load_text import failure_text, load_lines, schedule_text
 from pytest_ddtree.wire.protocol import EndpointConfig
 from pytest_ddtree.wire.tokens import load_counter
 
@@ -143,7 +143,7 @@ def test_schedule_matches_the_batching_servers_optimum(timed_server: Any) -> Non
     result = _tester(timed_server, tree_budgets=budgets, concurrencies=cs, max_tokens=64)(PROMPTS)
     measured = {c.point.concurrency: c.tree_budget for c in result.schedule.choices}
     assert measured == expected, load_lines(result.stats, result.schedule)
-    assert result.schedule.text() == "C<=1: 64, C>1: 16"
+    assert schedule_text(result.schedule) == "C<=1: 64, C>1: 16"
 
 
 def test_a_request_the_loop_stalled_in_has_its_speed_claim_withheld() -> None:

@@ -131,7 +131,8 @@ jsonmodel.register(
 
 @dataclass(frozen=True)
 class Schedule:
-    """Choices per load point, in load order, and the schedule string."""
+    """Choices per load point, in load order (``report/load_text.py`` words the schedule:
+    ``schedule_text``, ``schedule_how``)."""
 
     choices: tuple[Choice, ...]
 
@@ -139,46 +140,6 @@ class Schedule:
     def changes_with_load(self) -> bool:
         """True when the best budget is not the same at every load point."""
         return len({c.label for c in self.choices if c.chosen}) > 1
-
-    def how(self) -> str:
-        """How the choice varies with load, in words: ``changes with load``, ``same at every
-        load point``, or how many points the race left undecided."""
-        undecided = sum(1 for c in self.choices if c.undecided and not c.chosen)
-        points = sum(1 for c in self.choices if c.chosen or c.undecided)
-        if points == 0:
-            return "no point has a valid budget"
-        if self.changes_with_load:
-            what = "changes with load"
-        elif undecided == points:
-            return "undecided at every load point"
-        else:
-            what = "same at every decided load point" if undecided else "same at every load point"
-        return f"{what}; undecided at {undecided} of {points}" if undecided else what
-
-    def text(self) -> str:
-        """``C<=4: 128, C<=16: 64, C>16: 16`` (``rate<=2/s: ...`` for rates); one per mode."""
-        parts: list[str] = []
-        for mode in ("concurrency", "rate"):
-            picks = [c for c in self.choices if c.point.mode == mode and (c.chosen or c.undecided)]
-            if not picks:
-                continue
-            name, unit = ("C", "") if mode == "concurrency" else ("rate", "/s")
-            groups: list[tuple[float, str | None]] = []  # (highest value, budget label)
-            for c in picks:
-                label = c.label or "undecided"
-                if groups and groups[-1][1] == label:
-                    groups[-1] = (c.point.value, label)
-                else:
-                    groups.append((c.point.value, label))
-            if len(groups) == 1:
-                parts.append(f"all {name}: {groups[0][1]}")
-                continue
-            for i, (top, budget) in enumerate(groups):
-                if i < len(groups) - 1:
-                    parts.append(f"{name}<={top:g}{unit}: {budget}")
-                else:
-                    parts.append(f"{name}>{groups[i - 1][0]:g}{unit}: {budget}")
-        return ", ".join(parts) if parts else "no valid budget"
 
     def choice(self, point: LoadPoint) -> Choice:
         """The choice at ``point``."""
@@ -201,8 +162,9 @@ jsonmodel.register(
     Schedule,
     read=False,
     choices=jsonmodel.override(rename="points"),
-    derived={"schedule": Schedule.text, "changes_with_load": lambda s: s.changes_with_load},
-    order=("schedule", "changes_with_load", "points"),
+    # sweep.json's "schedule" (its words) is written first by the report
+    derived={"changes_with_load": lambda s: s.changes_with_load},
+    order=("changes_with_load", "points"),
 )
 
 
