@@ -11,7 +11,7 @@ from pytest_ddtree.core.settings import Timeout, budget_label
 from pytest_ddtree.core.wording import percent
 from pytest_ddtree.measure.arm import ArmStats
 from pytest_ddtree.measure.load.race import PointRace
-from pytest_ddtree.measure.load.recommend import NO_VALID, Choice, Schedule
+from pytest_ddtree.measure.load.recommend import Choice, NoneWhy, Schedule
 from pytest_ddtree.measure.load.runner import CLIENT_TIMEOUT, NOT_SENT
 from pytest_ddtree.measure.load.tester import CLIENT_LIMIT_CODES, LoadFailure
 from pytest_ddtree.measure.sample import Sample
@@ -26,6 +26,7 @@ __all__ = [
     "failure_text",
     "load_answer",
     "load_lines",
+    "none_text",
     "point_detail",
     "point_line",
     "race_line",
@@ -73,7 +74,7 @@ def point_line(c: Choice) -> str:
     if c.race is not None:
         return _raced_line(c) + warn
     if not d.has_leader:
-        return f"{at}: none ({c.why_none or NO_VALID})"
+        return f"{at}: none ({none_text(c.why_none)})"
     rule = f"({_rule(d)})"
     if d.status == "recommended":
         alone = not d.as_fast and not d.slower
@@ -388,3 +389,17 @@ def schedule_text(schedule: Schedule) -> str:
             else:
                 parts.append(f"{name}>{groups[i - 1][0]:g}{unit}: {budget}")
     return ", ".join(parts) if parts else "no valid budget"
+
+
+def none_text(why: NoneWhy | None) -> str:
+    """Why no budget is best at a point, by what the budgets lacked."""
+    if why is None or why.kind == "no valid":
+        return "no budget had every request valid"
+    text = (
+        "no token counts: the server sent no usage and no token counter counted the answers"
+        if why.kind == "no counts"
+        else "no TPOT: no valid answer had a token after its first event"
+    )
+    if why.invalid:
+        text += f"; the other {why.invalid} budget(s) had invalid requests"
+    return text

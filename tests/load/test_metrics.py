@@ -24,8 +24,9 @@ from pytest_ddtree.measure.load import (
     summarize_point,
 )
 from pytest_ddtree.measure.load.metrics import BUSY_SHARE, CPU_LIMIT, LAG_LIMIT
+from pytest_ddtree.measure.load.recommend import NoneWhy
 from pytest_ddtree.report.client_text import client_reason
-from pytest_ddtree.report.load_text import schedule_how, schedule_text
+from pytest_ddtree.report.load_text import none_text, schedule_how, schedule_text
 
 from ._samples import load_sample
 
@@ -400,7 +401,7 @@ def test_no_best_budget_says_why_in_the_terminal_the_json_and_the_html() -> None
     text = "\n".join(load_lines(stats, schedule))
     why = "no token counts: the server sent no usage and no token counter counted the answers"
     assert f"best at C=1: none ({why})" in text and "every request valid" not in text
-    assert schedule.to_json()["points"][0]["why_none"] == why
+    assert schedule.choices[0].why_none == NoneWhy("no counts")
     page = render_load_section(
         [LoadTestResult("t.py::test_load", 1, ("main",), False, stats, schedule, tuple(uncounted))]
     )
@@ -408,7 +409,10 @@ def test_no_best_budget_says_why_in_the_terminal_the_json_and_the_html() -> None
     # an invalid budget beside an uncounted one: both are said
     bad = [load_sample(c1, 32, 5.0, 1.0, 0.1, (), 10, False, ("role-leak",))]
     stats, schedule = analyse(uncounted + bad)
-    assert schedule.choices[0].why_none == f"{why}; the other 1 budget(s) had invalid requests"
+    assert schedule.choices[0].why_none == NoneWhy("no counts", invalid=1)
+    assert none_text(schedule.choices[0].why_none) == (
+        f"{why}; the other 1 budget(s) had invalid requests"
+    )
     # only invalid budgets: the old reason, which is then true
     _, schedule = analyse(bad)
     lines = load_lines(*analyse(bad))

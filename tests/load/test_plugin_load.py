@@ -12,7 +12,7 @@ import pytest
 from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.reference import tokenizer_path
 from pytest_ddtree.report import read_sweep_json
-from pytest_ddtree.report.load_text import schedule_text
+from pytest_ddtree.report.load_text import none_text, schedule_text
 
 TEST_FILE = textwrap.dedent(
     """
@@ -206,11 +206,14 @@ def test_xdist_merge_equals_one_process_on_the_same_samples(
     stats, schedule = analyse(samples)
     again_schedule = schedule.to_json()
     assert schedule_text(schedule) == test["schedule"]["schedule"]
-    for mine_choice, theirs in zip(
-        again_schedule["points"], test["schedule"]["points"], strict=True
+    for choice, mine_choice, theirs in zip(
+        schedule.choices, again_schedule["points"], test["schedule"]["points"], strict=True
     ):
         # "unreliable" (and the decision's client_saturated flag) comes from the workers'
-        # client health, not from the samples
+        # client health, not from the samples; "why_none" is the report's words
+        theirs = dict(theirs)
+        why = theirs.pop("why_none")
+        assert why == (None if choice.why_none is None else none_text(choice.why_none))
         assert _without_client(mine_choice) == _without_client(theirs)
     mine = {(s.point.label, s.tree_budget): jsonmodel.to_json(s) for s in stats}
     for p in test["points"]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.settings import budget_label
@@ -34,7 +34,17 @@ from pytest_ddtree.measure.sweep.race import (
     Standing,
 )
 
-__all__ = ["Choice", "Schedule", "recommend"]
+__all__ = ["Choice", "NoneWhy", "Schedule", "recommend"]
+
+
+@dataclass(frozen=True)
+class NoneWhy:
+    """Why no budget could be ranked at a load point: none had every request valid (``no
+    valid``), the valid ones had no token counts (``no counts``) or no token after their first
+    event (``no tpot``); ``invalid`` other budgets had invalid requests."""
+
+    kind: Literal["no valid", "no counts", "no tpot"]
+    invalid: int = 0
 
 
 @dataclass(frozen=True)
@@ -54,8 +64,8 @@ class Choice:
     unreliable: bool = False
     #: the race at this point (``--ddtree-sweep adaptive``); None when run in full
     race: PointRace | None = None
-    #: why no budget was chosen (empty when one was): the summary says it as it is
-    why_none: str = ""
+    #: why no budget could be ranked at all (None when one could); the report words it
+    why_none: NoneWhy | None = None
     standings: tuple[Standing[int | None], ...] = ()
 
     @property
@@ -107,7 +117,8 @@ class Choice:
 jsonmodel.register(
     Choice,
     read=False,
-    why_none=jsonmodel.override(unstruct_hook=lambda why: why or None),
+    # sweep.json's "why_none" is its words, written by the report
+    why_none=jsonmodel.override(omit=True),
     # generic records: written by their own registered form
     decision=jsonmodel.override(unstruct_hook=jsonmodel.to_json),
     standings=jsonmodel.override(unstruct_hook=lambda xs: [jsonmodel.to_json(x) for x in xs]),
@@ -124,7 +135,6 @@ jsonmodel.register(
     order=(
         *("point", "label", "chosen", "tree_budget", "budget_label", "tpot_ms", "ci_ms", "n"),
         *("decisive", "excluded", "unreliable", "undecided", "decision", "standings", "race"),
-        "why_none",
     ),
 )
 
@@ -234,7 +244,7 @@ def recommend(
         named = d.arms[0] if d.status == "recommended" else d.leader
         best = next((s for s in group if s.tree_budget == named), None)
         tpot, ci = _tpot(best, seed) if d.has_leader and best is not None else (None, None)
-        why = "" if d.has_leader else _why_none(group)
+        why = None if d.has_leader else _why_none(group)
         choices.append(Choice(point, d, tpot, ci, flags.client_saturated, race, why, standings))
     return Schedule(tuple(choices))
 
@@ -248,18 +258,10 @@ def _tpot(best: ArmStats, seed: int) -> tuple[float | None, tuple[float, float] 
     return med * 1000, (ci[0] * 1000, ci[1] * 1000) if ci else None
 
 
-#: why no budget is best at a point, by what the budgets lacked
-NO_VALID = "no budget had every request valid"
-NO_COUNTS = "no token counts: the server sent no usage and no token counter counted the answers"
-NO_TPOT = "no TPOT: no valid answer had a token after its first event"
-
-
-def _why_none(group: Sequence[ArmStats]) -> str:
+def _why_none(group: Sequence[ArmStats]) -> NoneWhy:
     """Why none of a point's budgets could be ranked (none had valid timings)."""
     whole = [s for s in group if s.invalid == 0]
     if not whole:
-        return NO_VALID
-    why = NO_COUNTS if all(s.valid and s.uncounted == s.valid for s in whole) else NO_TPOT
-    if len(whole) < len(group):
-        why += f"; the other {len(group) - len(whole)} budget(s) had invalid requests"
-    return why
+        return NoneWhy("no valid")
+    counted = not all(s.valid and s.uncounted == s.valid for s in whole)
+    return NoneWhy("no tpot" if counted else "no counts", len(group) - len(whole))
