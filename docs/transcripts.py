@@ -812,7 +812,9 @@ def check(
             problems.append(
                 f"{block.page.name}: transcript {block.name} shows "
                 f"{len(missing)} line(s) that `{command}` no longer prints, first: "
-                f"{missing[0]!r}; run {REGENERATE} --only {excerpt.scenario}"
+                f"{missing[0]!r}; run {REGENERATE} --only {excerpt.scenario}\n"
+                # what the run printed instead, to tell a drifted page from a run gone wrong
+                f"its output ended:\n" + "\n".join(current[-12:])
             )
     return problems
 
