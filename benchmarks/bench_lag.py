@@ -18,14 +18,15 @@ import asyncio
 import os
 import statistics
 
-from pytest_ddtree.measure.load import Endpoint, LoadPoint
+from pytest_ddtree.measure.load import LoadPoint
 from pytest_ddtree.measure.load.metrics import CPU_LIMIT, LAG_LIMIT
 from pytest_ddtree.measure.load.runner import run_point
 from pytest_ddtree.reference import MODEL_ID, spawn_reference_server
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS, CostModel
+from pytest_ddtree.wire.protocol import EndpointConfig
 
 
-def one(endpoint: Endpoint, c: int, n: int, budget: int | None, max_tokens: int) -> str:
+def one(endpoint: EndpointConfig, c: int, n: int, budget: int | None, max_tokens: int) -> str:
     specs = [
         endpoint.spec(
             DEFAULT_PROMPTS[i % len(DEFAULT_PROMPTS)], tree_budget=budget, max_tokens=max_tokens
@@ -54,10 +55,10 @@ def main() -> None:
     print("load average:", os.getloadavg())
     server = None
     if args.endpoint:
-        endpoint, budget = Endpoint(args.endpoint, model=args.model), None
+        endpoint, budget = EndpointConfig(args.endpoint, model=args.model), None
     else:
         server = spawn_reference_server(simulated_latency=True, cost=CostModel(slowdown=0.4))
-        endpoint, budget = Endpoint(server.base_url, model=MODEL_ID), 64
+        endpoint, budget = EndpointConfig(server.base_url, model=MODEL_ID), 64
     try:
         for c in (int(x) for x in args.concurrency.split(",")):
             n = args.requests or max(16, 4 * c)

@@ -27,11 +27,12 @@ from typing import Any
 import httpx
 
 from pytest_ddtree.checks.invariants import check
-from pytest_ddtree.measure.load import Endpoint, LoadPoint, LoadTester
+from pytest_ddtree.measure.load import LoadPoint, LoadTester
 from pytest_ddtree.measure.load.runner import run_point, validate
 from pytest_ddtree.reference import MODEL_ID, spawn_reference_server, tokenizer_path
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS, optimal_schedule
 from pytest_ddtree.report.load_text import failure_text, schedule_text
+from pytest_ddtree.wire.protocol import EndpointConfig
 from pytest_ddtree.wire.tokens import load_counter
 
 PROMPTS = list(DEFAULT_PROMPTS)
@@ -73,7 +74,7 @@ async def bare(
 def bench_cpu(rounds: int, c: int, n: int, out: dict[str, Any]) -> None:
     counter = load_counter(str(tokenizer_path()))
     with spawn_reference_server(simulated_latency=False) as srv:
-        ep = Endpoint(srv.base_url, model=MODEL_ID)
+        ep = EndpointConfig(srv.base_url, model=MODEL_ID)
         specs = [
             ep.spec(PROMPTS[i % len(PROMPTS)], tree_budget=64, max_tokens=256) for i in range(n)
         ]
@@ -142,7 +143,7 @@ def bench_c64(out: dict[str, Any]) -> None:
     counter = load_counter(str(tokenizer_path()))
     with spawn_reference_server() as srv:
         tester = LoadTester(
-            Endpoint(srv.base_url, model=MODEL_ID),
+            EndpointConfig(srv.base_url, model=MODEL_ID),
             judge=lambda x: check(x, counter=counter),
             describe=failure_text,
             tree_budgets=[32],
@@ -184,7 +185,7 @@ def bench_ttft(n: int, out: dict[str, Any]) -> None:
     counter = load_counter(str(tokenizer_path()))
     with spawn_reference_server() as srv:
         tester = LoadTester(
-            Endpoint(srv.base_url, model=MODEL_ID),
+            EndpointConfig(srv.base_url, model=MODEL_ID),
             judge=lambda x: check(x, counter=counter),
             describe=failure_text,
             tree_budgets=[64],
@@ -227,7 +228,7 @@ def bench_schedule(budgets: list[int], cs: list[int], out: dict[str, Any]) -> No
     expected = optimal_schedule(budgets, cs, prompts=PROMPTS)
     with spawn_reference_server() as srv:
         tester = LoadTester(
-            Endpoint(srv.base_url, model=MODEL_ID),
+            EndpointConfig(srv.base_url, model=MODEL_ID),
             judge=lambda x: check(x, counter=counter),
             describe=failure_text,
             tree_budgets=budgets,

@@ -29,11 +29,12 @@ from typing import Any
 
 from pytest_ddtree.checks.invariants import check
 from pytest_ddtree.core.settings import budget_label
-from pytest_ddtree.measure.load import Endpoint, LoadError, LoadResult, LoadTester
+from pytest_ddtree.measure.load import LoadError, LoadResult, LoadTester
 from pytest_ddtree.measure.sweep.race import RaceRule, judge
 from pytest_ddtree.reference import MODEL_ID, spawn_reference_server, tokenizer_path
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS, optimal_schedule
 from pytest_ddtree.report.load_text import failure_text
+from pytest_ddtree.wire.protocol import EndpointConfig
 from pytest_ddtree.wire.tokens import load_counter
 
 PROMPTS = list(DEFAULT_PROMPTS)
@@ -99,7 +100,7 @@ def main() -> None:
     totals = {"exhaustive": 0, "adaptive": 0, "same": 0, "points": 0, "undecided": 0}
     with spawn_reference_server(jitter=args.jitter) as srv:
         tester = LoadTester(
-            Endpoint(srv.base_url, model=MODEL_ID),
+            EndpointConfig(srv.base_url, model=MODEL_ID),
             judge=lambda x: check(x, counter=counter),
             describe=failure_text,
             tree_budgets=budgets,
