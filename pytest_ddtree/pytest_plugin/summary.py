@@ -296,7 +296,7 @@ def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
         return
     from pytest_ddtree.report.arm_text import speculation_warnings
     from pytest_ddtree.report.hosts_text import absent_line, approximate_lines, render_hosts
-    from pytest_ddtree.report.load_text import load_lines
+    from pytest_ddtree.report.load_text import load_lines, unraced_text
 
     tr.write_sep("-", "pytest-ddtree load")
     for test in session.load_results:
@@ -306,7 +306,7 @@ def _write_load(tr: pytest.TerminalReporter, session: DDTreeSession) -> None:
         if test.absent:
             tr.write_line("  " + absent_line(test.absent), red=True)
         if test.note:
-            tr.write_line(f"  note: {test.note}")
+            tr.write_line(f"  note: {unraced_text(test.note)}")
         width = int(getattr(getattr(tr, "_tw", None), "fullwidth", 80))
         for line in load_lines(test.stats, test.schedule):
             if line.startswith("("):  # the legend, wrapped to the terminal's width

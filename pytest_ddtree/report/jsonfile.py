@@ -133,10 +133,11 @@ def _word_race(doc: dict[str, Any], race: RaceRecord[int | None]) -> None:
 def _load_json(load: Sequence[LoadTestResult]) -> dict[str, Any]:
     """The load part, with each raced point's race in one line (worded by the report)."""
     from pytest_ddtree.measure.load.record import load_json
-    from pytest_ddtree.report.load_text import none_text, race_line, schedule_text
+    from pytest_ddtree.report.load_text import none_text, race_line, schedule_text, unraced_text
 
     doc = load_json(load)
     for test, entry in zip(load, doc["tests"], strict=True):
+        entry["note"] = unraced_text(test.note)
         entry["schedule"] = {"schedule": schedule_text(test.schedule), **entry["schedule"]}
         for choice, point in zip(test.schedule.choices, entry["schedule"]["points"], strict=True):
             point["why_none"] = None if choice.why_none is None else none_text(choice.why_none)

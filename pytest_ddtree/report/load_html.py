@@ -24,7 +24,7 @@ from pytest_ddtree.report.charts import (
     nice_ticks,
 )
 from pytest_ddtree.report.columns import LOAD_COLUMNS, client_cell, html_table, load_rows
-from pytest_ddtree.report.load_text import point_detail, point_line, schedule_text
+from pytest_ddtree.report.load_text import point_detail, point_line, schedule_text, unraced_text
 
 __all__ = ["latency_chart", "render_load_section"]
 
@@ -122,7 +122,7 @@ def render_load_section(tests: Sequence[LoadTestResult]) -> str:
                 f"{spent} requests of the {full} sent in full.</p>"
             )
         if test.note:
-            raced += f'<p class="muted">{escape(test.note)}</p>'
+            raced += f'<p class="muted">{escape(unraced_text(test.note))}</p>'
         out.append(
             '<section class="card"><h2>Load: '
             f"{escape(nodeid)}{_at(test.temperature)}</h2>"

@@ -10,7 +10,7 @@ from typing import Any
 from pytest_ddtree.core.settings import Timeout, budget_label
 from pytest_ddtree.core.wording import percent
 from pytest_ddtree.measure.arm import ArmStats
-from pytest_ddtree.measure.load.race import PointRace
+from pytest_ddtree.measure.load.race import PointRace, Unraced
 from pytest_ddtree.measure.load.recommend import Choice, NoneWhy, Schedule
 from pytest_ddtree.measure.load.runner import CLIENT_TIMEOUT, NOT_SENT
 from pytest_ddtree.measure.load.tester import CLIENT_LIMIT_CODES, LoadFailure
@@ -33,6 +33,7 @@ __all__ = [
     "race_lines",
     "schedule_how",
     "schedule_text",
+    "unraced_text",
 ]
 
 #: what a point measured while the client was saturated adds to its line
@@ -403,3 +404,15 @@ def none_text(why: NoneWhy | None) -> str:
     if why.invalid:
         text += f"; the other {why.invalid} budget(s) had invalid requests"
     return text
+
+
+def unraced_text(note: Unraced) -> str:
+    """Why an adaptive sweep ran a load test's points in full (empty when it raced)."""
+    if note == "split":
+        return (
+            "adaptive sweep: load points run in full under xdist --dist each "
+            "(each worker sees only its share, so the workers cannot race together)"
+        )
+    if note == "one budget":
+        return "adaptive sweep: one budget, nothing to race: its points run in full"
+    return ""

@@ -11,7 +11,7 @@ from pytest_ddtree.measure.load.metrics import ClientHealth, chain_health
 from pytest_ddtree.measure.load.race import PointRace, PointRacer, Run, chunk_size, race_point
 from pytest_ddtree.measure.load.runner import CLIENT_TIMEOUT
 from pytest_ddtree.measure.sweep.race import Why
-from pytest_ddtree.report.load_text import load_lines, race_line, schedule_text
+from pytest_ddtree.report.load_text import load_lines, race_line, schedule_text, unraced_text
 from pytest_ddtree.report.race_text import reason
 
 from ._samples import load_sample
@@ -270,11 +270,13 @@ def test_a_tester_sharing_its_points_with_other_processes_runs_them_in_full() ->
 
     shared = LoadTester(None, judge=None, tree_budgets=(16, 64), sweep="adaptive", shares=2)  # type: ignore[arg-type]
     assert not shared.racing((16, 64))
-    assert "cannot race together" in shared.note((16, 64))
+    assert shared.note((16, 64)) == "split"
+    assert "cannot race together" in unraced_text(shared.note((16, 64)))
     alone = LoadTester(None, judge=None, sweep="adaptive")  # type: ignore[arg-type]
     assert alone.racing((16, 64)) and not alone.racing((16,))
     assert (
-        alone.note((16,)) == "adaptive sweep: one budget, nothing to race: its points run in full"
+        unraced_text(alone.note((16,)))
+        == "adaptive sweep: one budget, nothing to race: its points run in full"
     )
     assert LoadTester(None, judge=None).note((16, 64)) == ""  # type: ignore[arg-type]
 

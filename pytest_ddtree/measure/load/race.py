@@ -41,10 +41,23 @@ from pytest_ddtree.measure.load.runner import CLIENT_TIMEOUT, NOT_SENT
 from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep.race import Race, RaceRule, Standing, Why
 
-__all__ = ["Left", "PointRace", "PointRacer", "Run", "chunk_size", "race_point", "race_rule"]
+__all__ = [
+    "Left",
+    "PointRace",
+    "PointRacer",
+    "Run",
+    "Unraced",
+    "chunk_size",
+    "race_point",
+    "race_rule",
+]
 
 Budget = int | None
 Outcome = Literal["decided", "undecided", "interrupted"]
+#: why an adaptive sweep ran a load test's points in full instead of racing them, as a kind
+#: (``split`` over several processes, ``one budget``; empty: it raced, or the sweep is
+#: exhaustive); ``report/load_text.py`` ``unraced_text`` words it
+Unraced = Literal["", "split", "one budget"]
 
 #: a chunk is at least this share of a point's exhaustive requests per budget (1/8)
 CHUNKS_PER_BUDGET = 8

@@ -17,7 +17,7 @@ from pytest_ddtree.core.slo import SLO, parse_slo
 from pytest_ddtree.measure.arm import ArmStats
 from pytest_ddtree.measure.load.arrivals import LoadPoint
 from pytest_ddtree.measure.load.metrics import ClientHealth
-from pytest_ddtree.measure.load.race import PointRace
+from pytest_ddtree.measure.load.race import PointRace, Unraced
 from pytest_ddtree.measure.load.recommend import Schedule
 from pytest_ddtree.measure.sample import Sample
 from pytest_ddtree.measure.sweep.race import DEFAULT_EQUIVALENCE
@@ -46,7 +46,7 @@ class LoadRecord:
     temperature: float = 0.0
     races: tuple[PointRace, ...] = ()
     mode: str = "exhaustive"
-    note: str = ""
+    note: Unraced = ""
 
     @classmethod
     def of(cls, nodeid: str, result: LoadResult, slo: SLO | None, temperature: float) -> LoadRecord:
@@ -107,7 +107,7 @@ class LoadTestResult:
     temperature: float = 0.0
     #: ``adaptive`` when some call raced its budgets, else ``exhaustive``; and why not, if not
     mode: str = "exhaustive"
-    note: str = ""
+    note: Unraced = ""
     #: per load host (a run over ``--tx`` gateways): what it sent, its clock (see ``hosts``)
     hosts: tuple[HostRow, ...] = ()
     #: the hosts of a split test that sent none of its requests, each with why (it is partial)

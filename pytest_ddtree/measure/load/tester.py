@@ -21,7 +21,7 @@ from pytest_ddtree.measure.load.metrics import (
     merge_health,
     summarize_point,
 )
-from pytest_ddtree.measure.load.race import PointRace, PointRacer, Run
+from pytest_ddtree.measure.load.race import PointRace, PointRacer, Run, Unraced
 from pytest_ddtree.measure.load.recommend import Schedule, recommend
 from pytest_ddtree.measure.load.runner import (
     CLIENT_TIMEOUT,
@@ -84,8 +84,9 @@ class LoadResult:
     races: tuple[PointRace, ...] = ()
     #: ``adaptive`` when the budgets were raced at each point, else ``exhaustive``
     mode: str = "exhaustive"
-    #: why an adaptive sweep ran the points in full (xdist, one budget); empty otherwise
-    note: str = ""
+    #: why an adaptive sweep ran the points in full (``split`` over processes, ``one
+    #: budget``); empty otherwise (``report/load_text.py`` ``unraced_text`` words it)
+    note: Unraced = ""
 
     def point(self, tree_budget: int | None, point: LoadPoint) -> ArmStats:
         """The statistics at one budget × load point."""
@@ -330,16 +331,12 @@ class LoadTester:
         """True when this call races its budgets at each point (see :attr:`note`)."""
         return self.sweep == "adaptive" and self.shares == 1 and len(budgets) > 1
 
-    def note(self, budgets: Sequence[int | None]) -> str:
-        """Why an adaptive sweep runs this call's points in full (empty when it races)."""
+    def note(self, budgets: Sequence[int | None]) -> Unraced:
+        """Why an adaptive sweep runs this call's points in full (``split``: over several
+        processes; ``one budget``), or empty when it races or is not adaptive."""
         if self.sweep != "adaptive" or self.racing(budgets):
             return ""
-        if self.shares > 1:
-            return (
-                "adaptive sweep: load points run in full under xdist --dist each "
-                "(each worker sees only its share, so the workers cannot race together)"
-            )
-        return "adaptive sweep: one budget, nothing to race: its points run in full"
+        return "split" if self.shares > 1 else "one budget"
 
     def _check_race(self, call: _Call) -> None:
         """Before anything is sent: every point's requests cover the race's first batch."""
