@@ -64,6 +64,9 @@ def run_map(
         timeout=900,
     )
     out = result.stdout.str() + result.stderr.str()
+    # the map as the run printed it (shown with -rP, and with a failure)
+    start = out.find("speedup over the target alone, by prompt depth and load")
+    print(out[start : out.find("\n", out.find("Break-even:", start)) + 1] if start >= 0 else out)
     assert result.ret == 0, out[-4000:]
     assert "Traceback" not in out and "diagnosis: speculative decoding" not in out, out[-4000:]
     assert "speedup over the target alone, by prompt depth and load" in out, out[-3000:]
