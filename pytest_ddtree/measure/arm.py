@@ -51,7 +51,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PERCENTILES",
-    "PLACE_TEXT",
     "ArmStats",
     "Percentiles",
     "Place",
@@ -113,21 +112,6 @@ Place = Literal[
     "not raced",
     "budget ignored",
 ]
-#: how each place is written in the verdict column ("invalid" names its codes)
-PLACE_TEXT: Mapping[Place, str] = {
-    "best": "best",
-    "smallest as fast": "best (smallest as fast)",
-    "leads, undecided": "leads, undecided",
-    "leads within the margin": "leads within the margin",
-    "as fast": "as fast",
-    "slower": "slower",
-    "in contention": "in contention",
-    "excluded": "excluded",
-    "invalid": "INVALID",
-    "no timings": "no timings",
-    "not raced": "not raced",
-    "budget ignored": "budget ignored",
-}
 
 
 def _mean(values: Iterable[float | int | None]) -> float | None:
@@ -400,22 +384,6 @@ class ArmStats:
         """Some timing was taken while other requests were in flight (pytest-xdist)."""
         return any(s.concurrent for s in self.samples)
 
-    @property
-    def verdict(self) -> str:
-        """The verdict cell: the budget's place in words, then what qualifies it."""
-        if self.place is None:
-            return ""
-        if self.place == "invalid":
-            return f"INVALID ({', '.join(sorted(self.codes)) or 'invalid'})"
-        text = PLACE_TEXT[self.place]
-        if self.place == "budget ignored":
-            return text
-        if self.place == "slower" and self.left_after is not None:
-            text += f", left after round {self.left_after}"
-        if self.echoed_mismatch and self.all_valid:
-            text += " (echoed budget differs)"
-        return text + (" (DRIFTING)" if self.drifting else "")
-
     # -- the load's own ----------------------------------------------------------------
 
     @cached_property
@@ -575,7 +543,6 @@ budget_json: Callable[[ArmStats], dict[str, Any]] = jsonmodel.writer(
         "server_client_ratio": lambda a: a.server_client_ratio,
         "echoed_mismatch": lambda a: a.echoed_mismatch,
         "concurrent": lambda a: a.concurrent,
-        "verdict": lambda a: a.verdict,
         "mean_acceptance_rate": lambda a: a.mean_acceptance_rate,
         **_SPEC,
         "acceptance_by_depth": lambda a: None if a.depth is None else a.depth.to_json(),

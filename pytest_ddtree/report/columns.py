@@ -18,7 +18,7 @@ from pytest_ddtree.measure.arm import ArmStats, Place
 from pytest_ddtree.measure.load.metrics import table_order
 from pytest_ddtree.measure.sweep.bootstrap import ci_name
 from pytest_ddtree.measure.sweep.race import RaceRecord
-from pytest_ddtree.measure.sweep.statistics import acceptance_cell
+from pytest_ddtree.report.arm_text import acceptance_cell, verdict_text
 from pytest_ddtree.report.client_text import client_reason
 from pytest_ddtree.report.decision_text import standing_text
 
@@ -156,7 +156,8 @@ def race_cell(st: ArmStats, race: RaceRecord[int | None] | None) -> str:
 
 
 def _verdict(r: SweepRow) -> str:
-    return f"{r.st.verdict} (shared server)".strip() if r.shared else r.st.verdict
+    verdict = verdict_text(r.st)
+    return f"{verdict} (shared server)".strip() if r.shared else verdict
 
 
 #: the colour of a budget's verdict pill, by its place under the rule (others: "none")

@@ -40,6 +40,7 @@ import jsonschema
 
 from pytest_ddtree.core import __version__
 from pytest_ddtree.core.settings import budget_label
+from pytest_ddtree.measure.arm import ArmStats
 from pytest_ddtree.measure.sweep import DiagnosisRecord, RunMetadata, Sample, SweepRun
 from pytest_ddtree.measure.sweep.race import RaceRecord
 from pytest_ddtree.measure.sweep.statistics import SweepSummary
@@ -52,6 +53,7 @@ from pytest_ddtree.measure.sweep.temperature import (
 )
 from pytest_ddtree.report import race_text
 from pytest_ddtree.report._atomic import write_text_atomic
+from pytest_ddtree.report.arm_text import verdict_text
 from pytest_ddtree.report.decision_text import drift_line, sweep_answer
 
 if TYPE_CHECKING:
@@ -114,11 +116,21 @@ def _summary_json(summary: SweepSummary) -> dict[str, Any]:
     """A summary's JSON, with the recommendation's human text (worded by the report)."""
     doc = summary.to_json()
     doc["recommendation"]["message"] = sweep_answer(summary)
+    pairs = zip(doc["budgets"], summary.budgets, strict=True)
+    doc["budgets"] = [_with_verdict(entry, st) for entry, st in pairs]
     if summary.race is not None:
         _word_race(doc["race"], summary.race)
     for check, entry in zip(summary.drift, doc.get("drift", ()), strict=True):
         entry["message"] = drift_line(check)
     return doc
+
+
+def _with_verdict(entry: dict[str, Any], st: ArmStats) -> dict[str, Any]:
+    """An arm's JSON with its verdict cell in words, where older files have it (after
+    ``concurrent``)."""
+    items = list(entry.items())
+    at = next((i + 1 for i, (k, _) in enumerate(items) if k == "concurrent"), len(items))
+    return dict([*items[:at], ("verdict", verdict_text(st)), *items[at:]])
 
 
 def _word_race(doc: dict[str, Any], race: RaceRecord[int | None]) -> None:
@@ -137,6 +149,8 @@ def _load_json(load: Sequence[LoadTestResult]) -> dict[str, Any]:
 
     doc = load_json(load)
     for test, entry in zip(load, doc["tests"], strict=True):
+        points = zip(entry["points"], test.stats, strict=True)
+        entry["points"] = [_with_verdict(e, st) for e, st in points]
         entry["note"] = unraced_text(test.note)
         entry["schedule"] = {"schedule": schedule_text(test.schedule), **entry["schedule"]}
         for choice, point in zip(test.schedule.choices, entry["schedule"]["points"], strict=True):

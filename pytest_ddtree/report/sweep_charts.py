@@ -17,6 +17,7 @@ from pytest_ddtree.measure.sweep import (
     budget_label,
 )
 from pytest_ddtree.measure.sweep.bootstrap import ci_name
+from pytest_ddtree.report.arm_text import verdict_text
 from pytest_ddtree.report.charts import (
     HEIGHT,
     NARROW,
@@ -269,7 +270,7 @@ def _decode_mark(st: ArmStats) -> _Mark | None:
         tip += f", {ci_name()} [{ci[0]:,.0f}, {ci[1]:,.0f}]"
     if box:
         tip += f", IQR {box[0]:,.0f}-{box[1]:,.0f}"
-    return _Mark(st.tree_budget, st.decode_median, ci, box, None, tip + f" ({st.verdict})")
+    return _Mark(st.tree_budget, st.decode_median, ci, box, None, tip + f" ({verdict_text(st)})")
 
 
 def _accept_mark(st: ArmStats) -> _Mark | None:

@@ -19,6 +19,7 @@ from pytest_ddtree.reference import ServerOptions, start_reference_server, token
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS
 from pytest_ddtree.reference.server import options_to_argv
 from pytest_ddtree.report import read_sweep_json
+from pytest_ddtree.report.arm_text import verdict_text
 from pytest_ddtree.report.decision_text import drift_line, sweep_answer
 
 PROMPTS = ("a", "b", "c", "d")
@@ -65,7 +66,7 @@ def test_a_halved_speed_at_the_end_is_drift_and_the_recommendation_says_so() -> 
     rec = summary.recommendation
     assert rec.drifting and not rec.decisive
     assert "cannot be trusted as is" in sweep_answer(summary)
-    verdicts = {b.tree_budget: b.verdict for b in summary.budgets}
+    verdicts = {b.tree_budget: verdict_text(b) for b in summary.budgets}
     assert verdicts[16].endswith("(DRIFTING)") and "DRIFTING" not in verdicts[64]
     doc = summary.to_json()
     assert doc["drift"][0]["drifting"] is True and doc["recommendation"]["drifting"] is True

@@ -12,6 +12,7 @@ import pytest
 from pytest_ddtree.reference import CostModel, optimal_budget, tokenizer_path
 from pytest_ddtree.reference.cost import DEFAULT_PROMPTS
 from pytest_ddtree.report import read_sweep_json
+from pytest_ddtree.report.arm_text import verdict_text
 from pytest_ddtree.report.decision_text import sweep_answer
 
 
@@ -63,7 +64,7 @@ def test_recommendation_matches_the_cost_model_optimum(
     model_tie = table[rec.tree_budget]["tok_per_sec"] >= 0.97 * table[best]["tok_per_sec"]
     assert rec.tree_budget == best or best in rec.tied or model_tie, (sweep_answer(summary), table)
     # The test can fail: the sweep separates the optimum from the expensive budgets.
-    verdicts = {b.tree_budget: b.verdict for b in summary.budgets}
+    verdicts = {b.tree_budget: verdict_text(b) for b in summary.budgets}
     assert verdicts[512] == "slower" and verdicts[256] == "slower", verdicts
     # Acceptance length rises with the budget while throughput does not.
     acc = [b.mean_acceptance_length or 0.0 for b in summary.budgets]

@@ -7,11 +7,11 @@ import re
 from dataclasses import replace
 
 from pytest_ddtree.core import jsonmodel
-from pytest_ddtree.measure.arm import PLACE_TEXT
 from pytest_ddtree.measure.sweep import SweepRun, summarize
 from pytest_ddtree.measure.sweep.ignored import ignoring_budget
 from pytest_ddtree.measure.sweep.statistics import Recommendation
 from pytest_ddtree.report import render_html, table_lines
+from pytest_ddtree.report.arm_text import PLACE_TEXT, verdict_text
 from pytest_ddtree.report.decision_text import BUDGET_IGNORED_TEXT, sweep_answer
 from pytest_ddtree.report.jsonfile import sweep_to_json
 
@@ -56,7 +56,7 @@ def test_a_server_that_ignores_the_budget_answers_that_and_says_it_drifted_too()
     assert (
         sweep_answer(summary) == BUDGET_IGNORED_TEXT + " The server also drifted during the sweep."
     )
-    assert {b.verdict for b in summary.budgets} == {"budget ignored"}
+    assert {verdict_text(b) for b in summary.budgets} == {"budget ignored"}
 
 
 #: the pill of each place (the others: "none")
@@ -80,9 +80,9 @@ def test_the_verdict_pill_is_coloured_by_the_place_not_by_its_words() -> None:
         text: cls for cls, text in re.findall(r'<span class="pill (\w+)">([^<]+)</span>', html)
     }
     drifting = next(b for b in summary.budgets if b.drifting)
-    assert drifting.place is not None and drifting.verdict.endswith(" (DRIFTING)")
-    assert drifting.verdict.startswith(PLACE_TEXT[drifting.place])
-    assert {b.verdict: PILLS.get(b.place or "", "none") for b in summary.budgets} == pills
+    assert drifting.place is not None and verdict_text(drifting).endswith(" (DRIFTING)")
+    assert verdict_text(drifting).startswith(PLACE_TEXT[drifting.place])
+    assert {verdict_text(b): PILLS.get(b.place or "", "none") for b in summary.budgets} == pills
     # the terminal and the report say the same
     assert table_lines(summary)[-1] == said
     assert said.split(DRIFTED)[0] in html

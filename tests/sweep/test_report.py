@@ -246,7 +246,7 @@ def test_report_files_are_readable_as_the_umask_allows(tmp_path: Path) -> None:
 def test_acceptance_rate_is_shown_where_the_length_is_unknown() -> None:
     from pytest_ddtree.measure.arm import ArmStats
     from pytest_ddtree.measure.sweep import Sample, summarize
-    from pytest_ddtree.measure.sweep.statistics import acceptance_cell
+    from pytest_ddtree.report.arm_text import acceptance_cell
     from pytest_ddtree.report.terminal import table_lines
 
     samples = [

@@ -22,6 +22,7 @@ from pytest_ddtree.measure.sweep import (
     summarize,
 )
 from pytest_ddtree.measure.sweep.race import RaceRule
+from pytest_ddtree.report.arm_text import verdict_text
 from pytest_ddtree.report.decision_text import sweep_answer
 from pytest_ddtree.wire.completion import Completion
 
@@ -184,7 +185,7 @@ def test_recommend_picks_peak_and_says_when_decisive() -> None:
     assert rec.decisive and rec.tied == ()
     assert "(n=9)" in said
     assert "Every other valid budget is slower by more than the 2% margin" in said
-    verdicts = {b.tree_budget: b.verdict for b in summary.budgets}
+    verdicts = {b.tree_budget: verdict_text(b) for b in summary.budgets}
     assert verdicts[64] == "best" and verdicts[32] == "slower"
     assert summary.race is not None and summary.race.mode == "exhaustive"
 
@@ -203,7 +204,7 @@ def test_an_undecided_sweep_names_the_budgets_it_cannot_tell_apart() -> None:
     assert "every other valid budget is slower by more than the margin" in said
     assert f"tree_budget={rec.leader} led with median decode" in said
     assert "n=9" in said and "No budget is recommended" not in sweep_answer(summary)
-    assert any(b.verdict == "in contention" for b in summary.budgets)
+    assert any(verdict_text(b) == "in contention" for b in summary.budgets)
     # the JSON says so too
     assert summary.to_json()["recommendation"]["either"] == list(rec.either)
 
@@ -225,7 +226,7 @@ def test_the_smallest_budget_within_the_margin_is_recommended() -> None:
     assert rec.tree_budget == 64 and rec.leader == 128 and rec.decided, said
     assert rec.tied == (128,)
     assert "Equivalent within 2%: tree_budget=128 (leads" in said
-    verdicts = {b.tree_budget: b.verdict for b in summary.budgets}
+    verdicts = {b.tree_budget: verdict_text(b) for b in summary.budgets}
     assert verdicts[64] == "best (smallest as fast)"
     assert verdicts[128] == "leads within the margin"
     # a wider margin is the user's to choose: at 0.5% 128 is faster than the margin allows
@@ -250,7 +251,7 @@ def test_invalid_budget_is_never_recommended_even_if_fastest() -> None:
     assert summary.recommendation.tree_budget == 64
     assert summary.recommendation.excluded == (128,)
     assert "Excluded for invalid responses: 128" in sweep_answer(summary)
-    assert summary.budgets[-1].verdict == "INVALID (early-stop)"
+    assert verdict_text(summary.budgets[-1]) == "INVALID (early-stop)"
 
 
 def test_no_valid_budget_gives_plain_no_recommendation() -> None:
@@ -298,7 +299,7 @@ def test_echoed_budget_mismatch_is_flagged_in_verdict() -> None:
     ]
     st = summarize(samples).budgets[0]
     assert st.echoed_mismatch == 3
-    assert "echoed budget differs" in st.verdict
+    assert "echoed budget differs" in verdict_text(st)
 
 
 @pytest.mark.parametrize(
@@ -349,12 +350,12 @@ def test_the_server_s_own_budget_alone_is_recommended_with_its_n() -> None:
     assert rec.decided and rec.tree_budget is None and rec.n == 9, said
     assert said.startswith("Recommended tree_budget=server-default")
     assert "only budget with valid timings" in said
-    assert summary.budgets[0].verdict == "best"
+    assert verdict_text(summary.budgets[0]) == "best"
     invalid = [*samples, Sample(None, "a", 3, False, codes=("empty",))]
     bad = summarize(invalid)
     assert not bad.recommendation.decided
     assert sweep_answer(bad).startswith("No recommendation")
-    assert summarize(invalid).budgets[0].verdict.startswith("INVALID")
+    assert verdict_text(summarize(invalid).budgets[0]).startswith("INVALID")
 
 
 def test_a_budget_as_fast_as_the_leader_keeps_the_set_from_being_the_answer() -> None:

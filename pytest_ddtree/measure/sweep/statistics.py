@@ -220,23 +220,6 @@ def recommend(
     return Recommendation(decision, best.decode_median, best.decode_ci)
 
 
-def acceptance_cell(st: ArmStats) -> str:
-    """An arm's acceptance cell, in the sweep and load tables alike: the mean acceptance
-    length, else the acceptance rate (``rate 0.85``), ``no drafts``, ``no stats`` (no
-    speculative statistics came back), or ``-``.
-
-    A server that reports drafted and accepted tokens but not its rounds
-    (llama.cpp) has no honest length; its rate is shown, marked as such.
-    """
-    if st.mean_acceptance_length is not None:
-        return f"{st.mean_acceptance_length:.2f}"
-    if st.mean_acceptance_rate is not None:
-        return f"rate {st.mean_acceptance_rate:.2f}"
-    if st.no_spec_stats:
-        return "no stats"
-    return "no drafts" if st.never_drafted else "-"
-
-
 @dataclass(frozen=True)
 class SweepSummary:
     """Per-budget statistics (budget order ascending), the recommendation and the race."""
