@@ -1,4 +1,5 @@
-"""Violation: one broken output-quality invariant, with its evidence."""
+"""Violation: one broken output-quality invariant, with its evidence; Withheld: a check
+not judged, and why."""
 
 from __future__ import annotations
 
@@ -37,6 +38,22 @@ class Violation:
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form for reports and xdist transport (evidence values made plain)."""
         return jsonmodel.to_json(self)
+
+
+@dataclass(frozen=True)
+class Withheld:
+    """One check that was not judged, and why (neither a pass nor a verdict).
+
+    ``code`` is the check's stable code (``stats-inflated``); ``reason`` is one human
+    line (``client stalled 0.11 s of a 0.17 s decode (...)``). ``str()`` is the line
+    shown for it: ``[stats-inflated] withheld: client stalled ...``.
+    """
+
+    code: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"[{self.code}] withheld: {self.reason}"
 
 
 def _evidence(evidence: Mapping[str, Any]) -> dict[str, Any]:

@@ -460,13 +460,14 @@ class DDTreeClient:
             self.counter_error = error
 
     def note_withheld(self, completion: Completion, reason: str) -> None:
-        """Count one check withheld because the client stalled (the worst is named)."""
+        """Count one check withheld because the client stalled (the worst ``reason`` is
+        named)."""
         self.withheld += 1
         stall = completion.client_stall
         share = stall.share if stall is not None else 0.0
         if share > self._withheld_share:
             self._withheld_share = share
-            self.withheld_worst = reason.partition("withheld: ")[2] or reason
+            self.withheld_worst = reason
 
     def watch_counter(self, counter: Any) -> Any:
         """``counter`` with every call bounded by the request deadline and every failure

@@ -378,4 +378,4 @@ def test_a_penalty_moves_the_choice_and_the_best_alternative_is_withheld(
     assert max(gaps) > DEFAULT_NEAR_TIE, gaps
     found = check(c, counter=client.counter)
     assert [v.message for v in found if v.code == "logprobs"] == []
-    assert any("frequency_penalty=1.5" in w for w in found.withheld), found.withheld
+    assert any("frequency_penalty=1.5" in w.reason for w in found.withheld), found.withheld

@@ -125,7 +125,7 @@ _CHILD = textwrap.dedent(
         "stall": c.client_stall.to_json() if c.client_stall else None,
         "codes": [v.code for v in found],
         "messages": [v.message for v in found],
-        "withheld": list(found.withheld),
+        "withheld": [str(w) for w in found.withheld],
         "error": c.error,
     }))
     """

@@ -74,8 +74,9 @@ def test_without_an_exact_count_a_stop_at_the_limit_is_withheld_not_a_lie() -> N
     c = completion(tokens=96, max_tokens=96, local=None, token_count_source=approx)
     found = check(c)
     assert "finish-lie" not in [v.code for v in found]
-    (line,) = [w for w in found.withheld if w.startswith("[finish-lie]")]
-    assert "an end-of-sequence counted within the limit cannot be ruled out" in line
+    (line,) = [w for w in found.withheld if w.code == "finish-lie"]
+    assert "an end-of-sequence counted within the limit cannot be ruled out" in line.reason
+    assert str(line) == f"[finish-lie] withheld: {line.reason}"
     # vLLM's null stop with finish 'stop' is its model's own end: judged true, not withheld
     vllm = check(replace(c, stop_reason=None, stop_field=VLLM_NULL))
     assert "finish-lie" not in [v.code for v in vllm] and vllm.withheld == ()

@@ -205,4 +205,4 @@ def test_an_echoed_prompt_is_not_judged() -> None:
     c = _asked(completion(LIST + AFTER), ["6."], echo=True)
     found = check(c, counter=FakeCounter(), min_tokens=1)
     assert "stop-sequence" not in [v.code for v in found]
-    assert any(w.startswith("[stop-sequence] withheld: ") for w in found.withheld)
+    assert any(str(w).startswith("[stop-sequence] withheld: ") for w in found.withheld)

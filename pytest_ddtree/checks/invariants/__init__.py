@@ -26,6 +26,7 @@ from pytest_ddtree.core.expectation import (
     DEFAULT_SPECIAL_TOKENS,
     Expectation,
 )
+from pytest_ddtree.core.violation import Withheld
 
 __all__ = [
     "CODES",
@@ -39,6 +40,7 @@ __all__ = [
     "BudgetSample",
     "Expectation",
     "Findings",
+    "Withheld",
     "assert_valid",
     "check",
     "check_budget_ignored",

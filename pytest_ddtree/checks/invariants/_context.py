@@ -14,7 +14,7 @@ from pytest_ddtree.core.expectation import (
     DEFAULT_SPECIAL_TOKENS,
     Expectation,
 )
-from pytest_ddtree.core.violation import Violation
+from pytest_ddtree.core.violation import Violation, Withheld
 from pytest_ddtree.wire.completion import MAX_CHARS_PER_TOKEN, Completion
 from pytest_ddtree.wire.tokens import ApproxCounter, TokenCounter
 
@@ -99,12 +99,12 @@ class Context:
         self._content_count: Any = _UNSET
         self._local_total: Any = _UNSET
         self._content_ids: Any = _UNSET
-        #: checks not judged, one line each (``withhold``)
-        self.withheld: list[str] = []
+        #: checks not judged, and why (``withhold``)
+        self.withheld: list[Withheld] = []
 
     def withhold(self, code: str, reason: str) -> None:
         """Record that the check ``code`` was not judged, and why (never a verdict)."""
-        self.withheld.append(f"[{code}] withheld: {flat(reason)}")
+        self.withheld.append(Withheld(code, flat(reason)))
 
     def violation(self, code: str, message: str, **evidence: Any) -> Violation:
         """A Violation of ``code`` carrying this call's request description

@@ -26,7 +26,7 @@ from pytest_ddtree.checks.invariants._text import (
 )
 from pytest_ddtree.checks.invariants._transport import check_encoding, check_http, check_stream
 from pytest_ddtree.core.expectation import DEFAULT_EXPECTATION, Expectation
-from pytest_ddtree.core.violation import InvariantError, Violation, codes_of
+from pytest_ddtree.core.violation import InvariantError, Violation, Withheld, codes_of
 from pytest_ddtree.wire.completion import Completion
 from pytest_ddtree.wire.tokens import TokenCounter
 
@@ -69,13 +69,14 @@ def _expectation(expectation: Expectation | None, expect: dict[str, Any]) -> Exp
 class Findings(list[Violation]):
     """The violations ``check`` found (a list), and the checks it withheld.
 
-    ``withheld`` has one line per check that was not judged, and why: a check that
-    compares the server's figures with the client's timings, on a request during whose
-    decode the client itself stalled (``[stats-inflated] withheld: client stalled
-    0.11 s of a 0.17 s decode (...)``). Withheld is neither a pass nor a verdict.
+    ``withheld`` has one ``Withheld`` (its code and why) per check that was not judged:
+    a check that compares the server's figures with the client's timings, on a request
+    during whose decode the client itself stalled (``str()`` of one reads
+    ``[stats-inflated] withheld: client stalled 0.11 s of a 0.17 s decode (...)``).
+    Withheld is neither a pass nor a verdict.
     """
 
-    withheld: tuple[str, ...] = ()
+    withheld: tuple[Withheld, ...] = ()
 
 
 def check(

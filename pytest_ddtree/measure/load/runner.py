@@ -536,7 +536,7 @@ def _judged(
     found = judge(c, **expect) if judge is not None else []
     violations = list(found)
     # the checks the invariants withheld themselves: the client stalled in this decode
-    withheld = tuple(dict.fromkeys(_withheld_code(w) for w in getattr(found, "withheld", ())))
+    withheld = tuple(dict.fromkeys(w.code for w in getattr(found, "withheld", ())))
     if client_saturated:
         timed = [v for v in violations if _client_timed(v)]
         violations = [v for v in violations if not _client_timed(v)]
@@ -551,11 +551,6 @@ def _judged(
     elif not c.ok:
         evidence = f"{c.error or f'HTTP {c.status_code}'}\n    request: {c.request.describe()}"
     return codes, evidence, withheld
-
-
-def _withheld_code(line: str) -> str:
-    """``stats-inflated`` of ``[stats-inflated] withheld: ...``."""
-    return line[1:].partition("]")[0] if line.startswith("[") else line
 
 
 def _client_timed(violation: Any) -> bool:
