@@ -71,15 +71,16 @@ def _budget_order(budget: Any) -> int:
     return budget_order(budget if isinstance(budget, int) else None)
 
 
-def _point_order(label: Any) -> tuple[str, float]:
-    """``C=4`` before ``C=16``; a rate point (``rate=2/s``) by its number too."""
-    text = str(label or "")
-    kind, _, rest = text.partition("=")
-    digits = "".join(ch for ch in rest if ch.isdigit() or ch == ".")
-    try:
-        return (kind, float(digits))
-    except ValueError:
-        return (text, 0.0)
+def _point_order(record: Mapping[str, Any]) -> tuple[int, str, float, float, str]:
+    """``C=4`` before ``C=16``, concurrency before rate, by the point the record carries;
+    a record written before it carried one keeps its place by its label's text."""
+    point = record.get("point")
+    label = str(record.get("label") or "")
+    if isinstance(point, Mapping):
+        value, burst = point.get("value"), point.get("burstiness", 1.0)
+        if isinstance(value, (int, float)) and isinstance(burst, (int, float)):
+            return (0, str(point.get("mode", "")), float(value), float(burst), label)
+    return (1, "", 0.0, 0.0, label)
 
 
 def _load_rows(records: list[Mapping[str, Any]]) -> str:
@@ -89,7 +90,7 @@ def _load_rows(records: list[Mapping[str, Any]]) -> str:
         key=lambda r: (
             str(r.get("test", "")),
             _budget_order(r.get("tree_budget")),
-            _point_order(r.get("label")),
+            _point_order(r),
         ),
     )
     for r in ordered:

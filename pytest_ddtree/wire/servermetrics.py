@@ -529,7 +529,9 @@ class CounterRecord:
 
     ``shared`` says why another client shared the server (None: nothing shows
     it); ``inconsistent`` lists where the per-request statistics disagree with
-    the counters (only checked when the server was not shared).
+    the counters (only checked when the server was not shared). ``point`` is a load
+    point's JSON (its mode, value and burstiness: what its rows are ordered by; None
+    for a sweep round or a benchmark).
     """
 
     scope: str
@@ -542,6 +544,7 @@ class CounterRecord:
     inconsistent: tuple[str, ...] = ()
     #: False: the server had not counted every request in time; no verdict was drawn
     settled: bool = True
+    point: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON for ``sweep.json``, the HTML and ``extra_info``."""
@@ -553,6 +556,8 @@ class CounterRecord:
             "sent": self.sent,
             "delta": self.delta.to_json(),
         }
+        if self.point is not None:
+            out["point"] = dict(self.point)
         if self.shared:
             out["shared"] = self.shared
         if self.inconsistent:
@@ -594,10 +599,12 @@ class ServerMetricsLog:
         stats: Sequence[Any],
         serial: bool = True,
         check_stats: bool = True,
+        point: Mapping[str, Any] | None = None,
     ) -> CounterRecord | None:
         """Close a group of ``len(stats)`` requests (their ``SpecStats`` or None).
 
-        ``check_stats`` False records the deltas without the consistency verdict.
+        ``check_stats`` False records the deltas without the consistency verdict;
+        ``point`` is the load point's JSON (see :class:`CounterRecord`).
         """
         if before is None:
             return None
@@ -612,7 +619,16 @@ class ServerMetricsLog:
         if judge and check_stats and shared is None:
             inconsistent = tuple(stats_disagreement(change, RequestSums.of(stats)))
         record = CounterRecord(
-            scope, test, tree_budget, label, len(stats), change, shared, inconsistent, settled
+            scope,
+            test,
+            tree_budget,
+            label,
+            len(stats),
+            change,
+            shared,
+            inconsistent,
+            settled,
+            point=point,
         )
         self.records.append(record)
         return record
@@ -713,11 +729,13 @@ class GroupWatch:
         completions: Sequence[Any],
         *,
         label: str | None = None,
+        point: Mapping[str, Any] | None = None,
     ) -> None:
         """Take the snapshot after the group and record the delta.
 
         ``completions`` have a ``stats`` (``SpecStats`` or None) or are
-        :class:`Counts` themselves.
+        :class:`Counts` themselves; a load point gives its ``label`` and its JSON
+        (``point``).
         """
         before, self._before = self._before, None
         default = f"round {round}" if self.scope == "sweep" else "timed rounds"
@@ -731,6 +749,7 @@ class GroupWatch:
             serial=self.serial,
             # a load point's abandoned requests may finish on the server during the next one
             check_stats=self.scope != "load",
+            point=point,
         )
         if record is not None:
             self.records.append(record)

@@ -343,6 +343,10 @@ def test_load_points_record_the_counter_deltas(
         ("load", "C=1", 32, 6),
         ("load", "C=3", 32, 6),
     ]
+    # each carries its point, which the HTML orders the rows by (no label parsed back)
+    assert [r["point"] for r in records] == [
+        {"mode": "concurrency", "value": c, "burstiness": 1.0} for c in (1, 3)
+    ]
     for r in records:
         assert r["delta"]["requests"] == 6 and "shared" not in r
         assert r["delta"]["acceptance_length"] > 1

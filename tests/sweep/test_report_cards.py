@@ -100,26 +100,36 @@ def test_one_budget_axis_is_not_called_log2() -> None:
 
 
 def test_server_counter_tables_are_in_budget_then_load_point_order() -> None:
+    from pytest_ddtree.core import jsonmodel
+    from pytest_ddtree.measure.load.arrivals import LoadPoint
     from pytest_ddtree.report.counters_html import server_counters_section
 
     budgets = [{"tree_budget": b, "requests": 3} for b in (128, 64, None, 512, 16)]
+    points = [LoadPoint("rate", 2.0), *(LoadPoint("concurrency", c) for c in (16, 1, 4))]
     records = [
-        {"scope": "load", "test": "t", "label": c, "tree_budget": b, "sent": 2, "delta": {}}
-        for c in ("C=16", "C=1", "C=4")
+        {"scope": "load", "test": "t", "label": p.label, "tree_budget": b, "sent": 2, "delta": {}}
+        | {"point": jsonmodel.to_json(p)}
+        for p in points
         for b in (64, 16)
     ]
+    # a record written before records carried their point keeps its place by its label
+    old = {"scope": "load", "test": "t", "label": "C=8", "tree_budget": 16, "sent": 2}
+    records.append(old | {"delta": {}})
     html = server_counters_section({"status": "ok", "budgets": budgets, "records": records})
     top, load = html.split("<h3>Load points</h3>")
     firsts = re.findall(r"<tr><td>([^<]*)</td>", top)
     assert firsts == ["server-default", "16", "64", "128", "512"], firsts
-    rows = re.findall(r"<tr><td>t</td><td>(C=\d+)</td><td>(\d+)</td>", load)
+    rows = re.findall(r"<tr><td>t</td><td>([^<]+)</td><td>(\d+)</td>", load)
     assert rows == [
         ("C=1", "16"),
         ("C=4", "16"),
         ("C=16", "16"),
+        ("rate=2/s", "16"),
+        ("C=8", "16"),
         ("C=1", "64"),
         ("C=4", "64"),
         ("C=16", "64"),
+        ("rate=2/s", "64"),
     ], rows
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pytest_ddtree.core import jsonmodel
 from pytest_ddtree.core.settings import Settings, Timeout
 from pytest_ddtree.core.slo import SLO
 from pytest_ddtree.measure.arm import ArmStats
@@ -496,7 +497,7 @@ class LoadTester:
         h = replace(h, tokens=tokens, validation_cpu_seconds=time.thread_time() - cpu0)
         if self.watch is not None:
             counts = [Counts(s.drafted_tokens, s.accepted_tokens) for s in got]
-            self.watch.end(0, budget, counts, label=whole.label)
+            self.watch.end(0, budget, counts, label=whole.label, point=jsonmodel.to_json(whole))
         samples.extend(got)
         runs.append(h)
         return Run(got, h.unreliable)
