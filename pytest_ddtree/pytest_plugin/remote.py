@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -63,6 +64,39 @@ def configure(config: pytest.Config) -> None:
     option = config.option
     if getattr(option, "dist", "no") == "each" and getattr(option, "maxworkerrestart", 0) is None:
         option.maxworkerrestart = "0"
+    crowded = crowded_proxy(getattr(option, "px", None) or (), getattr(option, "tx", None) or ())
+    if crowded:
+        raise pytest.UsageError(crowded)
+
+
+def crowded_proxy(px: Sequence[str], tx: Sequence[str]) -> str:
+    """Why these ``--px``/``--tx`` would end in an INTERNALERROR (empty: they would not).
+
+    pytest-xdist (3.6 and later) runs its gateways in the ``main_thread_only`` execution
+    model; making a second gateway through one proxy (``--tx 2*popen//via=ID``) calls
+    ``remote_exec`` on the proxy while the first one's is still running, which that model
+    refuses ("concurrent remote_exec would cause deadlock"). A proxy in the ``thread`` model
+    takes several.
+    """
+    import execnet
+
+    through: dict[str, int] = {}
+    for raw in tx:
+        count, star, rest = raw.partition("*")
+        n, spec = (int(count), rest) if star and count.isdigit() else (1, raw)
+        via = execnet.XSpec(spec).via
+        if via:
+            through[via] = through.get(via, 0) + n
+    for raw in px:
+        proxy = execnet.XSpec(raw)
+        carried = through.get(str(proxy.id), 0)
+        if carried > 1 and proxy.execmodel is None:
+            return (
+                f"ddtree: --px {raw} carries {carried} workers (--tx ...//via="
+                f"{proxy.id}): add //execmodel=thread to it (pytest-xdist's default model "
+                "takes one gateway per proxy; without it the run ends in an INTERNALERROR)"
+            )
+    return ""
 
 
 def node_up(hosts: Hosts, node: Any) -> None:

@@ -1,5 +1,6 @@
 """Load hosts for tests and benchmarks: execnet socket servers on loopback, and a lab of
-network namespaces joined by veth pairs (hosts on one machine).
+network namespaces joined by veth pairs (hosts on one machine), reached by execnet's socket
+server or by ssh (an sshd the lab starts in the namespace, with throwaway keys).
 
 The lab's traffic stays on loopback and on the veth pairs it creates, with the addresses it
 assigns (``10.231.0.0/16``); every name carries a per-run tag, and everything it made is
@@ -25,6 +26,7 @@ from pathlib import Path
 import execnet.script.socketserver as _socketserver
 
 SOCKETSERVER = _socketserver.__file__
+SSHD = "/usr/sbin/sshd"
 #: the endpoint's service address in the lab (on its namespace's loopback, routed to by all)
 SERVICE = "10.231.9.9"
 _LISTENING = re.compile(r"Entering Accept loop \('[\d.]+', (\d+)\)")
@@ -116,8 +118,11 @@ class Lab:
     endpoint_ns: str = ""
 
     @staticmethod
-    def unavailable() -> str:
-        """Why namespaces cannot be made here (empty: they can)."""
+    def unavailable(ssh: bool = False) -> str:
+        """Why namespaces (and with ``ssh``, hosts reached by ssh) cannot be made here
+        (empty: they can)."""
+        if ssh and not (Path(SSHD).exists() and shutil.which("ssh") and shutil.which("ssh-keygen")):
+            return f"ssh hosts: no {SSHD} or ssh client (openssh-server, openssh-client)"
         if shutil.which("ip") is None:
             return "network namespaces: no `ip` command (iproute2)"
         if os.geteuid() != 0:
@@ -187,6 +192,65 @@ class Lab:
         self.procs.append(proc)
         return proc, address
 
+    def ssh_host(self, name: str, *, reach_endpoint: bool = True) -> str:
+        """A worker host reached by ssh: a namespace joined like ``worker_host``, with an sshd
+        the lab starts in it (its own host key; root logs in with the lab's throwaway key
+        only); the ``--tx``/``--px`` spec of it (``ssh=root@ADDRESS//ssh_config=...``)."""
+        ns = self.namespace(name)
+        _, here = self.link(None, ns)
+        if reach_endpoint:
+            _, there = self.link(ns, self.endpoint_ns)
+            self.route_to_service(ns, there)
+        home = self.directory / name
+        home.mkdir(parents=True, exist_ok=True)
+        keys = self._ssh_keys()
+        run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(home / "host_key"))
+        config = home / "sshd_config"
+        config.write_text(
+            "\n".join(
+                (
+                    f"ListenAddress {here}:22",
+                    f"HostKey {home / 'host_key'}",
+                    f"AuthorizedKeysFile {keys / 'id.pub'}",
+                    "PermitRootLogin prohibit-password",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "UsePAM no",
+                    "StrictModes no",
+                    "PidFile none",
+                    "",
+                )
+            )
+        )
+        Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege separation
+        argv = ["ip", "netns", "exec", ns, SSHD, "-D", "-e", "-f", str(config)]
+        proc = start(argv, home / "sshd.log")
+        self.procs.append(proc)
+        proc.wait_for(re.compile(r"Server listening on"))
+        return f"ssh=root@{here}//ssh_config={keys / 'ssh_config'}"
+
+    def _ssh_keys(self) -> Path:
+        """The lab's client key and the ssh_config that uses it (made once)."""
+        keys = self.directory / "ssh"
+        if not (keys / "id").exists():
+            keys.mkdir(parents=True, exist_ok=True)
+            run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / "id"))
+            (keys / "ssh_config").write_text(
+                "\n".join(
+                    (
+                        "Host 10.231.*",
+                        f"  IdentityFile {keys / 'id'}",
+                        "  IdentitiesOnly yes",
+                        "  BatchMode yes",
+                        "  StrictHostKeyChecking no",
+                        "  UserKnownHostsFile /dev/null",
+                        "  LogLevel ERROR",
+                        "",
+                    )
+                )
+            )
+        return keys
+
     def close(self) -> None:
         for proc in reversed(self.procs):
             with contextlib.suppress(Exception):
@@ -203,13 +267,13 @@ class Lab:
 REQUIRE_ENV = "DDTREE_REQUIRE_NAMESPACES"
 
 
-def require_lab() -> None:
-    """Skip a lab test with the one-line reason namespaces cannot be made here (fail instead
-    when ``DDTREE_REQUIRE_NAMESPACES`` is set: a tier that should run cannot pass by
-    skipping)."""
+def require_lab(ssh: bool = False) -> None:
+    """Skip a lab test with the one-line reason namespaces (with ``ssh``, ssh hosts) cannot
+    be made here (fail instead when ``DDTREE_REQUIRE_NAMESPACES`` is set: a tier that should
+    run cannot pass by skipping)."""
     import pytest
 
-    why = Lab.unavailable()
+    why = Lab.unavailable(ssh)
     if not why:
         return
     if os.environ.get(REQUIRE_ENV):
@@ -245,11 +309,13 @@ def run_load(
     directory: Path, url: str, name: str, *tx: str, requests: int = 16
 ) -> tuple[str, dict[str, object]]:
     """The bundled suite's load test (``requests`` in all) against ``url`` from ``tx`` hosts
-    (none: this process alone); its terminal output and its ``load`` test from sweep.json."""
+    (socket addresses, or whole ``--tx=...``/``--px=...`` arguments; none: this process
+    alone); its terminal output and its ``load`` test from sweep.json."""
     import json
 
     report = directory / f"report-{name}"
-    spread = ["--dist=each", *(f"--tx=socket={t}" for t in tx)] if tx else []
+    gateways = [t if t.startswith("--") else f"--tx=socket={t}" for t in tx]
+    spread = ["--dist=each", *gateways] if tx else []
     done = subprocess.run(
         [
             sys.executable,

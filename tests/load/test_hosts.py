@@ -10,6 +10,7 @@ import itertools
 import json
 import os
 import socket
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -309,6 +310,35 @@ def test_a_host_with_another_version_is_refused_in_one_line(
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
 
 
+def test_a_proxy_carrying_several_workers_needs_the_thread_model() -> None:
+    from pytest_ddtree.pytest_plugin.remote import crowded_proxy
+
+    px = ["id=lg1//ssh=user@loadgen1//python=/opt/venv/bin/python"]
+    line = crowded_proxy(px, ["4*popen//via=lg1"])
+    assert line == (
+        f"ddtree: --px {px[0]} carries 4 workers (--tx ...//via=lg1): add //execmodel=thread "
+        "to it (pytest-xdist's default model takes one gateway per proxy; without it the run "
+        "ends in an INTERNALERROR)"
+    )
+    assert "carries 2 workers" in crowded_proxy(px, ["popen//via=lg1", "popen//via=lg1"])
+    assert crowded_proxy([f"{px[0]}//execmodel=thread"], ["4*popen//via=lg1"]) == ""
+    assert crowded_proxy(px, ["popen//via=lg1", "socket=10.0.0.2:8888"]) == ""
+    assert crowded_proxy([], ["2*popen"]) == ""
+
+
+def test_a_crowded_proxy_is_refused_in_one_line_before_any_worker_starts(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile("def test_nothing(): pass\n")
+    result = pytester.runpytest_subprocess(
+        "--dist=each", "--px=id=p//popen", "--tx=2*popen//via=p", "-p", "no:cacheprovider"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    out = result.stdout.str() + result.stderr.str()
+    assert "ERROR: ddtree: --px id=p//popen carries 2 workers" in out
+    assert "INTERNALERROR>" not in out and "Traceback" not in out
+
+
 def test_each_load_point_starts_together_on_every_host(
     pytester: pytest.Pytester, fast_server: Any, servers: list[hostlab.Proc]
 ) -> None:
@@ -357,3 +387,33 @@ def test_three_hosts_in_namespaces_agree_with_one_host(tmp_path: Path) -> None:
     assert len(hosts) == 2 and all(r["requests"] == 8 and r["valid"] == 8 for r in hosts.values())
     assert all(r["clock"]["start"] is not None for r in hosts.values())
     assert "start skew:" in spread_out and not spread["absent_hosts"]
+
+
+@pytest.mark.slow
+def test_hosts_reached_by_ssh_one_carrying_two_workers_through_a_proxy(tmp_path: Path) -> None:
+    """Two worker namespaces, each with an sshd the lab starts (throwaway keys): one carries
+    two workers through a ``--px`` proxy, the other one worker; no file is copied to them.
+    The per-host table has one row per host, its workers together."""
+    hostlab.require_lab(ssh=True)
+    py = sys.executable
+    with hostlab.lab(tmp_path) as made:
+        url = made.endpoint()
+        a, b = made.ssh_host("a"), made.ssh_host("b")
+        out, test = hostlab.run_load(
+            tmp_path,
+            url,
+            "ssh",
+            f"--px=id=pa//{a}//python={py}//execmodel=thread",
+            f"--tx=2*popen//via=pa//python={py}",
+            f"--tx={b}//python={py}",
+            requests=18,
+        )
+    hosts = {r["host"]: r for r in test["hosts"]}
+    assert sorted(hosts) == ["root@10.231.2.2", "root@10.231.4.2"], out
+    two, one = hosts["root@10.231.2.2"], hosts["root@10.231.4.2"]
+    assert two["workers"] == ["gw0", "gw1"] and one["workers"] == ["gw2"], out
+    # every request of the test came from one of the two hosts, and was valid
+    assert two["requests"] + one["requests"] == test["requests"] == 18, out
+    assert two["valid"] == two["requests"] > one["requests"] == one["valid"] > 0, out
+    assert all(r["clock"]["start"] is not None for r in hosts.values()), out
+    assert "root@10.231.2.2  gw0,gw1" in out and not test["absent_hosts"]
