@@ -1,12 +1,12 @@
 """Load from several hosts on one machine: a three-host run (the controller plus two worker
-network namespaces, reached over execnet socket servers) and a one-host run, the same load
+network namespaces, reached over execnet socket servers or ssh) and a one-host run, the same load
 against the same reference server in a namespace of its own; median TPOT and TTFT of each
 with their 95% intervals, and the per-host table with the clock offsets.
 
 Needs root and ``ip`` (network namespaces); the traffic stays on veth pairs it creates with
 10.231.0.0/16 addresses it assigns, all removed at the end.
 
-    sudo python benchmarks/bench_hosts.py [--requests 64] [--pairs 3]
+    sudo python benchmarks/bench_hosts.py [--requests 64] [--pairs 3] [--via socket|ssh]
 """
 
 from __future__ import annotations
@@ -53,8 +53,14 @@ def main() -> int:
     parser.add_argument(
         "--pairs", type=int, default=3, help="runs of each, alternating which goes first"
     )
+    parser.add_argument(
+        "--via",
+        choices=("socket", "ssh"),
+        default="socket",
+        help="how the worker hosts are reached: execnet's socket server, or an sshd in each",
+    )
     args = parser.parse_args()
-    why = hostlab.Lab.unavailable()
+    why = hostlab.Lab.unavailable(ssh=args.via == "ssh")
     if why:
         print(f"skipped: {why}")
         return 0
@@ -62,8 +68,11 @@ def main() -> int:
     alone_runs: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as tmp, hostlab.lab(Path(tmp)) as made:
         url = made.endpoint()
-        _, a = made.worker_host("a")
-        _, b = made.worker_host("b")
+        if args.via == "ssh":
+            a, b = (f"--tx={made.ssh_host(n)}//python={sys.executable}" for n in "ab")
+        else:
+            _, a = made.worker_host("a")
+            _, b = made.worker_host("b")
         for i in range(args.pairs):
             order = ("three", "one") if i % 2 == 0 else ("one", "three")
             for which in order:
