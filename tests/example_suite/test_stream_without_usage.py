@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -86,7 +87,11 @@ def test_a_stream_without_usage_is_not_compared_with_a_plain_count(
     # 18; the stop prompt: the local count leaves out the matched stop that usage counts
     result.assert_outcomes(skipped=2)
     assert "AssertionError" not in out, out
-    assert "SKIPPED [2] example_suite/test_streaming.py" in out, out
+    # example_suite is a link to pytest_ddtree/suite: the skip names the file by the path its
+    # module was first imported under in this process (another in-process run may have come
+    # first on this worker)
+    where = r"SKIPPED \[2\] (example_suite|pytest_ddtree/suite)/test_streaming\.py"
+    assert re.search(where, out), out
     assert (
         "token counts not compared: not comparable: the streamed count is counted locally" in out
     ), out
