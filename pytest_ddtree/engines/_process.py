@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -139,6 +139,39 @@ class EngineProcess:
         self.stop()
         _spawn(self)
         _wait_ready(self)
+
+
+class StopSignals:
+    """Ctrl-C and SIGTERM, noted for a command that serves until stopped.
+
+    The handler only sets ``requested``: it runs on the main thread between two bytecodes,
+    possibly while that thread holds a lock, so it takes none. (A ``threading.Event`` set
+    from it waited forever for the event's own lock, held by ``wait()`` on the same thread:
+    the command ignored SIGTERM from then on and left its engine running.) ``on_request``,
+    if given, is called in the handler too (it may raise, to stop a start-up).
+    """
+
+    def __init__(self, on_request: Callable[[], None] | None = None) -> None:
+        self.requested = False
+        self._on_request = on_request
+
+    def install(self) -> StopSignals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.requested = True
+        if self._on_request is not None:
+            self._on_request()
+
+    def wait(self, running: Callable[[], bool] = lambda: True, tick: float = 0.5) -> bool:
+        """Sleep until a stop is requested (True) or ``running()`` turns false (False)."""
+        while not self.requested:
+            if not running():
+                return False
+            time.sleep(tick)  # a signal ends the sleep: its handler runs, the flag is read
+        return True
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:

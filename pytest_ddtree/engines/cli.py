@@ -11,10 +11,7 @@ The URL is printed once the server answers ``/v1/models``.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
-from types import FrameType
 
 from pytest_ddtree.engines import _process, _venv, llamacpp
 
@@ -91,16 +88,13 @@ def serve(argv: list[str], engine: str) -> int:
         parser.exit(2, f"error: --timeout must be above 0, got {args.timeout:g}\n")
     if not 0 <= args.port <= 65535:
         parser.exit(2, f"error: --port must be 0-65535, got {args.port}\n")
-    stopped = threading.Event()
     starting = True
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stopped.set()
+    def while_starting() -> None:
         if starting:
             raise _Stop
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, on_signal)
+    stop = _process.StopSignals(while_starting).install()
     server: _process.EngineProcess | None = None
     try:
         if engine == "vllm":
@@ -126,13 +120,9 @@ def serve(argv: list[str], engine: str) -> int:
             f"log {server.log_path}; Ctrl-C stops it",
             flush=True,
         )
-        while not stopped.wait(0.5):
-            if not server.running():
-                print(
-                    f"error: {what} exited: {_process.log_tail(server.log_path)}",
-                    file=sys.stderr,
-                )
-                return 1
+        if not stop.wait(server.running):
+            print(f"error: {what} exited: {_process.log_tail(server.log_path)}", file=sys.stderr)
+            return 1
     except (RuntimeError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

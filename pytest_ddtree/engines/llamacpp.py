@@ -165,8 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     command that starts the same server from it, for a sweep from another shell.
     """
     import argparse
-    import signal
     import sys
+
+    from pytest_ddtree.engines import _process
 
     parser = argparse.ArgumentParser(
         prog="python -m pytest_ddtree.engines",
@@ -215,17 +216,14 @@ def main(argv: list[str] | None = None) -> int:
         )
     except (RuntimeError, ValueError) as exc:
         parser.exit(2, f"error: {exc}\n")
-    stopped = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stopped.set())
+    stop = _process.StopSignals().install()
     print(
         f"llama.cpp ({args.speculation}) serving {server.base_url} model {server.model}; "
         "Ctrl-C stops it",
         flush=True,
     )
     try:
-        while not stopped.wait(0.5):
-            pass
+        stop.wait()
     finally:
         server.stop()
     print("stopped", file=sys.stderr)

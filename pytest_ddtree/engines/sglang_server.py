@@ -55,6 +55,10 @@ SGLANG_ARGS = (
     "2048",
     "--enable-metrics",
     "--skip-server-warmup",
+    # idle, the scheduler polls its sockets in a loop: a whole core for as long as the server
+    # is up (measured: 99.9% of one core with no request in flight); asleep, it wakes on a
+    # request
+    "--sleep-on-idle",
     "--dtype",
     "bfloat16",
 )

@@ -298,3 +298,40 @@ def test_free_port_never_hands_out_one_port_twice_even_when_the_global_random_is
         random.seed(0)
         ports.append(_process.free_port())
     assert len(set(ports)) == len(ports), ports
+
+
+STOP_SCRIPT = r"""
+import os, signal, sys, threading
+from pytest_ddtree.engines._process import StopSignals
+
+class Starting(Exception):
+    pass
+
+def starting():
+    raise Starting
+
+stop = StopSignals(starting).install()
+threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+try:
+    stop.wait(tick=0.05)
+except Starting:
+    print("start-up stopped", stop.requested)
+stop = StopSignals().install()
+threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+print("stopped" if stop.wait(tick=0.05) else "ended")
+print("ended" if not StopSignals().wait(lambda: False) else "stopped")
+"""
+
+
+def test_sigterm_and_ctrl_c_end_the_serving_wait_and_a_start_up() -> None:
+    """The serving commands' wait: SIGTERM during a start-up raises out of it (the handler's
+    own call), SIGTERM or Ctrl-C after it ends the wait, and a server that exits ends it too.
+    The handler only sets a flag (no lock: it may run while its thread holds one)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", STOP_SCRIPT], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["start-up stopped True", "stopped", "ended"]
