@@ -145,10 +145,12 @@ class StopSignals:
     """Ctrl-C and SIGTERM, noted for a command that serves until stopped.
 
     The handler only sets ``requested``: it runs on the main thread between two bytecodes,
-    possibly while that thread holds a lock, so it takes none. (A ``threading.Event`` set
-    from it waited forever for the event's own lock, held by ``wait()`` on the same thread:
-    the command ignored SIGTERM from then on and left its engine running.) ``on_request``,
-    if given, is called in the handler too (it may raise, to stop a start-up).
+    possibly while that thread holds a lock, so it takes none. (It used to set a
+    ``threading.Event``, whose lock the same thread may hold: inside ``wait()``, or in the
+    handler of a signal that came just before. Once, the command stayed up after SIGTERM,
+    its one thread waiting on a lock and its engine still serving; that was not seen
+    again.) ``on_request``, if given, is called in the handler too (it may raise, to stop a
+    start-up).
     """
 
     def __init__(self, on_request: Callable[[], None] | None = None) -> None:
