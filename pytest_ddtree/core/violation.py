@@ -45,12 +45,15 @@ class Withheld:
     """One check that was not judged, and why (neither a pass nor a verdict).
 
     ``code`` is the check's stable code (``stats-inflated``); ``reason`` is one human
-    line (``client stalled 0.11 s of a 0.17 s decode (...)``). ``str()`` is the line
-    shown for it: ``[stats-inflated] withheld: client stalled ...``.
+    line (``client stalled 0.11 s of a 0.17 s decode (...)``). ``client_stalled``: the
+    reason is the client's own stall during the decode (its timing is no evidence), not
+    the request or the answer (a schema that is not one, an echo, ...). ``str()`` is the
+    line shown for it: ``[stats-inflated] withheld: client stalled ...``.
     """
 
     code: str
     reason: str
+    client_stalled: bool = False
 
     def __str__(self) -> str:
         return f"[{self.code}] withheld: {self.reason}"

@@ -172,7 +172,7 @@ class StopSignals:
         while not self.requested:
             if not running():
                 return False
-            time.sleep(tick)  # a signal ends the sleep: its handler runs, the flag is read
+            time.sleep(tick)  # a signal's handler runs in it; the flag is read after it
         return True
 
 

@@ -75,22 +75,25 @@ def crowded_proxy(px: Sequence[str], tx: Sequence[str]) -> str:
     pytest-xdist (3.6 and later) runs its gateways in the ``main_thread_only`` execution
     model; making a second gateway through one proxy (``--tx 2*popen//via=ID``) calls
     ``remote_exec`` on the proxy while the first one's is still running, which that model
-    refuses ("concurrent remote_exec would cause deadlock"). A proxy in the ``thread`` model
-    takes several.
+    refuses ("concurrent remote_exec would cause deadlock"), whether it is the default or
+    named. A proxy in the ``thread`` model takes several.
     """
     import execnet
 
     through: dict[str, int] = {}
     for raw in tx:
         count, star, rest = raw.partition("*")
-        n, spec = (int(count), rest) if star and count.isdigit() else (1, raw)
+        try:  # as pytest-xdist reads it: N*spec, else one
+            n, spec = (int(count), rest) if star else (1, raw)
+        except ValueError:
+            n, spec = 1, raw
         via = execnet.XSpec(spec).via
         if via:
             through[via] = through.get(via, 0) + n
     for raw in px:
         proxy = execnet.XSpec(raw)
         carried = through.get(str(proxy.id), 0)
-        if carried > 1 and proxy.execmodel is None:
+        if carried > 1 and proxy.execmodel in (None, "main_thread_only"):
             return (
                 f"ddtree: --px {raw} carries {carried} workers (--tx ...//via="
                 f"{proxy.id}): add //execmodel=thread to it (pytest-xdist's default model "

@@ -73,14 +73,15 @@ def _budget_order(budget: Any) -> int:
 
 def _point_order(record: Mapping[str, Any]) -> tuple[int, str, float, float, str]:
     """``C=4`` before ``C=16``, concurrency before rate, by the point the record carries;
-    a record written before it carried one keeps its place by its label's text."""
+    records written before they carried one come after, in the order they were written
+    (the run's; the sort is stable)."""
     point = record.get("point")
     label = str(record.get("label") or "")
     if isinstance(point, Mapping):
         value, burst = point.get("value"), point.get("burstiness", 1.0)
         if isinstance(value, (int, float)) and isinstance(burst, (int, float)):
             return (0, str(point.get("mode", "")), float(value), float(burst), label)
-    return (1, "", 0.0, 0.0, label)
+    return (1, "", 0.0, 0.0, "")
 
 
 def _load_rows(records: list[Mapping[str, Any]]) -> str:

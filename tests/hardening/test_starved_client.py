@@ -126,6 +126,7 @@ _CHILD = textwrap.dedent(
         "codes": [v.code for v in found],
         "messages": [v.message for v in found],
         "withheld": [str(w) for w in found.withheld],
+        "stalled": [w.client_stalled for w in found.withheld],
         "error": c.error,
     }))
     """
@@ -193,6 +194,7 @@ def test_a_client_stopped_mid_decode_is_seen_and_the_speed_claim_withheld(
     # the honest server's rate against the stalled client's is over 2x: withheld, no verdict
     assert "stats-inflated" not in result["codes"], result["messages"]
     assert [w.split(":")[0] for w in result["withheld"]] == ["[stats-inflated] withheld"]
+    assert result["stalled"] == [True]
     pattern = r"\[stats-inflated\] withheld: client stalled \d+\.\d\d s of a \d+\.\d\d s decode \("
     assert re.match(pattern, result["withheld"][0]), result["withheld"]
 

@@ -213,6 +213,8 @@ class Lab:
                     f"HostKey {home / 'host_key'}",
                     f"AuthorizedKeysFile {keys / 'id.pub'}",
                     "PermitRootLogin prohibit-password",
+                    "AllowUsers root",
+                    "AuthenticationMethods publickey",
                     "PasswordAuthentication no",
                     "KbdInteractiveAuthentication no",
                     "UsePAM no",

@@ -322,6 +322,10 @@ def test_a_proxy_carrying_several_workers_needs_the_thread_model() -> None:
     )
     assert "carries 2 workers" in crowded_proxy(px, ["popen//via=lg1", "popen//via=lg1"])
     assert crowded_proxy([f"{px[0]}//execmodel=thread"], ["4*popen//via=lg1"]) == ""
+    # the model pytest-xdist would give it anyway, named
+    assert crowded_proxy([f"{px[0]}//execmodel=main_thread_only"], ["2*popen//via=lg1"])
+    # not a count (pytest-xdist reads the whole as one spec): no traceback
+    assert crowded_proxy(px, ["x*popen//via=lg1"]) == ""
     assert crowded_proxy(px, ["popen//via=lg1", "socket=10.0.0.2:8888"]) == ""
     assert crowded_proxy([], ["2*popen"]) == ""
 

@@ -181,6 +181,31 @@ def test_a_request_the_loop_stalled_in_has_its_speed_claim_withheld() -> None:
     assert all("client measured" not in s.evidence for s in spared if s.withheld)
 
 
+def test_a_check_withheld_for_the_requests_own_sake_is_no_timing_matter() -> None:
+    """Only a check withheld because the client stalled counts on the sample (the load
+    table's "timing checks withheld"); one withheld for the request (a schema that is not
+    one) does not."""
+    from pytest_ddtree.checks.invariants import Findings, Withheld
+    from pytest_ddtree.measure.load.runner import validate
+
+    def judge(c: Any, **e: Any) -> Findings:
+        found = Findings()
+        found.withheld = (
+            Withheld("json-schema", "not a valid JSON Schema"),
+            Withheld("stats-inflated", "client stalled 0.1 s of a 0.2 s decode", True),
+        )
+        return found
+
+    with spawn_reference_server(simulated_latency=False) as server:
+        ep = EndpointConfig(server.base_url)
+        specs = [ep.spec(p, tree_budget=16, max_tokens=16) for p in PROMPTS[:2]]
+        point = LoadPoint("concurrency", 1)
+        raws, wall0, perf0, _ = asyncio.run(run_point(ep, specs, point))
+    samples = validate(raws, point, wall0, perf0, judge=judge)
+    assert [s.withheld for s in samples] == [("stats-inflated",)] * 2
+    assert all(s.valid for s in samples)
+
+
 def test_a_saturated_client_withholds_only_its_timing_checks() -> None:
     """The server's decode rate is compared with the client's own timings only when the
     client kept up; the checks that need no client timing (acceptance) still judge."""

@@ -102,9 +102,10 @@ class Context:
         #: checks not judged, and why (``withhold``)
         self.withheld: list[Withheld] = []
 
-    def withhold(self, code: str, reason: str) -> None:
-        """Record that the check ``code`` was not judged, and why (never a verdict)."""
-        self.withheld.append(Withheld(code, flat(reason)))
+    def withhold(self, code: str, reason: str, *, client_stalled: bool = False) -> None:
+        """Record that the check ``code`` was not judged, and why (never a verdict);
+        ``client_stalled``: because the client itself stalled (see ``Withheld``)."""
+        self.withheld.append(Withheld(code, flat(reason), client_stalled))
 
     def violation(self, code: str, message: str, **evidence: Any) -> Violation:
         """A Violation of ``code`` carrying this call's request description

@@ -296,6 +296,7 @@ def _check_rate(ctx: Context) -> Iterator[Violation]:
             "stats-inflated",
             f"{stall.describe()} (the server reports {server_tps:.1f} tokens/s, the stalled "
             f"client measured {client_tps:.1f}, {ratio:.2f}x)",
+            client_stalled=True,
         )
         return
     yield ctx.violation(
