@@ -116,3 +116,28 @@ def test_b():
     assert "1 race decided after 3 requests: tree_budget=16 recommended" in line, line
     assert "1 ddtree: not run, tools: not served by this deployment" in line, line
     assert "--ddtree-require tools makes this a failure" not in out, out
+
+
+PENALTY_WITHHELD = """
+def test_penalty(ddtree_client, ddtree_check):
+    c = ddtree_client.chat(
+        "Write about rivers.", max_tokens=16, temperature=0, logprobs=True, top_logprobs=2,
+        frequency_penalty=1.5,
+    )
+    from pytest_ddtree.checks.invariants import check
+    assert [w.code for w in check(c, min_tokens=1).withheld] == ["logprobs"]
+    ddtree_check(c, min_tokens=1)
+"""
+
+
+def test_a_check_withheld_for_the_request_is_not_told_as_a_client_stall(
+    pytester: pytest.Pytester,
+) -> None:
+    # a penalty moves the choice off the argmax: the best-alternative check is withheld for
+    # the request's sake, which says nothing of the client's timing (the speed-claim line
+    # counts only the checks the client's own stall held)
+    pytester.makepyfile(test_penalty=PENALTY_WITHHELD)
+    result = pytester.runpytest("--ddtree-reference-latency=off", "-p", "no:randomly")
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert "speed claim" not in out and "client itself stalled" not in out, out
