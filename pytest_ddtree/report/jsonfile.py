@@ -125,12 +125,17 @@ def _summary_json(summary: SweepSummary) -> dict[str, Any]:
     return doc
 
 
+def _inserted(doc: dict[str, Any], after: str, key: str, value: Any) -> dict[str, Any]:
+    """``doc`` with ``key`` placed after ``after`` (at the end without it): where older
+    files have it."""
+    items = list(doc.items())
+    at = next((i + 1 for i, (k, _) in enumerate(items) if k == after), len(items))
+    return dict([*items[:at], (key, value), *items[at:]])
+
+
 def _with_verdict(entry: dict[str, Any], st: ArmStats) -> dict[str, Any]:
-    """An arm's JSON with its verdict cell in words, where older files have it (after
-    ``concurrent``)."""
-    items = list(entry.items())
-    at = next((i + 1 for i, (k, _) in enumerate(items) if k == "concurrent"), len(items))
-    return dict([*items[:at], ("verdict", verdict_text(st)), *items[at:]])
+    """An arm's JSON with its verdict cell in words (after ``concurrent``)."""
+    return _inserted(entry, "concurrent", "verdict", verdict_text(st))
 
 
 def _word_race(doc: dict[str, Any], race: RaceRecord[int | None]) -> None:
@@ -155,18 +160,13 @@ def _load_json(load: Sequence[LoadTestResult]) -> dict[str, Any]:
         entry["schedule"] = {"schedule": schedule_text(test.schedule), **entry["schedule"]}
         for choice, point in zip(test.schedule.choices, entry["schedule"]["points"], strict=True):
             point["why_none"] = None if choice.why_none is None else none_text(choice.why_none)
-        for choice, point in zip(test.schedule.choices, entry["schedule"]["points"], strict=True):
             if choice.race is not None:
                 race = point["race"]
                 for row, x in zip(race["left"], choice.race.left, strict=True):
                     row["reason"] = race_text.reason(x.why)
                 for row, (*_, why) in zip(race["standing"], choice.race.standing, strict=True):
                     row["reason"] = race_text.reason(why)
-                at = list(race).index("discarded_runs") + 1  # where older files have it
-                items = list(race.items())
-                point["race"] = dict(
-                    [*items[:at], ("verdict", race_line(choice.race)), *items[at:]]
-                )
+                point["race"] = _inserted(race, "discarded_runs", "verdict", race_line(choice.race))
     return doc
 
 

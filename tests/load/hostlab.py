@@ -180,14 +180,20 @@ class Lab:
         proc.wait_for(re.compile(r"listening on (http://\S+)"))
         return f"http://{SERVICE}:8000/v1"
 
-    def worker_host(self, name: str, *, reach_endpoint: bool = True) -> tuple[Proc, str]:
-        """A worker host: a namespace joined to the controller's (for execnet) and, unless
-        told otherwise, to the endpoint's; its socket server and ``host:port``."""
+    def _joined(self, name: str, reach_endpoint: bool) -> tuple[str, str]:
+        """A host's namespace, joined to the controller's and (``reach_endpoint``) routed to
+        the endpoint's; the namespace and its address on the controller's side."""
         ns = self.namespace(name)
         _, here = self.link(None, ns)
         if reach_endpoint:
             _, there = self.link(ns, self.endpoint_ns)
             self.route_to_service(ns, there)
+        return ns, here
+
+    def worker_host(self, name: str, *, reach_endpoint: bool = True) -> tuple[Proc, str]:
+        """A worker host: a namespace joined to the controller's (for execnet) and, unless
+        told otherwise, to the endpoint's; its socket server and ``host:port``."""
+        ns, here = self._joined(name, reach_endpoint)
         proc, address = socket_server(self.directory, name, f"{here}:8888", netns=ns)
         self.procs.append(proc)
         return proc, address
@@ -196,11 +202,7 @@ class Lab:
         """A worker host reached by ssh: a namespace joined like ``worker_host``, with an sshd
         the lab starts in it (its own host key; root logs in with the lab's throwaway key
         only); the ``--tx``/``--px`` spec of it (``ssh=root@ADDRESS//ssh_config=...``)."""
-        ns = self.namespace(name)
-        _, here = self.link(None, ns)
-        if reach_endpoint:
-            _, there = self.link(ns, self.endpoint_ns)
-            self.route_to_service(ns, there)
+        ns, here = self._joined(name, reach_endpoint)
         home = self.directory / name
         home.mkdir(parents=True, exist_ok=True)
         keys = self._ssh_keys()
