@@ -742,6 +742,9 @@ PROGRESS = re.compile(r"^(?:\S+\.py )?[.sFEXx]+\s+\[\s*\d+%\]$")
 #: the sweep's verdict: which one a run reaches depends on the machine's noise; its rule (the
 #: mode, the margin, min n, the confidence: the last parentheses) must be the run's
 VERDICT = re.compile(r"^(?:Recommended |Undecided: |Either |No budget )")
+#: the break-even map's answer: which depths a run decides, and so how it groups them ("up to
+#: 1024 prompt tokens" or "at 256 ...; at 1024: undecided"), depends on the machine's noise
+BREAK_EVEN = re.compile(r"^\s*Break-even: ")
 
 
 def key(line: str) -> str:
@@ -752,6 +755,8 @@ def key(line: str) -> str:
         return "<progress " + line.split()[0] + ">" if ".py" in line else "<progress>"
     if ROW.match(line):
         return "<row>"
+    if BREAK_EVEN.match(line):
+        return "<break-even>"
     if VERDICT.match(line):
         # the rule's parentheses close the line ("... (n=18). (adaptive sweep, ...)") or its
         # sentence ("No budget is recommended (adaptive sweep, ...)."), and a drifting sweep

@@ -120,6 +120,21 @@ def test_drift_checks_the_verdicts_rule_not_which_verdict() -> None:
     assert transcripts.drift([exhaustive], now) == [exhaustive]
 
 
+def test_drift_checks_that_the_break_even_answer_is_there_not_which_it_is() -> None:
+    # a loaded machine decided 256 and left 1024 undecided where a quiet one decided both
+    shown = (
+        "  Break-even: up to 1024 prompt tokens: tree_budget=64, 1.60x [1.57, 1.62] over the "
+        "target alone; at 4096: speculation off (best budget 0.52x [0.51, 0.54])."
+    )
+    now = (
+        "  Break-even: at 256 prompt tokens: tree_budget=64, 1.91x [1.66, 2.21] over the target "
+        "alone; at 1024: undecided among 64, off (64 leads); at 4096: speculation off (best "
+        "budget 0.52x [0.51, 0.53])."
+    )
+    assert transcripts.drift([shown], [now]) == []
+    assert transcripts.drift([shown], ["  end to end, the best budget over the target"]) == [shown]
+
+
 def test_the_verdicts_rule_is_read_however_the_verdict_ends() -> None:
     # a run that recommends closes the line with the rule, one that does not closes its
     # sentence after it; the shown verdict's rule is found in either
