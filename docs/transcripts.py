@@ -1819,6 +1819,8 @@ SCENARIOS.update(
                 "breakeven",
                 f"{_BREAKEVEN} --ddtree-context 256,1024,4096 --ddtree-budgets 64"
                 " --ddtree-reference-slowdown 1 --ddtree-report ddtree-report",
+                measurement="which depths a race decides is the machine's noise: beside the "
+                "CI gate's other runs it decided fewer, and once failed on one answer",
                 screenshot=Screenshot(
                     "ddtree-report/sweep.html", DOCS / "img" / "breakeven.png", (1280, 470)
                 ),
