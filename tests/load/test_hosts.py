@@ -378,7 +378,19 @@ def test_each_load_point_starts_together_on_every_host(
         assert min(start for start, _ in after) >= max(end for _, end in before)
 
 
+@pytest.fixture
+def one_lab() -> Iterator[None]:
+    """One lab at a time on this machine: labs share 10.231.0.0/16, and a lab up on another
+    xdist worker would read as a foreign route (held by a lock file for the test)."""
+    import fcntl
+
+    with open("/tmp/ddtree-hostlab.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.mark.slow
+@pytest.mark.usefixtures("one_lab")
 def test_three_hosts_in_namespaces_agree_with_one_host(tmp_path: Path) -> None:
     """Two worker namespaces and the controller, then the controller alone, the same load on
     one reference server in its own namespace: each host sends its share, with its clock read
@@ -394,6 +406,7 @@ def test_three_hosts_in_namespaces_agree_with_one_host(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("one_lab")
 def test_hosts_reached_by_ssh_one_carrying_two_workers_through_a_proxy(tmp_path: Path) -> None:
     """Two worker namespaces, each with an sshd the lab starts (throwaway keys): one carries
     two workers through a ``--px`` proxy, the other one worker; no file is copied to them.
